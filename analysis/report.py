@@ -1,0 +1,162 @@
+"""Build an experiment's report: tables (Markdown, CSV, LaTeX) and figures (PNG) from its MLflow
+runs, written to ``out_dir/<experiment>/``, printed, and logged under ``report/`` to the sweep
+parent run(s) the runs belong to.
+
+    attent report --experiment NAME [--out DIR] [--tracking-uri URI] [--kinds ablation ratio]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
+
+from analysis import figures
+from analysis.runs import (HISTORY_KEYS, TASK, ReportError, load_experiment_runs, load_histories,
+                           primary_metric)
+from analysis.tables import TABLE_BUILDERS, Table, applicable_kinds, to_csv, to_latex, to_markdown
+
+ARTIFACT_PATH = "report"
+INDEX_FILE = "report.md"
+
+
+@dataclass(frozen=True)
+class Report:
+    experiment: str
+    out_dir: Path  # where the files were written
+    tables: list[Table]
+    figures: list[Path]
+    files: list[Path]  # every file written, tables and figures included
+    logged_to: list[str]  # sweep parent run ids that received the files as artifacts
+    runs: int  # finished training runs reported
+    unfinished: int  # training runs left out because they have not finished
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^\w.-]+", "_", name).strip("_") or "experiment"
+
+
+def runs_by_task(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Tasks are never mixed in one table (their baselines and metrics differ)."""
+    tasks = runs[TASK].fillna("unknown")
+    return {task: runs[tasks.eq(task)] for task in sorted(set(tasks))}
+
+
+def task_tables(runs: pd.DataFrame, task: str, suffix: str, kinds: list[str] | None) -> list[Table]:
+    tables = [TABLE_BUILDERS[kind](runs, name=kind + suffix)
+              for kind in (kinds or applicable_kinds(runs))]
+    if not suffix:
+        return tables
+    return [dataclasses.replace(t, title=f"{t.title} ({task})") for t in tables]
+
+
+def task_figures(runs: pd.DataFrame, histories: pd.DataFrame, suffix: str) -> dict[str, Figure]:
+    """Figures by file stem; those the runs cannot fill are left out."""
+    metric = primary_metric(runs)
+    candidates = {"fig_training_time": figures.training_time_figure(runs),
+                  "fig_loss_curves": figures.loss_curves_figure(runs, histories)}
+    if metric is not None:
+        reach = figures.time_to_reach_baseline(runs, histories, metric)
+        candidates["fig_sample_ratio"] = figures.sample_ratio_figure(runs, metric)
+        candidates["fig_time_to_baseline"] = figures.time_to_baseline_figure(reach, metric)
+    return {stem + suffix: fig for stem, fig in candidates.items() if fig is not None}
+
+
+def write_table(table: Table, out: Path) -> list[Path]:
+    paths = []
+    for extension, render in (("md", to_markdown), ("csv", to_csv), ("tex", to_latex)):
+        path = out / f"{table.name}.{extension}"
+        path.write_text(render(table) + ("\n" if extension == "md" else ""), encoding="utf-8")
+        paths.append(path)
+    return paths
+
+
+def index_markdown(experiment: str, tables: list[Table], figure_paths: list[Path],
+                   runs: int, unfinished: int) -> str:
+    lines = [f"# Report: {experiment}", "",
+             f"{runs} finished training runs; {unfinished} unfinished runs left out. "
+             "Cells are mean ± std over seeds (sample std, ddof=1); n = runs; "
+             "bold = best in its column; — = no run.", ""]
+    for table in tables:
+        csv, tex = f"{table.name}.csv", f"{table.name}.tex"
+        lines += [f"## {table.title}", "", to_markdown(table), "",
+                  f"Files: [{csv}]({csv}), [{tex}]({tex})", ""]
+    lines += [f"![{path.stem}]({path.name})\n" for path in figure_paths]
+    return "\n".join(lines)
+
+
+def build_report(experiment: str, tracking_uri: str | None = None,
+                 out_dir: str | Path = "reports", kinds: list[str] | None = None,
+                 log_to_parent: bool = True) -> Report:
+    """Tables and figures for every finished training run of ``experiment``.
+
+    ``kinds`` picks table layouts (see ``TABLE_BUILDERS``); by default those the runs fill.
+    Raises ReportError for problems the user can fix (unknown experiment, no finished runs).
+    """
+    unknown = sorted(set(kinds or []) - set(TABLE_BUILDERS))
+    if unknown:
+        raise ReportError(f"unknown table kind(s) {unknown}; choose from {sorted(TABLE_BUILDERS)}")
+    client = MlflowClient(tracking_uri)
+    loaded = load_experiment_runs(client, experiment)
+    by_task = runs_by_task(loaded.runs)
+    metrics = sorted({m for runs in by_task.values() if (m := primary_metric(runs))})
+    histories = load_histories(client, loaded.runs["run_id"].tolist(), [*HISTORY_KEYS, *metrics])
+
+    out = Path(out_dir) / slug(experiment)
+    out.mkdir(parents=True, exist_ok=True)
+    tables: list[Table] = []
+    files: list[Path] = []
+    figure_paths: list[Path] = []
+    for task, runs in by_task.items():
+        suffix = f"_{slug(task)}" if len(by_task) > 1 else ""
+        for table in task_tables(runs, task, suffix, kinds):
+            tables.append(table)
+            files += write_table(table, out)
+        task_histories = histories[histories["run_id"].isin(runs["run_id"])]
+        for stem, fig in task_figures(runs, task_histories, suffix).items():
+            fig.savefig(out / f"{stem}.png", dpi=120)
+            figure_paths.append(out / f"{stem}.png")
+    files += figure_paths
+    index = index_markdown(experiment, tables, figure_paths, len(loaded.runs), loaded.unfinished)
+    (out / INDEX_FILE).write_text(index, encoding="utf-8")
+    files.append(out / INDEX_FILE)
+    print(index)
+
+    logged_to = loaded.sweep_parent_ids if log_to_parent else []
+    for parent_id in logged_to:  # this run's files only, not leftovers of earlier reports
+        for path in files:
+            client.log_artifact(parent_id, str(path), artifact_path=ARTIFACT_PATH)
+    print(f"\nWrote {len(files)} files to {out}"
+          + (f"; logged them to sweep run(s) {', '.join(logged_to)}" if logged_to else ""))
+    return Report(experiment, out, tables, figure_paths, files, logged_to, len(loaded.runs),
+                  loaded.unfinished)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="attent report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--experiment", required=True, help="MLflow experiment name")
+    parser.add_argument("--out", default="reports", help="output folder (default: reports)")
+    parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI")
+    parser.add_argument("--kinds", nargs="+", choices=sorted(TABLE_BUILDERS),
+                        help="table layouts to build (default: those the runs fill)")
+    parser.add_argument("--no-log-to-parent", action="store_true",
+                        help="do not log the files as artifacts of the sweep parent run")
+    args = parser.parse_args(argv)
+    try:
+        build_report(args.experiment, args.tracking_uri, args.out, args.kinds,
+                     log_to_parent=not args.no_log_to_parent)
+    except (ReportError, MlflowException) as error:
+        print(f"attent report: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""AtteNT experiment platform."""

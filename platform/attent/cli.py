@@ -1,0 +1,107 @@
+"""The `attent` command: train, validate, demo, sweep, report, ui."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+USAGE_ERROR = 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="attent", description="AtteNT experiments on Ray and MLflow.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="run one experiment (local Ray, or the cluster at $RAY_ADDRESS)")
+    p.add_argument("config", help="experiment YAML, e.g. experiments/fashion_mnist_vit.yaml")
+    p.add_argument("overrides", nargs="*", help="key.path=value overrides, e.g. train.epochs=3")
+
+    p = sub.add_parser("validate", help="check an experiment YAML (and its data) without running it")
+    p.add_argument("config")
+    p.add_argument("overrides", nargs="*")
+
+    p = sub.add_parser("demo", help="full-data baseline vs AtteNT on real data, offline, a few minutes")
+    p.add_argument("--workdir", default=".", help="where mlflow.db and ray_results/ go")
+
+    p = sub.add_parser("sweep", help="run a Ray Tune sweep declared in a YAML file")
+    p.add_argument("config")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted sweep")
+    p.add_argument("overrides", nargs="*")
+
+    p = sub.add_parser("report", help="tables and figures of an MLflow experiment")
+    p.add_argument("--experiment", required=True)
+    p.add_argument("--out", default="reports")
+    p.add_argument("--tracking-uri", default=None)
+
+    p = sub.add_parser("ui", help="the MLflow dashboard over the local store, on 127.0.0.1")
+    p.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=5000)
+
+    args = parser.parse_args(argv)
+    from .config import ConfigError
+    try:
+        return COMMANDS[args.command](args)
+    except (ConfigError, FileNotFoundError, ValueError) as exc:
+        print(f"attent {args.command}: error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+
+
+def cmd_validate(args) -> int:
+    from .config import load_experiment
+    from .engine.launch import check_experiment
+    cfg = load_experiment(args.config, args.overrides).resolved()
+    check_experiment(cfg)
+    print(f"{args.config}: OK — task {cfg.task.name}, {cfg.train.epochs} epochs, selection "
+          f"{cfg.selection.label()}, {cfg.ray.num_workers} worker(s), MLflow {cfg.mlflow.tracking_uri} "
+          f"(experiment {cfg.mlflow.experiment!r})")
+    return 0
+
+
+def cmd_train(args) -> int:
+    from .config import load_experiment
+    from .engine.launch import check_experiment, train
+    cfg = load_experiment(args.config, args.overrides).resolved()
+    check_experiment(cfg)  # refuse before Ray starts
+    result = train(cfg)
+    m = result.metrics
+    evals = ", ".join(f"{k[5:]} {v:.4f}" for k, v in m.items() if k.startswith("eval_"))
+    print(f"\n{cfg.name}: {evals}; {m.get('time_total_s', float('nan')):.1f}s training, "
+          f"{result.wallclock_s:.1f}s wall-clock; MLflow run {result.run_id}"
+          f"{' (resumed)' if result.resumed else ''} in {cfg.mlflow.tracking_uri}")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+    return run_demo(Path(args.workdir))
+
+
+def cmd_sweep(args) -> int:
+    from .sweep import run_sweep
+    run_sweep(args.config, resume=args.resume, overrides=args.overrides)
+    return 0
+
+
+def cmd_report(args) -> int:
+    from analysis.report import build_report
+    build_report(args.experiment, tracking_uri=args.tracking_uri, out_dir=args.out)
+    return 0
+
+
+def cmd_ui(args) -> int:
+    from .config import absolute_sqlite_uri
+    uri = absolute_sqlite_uri(args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db",
+                              Path.cwd())
+    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
+               "--host", args.host, "--port", str(args.port)]
+    print(f"MLflow dashboard: http://{args.host}:{args.port}  (store {uri}; Ctrl-C stops it)", flush=True)
+    os.execv(sys.executable, command)
+
+
+COMMANDS = {"train": cmd_train, "validate": cmd_validate, "demo": cmd_demo, "sweep": cmd_sweep,
+            "report": cmd_report, "ui": cmd_ui}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""Experiment configs: one YAML file per experiment, loaded into typed, validated objects.
+
+    cfg = load_experiment("experiments/digits_vit.yaml", ["train.epochs=3", "selection.preset=vit"])
+
+Unknown keys, wrong types and impossible values are refused with a message naming the key and
+what to change; missing data files are refused by ``check_experiment`` before Ray starts.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .selection.config import SelectionConfig
+from .tasks.llm.config import LLMTaskConfig
+from .tasks.vision import VisionTaskConfig
+
+TaskConfig = Annotated[Union[VisionTaskConfig, LLMTaskConfig], Field(discriminator="name")]
+
+
+class ConfigError(ValueError):
+    """A config that cannot run, with a message saying what to change."""
+
+
+class TrainConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    epochs: int = Field(..., ge=1)                       # passes over the (selected) data
+    batch_size: int = Field(64, ge=1)                    # per worker, per micro-step
+    global_batch_size: Optional[int] = Field(None, ge=1)  # reached by gradient accumulation across workers
+    lr: Optional[float] = Field(None, gt=0)              # None: the task's default
+    weight_decay: Optional[float] = Field(None, ge=0)    # None: the task's default
+    schedule: Optional[Literal["cosine", "linear", "constant"]] = None  # over epochs of progress
+    warmup_ratio: Optional[float] = Field(None, ge=0, lt=1)  # fraction of training progress
+    grad_clip: Optional[float] = Field(1.0, gt=0)        # max global grad norm; None: no clipping
+    precision: Literal["fp32", "bf16"] = "fp32"          # bf16 autocast (GPU)
+    scoring_batch_size: Optional[int] = Field(None, ge=1)  # re-scoring pass; None: 2 x batch_size
+    eval_every: int = Field(1, ge=1)                     # evaluate every n epochs (and at the end)
+    loader_workers: int = Field(0, ge=0)                 # DataLoader worker processes per Ray worker
+
+
+class RayConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    address: Optional[str] = None            # None: $RAY_ADDRESS, else a local Ray started on demand
+    num_workers: int = Field(1, ge=1)        # Ray Train workers (DDP ranks)
+    use_gpu: bool = False                    # one GPU per worker
+    cpus_per_worker: float = Field(1, gt=0)
+    resources_per_worker: Optional[dict[str, float]] = None  # extra custom resources
+    storage_path: str = "ray_results"        # checkpoints; a run resumes from <storage_path>/<name>
+    max_failures: int = Field(1, ge=-1)      # worker-group restarts from the latest checkpoint
+    checkpoints_to_keep: int = Field(2, ge=1)
+
+
+class MLflowConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tracking_uri: Optional[str] = None       # None: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here
+    experiment: str = "attent"               # MLflow experiment name
+    log_selected_indices: bool = True        # selection history artifact keeps the chosen indices
+
+
+class FaultConfig(BaseModel):
+    """Deliberate failure injection, to exercise restarts (tests, chaos drills)."""
+    model_config = ConfigDict(extra="forbid")
+    fail_once_after_epoch: Optional[int] = Field(None, ge=0)  # a worker dies once after this epoch's checkpoint
+    fail_rank: int = Field(0, ge=0)
+
+
+class ExperimentConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(..., min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")  # run name; same name = resume
+    seed: int = 0
+    task: TaskConfig
+    train: TrainConfig
+    selection: SelectionConfig = SelectionConfig(method="full")
+    ray: RayConfig = RayConfig()
+    mlflow: MLflowConfig = MLflowConfig()
+    fault: FaultConfig = FaultConfig()
+
+    @model_validator(mode="after")
+    def _fault_rank_exists(self) -> "ExperimentConfig":
+        if self.fault.fail_rank >= self.ray.num_workers:
+            raise ValueError(f"fault.fail_rank={self.fault.fail_rank} but ray.num_workers={self.ray.num_workers}")
+        return self
+
+    def resolved(self, base: Path | None = None) -> "ExperimentConfig":
+        """Paths made absolute and defaults filled from the environment, so Ray workers (other
+        processes, other working directories) see the same storage and MLflow store."""
+        base = Path(base or os.getcwd())
+        tracking = self.mlflow.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
+        tracking = absolute_sqlite_uri(tracking, base)
+        storage = self.ray.storage_path
+        if "://" not in storage:
+            storage = str((base / storage).resolve())
+        return self.model_copy(update={
+            "mlflow": self.mlflow.model_copy(update={"tracking_uri": tracking}),
+            "ray": self.ray.model_copy(update={"storage_path": storage}),
+        })
+
+
+def absolute_sqlite_uri(uri: str, base: Path) -> str:
+    """``sqlite:///relative.db`` -> ``sqlite:////abs/base/relative.db``; other URIs unchanged."""
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri[len(prefix):].startswith("/"):
+        return prefix + str((base / uri[len(prefix):]).resolve())
+    return uri
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """``["train.epochs=3", "selection.ratio.kind=cosine"]`` -> nested dict; values parsed as YAML."""
+    nested: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key or any(not part for part in key.split(".")):
+            raise ConfigError(f"override {item!r} is not of the form key.path=value")
+        try:
+            value = yaml.safe_load(raw) if raw else None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"override {item!r}: value is not valid YAML ({exc})") from None
+        node = nested
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r} conflicts with another override of {part!r}")
+        node[leaf] = value
+    return nested
+
+
+def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections (name, task, train, selection, ...) at the top level")
+    return data
+
+
+def build_experiment(data: dict[str, Any], source: str = "config") -> ExperimentConfig:
+    try:
+        return ExperimentConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, source)) from None
+
+
+def load_experiment(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
+    data = deep_merge(read_yaml(path), parse_overrides(overrides or []))
+    return build_experiment(data, str(path))
+
+
+def format_validation_error(exc: ValidationError, source: str) -> str:
+    lines = [f"{source}: {exc.error_count()} problem(s):"]
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (check the spelling, or remove it)"
+        elif err["type"] == "missing":
+            msg = "required key is missing"
+        lines.append(f"  - {loc or '<top level>'}: {msg}" + _got(err))
+    return "\n".join(lines)
+
+
+def _got(err: dict) -> str:
+    if err["type"] in ("missing", "extra_forbidden") or isinstance(err.get("input"), dict):
+        return ""
+    return f" (got {err.get('input')!r})"
+
+
+def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dict -> {'a.b.c': value}, for MLflow params and Tune search spaces."""
+    if isinstance(data, BaseModel):
+        data = data.model_dump(mode="json")
+    if not isinstance(data, dict):
+        return {prefix: data}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        out.update(flatten(value, f"{prefix}.{key}" if prefix else key))
+    return out

@@ -1,0 +1,1 @@
+"""Datasets for the platform's workloads."""

@@ -1,0 +1,331 @@
+"""Image classification data: Fashion-MNIST, sklearn digits and class-per-subfolder image folders.
+
+Every dataset is map-style and yields ``{"index": i, "image": FloatTensor[C, H, W], "label": int}``
+with ``index`` its own position (the AtteNT teacher keys its score table on it), so subsets are
+new datasets (``select``) rather than ``torch.utils.data.Subset`` views. Images are stored as
+uint8 and normalised per item: 60k Fashion-MNIST images take 47 MB and load in well under a second.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from torch.utils.data import Dataset
+
+FASHION_MNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                         "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
+FASHION_MNIST_FILES = {
+    ("train", "images"): "train-images-idx3-ubyte",
+    ("train", "labels"): "train-labels-idx1-ubyte",
+    ("test", "images"): "t10k-images-idx3-ubyte",
+    ("test", "labels"): "t10k-labels-idx1-ubyte",
+}
+FASHION_MNIST_ENV = "ATTENT_FASHION_MNIST"
+# Where Debian's `dataset-fashion-mnist` package puts the gzipped idx files.
+FASHION_MNIST_DEBIAN_DIRS = (Path("/usr/share/datasets/fashion-mnist"),)
+# `download: true` saves here through torchvision (which adds FashionMNIST/raw/).
+DOWNLOAD_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"), "attent", "datasets")
+
+# Per-channel (mean, std) in [0, 1] units: the training set's for the fixed datasets; for
+# arbitrary folders 0.5 / 0.5, which maps pixels to [-1, 1].
+FASHION_MNIST_STATS = ((0.2860,), (0.3530,))
+DIGITS_STATS = ((0.3053,), (0.3760,))
+IMAGE_FOLDER_STATS = {1: ((0.5,), (0.5,)), 3: ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))}
+
+NATIVE_IMG_SIZE = {"fashion_mnist": 28, "digits": 8}
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+
+
+# --- items and batches ----------------------------------------------------------------------
+
+def to_model_input(image: torch.Tensor, mean: torch.Tensor, std: torch.Tensor,
+                   img_size: int) -> torch.Tensor:
+    """uint8 [C, H, W] -> normalised float [C, img_size, img_size]."""
+    x = image.float() / 255
+    if x.shape[-2:] != (img_size, img_size):
+        x = F.interpolate(x[None], size=(img_size, img_size), mode="bilinear",
+                          antialias=True, align_corners=False)[0]
+    return (x - mean) / std
+
+
+def collate(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """Items -> {index: LongTensor[B], image: FloatTensor[B, C, H, W], label: LongTensor[B]}."""
+    return {
+        "index": torch.tensor([item["index"] for item in items], dtype=torch.long),
+        "image": torch.stack([item["image"] for item in items]),
+        "label": torch.tensor([item["label"] for item in items], dtype=torch.long),
+    }
+
+
+class TensorImageDataset(Dataset):
+    """Images held in memory as uint8 [N, C, H, W]."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, *, img_size: int,
+                 stats: tuple[Sequence[float], Sequence[float]]):
+        assert images.dtype == torch.uint8 and images.ndim == 4 and len(images) == len(labels)
+        self.images, self.labels = images, labels.long()
+        self.img_size, self.stats = img_size, stats
+        self._mean = torch.tensor(stats[0]).view(-1, 1, 1)
+        self._std = torch.tensor(stats[1]).view(-1, 1, 1)
+
+    @property
+    def in_chans(self) -> int:
+        return self.images.shape[1]
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        image = to_model_input(self.images[i], self._mean, self._std, self.img_size)
+        return {"index": i, "image": image, "label": int(self.labels[i])}
+
+    def select(self, indices: torch.Tensor) -> TensorImageDataset:
+        """A new dataset of these items, re-indexed from 0."""
+        return TensorImageDataset(self.images[indices], self.labels[indices],
+                                  img_size=self.img_size, stats=self.stats)
+
+
+class ImageFolderDataset(Dataset):
+    """Image files read lazily, converted to grayscale or RGB and resized to img_size."""
+
+    def __init__(self, paths: Sequence[Path], labels: torch.Tensor, *, img_size: int,
+                 in_chans: int):
+        assert in_chans in (1, 3) and len(paths) == len(labels)
+        self.paths, self.labels = list(paths), labels.long()
+        self.img_size, self.in_chans = img_size, in_chans
+        mean, std = IMAGE_FOLDER_STATS[in_chans]
+        self._mean = torch.tensor(mean).view(-1, 1, 1)
+        self._std = torch.tensor(std).view(-1, 1, 1)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        with Image.open(self.paths[i]) as img:
+            pixels = np.atleast_3d(np.array(img.convert("L" if self.in_chans == 1 else "RGB")))
+        chw = torch.from_numpy(pixels).permute(2, 0, 1)
+        image = to_model_input(chw, self._mean, self._std, self.img_size)
+        return {"index": i, "image": image, "label": int(self.labels[i])}
+
+    def select(self, indices: torch.Tensor) -> ImageFolderDataset:
+        """A new dataset of these items, re-indexed from 0."""
+        return ImageFolderDataset([self.paths[i] for i in indices.tolist()], self.labels[indices],
+                                  img_size=self.img_size, in_chans=self.in_chans)
+
+
+ImageDataset = TensorImageDataset | ImageFolderDataset
+
+
+@dataclass(frozen=True)
+class ImageSplits:
+    """A train and a test set over the same classes."""
+    train: ImageDataset
+    test: ImageDataset
+    classes: tuple[str, ...]
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    def limited(self, train_limit: int | None, test_limit: int | None, seed: int) -> ImageSplits:
+        """Class-stratified random subsets of train_limit / test_limit images (None: all)."""
+        train, test = self.train, self.test
+        if train_limit is not None:
+            train = train.select(stratified_subset(train.labels, train_limit, seed, "train_limit"))
+        if test_limit is not None:
+            test = test.select(stratified_subset(test.labels, test_limit, seed, "test_limit"))
+        return ImageSplits(train, test, self.classes)
+
+
+# --- stratified sampling --------------------------------------------------------------------
+
+def stratified_subset(labels: torch.Tensor, n: int, seed: int, what: str = "n") -> torch.Tensor:
+    """Sorted indices of n samples drawn at random, every class within one of its share.
+
+    Each class's samples, shuffled, get evenly spaced keys (rank + 0.5) / class_count in (0, 1);
+    the n smallest keys take about n * class_count / N of every class.
+    """
+    if not 0 < n <= len(labels):
+        raise ValueError(f"{what}={n} must be between 1 and the {len(labels)} available images; "
+                         f"lower it, or set it to null to use them all")
+    perm = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))
+    shuffled = labels[perm]
+    counts = torch.bincount(shuffled)
+    by_class = torch.argsort(shuffled, stable=True)
+    starts = torch.cumsum(counts, 0) - counts
+    rank = torch.empty_like(perm)
+    rank[by_class] = torch.arange(len(labels)) - starts[shuffled[by_class]]
+    keys = (rank + 0.5) / counts[shuffled]
+    return perm[torch.argsort(keys, stable=True)[:n]].sort().values
+
+
+def stratified_split(labels: torch.Tensor, test_fraction: float,
+                     seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(train indices, test indices), each class split test_fraction into test."""
+    test = stratified_subset(labels, max(1, round(len(labels) * test_fraction)), seed)
+    is_test = torch.zeros(len(labels), dtype=torch.bool)
+    is_test[test] = True
+    return torch.nonzero(~is_test).flatten(), test
+
+
+# --- Fashion-MNIST --------------------------------------------------------------------------
+
+def _idx_file(folder: Path, split: str, kind: str) -> Path | None:
+    """The idx file in folder, plain or gzipped, or None."""
+    name = FASHION_MNIST_FILES[(split, kind)]
+    for candidate in (folder / name, folder / f"{name}.gz"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _holds_fashion_mnist(folder: Path) -> bool:
+    return all(_idx_file(folder, split, kind) for split, kind in FASHION_MNIST_FILES)
+
+
+def _candidate_folders(root: Path) -> list[Path]:
+    """The folder itself, or the layout torchvision writes under a root."""
+    return [root, root / "FashionMNIST" / "raw"]
+
+
+def find_fashion_mnist(path: str | os.PathLike | None = None) -> Path:
+    """The folder holding the four Fashion-MNIST idx files (each plain or .gz).
+
+    An explicit ``path`` is the only place looked at (a typo should fail, not fall back silently).
+    Otherwise: $ATTENT_FASHION_MNIST, Debian's /usr/share/datasets/fashion-mnist, then where
+    ``download: true`` saves it (~/.cache/attent/datasets/FashionMNIST/raw).
+    """
+    if path is not None:
+        roots = [Path(path).expanduser()]
+    else:
+        env = os.environ.get(FASHION_MNIST_ENV)
+        roots = [*([Path(env).expanduser()] if env else []), *FASHION_MNIST_DEBIAN_DIRS,
+                 DOWNLOAD_ROOT]
+    searched = [folder for root in roots for folder in _candidate_folders(root)]
+    for folder in searched:
+        if _holds_fashion_mnist(folder):
+            return folder
+    names = ", ".join(f"{name}[.gz]" for name in FASHION_MNIST_FILES.values())
+    raise FileNotFoundError(
+        f"Fashion-MNIST idx files ({names}) not found in: {', '.join(map(str, searched))}. "
+        f"Get them with one of: `apt-get install dataset-fashion-mnist` (Debian/Ubuntu, installs "
+        f"{FASHION_MNIST_DEBIAN_DIRS[0]}); set data_path or ${FASHION_MNIST_ENV} to a folder "
+        f"holding them; or set `download: true` in the task config to fetch them with torchvision.")
+
+
+def download_fashion_mnist(root: Path = DOWNLOAD_ROOT) -> Path:
+    """Download with torchvision into root/FashionMNIST/raw and return that folder."""
+    from torchvision.datasets import FashionMNIST
+    for train in (True, False):
+        FashionMNIST(str(root), train=train, download=True)
+    return find_fashion_mnist(root)
+
+
+def read_idx(path: Path) -> np.ndarray:
+    """An idx file (optionally gzipped) as a uint8 array of its stored shape."""
+    with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as f:
+        data = f.read()
+    zero, dtype_code, ndim = data[0:2], data[2], data[3]
+    if zero != b"\x00\x00" or dtype_code != 0x08:
+        raise ValueError(f"{path} is not a uint8 idx file")
+    shape = tuple(int.from_bytes(data[4 + 4 * d: 8 + 4 * d], "big") for d in range(ndim))
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
+
+
+def ensure_fashion_mnist(path: str | os.PathLike | None = None, download: bool = False) -> Path:
+    """find_fashion_mnist, downloading into path (or DOWNLOAD_ROOT) if missing and allowed."""
+    try:
+        return find_fashion_mnist(path)
+    except FileNotFoundError:
+        if not download:
+            raise
+        return download_fashion_mnist(Path(path).expanduser() if path else DOWNLOAD_ROOT)
+
+
+def load_fashion_mnist(path: str | os.PathLike | None = None, *, download: bool = False,
+                       img_size: int = 28) -> ImageSplits:
+    """The 60,000 / 10,000 Fashion-MNIST train / test images, 1 x 28 x 28, resized to img_size."""
+    folder = ensure_fashion_mnist(path, download)
+
+    def split(name: str) -> TensorImageDataset:
+        images = torch.from_numpy(read_idx(_idx_file(folder, name, "images")).copy())
+        labels = torch.from_numpy(read_idx(_idx_file(folder, name, "labels")).astype(np.int64))
+        return TensorImageDataset(images.unsqueeze(1), labels, img_size=img_size,
+                                  stats=FASHION_MNIST_STATS)
+
+    return ImageSplits(split("train"), split("test"), FASHION_MNIST_CLASSES)
+
+
+# --- sklearn digits -------------------------------------------------------------------------
+
+def load_digits(*, img_size: int = 8, test_fraction: float = 0.2, seed: int = 0) -> ImageSplits:
+    """sklearn's 1,797 8x8 handwritten digits, split class-stratified into train / test."""
+    from sklearn.datasets import load_digits as sklearn_digits
+    digits = sklearn_digits()
+    # Pixel values are 0..16; rescale to the uint8 range the datasets store.
+    images = torch.from_numpy(np.round(digits.images * (255 / 16)).astype(np.uint8)).unsqueeze(1)
+    labels = torch.from_numpy(digits.target.astype(np.int64))
+    train, test = stratified_split(labels, test_fraction, seed)
+    full = TensorImageDataset(images, labels, img_size=img_size, stats=DIGITS_STATS)
+    return ImageSplits(full.select(train), full.select(test), tuple(str(d) for d in range(10)))
+
+
+# --- image folders --------------------------------------------------------------------------
+
+def _scan_classes(root: Path) -> tuple[tuple[str, ...], list[Path], torch.Tensor]:
+    """Sorted class names (subfolders), image paths and their class ids."""
+    classes = tuple(sorted(d.name for d in root.iterdir() if d.is_dir()))
+    paths, labels = [], []
+    for label, name in enumerate(classes):
+        files = sorted(p for p in (root / name).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+        paths += files
+        labels += [label] * len(files)
+    return classes, paths, torch.tensor(labels, dtype=torch.long)
+
+
+def _has_train_test(root: Path) -> bool:
+    return (root / "train").is_dir() and (root / "test").is_dir()
+
+
+def check_image_folder(root: str | os.PathLike) -> Path:
+    """root, if it holds at least two class subfolders with images; else a FileNotFoundError."""
+    root = Path(root).expanduser()
+    how = ("expected one subfolder per class holding its images (root/<class>/*.png), "
+           "or root/train/<class>/ and root/test/<class>/")
+    if not root.is_dir():
+        raise FileNotFoundError(f"image folder {root} does not exist; {how}")
+    for folder in [root / "train", root / "test"] if _has_train_test(root) else [root]:
+        classes, paths, _ = _scan_classes(folder)
+        if len(classes) < 2 or len(paths) == 0:
+            raise FileNotFoundError(
+                f"{folder} has {len(classes)} class subfolders and {len(paths)} images; {how}")
+    return root
+
+
+def load_image_folder(root: str | os.PathLike, *, img_size: int, in_chans: int = 3,
+                      test_fraction: float = 0.2, seed: int = 0) -> ImageSplits:
+    """Class-per-subfolder images: root/train and root/test when both exist, otherwise a
+    class-stratified split of root's images."""
+    root = check_image_folder(root)
+    dataset = partial(ImageFolderDataset, img_size=img_size, in_chans=in_chans)
+    if _has_train_test(root):
+        classes, train_paths, train_labels = _scan_classes(root / "train")
+        test_classes, test_paths, test_labels = _scan_classes(root / "test")
+        if test_classes != classes:
+            raise ValueError(f"{root}/train has classes {classes} but {root}/test has "
+                             f"{test_classes}; give both the same class subfolders")
+        return ImageSplits(dataset(train_paths, train_labels), dataset(test_paths, test_labels),
+                           classes)
+    classes, paths, labels = _scan_classes(root)
+    train, test = stratified_split(labels, test_fraction, seed)
+    full = dataset(paths, labels)
+    return ImageSplits(full.select(train), full.select(test), classes)

@@ -1,0 +1,48 @@
+"""Figures of one training run, logged to MLflow as PNG artifacts."""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def training_figures(history: list[dict[str, float]], selections, label: str) -> dict[str, "plt.Figure"]:
+    """Loss and evaluation curves, selected ratio per epoch, and where the time went."""
+    epochs = [row["epoch"] for row in history]
+    figs = {}
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(epochs, [row["train_loss"] for row in history], marker="o", label="train loss (selected samples)")
+    if any("eval_loss" in row for row in history):
+        points = [(row["epoch"], row["eval_loss"]) for row in history if "eval_loss" in row]
+        ax.plot(*zip(*points), marker="s", label="eval loss")
+    ax.set(xlabel="epoch", ylabel="loss", title=f"Loss — {label}")
+    ax.legend()
+    figs["loss"] = fig
+
+    eval_keys = sorted({k for row in history for k in row if k.startswith("eval_") and k != "eval_loss"})
+    if eval_keys:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for key in eval_keys:
+            points = [(row["epoch"], row[key]) for row in history if key in row]
+            ax.plot(*zip(*points), marker="o", label=key[5:])
+        ax.set(xlabel="epoch", ylabel="metric", title=f"Evaluation — {label}")
+        ax.legend()
+        figs["eval"] = fig
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.step(epochs, [row["selected_ratio"] for row in history], where="mid", marker="o", label="selected ratio")
+    for record in selections:
+        ax.axvline(record.epoch + 1, color="grey", alpha=0.3, linewidth=1)
+    ax.set(xlabel="epoch (grey: re-selection)", ylabel="fraction of training set", ylim=(0, 1.05),
+           title=f"Selected ratio — {label}")
+    figs["selected_ratio"] = fig
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    last = history[-1]
+    parts = [k for k in ("train", "scoring", "selection", "eval", "checkpoint") if f"time_{k}_s" in last]
+    ax.bar(parts, [last[f"time_{k}_s"] for k in parts])
+    ax.set(ylabel="seconds", title=f"Time split — total {last['time_total_s']:.1f}s")
+    figs["time_split"] = fig
+    return figs

@@ -1,0 +1,26 @@
+"""Learning rate as a function of training progress measured in epochs.
+
+Why epochs and not optimiser steps: with AtteNT an epoch shrinks to the selected subset, so the
+number of steps is not known in advance and changes with the ratio schedule. Defining warmup and
+decay over epoch progress keeps the learning-rate curve of a selection run the same as that of
+the full-data run it is compared with; only the number of updates per epoch differs. It also
+makes the schedule stateless: a resumed run recomputes it exactly.
+"""
+from __future__ import annotations
+
+import math
+
+
+def lr_factor(progress: float, schedule: str, warmup_ratio: float = 0.0) -> float:
+    """Multiplier of the base learning rate at progress in [0, 1]."""
+    if warmup_ratio > 0 and progress < warmup_ratio:
+        return max(progress / warmup_ratio, 1e-3)
+    if schedule == "constant":
+        return 1.0
+    rest = (progress - warmup_ratio) / max(1.0 - warmup_ratio, 1e-12)
+    rest = min(max(rest, 0.0), 1.0)
+    if schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * rest))
+    if schedule == "linear":
+        return 1.0 - rest
+    raise ValueError(f"unknown learning-rate schedule {schedule!r}")

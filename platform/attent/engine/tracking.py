@@ -1,0 +1,138 @@
+"""MLflow bookkeeping. The driver owns the run's life (create or resume, params, tags, final
+status); rank 0 of the workers writes metrics and artifacts into it by run id, which works
+across Ray processes and machines."""
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from mlflow.entities import Metric, Param, RunStatus
+from mlflow.tracking import MlflowClient
+
+from ..config import ExperimentConfig, flatten
+
+RUN_KEY_TAG = "attent.run_key"  # storage path + name: identifies a run across resumes
+
+
+def client_for(tracking_uri: str) -> MlflowClient:
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def ensure_experiment(client: MlflowClient, name: str, tracking_uri: str) -> str:
+    """Experiment id, creating it if needed. With a SQLite store the artifacts go to
+    ``mlartifacts/`` beside the database (an absolute path every local process can reach)."""
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        if experiment.lifecycle_stage == "deleted":
+            client.restore_experiment(experiment.experiment_id)
+        return experiment.experiment_id
+    location = None
+    if tracking_uri.startswith("sqlite:///"):
+        location = Path(tracking_uri[len("sqlite:///"):]).parent.joinpath("mlartifacts").as_uri()
+    try:
+        return client.create_experiment(name, artifact_location=location)
+    except Exception:  # another process created it first
+        experiment = client.get_experiment_by_name(name)
+        if experiment is None:
+            raise
+        return experiment.experiment_id
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+                             timeout=5, cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def run_tags(cfg: ExperimentConfig, role: str) -> dict[str, str]:
+    sel = cfg.selection
+    loss_based = sel.method in ("attent", "random")
+    return {
+        "attent.task": cfg.task.name,
+        "attent.method": sel.method,
+        "attent.strategy": sel.strategy if loss_based else "none",
+        "attent.ratio_schedule": sel.ratio_schedule.describe() if sel.method not in ("full", "infobatch") else "none",
+        "attent.interval_schedule": sel.interval_schedule.describe() if sel.method != "full" else "none",
+        "attent.label": sel.label(),
+        "attent.role": role,
+        "attent.git_commit": git_commit(),
+        RUN_KEY_TAG: f"{cfg.ray.storage_path}/{cfg.name}",
+        "mlflow.runName": cfg.name,
+    }
+
+
+def start_or_resume_run(cfg: ExperimentConfig, *, role: str = "run", parent_run_id: str | None = None,
+                        extra_tags: dict[str, str] | None = None) -> tuple[str, bool]:
+    """(run id, resumed). A run with the same storage path and name that did not finish is
+    reopened, so re-running a crashed experiment adds to the same MLflow run."""
+    client = client_for(cfg.mlflow.tracking_uri)
+    experiment_id = ensure_experiment(client, cfg.mlflow.experiment, cfg.mlflow.tracking_uri)
+    key = f"{cfg.ray.storage_path}/{cfg.name}"
+    previous = client.search_runs([experiment_id], filter_string=f"tags.`{RUN_KEY_TAG}` = '{key}'",
+                                  order_by=["attribute.start_time DESC"], max_results=1)
+    if previous and previous[0].info.status != "FINISHED":
+        run_id = previous[0].info.run_id
+        client.update_run(run_id, status="RUNNING")
+        return run_id, True
+    tags = {**run_tags(cfg, role), **(extra_tags or {})}
+    if parent_run_id:
+        tags["mlflow.parentRunId"] = parent_run_id
+    run = client.create_run(experiment_id, run_name=cfg.name, tags=tags)
+    params = {k: _param(v) for k, v in flatten(cfg).items()}
+    items = list(params.items())
+    for i in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
+        client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in items[i:i + 100]])
+    client.log_text(run.info.run_id, yaml_dump(cfg), "config.yaml")
+    return run.info.run_id, False
+
+
+def finish_run(tracking_uri: str, run_id: str, ok: bool) -> None:
+    client_for(tracking_uri).set_terminated(run_id, status=RunStatus.to_string(
+        RunStatus.FINISHED if ok else RunStatus.FAILED))
+
+
+def yaml_dump(cfg: ExperimentConfig) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+
+
+class RunLogger:
+    """Rank 0's writer into an existing MLflow run."""
+
+    def __init__(self, tracking_uri: str, run_id: str):
+        self.client, self.run_id = client_for(tracking_uri), run_id
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        now = int(time.time() * 1000)
+        batch = [Metric(k, float(v), now, step or 0) for k, v in metrics.items() if _is_number(v)]
+        for i in range(0, len(batch), 1000):
+            self.client.log_batch(self.run_id, metrics=batch[i:i + 1000])
+
+    def log_json(self, obj: Any, artifact_file: str) -> None:
+        self.client.log_dict(self.run_id, obj, artifact_file)
+
+    def log_files(self, paths: Iterable[Path], artifact_path: str | None = None) -> None:
+        for path in paths:
+            self.client.log_artifact(self.run_id, str(path), artifact_path)
+
+    def log_figure(self, figure, artifact_file: str) -> None:
+        self.client.log_figure(self.run_id, figure, artifact_file)
+
+
+def _param(value: Any) -> str:
+    text = json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+    return text[:6000]
+
+
+def _is_number(value: Any) -> bool:
+    try:
+        return value is not None and float(value) == float(value)  # drops NaN
+    except (TypeError, ValueError):
+        return False

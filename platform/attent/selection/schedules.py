@@ -1,0 +1,83 @@
+"""Selection-ratio and re-selection-interval schedules as pure functions of training progress.
+
+Progress p runs from 0 (first epoch) to 1 (last epoch). Intervals are counted in whatever unit the
+caller steps in (the engine uses epochs).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .core import check_ratio
+
+
+@dataclass(frozen=True)
+class RatioSchedule:
+    """r(p): the fraction of the training set selected at progress p."""
+    kind: str = "fixed"   # fixed | incremental (linear r0->r1) | cosine (r0 + (r1-r0)(1-cos(pi p))/2)
+    start: float = 0.2    # r0 (fixed: the ratio itself)
+    end: float = 0.8      # r1 (ignored by fixed)
+
+    def __post_init__(self):
+        if self.kind not in ("fixed", "incremental", "cosine"):
+            raise ValueError(f"unknown ratio schedule {self.kind!r}; choose fixed, incremental or cosine")
+        check_ratio(self.start)
+        check_ratio(self.end)
+
+    def __call__(self, progress: float) -> float:
+        p = _check_progress(progress)
+        if self.kind == "fixed":
+            return self.start
+        if self.kind == "incremental":
+            return self.start + (self.end - self.start) * p
+        return self.start + (self.end - self.start) * (1 - math.cos(math.pi * p)) / 2
+
+    def describe(self) -> str:
+        return f"fixed({self.start:g})" if self.kind == "fixed" else f"{self.kind}({self.start:g}→{self.end:g})"
+
+
+@dataclass(frozen=True)
+class IntervalSchedule:
+    """I(p): how many epochs (or steps) a selection is kept before the next one."""
+    kind: str = "fixed"   # fixed | incremental (linear I0->Imax, rounded)
+    start: int = 1        # I0 (fixed: the interval itself)
+    end: int = 1          # Imax (ignored by fixed)
+
+    def __post_init__(self):
+        if self.kind not in ("fixed", "incremental"):
+            raise ValueError(f"unknown interval schedule {self.kind!r}; choose fixed or incremental")
+        for name, value in (("start", self.start), ("end", self.end)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"interval {name} must be an integer >= 1, got {value!r}")
+
+    def __call__(self, progress: float) -> int:
+        p = _check_progress(progress)
+        if self.kind == "fixed":
+            return self.start
+        return max(1, round(self.start + (self.end - self.start) * p))
+
+    def describe(self) -> str:
+        return f"fixed({self.start})" if self.kind == "fixed" else f"incremental({self.start}→{self.end})"
+
+
+def fixed(ratio: float) -> RatioSchedule:
+    return RatioSchedule("fixed", ratio, ratio)
+
+
+def incremental(start: float = 0.2, end: float = 0.8) -> RatioSchedule:
+    return RatioSchedule("incremental", start, end)
+
+
+def cosine(start: float = 0.2, end: float = 0.8) -> RatioSchedule:
+    return RatioSchedule("cosine", start, end)
+
+
+def progress_of(epoch: int, total_epochs: int) -> float:
+    """Progress of an epoch: 0 for the first, 1 for the last."""
+    return min(1.0, epoch / max(total_epochs - 1, 1))
+
+
+def _check_progress(progress: float) -> float:
+    if not 0.0 <= progress <= 1.0:
+        raise ValueError(f"progress must lie in [0, 1], got {progress!r}")
+    return float(progress)

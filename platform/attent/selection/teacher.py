@@ -1,0 +1,227 @@
+"""The AtteNT teacher: a score table over the training set and the decision, at epoch
+boundaries, of which samples the learner sees next. Stateful but thin: the choices themselves
+are the pure functions in ``core`` and ``baselines``."""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterable
+
+import torch
+
+from . import baselines
+from .config import SelectionConfig
+from .core import budget, select, weighted_sample
+from .distributed import all_gather_observations
+from .schedules import progress_of
+
+ScoreFn = Callable[[], Iterable[tuple[torch.Tensor, torch.Tensor]]]
+
+
+@dataclass
+class SelectionRecord:
+    """One re-selection, as logged to MLflow's selection history."""
+    epoch: int
+    method: str
+    strategy: str
+    ratio: float            # scheduled ratio r(p)
+    selected: int           # subset size (may differ from ratio*N for infobatch)
+    score_mean: float       # over all scored samples
+    score_std: float
+    score_min: float
+    score_max: float
+    selected_score_mean: float
+    seconds: float
+    indices: torch.Tensor | None = field(default=None, repr=False)
+
+    def summary(self) -> dict:
+        out = asdict(self)
+        out.pop("indices")
+        return out
+
+
+class Teacher:
+    """Keeps the latest per-sample loss of every training sample and yields each epoch's subset.
+
+    Per epoch the engine calls ``begin_epoch(epoch, score_fn)`` (which may run a full scoring pass
+    and re-select), trains on ``subset`` through a ``SubsetSampler`` while feeding ``observe`` the
+    per-sample losses of its own forward passes, then ``end_epoch()``. Under torch.distributed
+    every rank holds the same table and draws the same subset from the same generator.
+    """
+
+    def __init__(self, num_samples: int, config: SelectionConfig, total_epochs: int, *, seed: int = 0,
+                 groups: torch.Tensor | None = None):
+        if num_samples < 1:
+            raise ValueError("the training set is empty: nothing to select from")
+        if total_epochs < 1:
+            raise ValueError(f"total_epochs must be >= 1, got {total_epochs}")
+        if config.method in ("class_weight", "group_weight", "gradnorm"):
+            if groups is None or groups.numel() != num_samples:
+                raise ValueError(f"method {config.method} needs one group label (class or modality) per sample")
+        self.config, self.num_samples, self.total_epochs = config, num_samples, total_epochs
+        self.groups = None if groups is None else groups.long().cpu()
+        self.num_groups = 0 if groups is None else int(self.groups.max()) + 1
+        self.scores = torch.full((num_samples,), float("nan"))
+        self.generator = torch.Generator().manual_seed(seed)
+        self.subset = torch.arange(num_samples)
+        self.loss_weights = torch.ones(num_samples)
+        self.epoch = 0
+        self.next_selection = math.inf if config.method == "full" else config.warmup_epochs
+        self.history: list[SelectionRecord] = []
+        self.seconds = {"scoring": 0.0, "selection": 0.0}  # cumulative, for the time split
+        self.group_weights = torch.ones(max(self.num_groups, 1), dtype=torch.float64)
+        self.initial_group_losses = torch.full((max(self.num_groups, 1),), float("nan"), dtype=torch.float64)
+        self._pending: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    # --- observations -----------------------------------------------------------------------
+    def observe(self, indices: torch.Tensor, losses: torch.Tensor) -> None:
+        """Record per-sample losses seen in a forward pass (kept locally until ``sync``)."""
+        losses = losses.detach().float().reshape(-1).cpu()
+        indices = indices.detach().long().reshape(-1).cpu()
+        if indices.numel() != losses.numel():
+            raise ValueError(f"{indices.numel()} indices but {losses.numel()} losses")
+        finite = torch.isfinite(losses)
+        if not finite.all():
+            raise ValueError(f"non-finite per-sample loss for samples {indices[~finite][:8].tolist()}: "
+                             "the model diverged or the data holds invalid values")
+        self._pending.append((indices, losses))
+
+    def sync(self) -> None:
+        """Merge every rank's pending observations into the table (a collective under DDP)."""
+        if self._pending:
+            indices = torch.cat([i for i, _ in self._pending])
+            losses = torch.cat([l for _, l in self._pending])
+        else:
+            indices, losses = torch.empty(0, dtype=torch.long), torch.empty(0)
+        self._pending = []
+        indices, losses = all_gather_observations(indices, losses)
+        self.scores[indices] = losses
+
+    # --- the epoch boundary -----------------------------------------------------------------
+    def is_selection_epoch(self, epoch: int) -> bool:
+        return epoch >= self.next_selection
+
+    def needs_scoring(self, epoch: int) -> bool:
+        """A full scoring pass is due: a loss-driven re-selection with rescoring on, or with
+        samples never scored yet."""
+        loss_driven = (self.config.method == "attent" and self.config.strategy != "random") or \
+            self.config.method == "gradnorm"
+        return loss_driven and self.is_selection_epoch(epoch) and (
+            self.config.rescore or bool(torch.isnan(self.scores).any()))
+
+    def begin_epoch(self, epoch: int, score_fn: ScoreFn | None = None) -> torch.Tensor:
+        """Prepare epoch ``epoch``: score and re-select if due; returns the (global) subset.
+        Every rank must call it (it may run collectives)."""
+        self.sync()
+        self.epoch = epoch
+        if self.needs_scoring(epoch):
+            if score_fn is None:
+                raise ValueError(f"epoch {epoch} needs a scoring pass but no score_fn was given")
+            self.score(score_fn)
+        if self.is_selection_epoch(epoch):
+            self._reselect(epoch)
+        return self.subset
+
+    def end_epoch(self) -> None:
+        self.sync()
+
+    def score(self, score_fn: ScoreFn) -> None:
+        """Run a full scoring pass: ``score_fn`` yields (indices, losses) for this rank's share."""
+        start = time.perf_counter()
+        for indices, losses in score_fn():
+            self.observe(indices, losses)
+        self.sync()
+        self.seconds["scoring"] += time.perf_counter() - start
+
+    @property
+    def selected_ratio(self) -> float:
+        return self.subset.numel() / self.num_samples
+
+    def _reselect(self, epoch: int) -> None:
+        start = time.perf_counter()
+        cfg, p = self.config, progress_of(epoch, self.total_epochs)
+        ratio = cfg.ratio_schedule(p)
+        k = budget(self.num_samples, ratio)
+        weights = torch.ones(self.num_samples)
+        if cfg.method == "attent" or cfg.method == "random":
+            scores = torch.zeros(self.num_samples) if cfg.strategy == "random" else self._filled_scores()
+            subset = select(scores, k, cfg.strategy, temperature=cfg.temperature, generator=self.generator)
+        elif cfg.method == "class_weight":
+            subset = weighted_sample(baselines.class_balanced_weights(self.groups), k, generator=self.generator)
+        elif cfg.method == "group_weight":
+            group_w = torch.tensor(cfg.group_weights, dtype=torch.float64)
+            subset = self._weighted_budget(baselines.group_sample_weights(self.groups, group_w), k)
+        elif cfg.method == "gradnorm":
+            losses = baselines.group_mean_losses(self.scores, self.groups, self.num_groups)
+            self.initial_group_losses = torch.where(torch.isnan(self.initial_group_losses), losses,
+                                                    self.initial_group_losses)
+            self.group_weights = baselines.gradnorm_update(
+                self.group_weights, losses, self.initial_group_losses,
+                alpha=cfg.gradnorm_alpha, step=cfg.gradnorm_step)
+            subset = self._weighted_budget(baselines.group_sample_weights(self.groups, self.group_weights), k)
+        elif cfg.method == "infobatch":
+            ratio = 1.0
+            if epoch < math.ceil((1 - cfg.infobatch_final) * self.total_epochs):
+                subset, weights = baselines.infobatch_prune(self.scores, cfg.infobatch_prune,
+                                                            generator=self.generator)
+            else:  # annealing: the final epochs see all data, unweighted
+                subset = torch.arange(self.num_samples)
+        else:
+            raise ValueError(f"unknown selection method {cfg.method!r}")
+        self.subset, self.loss_weights = subset, weights
+        interval = 1 if cfg.method == "infobatch" else cfg.interval_schedule(p)
+        self.next_selection = epoch + interval
+        self.seconds["selection"] += time.perf_counter() - start
+        self.history.append(self._record(epoch, ratio, time.perf_counter() - start))
+
+    def _filled_scores(self) -> torch.Tensor:
+        # Samples never scored rank with the highest observed loss: unseen data is worth seeing.
+        scored = ~torch.isnan(self.scores)
+        if not scored.any():
+            return torch.zeros(self.num_samples)
+        return torch.where(scored, self.scores, self.scores[scored].max())
+
+    def _weighted_budget(self, weights: torch.Tensor, k: int) -> torch.Tensor:
+        return weighted_sample(weights, min(k, int((weights > 0).sum())), generator=self.generator)
+
+    def _record(self, epoch: int, ratio: float, seconds: float) -> SelectionRecord:
+        scored = self.scores[~torch.isnan(self.scores)]
+        chosen = self.scores[self.subset]
+        chosen = chosen[~torch.isnan(chosen)]
+        stat = (lambda t, f: float(f(t)) if t.numel() else float("nan"))
+        return SelectionRecord(
+            epoch=epoch, method=self.config.method, strategy=self.config.strategy, ratio=ratio,
+            selected=self.subset.numel(), score_mean=stat(scored, torch.mean),
+            score_std=stat(scored, torch.std) if scored.numel() > 1 else 0.0,
+            score_min=stat(scored, torch.min), score_max=stat(scored, torch.max),
+            selected_score_mean=stat(chosen, torch.mean), seconds=seconds, indices=self.subset.clone())
+
+    # --- checkpointing ----------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything needed for a resumed run to draw the same subsets as an uninterrupted one.
+        Call it after ``end_epoch()`` (observations must be merged; merging is a collective)."""
+        if self._pending:
+            raise RuntimeError("unmerged observations: call sync() or end_epoch() before state_dict()")
+        return {
+            "num_samples": self.num_samples, "scores": self.scores.clone(),
+            "generator": self.generator.get_state(), "subset": self.subset.clone(),
+            "loss_weights": self.loss_weights.clone(), "epoch": self.epoch,
+            "next_selection": self.next_selection, "seconds": dict(self.seconds),
+            "group_weights": self.group_weights.clone(),
+            "initial_group_losses": self.initial_group_losses.clone(),
+            "history": [(r.summary(), r.indices) for r in self.history],
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["num_samples"] != self.num_samples:
+            raise ValueError(f"checkpoint teacher has {state['num_samples']} samples, this dataset {self.num_samples}")
+        self.scores = state["scores"].clone()
+        self.generator.set_state(state["generator"])
+        self.subset, self.loss_weights = state["subset"].clone(), state["loss_weights"].clone()
+        self.epoch, self.next_selection = state["epoch"], state["next_selection"]
+        self.seconds = dict(state["seconds"])
+        self.group_weights = state["group_weights"].clone()
+        self.initial_group_losses = state["initial_group_losses"].clone()
+        self.history = [SelectionRecord(**summary, indices=idx) for summary, idx in state["history"]]
+        self._pending = []

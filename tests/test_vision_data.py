@@ -1,0 +1,181 @@
+"""Image datasets on real data: sklearn digits, Debian's Fashion-MNIST, PNG folders."""
+from __future__ import annotations
+
+import gzip
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from attent.data import vision as data
+
+DEBIAN_DIR = data.FASHION_MNIST_DEBIAN_DIRS[0]
+needs_fashion_mnist = pytest.mark.skipif(
+    not all((DEBIAN_DIR / f"{name}.gz").is_file() for name in data.FASHION_MNIST_FILES.values()),
+    reason=f"Fashion-MNIST not in {DEBIAN_DIR}: `apt-get install dataset-fashion-mnist`")
+
+
+def class_counts(dataset) -> list[int]:
+    return torch.bincount(dataset.labels, minlength=10).tolist()
+
+
+# --- stratified sampling --------------------------------------------------------------------
+
+def test_stratified_subset_keeps_class_shares_and_is_seeded():
+    labels = torch.tensor([0] * 50 + [1] * 30 + [2] * 15 + [3] * 5)
+    subset = data.stratified_subset(labels, 37, seed=3)
+
+    assert len(subset) == 37 and len(subset.unique()) == 37
+    assert torch.equal(subset, subset.sort().values)
+    shares = 37 * torch.bincount(labels) / len(labels)
+    assert (torch.bincount(labels[subset], minlength=4) - shares).abs().max() < 1
+    assert torch.equal(subset, data.stratified_subset(labels, 37, seed=3))
+    assert not torch.equal(subset, data.stratified_subset(labels, 37, seed=4))
+
+
+def test_stratified_subset_refuses_more_than_available():
+    with pytest.raises(ValueError, match="train_limit=101 must be between 1 and the 100"):
+        data.stratified_subset(torch.zeros(100, dtype=torch.long), 101, 0, "train_limit")
+
+
+# --- digits ---------------------------------------------------------------------------------
+
+def test_digits_split_shapes_classes_and_determinism():
+    splits = data.load_digits(seed=0)
+
+    assert (len(splits.train), len(splits.test)) == (1438, 359)  # 1,797 images, 20% test
+    assert splits.num_classes == 10
+    assert min(class_counts(splits.test)) >= 34 and min(class_counts(splits.train)) >= 139
+    item = splits.train[5]
+    assert item["index"] == 5 and item["image"].shape == (1, 8, 8)
+    assert item["image"].dtype == torch.float32 and 0 <= item["label"] <= 9
+    assert torch.equal(data.load_digits(seed=0).test.images, splits.test.images)
+    assert not torch.equal(data.load_digits(seed=1).test.images, splits.test.images)
+
+
+def test_digits_train_and_test_are_disjoint():
+    train, test = data.stratified_split(torch.arange(1797) % 10, 0.2, seed=0)
+
+    assert len(train) + len(test) == 1797
+    assert torch.equal(torch.cat([train, test]).sort().values, torch.arange(1797))
+
+
+def test_resize_and_collate():
+    splits = data.load_digits(img_size=16)
+    batch = data.collate([splits.train[i] for i in (3, 1, 4)])
+
+    assert torch.equal(batch["index"], torch.tensor([3, 1, 4]))
+    assert batch["image"].shape == (3, 1, 16, 16) and batch["image"].dtype == torch.float32
+    assert batch["label"].dtype == torch.long
+    assert torch.equal(batch["label"], splits.train.labels[[3, 1, 4]])
+
+
+# --- Fashion-MNIST --------------------------------------------------------------------------
+
+@needs_fashion_mnist
+def test_fashion_mnist_from_debian_package(monkeypatch):
+    monkeypatch.delenv(data.FASHION_MNIST_ENV, raising=False)
+    assert data.find_fashion_mnist() == DEBIAN_DIR
+    splits = data.load_fashion_mnist(DEBIAN_DIR)
+
+    assert (len(splits.train), len(splits.test)) == (60000, 10000)
+    assert splits.train.images.shape == (60000, 1, 28, 28)
+    assert splits.train.images.dtype == torch.uint8
+    assert class_counts(splits.train) == [6000] * 10 and class_counts(splits.test) == [1000] * 10
+    # Normalised with the training set's own statistics.
+    images = torch.stack([splits.train[i]["image"] for i in range(0, 60000, 60)])
+    assert abs(images.mean().item()) < 0.05 and abs(images.std().item() - 1) < 0.05
+
+
+@needs_fashion_mnist
+def test_fashion_mnist_limits_give_stratified_subsets():
+    limited = data.load_fashion_mnist(DEBIAN_DIR).limited(2000, 500, seed=0)
+
+    assert class_counts(limited.train) == [200] * 10 and class_counts(limited.test) == [50] * 10
+    assert limited.train[1999]["index"] == 1999
+    again = data.load_fashion_mnist(DEBIAN_DIR).limited(2000, 500, seed=0)
+    assert torch.equal(again.train.images, limited.train.images)
+
+
+@needs_fashion_mnist
+def test_fashion_mnist_from_user_folders_plain_or_gzipped(tmp_path, monkeypatch):
+    plain, torchvision_root = tmp_path / "plain", tmp_path / "tv"
+    (torchvision_root / "FashionMNIST" / "raw").mkdir(parents=True)
+    plain.mkdir()
+    for name in data.FASHION_MNIST_FILES.values():
+        with gzip.open(DEBIAN_DIR / f"{name}.gz") as src, open(plain / name, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        shutil.copy(DEBIAN_DIR / f"{name}.gz", torchvision_root / "FashionMNIST" / "raw")
+
+    assert data.find_fashion_mnist(str(plain)) == plain
+    assert data.find_fashion_mnist(torchvision_root) == torchvision_root / "FashionMNIST" / "raw"
+    monkeypatch.setenv(data.FASHION_MNIST_ENV, str(plain))
+    assert data.find_fashion_mnist() == plain
+    from_plain = data.load_fashion_mnist(plain)
+    from_debian = data.load_fashion_mnist(DEBIAN_DIR)
+    assert torch.equal(from_plain.test.images, from_debian.test.images)
+    assert torch.equal(from_plain.train.labels, from_debian.train.labels)
+
+
+def test_missing_fashion_mnist_folder_says_how_to_get_it(tmp_path):
+    with pytest.raises(FileNotFoundError) as error:
+        data.find_fashion_mnist(tmp_path / "nowhere")
+    message = str(error.value)
+    for hint in ("apt-get install dataset-fashion-mnist", data.FASHION_MNIST_ENV,
+                 "download: true", str(tmp_path / "nowhere")):
+        assert hint in message
+
+
+def test_read_idx_refuses_other_files(tmp_path):
+    (tmp_path / "bogus").write_bytes(b"not an idx file")
+    with pytest.raises(ValueError, match="not a uint8 idx file"):
+        data.read_idx(tmp_path / "bogus")
+
+
+# --- image folders --------------------------------------------------------------------------
+
+def write_pngs(root, classes: dict[str, int], count: int) -> None:
+    """count solid-colour PNGs per class, of varied sizes; class name -> grey level."""
+    for name, level in classes.items():
+        (root / name).mkdir(parents=True)
+        for i in range(count):
+            pixels = np.full((20 + 3 * i, 30, 3), level, dtype=np.uint8)
+            Image.fromarray(pixels).save(root / name / f"{i}.png")
+
+
+def test_image_folder_grayscale_and_rgb(tmp_path):
+    write_pngs(tmp_path, {"black": 0, "white": 255}, count=5)
+
+    rgb = data.load_image_folder(tmp_path, img_size=16, in_chans=3, seed=0)
+    gray = data.load_image_folder(tmp_path, img_size=12, in_chans=1, seed=0)
+
+    assert rgb.classes == ("black", "white")
+    assert (len(rgb.train), len(rgb.test)) == (8, 2)
+    assert class_counts(rgb.test)[:2] == [1, 1]
+    assert rgb.train[0]["image"].shape == (3, 16, 16)
+    assert gray.train[0]["image"].shape == (1, 12, 12)
+    for i in range(len(rgb.train)):  # black -> -1 and white -> +1 after normalisation
+        item = rgb.train[i]
+        expected = 1.0 if item["label"] == 1 else -1.0
+        assert torch.allclose(item["image"], torch.full((3, 16, 16), expected), atol=1e-5)
+
+
+def test_image_folder_with_train_and_test_subfolders(tmp_path):
+    write_pngs(tmp_path / "train", {"a": 10, "b": 20, "c": 30}, count=4)
+    write_pngs(tmp_path / "test", {"a": 10, "b": 20, "c": 30}, count=2)
+
+    splits = data.load_image_folder(tmp_path, img_size=8, in_chans=1)
+
+    assert splits.classes == ("a", "b", "c")
+    assert class_counts(splits.train)[:3] == [4, 4, 4]
+    assert class_counts(splits.test)[:3] == [2, 2, 2]
+
+
+def test_image_folder_missing_or_empty_is_file_not_found(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist; expected one subfolder per class"):
+        data.check_image_folder(tmp_path / "missing")
+    (tmp_path / "only_class").mkdir()
+    with pytest.raises(FileNotFoundError, match="1 class subfolders and 0 images"):
+        data.check_image_folder(tmp_path)
