@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 def digits_config(tmp_path, mlflow_uri, name, **sections):
     base = {
         "name": name, "seed": 3,
-        "task": {"name": "vision", "dataset": "digits", "model": {"preset": "vit_tiny_cpu", "patch_size": 2}},
+        "task": {"name": "vision", "dataset": "digits", "model": {"preset": "vit_tiny_cpu"}},
         "train": {"epochs": 3, "batch_size": 64},
         "selection": {"preset": "vit", "interval": {"kind": "fixed", "start": 1}},
         "ray": {"num_workers": 1, "storage_path": str(tmp_path / "ray_results")},
@@ -104,7 +104,7 @@ def test_ray_job_submit_runs_attent_train(ray_cluster, tmp_path, mlflow_uri):
     work = tmp_path / "job"
     work.mkdir()
     (work / "exp.yaml").write_text(
-        "name: submitted\ntask: {name: vision, dataset: digits, model: {preset: vit_tiny_cpu, patch_size: 2}}\n"
+        "name: submitted\ntask: {name: vision, dataset: digits, model: {preset: vit_tiny_cpu}}\n"
         "train: {epochs: 1, batch_size: 128}\nselection: {preset: llm}\n"
         f"ray: {{storage_path: {tmp_path / 'ray_results'}}}\n"
         f"mlflow: {{tracking_uri: '{mlflow_uri}', experiment: engine-test}}\n")

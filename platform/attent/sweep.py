@@ -1,0 +1,175 @@
+"""Ray Tune sweeps: a grid of selection settings x seeds on top of one base experiment.
+
+Each trial is a Tune *function trainable* that launches the Train engine's TorchTrainer (the
+Train V2 pattern): a trial may itself use several workers or GPUs, and Train's per-epoch reports
+reach Tune through ``TuneReportCallback``. MLflow gets one parent run per sweep and one child run
+per trial (linked by the parent run id, which works across Ray processes).
+
+    sweep:
+      name: ablation-digits
+      base: ../digits_vit.yaml          # experiment YAML, relative to this file
+      overrides: {train.epochs: 4}      # applied to the base for every trial
+      grid:                             # cartesian product of key.path -> values
+        selection.strategy: [random, hard, soft]
+      trials:                           # extra trials outside the grid (e.g. the baseline row)
+        - {selection.preset: null, selection.method: full}
+      seeds: [0, 1, 2]
+      max_concurrent: 2                 # null: as many as the cluster's CPUs allow
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .config import (ConfigError, ExperimentConfig, build_experiment, deep_merge, format_validation_error,
+                     parse_overrides, read_yaml)
+from .engine import tracking
+
+SWEEP_KEY_TAG = "attent.sweep_key"
+
+
+class SweepSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(..., pattern=r"^[A-Za-z0-9_.\-]+$")  # Tune experiment and MLflow parent run name
+    base: str                                             # base experiment YAML (relative to the sweep file)
+    overrides: dict[str, Any] = {}                        # key.path -> value, for every trial
+    grid: dict[str, list[Any]] = {}                       # key.path -> values; cartesian product
+    trials: list[dict[str, Any]] = []                     # extra trials (key.path -> value each)
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    max_concurrent: Optional[int] = Field(None, ge=1)     # None: what the cluster's CPUs allow
+
+
+class Sweep(BaseModel):
+    """A validated sweep: its spec and the experiment of every trial."""
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    spec: SweepSpec
+    base: ExperimentConfig
+    trials: list[tuple[str, ExperimentConfig]]  # (trial id, experiment)
+
+
+def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
+    path = Path(path)
+    raw = read_yaml(path)
+    if set(raw) != {"sweep"}:
+        raise ConfigError(f"{path}: a sweep file has a single top-level key 'sweep'")
+    try:
+        spec = SweepSpec.model_validate(raw["sweep"])
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, f"{path} (sweep)")) from None
+    base_data = deep_merge(read_yaml((path.parent / spec.base).resolve()),
+                           deep_merge(_nest(spec.overrides), parse_overrides(overrides or [])))
+    base_data.setdefault("mlflow", {}).setdefault("experiment", spec.name)
+    base = build_experiment(base_data, f"{path} (base {spec.base})")
+    variants = [dict(zip(spec.grid, values)) for values in itertools.product(*spec.grid.values())] \
+        if spec.grid else []
+    variants += spec.trials
+    if not variants:
+        variants = [{}]
+    trials = []
+    for i, variant in enumerate(variants):
+        for seed in spec.seeds:
+            trial_id = f"t{i:02d}-s{seed}"
+            data = deep_merge(base_data, _nest(variant))
+            data.update(name=f"{spec.name}-{trial_id}", seed=seed)
+            trials.append((trial_id, build_experiment(data, f"{path} trial {trial_id} {variant}")))
+    return Sweep(spec=spec, base=base, trials=trials)
+
+
+def _nest(flat: dict[str, Any]) -> dict[str, Any]:
+    nested: dict[str, Any] = {}
+    for key, value in flat.items():
+        node = nested
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return nested
+
+
+def run_trial(trial: dict[str, Any]) -> None:
+    """The Tune function trainable: one trial = one Train run = one MLflow child run."""
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    from .engine.launch import train
+    cfg = ExperimentConfig.model_validate(trial["experiment"])
+    train(cfg, parent_run_id=trial["parent_run_id"], role="trial",
+          extra_tags={"attent.sweep": trial["sweep"], "attent.trial": trial["id"]},
+          callbacks=[TuneReportCallback()])
+
+
+def run_sweep(path: str | Path, *, resume: bool = False, overrides: list[str] | None = None):
+    import ray
+    from ray import tune
+
+    from .engine.launch import check_experiment, ensure_ray
+
+    sweep = load_sweep(path, overrides)
+    base = sweep.base.resolved()
+    trials = [(tid, cfg.resolved()) for tid, cfg in sweep.trials]
+    for _, cfg in trials[:1]:
+        check_experiment(cfg)  # data and resources, before Ray starts
+    storage = Path(base.ray.storage_path)
+    tune_path = storage / sweep.spec.name
+    if resume and not tune.Tuner.can_restore(str(tune_path)):
+        raise ConfigError(f"nothing to resume at {tune_path}: run the sweep without --resume first")
+    if not resume and tune_path.exists():
+        raise ConfigError(f"{tune_path} already holds sweep {sweep.spec.name!r}: pass --resume to continue it, "
+                          "or rename the sweep")
+
+    parent_id = _parent_run(base, sweep.spec.name, str(tune_path))
+    ensure_ray(base)
+    param_space = {"trial": tune.grid_search([
+        {"id": tid, "experiment": cfg.model_dump(mode="json"), "parent_run_id": parent_id,
+         "sweep": sweep.spec.name} for tid, cfg in trials])}
+    # The trial driver itself needs no CPU: its Train controller and workers ask for theirs.
+    trainable = tune.with_resources(run_trial, {"CPU": 0})
+    per_trial = base.ray.num_workers * base.ray.cpus_per_worker
+    concurrency = sweep.spec.max_concurrent or max(1, int(ray.cluster_resources().get("CPU", 1) // per_trial))
+    start = time.perf_counter()
+    print(f"[attent] sweep {sweep.spec.name}: {len(trials)} trials, up to {concurrency} at a time; "
+          f"MLflow parent run {parent_id}", flush=True)
+    ok = False
+    try:
+        if resume:
+            tuner = tune.Tuner.restore(str(tune_path), trainable=trainable, resume_unfinished=True,
+                                       resume_errored=True, param_space=param_space)
+        else:
+            tuner = tune.Tuner(
+                trainable, param_space=param_space,
+                tune_config=tune.TuneConfig(max_concurrent_trials=concurrency,
+                                            trial_dirname_creator=lambda t: t.config["trial"]["id"],
+                                            trial_name_creator=lambda t: t.config["trial"]["id"]),
+                run_config=tune.RunConfig(name=sweep.spec.name, storage_path=str(storage), verbose=1))
+        results = tuner.fit()
+        failed = [r for r in results if r.error is not None]
+        ok = not failed
+        elapsed = time.perf_counter() - start
+        client = tracking.client_for(base.mlflow.tracking_uri)
+        client.log_metric(parent_id, "sweep_wallclock_s", elapsed)
+        client.log_metric(parent_id, "trials_failed", len(failed))
+        print(f"[attent] sweep {sweep.spec.name}: {len(results) - len(failed)}/{len(results)} trials finished "
+              f"in {elapsed:.0f}s", flush=True)
+        return results
+    finally:
+        tracking.finish_run(base.mlflow.tracking_uri, parent_id, ok)
+
+
+def _parent_run(base: ExperimentConfig, name: str, key: str) -> str:
+    """The sweep's MLflow parent run: reopened on --resume, created otherwise."""
+    client = tracking.client_for(base.mlflow.tracking_uri)
+    experiment_id = tracking.ensure_experiment(client, base.mlflow.experiment, base.mlflow.tracking_uri)
+    found = client.search_runs([experiment_id], filter_string=f"tags.`{SWEEP_KEY_TAG}` = '{key}'",
+                               max_results=1)
+    if found:
+        client.update_run(found[0].info.run_id, status="RUNNING")
+        return found[0].info.run_id
+    tags = {"attent.role": "sweep", "attent.sweep": name, SWEEP_KEY_TAG: key, "mlflow.runName": name,
+            "attent.task": base.task.name, "attent.git_commit": tracking.git_commit()}
+    run = client.create_run(experiment_id, run_name=name, tags=tags)
+    client.log_text(run.info.run_id, tracking.yaml_dump(base), "base_config.yaml")
+    return run.info.run_id
