@@ -106,6 +106,20 @@ def test_unscored_samples_force_a_scoring_pass():
         t.begin_epoch(1, None)
 
 
+def test_never_scored_samples_rank_as_the_highest_loss():
+    """A scoring pass that misses samples (e.g. a sharded pass with drop_last): the unscored
+    ones count as the highest observed loss, so they are seen rather than starved."""
+    n = 10
+    t = Teacher(n, SelectionConfig(strategy="hard", ratio={"kind": "fixed", "start": 0.3}), total_epochs=2)
+    losses = torch.tensor([0.1, 0.9, 0.3, 0.2, 0.5, 0.4, 0.6, 0.0])
+
+    def partial_pass():
+        yield torch.arange(8), losses
+    subset = t.begin_epoch(0, partial_pass)
+    assert torch.isnan(t.scores[8:]).all()
+    assert subset.tolist() == [1, 8, 9]  # the top scored (0.9) ties with 8 and 9 at the max
+
+
 # --- the vit preset --------------------------------------------------------------------------------
 def test_vit_preset_schedule_and_scoring():
     n, epochs = 500, 11

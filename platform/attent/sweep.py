@@ -19,7 +19,6 @@ per trial (linked by the parent run id, which works across Ray processes).
 from __future__ import annotations
 
 import itertools
-import os
 import time
 from pathlib import Path
 from typing import Any, Optional

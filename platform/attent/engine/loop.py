@@ -7,6 +7,7 @@ forwards -> teacher.end_epoch (all-gather) -> evaluate -> log (rank 0) -> checkp
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import time
@@ -43,6 +44,7 @@ class Progress:
 
 def train_loop_per_worker(payload: dict[str, Any]) -> None:
     cfg = ExperimentConfig.model_validate(payload["config"])
+    _quiet_ray_train_reports()
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     device = ray.train.torch.get_device()
@@ -173,6 +175,13 @@ def train_loop_per_worker(payload: dict[str, Any]) -> None:
             tmp.cleanup()
         state.seconds["checkpoint"] += time.perf_counter() - ckpt_start
         _maybe_fail(cfg, epoch, rank)
+
+
+def _quiet_ray_train_reports() -> None:
+    """Ray Train logs every report (metrics and all) at INFO under a logger named after its file,
+    outside the 'ray.train' hierarchy that LoggingConfig controls; our epoch lines say it better."""
+    from ray.train.v2._internal.execution import context
+    logging.getLogger(context.__file__).setLevel(logging.WARNING)
 
 
 class _ScoringPass:

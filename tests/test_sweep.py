@@ -1,0 +1,95 @@
+"""Ray Tune sweeps through the Train engine, with MLflow parent/child runs, and their resume."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import mlflow
+import pytest
+
+from attent.sweep import load_sweep, run_sweep
+from conftest import BIN, REPO
+
+pytestmark = pytest.mark.slow
+
+
+def write_sweep(tmp_path, mlflow_uri, name, seeds, max_concurrent):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"""
+sweep:
+  name: {name}
+  base: {REPO / 'experiments/digits_vit.yaml'}
+  overrides:
+    train.epochs: 2
+    ray.storage_path: {tmp_path / 'ray_results'}
+    mlflow.tracking_uri: '{mlflow_uri}'
+    mlflow.experiment: sweep-test
+  grid:
+    selection.strategy: [hard, soft]
+  seeds: {seeds}
+  max_concurrent: {max_concurrent}
+""")
+    return path
+
+
+def children(mlflow_uri, sweep):
+    client = mlflow.MlflowClient(mlflow_uri)
+    exp = client.get_experiment_by_name("sweep-test")
+    if exp is None:
+        return client, None, []
+    parents = client.search_runs([exp.experiment_id], f"tags.`attent.role` = 'sweep' and tags.`attent.sweep` = '{sweep}'")
+    kids = client.search_runs([exp.experiment_id], f"tags.`attent.role` = 'trial' and tags.`attent.sweep` = '{sweep}'")
+    return client, (parents[0] if parents else None), kids
+
+
+def test_sweep_file_expands_grid_times_seeds(tmp_path, mlflow_uri):
+    sweep = load_sweep(write_sweep(tmp_path, mlflow_uri, "expand", [0, 1, 2], 2))
+    assert len(sweep.trials) == 6
+    assert sorted({(c.selection.strategy, c.seed) for _, c in sweep.trials}) == \
+        [(s, k) for s in ("hard", "soft") for k in (0, 1, 2)]
+    assert all(c.train.epochs == 2 and c.selection.preset == "vit" for _, c in sweep.trials)
+
+
+def test_four_trial_sweep_logs_parent_and_children(ray_cluster, tmp_path, mlflow_uri):
+    results = run_sweep(write_sweep(tmp_path, mlflow_uri, "four", [0, 1], 2))
+    assert len(results) == 4 and all(r.error is None for r in results)
+    assert all(r.metrics["epoch"] == 2 for r in results)  # Train's reports reached Tune
+
+    client, parent, kids = children(mlflow_uri, "four")
+    assert parent.info.status == "FINISHED" and parent.data.metrics["trials_failed"] == 0
+    assert len(kids) == 4 and {k.info.status for k in kids} == {"FINISHED"}
+    assert {k.data.tags["mlflow.parentRunId"] for k in kids} == {parent.info.run_id}
+    assert sorted((k.data.tags["attent.strategy"], k.data.params["seed"]) for k in kids) == \
+        [("hard", "0"), ("hard", "1"), ("soft", "0"), ("soft", "1")]
+    assert all("eval_test_accuracy" in k.data.metrics for k in kids)
+
+
+def test_interrupted_sweep_resumes_only_unfinished_trials(ray_cluster, tmp_path, mlflow_uri):
+    path = write_sweep(tmp_path, mlflow_uri, "interrupted", [0, 1], 1)
+    env = dict(os.environ, RAY_ADDRESS=ray_cluster["address"])
+    driver = subprocess.Popen([str(BIN / "attent"), "sweep", str(path)], env=env, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 600
+    while time.time() < deadline:  # kill the driver once one trial finished and another is running
+        _, _, kids = children(mlflow_uri, "interrupted")
+        if sum(k.info.status == "FINISHED" for k in kids) >= 1 and any(k.info.status == "RUNNING" for k in kids):
+            break
+        assert driver.poll() is None, "the sweep ended before it could be interrupted"
+        time.sleep(2)
+    os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait()
+    _, _, before = children(mlflow_uri, "interrupted")
+    finished_before = {k.info.run_id: k.info.end_time for k in before if k.info.status == "FINISHED"}
+    assert 1 <= len(finished_before) < 4
+
+    results = run_sweep(path, resume=True)
+    assert all(r.error is None for r in results)
+    client, parent, kids = children(mlflow_uri, "interrupted")
+    assert parent.info.status == "FINISHED"
+    assert len(kids) == 4, "no MLflow run duplicated"
+    assert len({k.data.tags["attent.trial"] for k in kids}) == 4
+    assert {k.info.status for k in kids} == {"FINISHED"}
+    for run_id, end_time in finished_before.items():  # finished trials did not run again
+        assert client.get_run(run_id).info.end_time == end_time
