@@ -89,15 +89,18 @@ def profile(n: int, ratio: float, repeats: int, seed=0) -> dict[str, float]:
     threshold = core._kth_largest(keys, k)
     mask = keys > threshold
     steps = {
-        "check scores (finite, 1-D)": lambda: core._check_scores(scores),
+        "check scores (aminmax: finite, 1-D)": lambda: core._check_scores(scores),
         "uniform noise: torch.rand": lambda: torch.rand(n, generator=g),
-        "Gumbel noise: rand + 2 logs": lambda: core._gumbel(n, g, scores.dtype, scores.device),
-        "keys = scores + T * gumbel": lambda: scores + 1.0 * gumbel,
-        "threshold: _kth_largest (sampled)": lambda: core._kth_largest(keys, k),
-        "threshold: kthvalue over all N": lambda: torch.kthvalue(keys, n - k + 1),
+        "Gumbel noise: rand + clamp + 2 logs": lambda: core._gumbel(n, g, scores.dtype, scores.device),
+        "keys = scores + T * gumbel (in place)": lambda: gumbel.clone().mul_(1.0).add_(scores),
+        "  (for comparison: clone alone)": lambda: gumbel.clone(),
+        "threshold: _kth_largest (sampled band)": lambda: core._kth_largest(keys, k),
+        "  (for comparison: kthvalue over all N)": lambda: torch.kthvalue(keys, n - k + 1),
         "mask = keys > threshold": lambda: keys > threshold,
-        "count: mask.sum()": lambda: int(mask.sum()),
-        "indices: mask.nonzero()": lambda: mask.nonzero().squeeze(1),
+        "count: torch.count_nonzero(mask)": lambda: int(torch.count_nonzero(mask)),
+        "  (for comparison: mask.sum())": lambda: int(mask.sum()),
+        "indices: _nonzero(mask) (numpy flatnonzero)": lambda: core._nonzero(mask),
+        "  (for comparison: torch mask.nonzero())": lambda: mask.nonzero().squeeze(1),
         "whole: _top_k(keys, k)": lambda: core._top_k(keys, k),
     }
     return {name: median_seconds(fn, repeats) for name, fn in steps.items()}

@@ -5,9 +5,16 @@ from pathlib import Path
 
 import pytest
 
-from attent.evaluation.answers import (champ_gold_answers, extract_gsm8k_answer,
-                                       extract_math_answer, gsm8k_gold_answer, last_boxed,
-                                       math_answers_equal, normalize_math_answer, normalize_number)
+from attent.evaluation.answers import (
+    champ_gold_answers,
+    extract_gsm8k_answer,
+    extract_math_answer,
+    gsm8k_gold_answer,
+    last_boxed,
+    math_answers_equal,
+    normalize_math_answer,
+    normalize_number,
+)
 
 GSM8K_TEST = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "gsm8k" / "test.jsonl"
 
@@ -23,7 +30,7 @@ def test_gold_answers_of_all_gsm8k_test_problems_parse_to_integers(gsm8k_test):
     golds = [gsm8k_gold_answer(p["answer"]) for p in gsm8k_test]
     assert len(golds) == 1319
     assert all(re.fullmatch(r"-?\d+", g) for g in golds)
-    raw = {p["answer"].split("####")[-1].strip(): g for p, g in zip(gsm8k_test, golds)}
+    raw = {p["answer"].split("####")[-1].strip(): g for p, g in zip(gsm8k_test, golds, strict=True)}
     assert raw["2,125"] == "2125" and raw["1,450,000"] == "1450000"
 
 

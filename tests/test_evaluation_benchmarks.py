@@ -3,10 +3,25 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 
-from attent.evaluation.benchmarks import (CHAMP, GSM8K, MATH, MBPP, HumanEval, build_benchmark,
-                                          extract_code, humaneval_program, load_champ,
-                                          load_humaneval, load_mbpp_test, mbpp_program)
+from attent.evaluation.benchmarks import (
+    CHAMP,
+    GSM8K,
+    MATH,
+    MBPP,
+    HumanEval,
+    all_reduce_counts,
+    build_benchmark,
+    extract_code,
+    humaneval_program,
+    load_champ,
+    load_humaneval,
+    load_mbpp_test,
+    mbpp_program,
+)
 from attent.evaluation.code_exec import run_many
 from attent.tasks.llm.data import local_file, read_records
 
@@ -101,10 +116,32 @@ def test_champ_offers_only_auto_gradable_problems():
     assert 150 <= len(problems) <= 270
     assert all(p["problem"] and p["answers"] for p in problems)
     first = problems[0]  # P_Combinatorics_1: 239 strings
-    assert CHAMP().grade([first, first], [r"There are $\boxed{239}$ strings.", "The answer is 240"]) \
-        == [True, False]
+    completions = [r"There are $\boxed{239}$ strings.", "The answer is 240"]
+    assert CHAMP().grade([first, first], completions) == [True, False]
 
 
 def test_unknown_benchmark_is_rejected():
     with pytest.raises(ValueError, match="unknown benchmark"):
         build_benchmark("mmlu", folder=None, code_timeout=1, code_memory_mb=256)
+
+
+def _count_on_rank(rank: int, world_size: int, store: str, results) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size)
+    try:
+        results.put((rank, all_reduce_counts(rank + 1, 10, torch.device("cpu"))))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_counts_are_summed_over_ranks_so_every_rank_reports_the_same(tmp_path):
+    context = mp.get_context("spawn")
+    results = context.SimpleQueue()
+    processes = [context.Process(target=_count_on_rank, args=(rank, 2, tmp_path / "store", results))
+                 for rank in range(2)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(timeout=120)
+    assert [p.exitcode for p in processes] == [0, 0]
+    assert sorted(results.get() for _ in processes) == [(0, (3, 20)), (1, (3, 20))]
+    assert all_reduce_counts(1, 10, torch.device("cpu")) == (1, 10)  # no process group: local

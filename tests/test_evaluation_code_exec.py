@@ -22,6 +22,7 @@ def test_correct_program_passes():
     "print('x' * 10)\nraise SystemExit(3)",
     "data = bytearray(50 * 2**30)\nassert len(data) > 0",  # 50 GiB allocation
     "data = [0] * (2**31)\nassert data",  # 16 GiB list
+    "while True:\n    print('x' * 10_000)",  # output flood: stopped by the file-size limit
 ])
 def test_misbehaving_programs_fail(program):
     result = run_python(program, timeout=5)

@@ -12,8 +12,13 @@ import torch
 from peft.tuners.lora import LoraLayer
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from torch import nn
-from transformers import (AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase,
-                          PreTrainedTokenizerFast)
+from transformers import (
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
 
 from attent.evaluation.generation import generate_greedy
 from attent.tasks.llm.config import LLMTaskConfig
@@ -37,7 +42,8 @@ def tiny_tokenizer() -> PreTrainedTokenizerBase:
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    trainer = trainers.BpeTrainer(vocab_size=400,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
     bpe.train_from_iterator([e["prompt"] + " " + e["response"] for e in EXAMPLES] * 5, trainer)
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>",
@@ -95,7 +101,7 @@ def model(task) -> nn.Module:
 def test_prompt_and_padding_tokens_are_masked_response_tokens_are_labelled(task):
     dataset = task.train_dataset()
     items = [dataset[i] for i in range(len(dataset))]
-    for item, example in zip(items, EXAMPLES):
+    for item, example in zip(items, EXAMPLES, strict=True):
         n_prompt = len(task.encode_prompt([example["prompt"]]))
         assert item["labels"][:n_prompt] == [-100] * n_prompt
         assert item["labels"][n_prompt:] == item["input_ids"][n_prompt:]
@@ -109,10 +115,11 @@ def test_prompt_and_padding_tokens_are_masked_response_tokens_are_labelled(task)
         assert batch["labels"][row, :n].tolist() == item["labels"]
         assert (batch["labels"][row, n:] == -100).all()
         assert (batch["input_ids"][row, n:] == task.tokenizer.pad_token_id).all()
-        assert batch["attention_mask"][row].tolist() == [1] * n + [0] * (batch["labels"].shape[1] - n)
+        width = batch["labels"].shape[1]
+        assert batch["attention_mask"][row].tolist() == [1] * n + [0] * (width - n)
 
 
-def test_alpaca_style_prompts_end_with_the_response_header_and_replies_with_eos(checkpoint, train_file):
+def test_alpaca_prompts_end_with_the_response_header_and_replies_with_eos(checkpoint, train_file):
     task = make_task(checkpoint, train_file, prompt_style="alpaca")
     item = task.train_dataset()[0]
     n_prompt = item["labels"].count(-100)
@@ -126,7 +133,8 @@ def test_instruction_template_applies_to_training_and_evaluation_prompts(checkpo
     item = task.train_dataset()[0]
     n_prompt = item["labels"].count(-100)
     assert item["input_ids"][:n_prompt] == task.encode_prompt(["What is 2 + 3?"])
-    assert "What is 2 + 3?\nThink step by step." in task.tokenizer.decode(item["input_ids"][:n_prompt])
+    prompt = task.tokenizer.decode(item["input_ids"][:n_prompt])
+    assert "What is 2 + 3?\nThink step by step." in prompt
 
 
 def test_single_sample_score_equals_the_hf_model_loss(task, model):
@@ -184,9 +192,8 @@ def test_training_steps_lower_the_scores_and_leave_the_base_frozen(task, model):
     assert all(torch.equal(p, frozen[n]) for n, p in model.named_parameters() if n in frozen)
 
 
-def test_optimizer_defaults():
-    defaults = LLMTask.optimizer_defaults(None)
-    assert defaults == {"lr": 2e-5, "weight_decay": 0.0, "schedule": "cosine",
+def test_optimizer_defaults(task):
+    assert task.optimizer_defaults() == {"lr": 2e-5, "weight_decay": 0.0, "schedule": "cosine",
                         "warmup_ratio": 0.03, "global_batch_size": 128}
 
 
@@ -195,7 +202,8 @@ def test_group_labels_come_from_metamathqa_types(checkpoint, tmp_path):
     rows = [{"query": f"q{i}", "response": f"r{i}", "type": t}
             for i, t in enumerate(["MATH_SV", "GSM_Rephrased", "MATH_SV"])]
     (tmp_path / "metamathqa" / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
-    task = LLMTask(LLMTaskConfig(model=str(checkpoint), dataset="metamathqa", data_dir=str(tmp_path)))
+    config = LLMTaskConfig(model=str(checkpoint), dataset="metamathqa", data_dir=str(tmp_path))
+    task = LLMTask(config)
     assert len(task.train_dataset()) == 3
     assert task.group_labels().tolist() == [1, 0, 1]
 

@@ -199,6 +199,8 @@ def test_config_round_trips_through_dict():
     dict(temperature=0.0),
     dict(temperature=-1.0),
     dict(temperature=float("nan")),
+    dict(temperature=float("inf")),       # would only fail at the first soft selection
+    dict(gradnorm_alpha=float("inf")),
     dict(method="group_weight"),
     dict(method="group_weight", group_weights=[]),
     dict(method="group_weight", group_weights=[1.0, -1.0]),

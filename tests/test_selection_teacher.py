@@ -240,6 +240,16 @@ def test_observe_rejects_mismatched_lengths():
         t.observe(torch.tensor([1, 2, 3]), torch.ones(2))
 
 
+@pytest.mark.parametrize("bad_index", [-1, 10, 1000])
+def test_observe_rejects_indices_outside_the_dataset(bad_index):
+    t = Teacher(10, SelectionConfig(), total_epochs=3)
+    with pytest.raises(ValueError, match="indices"):
+        t.observe(torch.tensor([0, bad_index]), torch.ones(2))
+    t.observe(torch.empty(0, dtype=torch.long), torch.empty(0))  # an empty batch is fine
+    t.sync()
+    assert torch.isnan(t.scores).all()
+
+
 def test_observe_accepts_any_shape_and_grad_tensors():
     t = Teacher(10, SelectionConfig(), total_epochs=3)
     losses = torch.arange(4.0, requires_grad=True).reshape(2, 2) * 1.5

@@ -85,17 +85,21 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from analysis.report import build_report
-    build_report(args.experiment, tracking_uri=args.tracking_uri, out_dir=args.out)
-    return 0
+    from analysis.report import main as report_main
+    return report_main(["--experiment", args.experiment, "--out", args.out,
+                        "--tracking-uri", _tracking_uri(args.tracking_uri)])
+
+
+def _tracking_uri(given: str | None) -> str:
+    """The store the CLI reads: given, else $MLFLOW_TRACKING_URI, else ./mlflow.db (as train writes)."""
+    from .config import absolute_sqlite_uri
+    return absolute_sqlite_uri(given or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db", Path.cwd())
 
 
 def cmd_ui(args) -> int:
-    from .config import absolute_sqlite_uri
-    uri = absolute_sqlite_uri(args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db",
-                              Path.cwd())
+    uri = _tracking_uri(args.tracking_uri)
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
-               "--host", args.host, "--port", str(args.port)]
+               "--host", args.host, "--port", str(args.port), "--workers", "1"]
     print(f"MLflow dashboard: http://{args.host}:{args.port}  (store {uri}; Ctrl-C stops it)", flush=True)
     os.execv(sys.executable, command)
 

@@ -90,8 +90,9 @@ def _nest(flat: dict[str, Any]) -> dict[str, Any]:
     return nested
 
 
-def run_trial(trial: dict[str, Any]) -> None:
+def run_trial(config: dict[str, Any]) -> None:
     """The Tune function trainable: one trial = one Train run = one MLflow child run."""
+    trial = config["trial"]
     from ray.tune.integration.ray_train import TuneReportCallback
 
     from .engine.launch import train
@@ -125,8 +126,9 @@ def run_sweep(path: str | Path, *, resume: bool = False, overrides: list[str] | 
     param_space = {"trial": tune.grid_search([
         {"id": tid, "experiment": cfg.model_dump(mode="json"), "parent_run_id": parent_id,
          "sweep": sweep.spec.name} for tid, cfg in trials])}
-    # The trial driver itself needs no CPU: its Train controller and workers ask for theirs.
-    trainable = tune.with_resources(run_trial, {"CPU": 0})
+    # The trial driver itself needs no CPU (its Train workers ask for theirs), but Tune refuses
+    # an empty request: reserve the memory of an idle Python process instead.
+    trainable = tune.with_resources(run_trial, {"memory": 256 * 1024 ** 2})
     per_trial = base.ray.num_workers * base.ray.cpus_per_worker
     concurrency = sweep.spec.max_concurrent or max(1, int(ray.cluster_resources().get("CPU", 1) // per_trial))
     start = time.perf_counter()

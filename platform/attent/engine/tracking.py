@@ -36,7 +36,9 @@ def ensure_experiment(client: MlflowClient, name: str, tracking_uri: str) -> str
     if tracking_uri.startswith("sqlite:///"):
         location = Path(tracking_uri[len("sqlite:///"):]).parent.joinpath("mlartifacts").as_uri()
     try:
-        return client.create_experiment(name, artifact_location=location)
+        # The kind tag makes MLflow 3's UI open the experiment on its training runs, not GenAI traces.
+        return client.create_experiment(name, artifact_location=location,
+                                        tags={"mlflow.experimentKind": "custom_model_development"})
     except Exception:  # another process created it first
         experiment = client.get_experiment_by_name(name)
         if experiment is None:

@@ -23,9 +23,14 @@ import torch.distributed as dist
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from attent.evaluation.answers import (champ_gold_answers, extract_gsm8k_answer,
-                                       extract_math_answer, gsm8k_gold_answer, last_boxed,
-                                       math_answers_equal)
+from attent.evaluation.answers import (
+    champ_gold_answers,
+    extract_gsm8k_answer,
+    extract_math_answer,
+    gsm8k_gold_answer,
+    last_boxed,
+    math_answers_equal,
+)
 from attent.evaluation.code_exec import run_many
 from attent.evaluation.generation import generate_greedy
 from attent.tasks.llm.data import is_mbpp_test_task, local_file, read_records
@@ -74,8 +79,8 @@ def load_champ() -> list[Problem]:
     """The CHAMP competition problems whose answers can be graded automatically."""
     path = _package_dir("champ_dataset", "champ-dataset") / "dataset_files" / "v0.json"
     problems = json.loads(path.read_text(encoding="utf-8"))["problems"].values()
-    graded = [{"id": p["identifier"], "problem": p["_text"], "answers": champ_gold_answers(p["_answer"])}
-              for p in problems]
+    graded = [{"id": p["identifier"], "problem": p["_text"],
+               "answers": champ_gold_answers(p["_answer"])} for p in problems]
     return [p for p in graded if p["answers"]]
 
 
@@ -92,9 +97,9 @@ def load_humaneval() -> list[Problem]:
 def load_mbpp_test(folder: Path | None) -> list[Problem]:
     """MBPP tasks 11-510, the benchmark split."""
     path = local_file(folder, "mbpp/mbpp")
-    if path is None:
-        return datasets.load_dataset("google-research-datasets/mbpp", "full", split="test").to_list()
-    return [p for p in read_records(path) if is_mbpp_test_task(p["task_id"])]
+    if path is not None:
+        return [p for p in read_records(path) if is_mbpp_test_task(p["task_id"])]
+    return datasets.load_dataset("google-research-datasets/mbpp", "full", split="test").to_list()
 
 
 # --- code programs --------------------------------------------------------------------------
@@ -158,7 +163,7 @@ class GSM8K(Benchmark):
 
     def grade(self, problems: list[Problem], completions: list[str]) -> list[bool]:
         return [extract_gsm8k_answer(c) == gsm8k_gold_answer(p["answer"])
-                for p, c in zip(problems, completions)]
+                for p, c in zip(problems, completions, strict=True)]
 
 
 class MATH(Benchmark):
@@ -175,7 +180,7 @@ class MATH(Benchmark):
 
     def grade(self, problems: list[Problem], completions: list[str]) -> list[bool]:
         return [math_answers_equal(extract_math_answer(c), p["answer"])
-                for p, c in zip(problems, completions)]
+                for p, c in zip(problems, completions, strict=True)]
 
 
 class CHAMP(MATH):
@@ -189,7 +194,7 @@ class CHAMP(MATH):
 
     def grade(self, problems: list[Problem], completions: list[str]) -> list[bool]:
         return [any(math_answers_equal(extract_math_answer(c), gold) for gold in p["answers"])
-                for p, c in zip(problems, completions)]
+                for p, c in zip(problems, completions, strict=True)]
 
 
 class CodeBenchmark(Benchmark):
@@ -206,7 +211,7 @@ class CodeBenchmark(Benchmark):
         """Model code plus the problem's tests, as one script."""
 
     def grade(self, problems: list[Problem], completions: list[str]) -> list[bool]:
-        programs = [self.program(p, c) for p, c in zip(problems, completions)]
+        programs = [self.program(p, c) for p, c in zip(problems, completions, strict=True)]
         results = run_many(programs, timeout=self.timeout, memory_mb=self.memory_mb)
         return [r.passed for r in results]
 

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal
+from typing import BinaryIO, Literal
 
 Outcome = Literal["passed", "failed", "timeout"]
 
@@ -48,29 +48,40 @@ os.execv(sys.executable, [sys.executable, "-I", "-S", "-B", script])
 def run_python(program: str, *, timeout: float = 10.0, memory_mb: int = 1024) -> ExecutionResult:
     """Execute ``program`` in a sandboxed interpreter; passed iff it runs to its last line."""
     token = secrets.token_hex(16)
-    source = f"{program}\n\nprint({token!r}, flush=True)\n"
-    with tempfile.TemporaryDirectory(prefix="attent-exec-") as workdir:
+    with tempfile.TemporaryDirectory(prefix="attent-exec-") as root:
+        workdir = os.path.join(root, "work")  # the program's folder; its output goes beside it
+        os.mkdir(workdir)
         script = os.path.join(workdir, "program.py")
         with open(script, "w", encoding="utf-8") as f:
-            f.write(source)
+            f.write(f"{program}\n\nprint({token!r}, flush=True)\n")
         limits = [str(memory_mb * 2**20), str(int(timeout) + 1), script]
-        process = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-B", "-c", _LAUNCHER, *limits],
-            cwd=workdir,
-            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir},
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True,  # own process group: a timeout kills its children too
-        )
-        try:
-            stdout, stderr = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(process.pid)
-            process.communicate()
-            return ExecutionResult("timeout", "")
-        finally:
-            _kill_group(process.pid)
-    passed = process.returncode == 0 and stdout.decode(errors="replace").rstrip().endswith(token)
-    return ExecutionResult("passed" if passed else "failed", stderr.decode(errors="replace")[-2000:])
+        # output goes to files, not pipes, so the file-size limit also caps a print flood
+        with open(os.path.join(root, "stdout"), "w+b") as stdout, \
+                open(os.path.join(root, "stderr"), "w+b") as stderr:
+            process = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-B", "-c", _LAUNCHER, *limits],
+                cwd=workdir,
+                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir,
+                     "TMPDIR": workdir},
+                stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                start_new_session=True,  # own process group: a timeout kills its children too
+            )
+            try:
+                process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                return ExecutionResult("timeout", "")
+            finally:
+                _kill_group(process.pid)
+                process.wait()
+            finished = _tail(stdout).rstrip().endswith(token)
+            outcome: Outcome = "passed" if process.returncode == 0 and finished else "failed"
+            return ExecutionResult(outcome, _tail(stderr))
+
+
+def _tail(file: BinaryIO, size: int = 2000) -> str:
+    """The last ``size`` bytes of an open binary file, decoded."""
+    file.seek(max(0, file.seek(0, os.SEEK_END) - size))
+    return file.read().decode(errors="replace")
 
 
 def _kill_group(pgid: int) -> None:

@@ -44,7 +44,7 @@ def generate_greedy(model: nn.Module, tokenizer: PreTrainedTokenizerBase,
                                 attention_mask=attention_mask.to(device),
                                 generation_config=config)
         texts = tokenizer.batch_decode(output[:, input_ids.shape[1]:], skip_special_tokens=True)
-        for i, text in zip(batch, texts):
+        for i, text in zip(batch, texts, strict=True):
             completions[i] = text
         if progress is not None:
             progress(f"generated {start + len(batch)}/{len(prompts)}")

@@ -42,7 +42,8 @@ JUDGE_PROMPT = (
 
 
 def judge_prompt(question: str, answer: str, reference: str | None) -> str:
-    note = " Compare the response with the reference answer and penalise mistakes." if reference else ""
+    note = (" Compare the response with the reference answer and penalise mistakes."
+            if reference else "")
     block = (f"[The Start of Reference Answer]\n{reference}\n[The End of Reference Answer]\n\n"
              if reference else "")
     return JUDGE_PROMPT.format(reference_note=note, question=question, reference_block=block,
@@ -91,13 +92,15 @@ def run_mt_bench(model: nn.Module, tokenizer: PreTrainedTokenizerBase,
                                progress=progress)
 
     first = generate([[q["turns"][0]] for q in questions])
-    second = generate([[q["turns"][0], a, q["turns"][1]] for q, a in zip(questions, first)])
+    second = generate([[q["turns"][0], a, q["turns"][1]]
+                       for q, a in zip(questions, first, strict=True)])
 
     def reference(question: dict[str, Any], turn: int) -> str | None:
         return (question.get("reference") or [None, None])[turn]
 
-    turn1 = [judge.score(q["turns"][0], a, reference(q, 0)) for q, a in zip(questions, first)]
+    turn1 = [judge.score(q["turns"][0], a, reference(q, 0))
+             for q, a in zip(questions, first, strict=True)]
     turn2 = [judge.score(follow_up_question(q["turns"], a1), a2, reference(q, 1))
-             for q, a1, a2 in zip(questions, first, second)]
+             for q, a1, a2 in zip(questions, first, second, strict=True)]
     return {"mt_bench_turn1": statistics.mean(turn1), "mt_bench_turn2": statistics.mean(turn2),
             "mt_bench_score": statistics.mean(turn1 + turn2)}

@@ -67,11 +67,11 @@ class SelectionConfig(BaseModel):
     strategy: Literal["hard", "soft", "random"] = "hard"  # attent: top-k, Gumbel-top-k, uniform
     ratio: RatioConfig = RatioConfig()               # fraction of the data selected, vs progress
     interval: IntervalConfig = IntervalConfig()      # epochs a selection is kept, vs progress
-    temperature: float = Field(1.0, gt=0)            # soft: softmax(loss / T); T->0 hard, T->inf random
+    temperature: float = Field(1.0, gt=0, allow_inf_nan=False)  # soft: softmax(loss / T); T->0 hard, T->inf random
     warmup_epochs: int = Field(0, ge=0)              # epochs on all data before the first selection
     rescore: bool = False                            # full scoring pass before each re-selection
     group_weights: Optional[list[float]] = None      # group_weight: weight per group (e.g. 1:2:2)
-    gradnorm_alpha: float = Field(1.5, ge=0)         # gradnorm: strength of the rate balancing
+    gradnorm_alpha: float = Field(1.5, ge=0, allow_inf_nan=False)  # gradnorm: strength of the rate balancing
     gradnorm_step: float = Field(0.5, gt=0, le=1)    # gradnorm: how far weights move per update
     infobatch_prune: float = Field(0.5, ge=0, lt=1)  # infobatch: fraction of below-mean samples dropped
     infobatch_final: float = Field(0.125, ge=0, le=1)  # infobatch: final fraction of epochs on all data

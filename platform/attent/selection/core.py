@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 STRATEGIES = ("hard", "soft", "random")
@@ -35,6 +36,7 @@ def select(scores: torch.Tensor, k: int, strategy: str, *, temperature: float = 
     - ``random``: k uniform draws without replacement.
     """
     _check_scores(scores)
+    scores = scores.detach()  # a choice of indices: never part of an autograd graph
     n = scores.numel()
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= n:
         raise ValueError(f"k must be an integer in [1, {n}] (the number of scores), got {k!r}")
@@ -47,7 +49,7 @@ def select(scores: torch.Tensor, k: int, strategy: str, *, temperature: float = 
         # keeps tiny temperatures from overflowing to inf. The noise must be added *before* any
         # ordering; dividing already-perturbed keys by T (the authors' code) changes nothing.
         gumbel = _gumbel(n, generator, scores.dtype, scores.device)
-        return _top_k(scores + temperature * gumbel, k)
+        return _top_k(gumbel.mul_(temperature).add_(scores), k)  # scores + T*G, in place
     if strategy == "random":
         keys = torch.rand(n, generator=generator, dtype=torch.float32, device=scores.device)
         return _top_k(keys, k)
@@ -61,7 +63,7 @@ def weighted_sample(weights: torch.Tensor, k: int, *,
     if weights.ndim != 1 or not torch.isfinite(weights).all() or (weights < 0).any():
         raise ValueError("weights must be a 1-D tensor of finite, non-negative numbers")
     positive = int((weights > 0).sum())
-    if not isinstance(k, int) or not 1 <= k <= positive:
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= positive:
         raise ValueError(f"k must be an integer in [1, {positive}] (the positive weights), got {k!r}")
     gumbel = _gumbel(weights.numel(), generator, torch.float64, weights.device)
     return _top_k(torch.log(weights.double()) + gumbel, k)
@@ -72,9 +74,9 @@ def _check_scores(scores: torch.Tensor) -> None:
         raise ValueError("scores must be a non-empty 1-D tensor")
     if not scores.is_floating_point():
         raise ValueError(f"scores must be floating point, got {scores.dtype}")
-    finite = torch.isfinite(scores)
-    if not finite.all():
-        bad = (~finite).nonzero().squeeze(1)
+    lowest, highest = torch.aminmax(scores.detach())  # one pass; NaN propagates, inf shows at an end
+    if not (math.isfinite(lowest) and math.isfinite(highest)):
+        bad = (~torch.isfinite(scores)).nonzero().squeeze(1)
         raise ValueError(f"{bad.numel()} scores are NaN or infinite (first at indices "
                          f"{bad[:5].tolist()}); check the per-sample losses")
 
@@ -93,9 +95,17 @@ def _top_k(keys: torch.Tensor, k: int) -> torch.Tensor:
     """
     threshold = _kth_largest(keys, k)
     mask = keys > threshold
-    missing = k - int(mask.sum())
+    missing = k - int(torch.count_nonzero(mask))
     if missing:
-        mask[(keys == threshold).nonzero().squeeze(1)[:missing]] = True
+        mask[_nonzero(keys == threshold)[:missing]] = True
+    return _nonzero(mask)
+
+
+def _nonzero(mask: torch.Tensor) -> torch.Tensor:
+    """Ascending indices of the True entries of a 1-D bool mask. On CPU numpy's nonzero is
+    several times faster than torch's (10M entries: ~25 ms vs ~150 ms on one core)."""
+    if mask.device.type == "cpu":
+        return torch.from_numpy(np.flatnonzero(mask.numpy())).long()
     return mask.nonzero().squeeze(1)
 
 
@@ -115,8 +125,8 @@ def _kth_largest(keys: torch.Tensor, k: int) -> torch.Tensor:
     hi_rank, lo_rank = math.floor(expected - margin), math.ceil(expected + margin)
     hi = sample[hi_rank - 1] if hi_rank >= 1 else keys.new_tensor(math.inf)
     lo = sample[lo_rank - 1] if lo_rank <= m else keys.new_tensor(-math.inf)
-    above = int((keys > hi).sum())
-    band = keys[(keys <= hi) & (keys >= lo)]
+    above = int(torch.count_nonzero(keys > hi))  # count_nonzero: ~10x faster than bool sum()
+    band = keys[_nonzero((keys <= hi) & (keys >= lo))]
     needed = k - above
     if not 1 <= needed <= band.numel():
         return torch.kthvalue(keys, n - k + 1).values

@@ -85,6 +85,11 @@ class Teacher:
         if not finite.all():
             raise ValueError(f"non-finite per-sample loss for samples {indices[~finite][:8].tolist()}: "
                              "the model diverged or the data holds invalid values")
+        if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= self.num_samples):
+            # a negative index would silently overwrite another sample's score
+            raise ValueError(f"sample indices must lie in [0, {self.num_samples}), got "
+                             f"[{int(indices.min())}, {int(indices.max())}]: batches must carry "
+                             "their position in the training set")
         self._pending.append((indices, losses))
 
     def sync(self) -> None:

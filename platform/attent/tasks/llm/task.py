@@ -11,8 +11,13 @@ from torch.utils.data import Dataset
 from attent.evaluation.benchmarks import Benchmark, build_benchmark, run_benchmark
 from attent.tasks.base import Batch, Task
 from attent.tasks.llm.config import LLMTaskConfig
-from attent.tasks.llm.data import (IGNORE_INDEX, Example, SFTDataset, collate_right_padded,
-                                   load_examples)
+from attent.tasks.llm.data import (
+    IGNORE_INDEX,
+    Example,
+    SFTDataset,
+    collate_right_padded,
+    load_examples,
+)
 from attent.tasks.llm.model import add_lora, load_causal_lm, load_tokenizer
 from attent.tasks.llm.prompts import encode_prompt, encode_response, resolve_style
 
@@ -85,7 +90,8 @@ class LLMTask(Task):
     def build_model(self) -> nn.Module:
         model = load_causal_lm(self.config.model, DTYPES[self.config.dtype])
         if self.config.gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False})
         return add_lora(model, self.config.lora_r, self.config.lora_dropout)
 
     def optimizer_defaults(self) -> dict[str, Any]:
