@@ -51,13 +51,14 @@ class Sweep(BaseModel):
     trials: list[tuple[str, ExperimentConfig]]  # (trial id, experiment)
 
 
-def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
+def load_sweep(path: str | Path, overrides: list[str] | None = None, *, name: str | None = None) -> Sweep:
+    """The sweep in ``path``; ``overrides`` apply to its base experiment, ``name`` renames it."""
     path = Path(path)
     raw = read_yaml(path)
-    if set(raw) != {"sweep"}:
-        raise ConfigError(f"{path}: a sweep file has a single top-level key 'sweep'")
+    if set(raw) != {"sweep"} or not isinstance(raw["sweep"], dict):
+        raise ConfigError(f"{path}: a sweep file has a single top-level key 'sweep' holding a mapping")
     try:
-        spec = SweepSpec.model_validate(raw["sweep"])
+        spec = SweepSpec.model_validate({**raw["sweep"], **({"name": name} if name else {})})
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, f"{path} (sweep)")) from None
     base_data = deep_merge(read_yaml((path.parent / spec.base).resolve()),
@@ -102,13 +103,14 @@ def run_trial(config: dict[str, Any]) -> None:
           callbacks=[TuneReportCallback()])
 
 
-def run_sweep(path: str | Path, *, resume: bool = False, overrides: list[str] | None = None):
+def run_sweep(path: str | Path, *, resume: bool = False, overrides: list[str] | None = None,
+              name: str | None = None):
     import ray
     from ray import tune
 
     from .engine.launch import check_experiment, ensure_ray
 
-    sweep = load_sweep(path, overrides)
+    sweep = load_sweep(path, overrides, name=name)
     base = sweep.base.resolved()
     trials = [(tid, cfg.resolved()) for tid, cfg in sweep.trials]
     for _, cfg in trials[:1]:

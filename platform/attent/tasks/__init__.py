@@ -11,7 +11,7 @@ def build_task(task_config, seed: int) -> Task:
         return VisionTask(task_config, seed=seed)
     if task_config.name == "llm":
         from .llm.task import LLMTask
-        return LLMTask(task_config, seed=seed)
+        return LLMTask(task_config)  # seeded by the engine (torch.manual_seed) before building
     raise ValueError(f"unknown task {task_config.name!r}")
 
 
