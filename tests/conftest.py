@@ -16,6 +16,9 @@ BIN = Path(sys.executable).parent
 # `ray start` in Ray 2.60 turns on token auth; Ray reads the mode once, at import, so set it
 # before any test module imports ray.
 os.environ["RAY_AUTH_MODE"] = "token"
+# One BLAS/OpenMP thread per process: tests run beside Ray workers on 2 cores, and oversubscribed
+# OpenMP threads made the LLM tests 5-10x slower.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def free_port() -> int:

@@ -93,7 +93,11 @@ class ExperimentConfig(BaseModel):
         storage = self.ray.storage_path
         if "://" not in storage:
             storage = str((base / storage).resolve())
+        local_paths = {key: str((base / value).resolve()) for key in ("data_path", "data_dir")
+                       if isinstance(value := getattr(self.task, key, None), str)
+                       and "://" not in value and not Path(value).expanduser().is_absolute()}
         return self.model_copy(update={
+            "task": self.task.model_copy(update=local_paths),
             "mlflow": self.mlflow.model_copy(update={"tracking_uri": tracking}),
             "ray": self.ray.model_copy(update={"storage_path": storage}),
         })
