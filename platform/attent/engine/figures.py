@@ -46,3 +46,7 @@ def training_figures(history: list[dict[str, float]], selections, label: str) ->
     ax.set(ylabel="seconds", title=f"Time split — total {last['time_total_s']:.1f}s")
     figs["time_split"] = fig
     return figs
+
+
+def close(figure) -> None:
+    plt.close(figure)

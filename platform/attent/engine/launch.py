@@ -88,7 +88,8 @@ def train(cfg: ExperimentConfig, *, parent_run_id: str | None = None, role: str 
         result = trainer.fit()
         wallclock = time.perf_counter() - start
         metrics = dict(result.metrics or {})
-        client_for(cfg.mlflow.tracking_uri).log_batch(run_id, metrics=_driver_metrics(wallclock, ray_init_s, metrics))
+        if not resumed:  # a resumed run's epochs partly ran before this driver started
+            client_for(cfg.mlflow.tracking_uri).log_batch(run_id, metrics=_driver_metrics(wallclock, ray_init_s, metrics))
         ok = True
         return TrainResult(run_id, metrics, wallclock, resumed)
     finally:

@@ -266,6 +266,7 @@ def _log_final(logger: RunLogger, state: Progress, teacher: Teacher, num_samples
     logger.log_json(state.history, "epoch_history.json")
     for name, figure in figures.training_figures(state.history, teacher.history, cfg.selection.label()).items():
         logger.log_figure(figure, f"figures/{name}.png")
+        figures.close(figure)
 
 
 def _maybe_fail(cfg: ExperimentConfig, epoch: int, rank: int) -> None:
