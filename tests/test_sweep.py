@@ -51,6 +51,13 @@ def test_sweep_file_expands_grid_times_seeds(tmp_path, mlflow_uri):
     assert sorted({(c.selection.strategy, c.seed) for _, c in sweep.trials}) == \
         [(s, k) for s in ("hard", "soft") for k in (0, 1, 2)]
     assert all(c.train.epochs == 1 and c.selection.preset == "vit" for _, c in sweep.trials)
+    assert {c.mlflow.experiment for _, c in sweep.trials} == {"sweep-test"}  # the sweep's override wins
+
+
+def test_a_sweep_is_its_own_mlflow_experiment():
+    sweep = load_sweep(REPO / "experiments/sweeps/ablation_digits.yaml")
+    assert len(sweep.trials) == 13
+    assert {c.mlflow.experiment for _, c in sweep.trials} == {"ablation-digits"}  # not the base's digits-vit
 
 
 def test_four_trial_sweep_logs_parent_and_children(ray_cluster, tmp_path, mlflow_uri):

@@ -61,9 +61,13 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None, *, name: st
         spec = SweepSpec.model_validate({**raw["sweep"], **({"name": name} if name else {})})
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, f"{path} (sweep)")) from None
+    cli_overrides = parse_overrides(overrides or [])
     base_data = deep_merge(read_yaml((path.parent / spec.base).resolve()),
-                           deep_merge(_nest(spec.overrides), parse_overrides(overrides or [])))
-    base_data.setdefault("mlflow", {}).setdefault("experiment", spec.name)
+                           deep_merge(_nest(spec.overrides), cli_overrides))
+    if "mlflow.experiment" not in spec.overrides and "experiment" not in cli_overrides.get("mlflow", {}):
+        # A sweep is its own MLflow experiment (what `attent report --experiment` reads),
+        # whatever experiment its base file names.
+        base_data.setdefault("mlflow", {})["experiment"] = spec.name
     base = build_experiment(base_data, f"{path} (base {spec.base})")
     variants = [dict(zip(spec.grid, values)) for values in itertools.product(*spec.grid.values())] \
         if spec.grid else []
