@@ -241,9 +241,9 @@ def _epoch_row(epoch: int, state: Progress, teacher: Teacher, train_loss: float,
 
 
 def _format_row(row: dict[str, float], epochs: int) -> str:
-    evals = " ".join(f"{k[5:]} {v:.4f}" for k, v in row.items() if k.startswith("eval_"))
+    evals = "".join(f"{k[5:]} {v:.4f}, " for k, v in row.items() if k.startswith("eval_"))
     return (f"epoch {int(row['epoch'])}/{epochs}: selected {row['selected_ratio']:.0%}, "
-            f"train loss {row['train_loss']:.4f}, {evals}, elapsed {row['time_total_s']:.1f}s "
+            f"train loss {row['train_loss']:.4f}, {evals}elapsed {row['time_total_s']:.1f}s "
             f"(train {row['time_train_s']:.1f}s, scoring {row['time_scoring_s']:.1f}s)")
 
 
