@@ -113,21 +113,28 @@ def absolute_sqlite_uri(uri: str, base: Path) -> str:
 
 def parse_overrides(overrides: list[str]) -> dict[str, Any]:
     """``["train.epochs=3", "selection.ratio.kind=cosine"]`` -> nested dict; values parsed as YAML."""
-    nested: dict[str, Any] = {}
+    flat: dict[str, Any] = {}
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key or any(not part for part in key.split(".")):
             raise ConfigError(f"override {item!r} is not of the form key.path=value")
         try:
-            value = yaml.safe_load(raw) if raw else None
+            flat[key] = yaml.safe_load(raw) if raw else None
         except yaml.YAMLError as exc:
             raise ConfigError(f"override {item!r}: value is not valid YAML ({exc})") from None
+    return nest_keys(flat)
+
+
+def nest_keys(flat: dict[str, Any]) -> dict[str, Any]:
+    """``{"a.b": 1, "a.c": 2}`` -> ``{"a": {"b": 1, "c": 2}}``."""
+    nested: dict[str, Any] = {}
+    for key, value in flat.items():
         node = nested
         *parents, leaf = key.split(".")
         for part in parents:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise ConfigError(f"override {item!r} conflicts with another override of {part!r}")
+                raise ConfigError(f"{key!r} conflicts with another setting of {part!r}")
         node[leaf] = value
     return nested
 

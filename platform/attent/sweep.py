@@ -26,7 +26,7 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .config import (ConfigError, ExperimentConfig, build_experiment, deep_merge, format_validation_error,
-                     parse_overrides, read_yaml)
+                     nest_keys, parse_overrides, read_yaml)
 from .engine import tracking
 
 SWEEP_KEY_TAG = "attent.sweep_key"
@@ -63,7 +63,7 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None, *, name: st
         raise ConfigError(format_validation_error(exc, f"{path} (sweep)")) from None
     cli_overrides = parse_overrides(overrides or [])
     base_data = deep_merge(read_yaml((path.parent / spec.base).resolve()),
-                           deep_merge(_nest(spec.overrides), cli_overrides))
+                           deep_merge(nest_keys(spec.overrides), cli_overrides))
     if "mlflow.experiment" not in spec.overrides and "experiment" not in cli_overrides.get("mlflow", {}):
         # A sweep is its own MLflow experiment (what `attent report --experiment` reads),
         # whatever experiment its base file names.
@@ -78,21 +78,10 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None, *, name: st
     for i, variant in enumerate(variants):
         for seed in spec.seeds:
             trial_id = f"t{i:02d}-s{seed}"
-            data = deep_merge(base_data, _nest(variant))
+            data = deep_merge(base_data, nest_keys(variant))
             data.update(name=f"{spec.name}-{trial_id}", seed=seed)
             trials.append((trial_id, build_experiment(data, f"{path} trial {trial_id} {variant}")))
     return Sweep(spec=spec, base=base, trials=trials)
-
-
-def _nest(flat: dict[str, Any]) -> dict[str, Any]:
-    nested: dict[str, Any] = {}
-    for key, value in flat.items():
-        node = nested
-        *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return nested
 
 
 def run_trial(config: dict[str, Any]) -> None:
