@@ -42,11 +42,30 @@ def ray_cluster(tmp_path_factory):
     yield info
     import ray
     ray.shutdown()
-    subprocess.run([str(BIN / "ray"), "stop", "--force"], capture_output=True, timeout=120)
+    stop_ray_processes(temp)
     if old_address is None:
         os.environ.pop("RAY_ADDRESS", None)
     else:
         os.environ["RAY_ADDRESS"] = old_address
+
+
+def stop_ray_processes(temp_dir: Path) -> None:
+    """Stop the Ray processes of one local cluster (those started with its temp dir, and their
+    children). Unlike `ray stop`, leaves any other Ray on the machine alone (parallel sessions)."""
+    import psutil
+    mine = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if any(str(temp_dir) in part for part in proc.info["cmdline"] or ()):
+                mine += [proc, *proc.children(recursive=True)]
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    for proc in mine:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(mine, timeout=30)
 
 
 @pytest.fixture

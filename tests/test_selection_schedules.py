@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from attent.selection import (
     METHODS, PRESETS, IntervalConfig, IntervalSchedule, RatioConfig, RatioSchedule, SelectionConfig,
-    cosine, fixed, incremental, progress_of,
+    cosine, fixed, incremental, training_progress,
 )
 
 ratios = st.floats(1e-6, 1.0, allow_nan=False)
@@ -108,21 +108,22 @@ def test_interval_schedule_rejects_bad_values(kwargs):
 
 
 # --- progress ----------------------------------------------------------------------------------
-def test_progress_of():
-    assert progress_of(0, 10) == 0.0
-    assert progress_of(9, 10) == 1.0
-    assert progress_of(3, 7) == pytest.approx(0.5)
-    assert progress_of(0, 1) == 0.0          # a single epoch is its own first epoch
-    assert progress_of(20, 10) == 1.0        # past the end clamps
-    assert [progress_of(e, 5) for e in range(5)] == [0.0, 0.25, 0.5, 0.75, 1.0]
+def test_training_progress():
+    assert training_progress(0, 10) == 0.0
+    assert training_progress(9, 10) == pytest.approx(0.9)   # the last epoch starts at 90%
+    assert training_progress(9, 10, 1.0) == 1.0              # and training ends at 1
+    assert training_progress(3, 6, 0.5) == pytest.approx(3.5 / 6)
+    assert training_progress(0, 1) == 0.0
+    assert training_progress(20, 10) == 1.0                  # past the end clamps
+    assert [training_progress(e, 4) for e in range(4)] == [0.0, 0.25, 0.5, 0.75]
 
 
 @given(total=st.integers(1, 1000), data=st.data())
 @settings(deadline=None)
-def test_progress_of_monotone_in_unit_interval(total, data):
+def test_training_progress_monotone_in_unit_interval(total, data):
     e1 = data.draw(st.integers(0, total - 1))
     e2 = data.draw(st.integers(e1, total - 1))
-    assert 0.0 <= progress_of(e1, total) <= progress_of(e2, total) <= 1.0
+    assert 0.0 <= training_progress(e1, total) <= training_progress(e2, total) <= 1.0
 
 
 # --- config ------------------------------------------------------------------------------------

@@ -15,10 +15,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .selection.config import SelectionConfig
-from .tasks.llm.config import LLMTaskConfig
-from .tasks.vision import VisionTaskConfig
+from .tasks.registry import config_classes
 
-TaskConfig = Annotated[Union[VisionTaskConfig, LLMTaskConfig], Field(discriminator="name")]
+# The `task:` section: one of the registered tasks' configs, chosen by its `name`.
+TaskConfig = Annotated[Union[config_classes()], Field(discriminator="name")]
 
 
 class ConfigError(ValueError):
@@ -31,7 +31,8 @@ class TrainConfig(BaseModel):
     batch_size: int = Field(64, ge=1)                    # per worker, per micro-step
     global_batch_size: Optional[int] = Field(None, ge=1)  # reached by gradient accumulation across workers
     lr: Optional[float] = Field(None, gt=0)              # None: the task's default
-    weight_decay: Optional[float] = Field(None, ge=0)    # None: the task's default
+    weight_decay: Optional[float] = Field(None, ge=0)    # None: the task's default (not on norms, biases, embeddings)
+    betas: Optional[tuple[float, float]] = None          # AdamW betas; None: the task's default
     schedule: Optional[Literal["cosine", "linear", "constant"]] = None  # over epochs of progress
     warmup_ratio: Optional[float] = Field(None, ge=0, lt=1)  # fraction of training progress
     grad_clip: Optional[float] = Field(1.0, gt=0)        # max global grad norm; None: no clipping
@@ -93,11 +94,8 @@ class ExperimentConfig(BaseModel):
         storage = self.ray.storage_path
         if "://" not in storage:
             storage = str((base / storage).resolve())
-        local_paths = {key: str((base / value).resolve()) for key in ("data_path", "data_dir")
-                       if isinstance(value := getattr(self.task, key, None), str)
-                       and "://" not in value and not Path(value).expanduser().is_absolute()}
         return self.model_copy(update={
-            "task": self.task.model_copy(update=local_paths),
+            "task": self.task.with_absolute_paths(base),
             "mlflow": self.mlflow.model_copy(update={"tracking_uri": tracking}),
             "ray": self.ray.model_copy(update={"storage_path": storage}),
         })

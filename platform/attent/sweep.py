@@ -27,9 +27,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .config import (ConfigError, ExperimentConfig, build_experiment, deep_merge, format_validation_error,
                      nest_keys, parse_overrides, read_yaml)
+from . import contract
 from .engine import tracking
 
-SWEEP_KEY_TAG = "attent.sweep_key"
+SWEEP_KEY_TAG = contract.TAG_SWEEP_KEY
 
 
 class SweepSpec(BaseModel):
@@ -92,7 +93,7 @@ def run_trial(config: dict[str, Any]) -> None:
     from .engine.launch import train
     cfg = ExperimentConfig.model_validate(trial["experiment"])
     train(cfg, parent_run_id=trial["parent_run_id"], role="trial",
-          extra_tags={"attent.sweep": trial["sweep"], "attent.trial": trial["id"]},
+          extra_tags={contract.TAG_SWEEP: trial["sweep"], contract.TAG_TRIAL: trial["id"]},
           callbacks=[TuneReportCallback()])
 
 
@@ -164,8 +165,9 @@ def _parent_run(base: ExperimentConfig, name: str, key: str) -> str:
     if found:
         client.update_run(found[0].info.run_id, status="RUNNING")
         return found[0].info.run_id
-    tags = {"attent.role": "sweep", "attent.sweep": name, SWEEP_KEY_TAG: key, "mlflow.runName": name,
-            "attent.task": base.task.name, "attent.git_commit": tracking.git_commit()}
+    tags = {contract.TAG_ROLE: contract.ROLE_SWEEP, contract.TAG_SWEEP: name, SWEEP_KEY_TAG: key,
+            contract.TAG_RUN_NAME: name, contract.TAG_TASK: base.task.name,
+            contract.TAG_GIT_COMMIT: tracking.git_commit()}
     run = client.create_run(experiment_id, run_name=name, tags=tags)
     client.log_text(run.info.run_id, tracking.yaml_dump(base), "base_config.yaml")
     return run.info.run_id

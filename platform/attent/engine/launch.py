@@ -10,6 +10,7 @@ import ray
 from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
+from .. import contract
 from ..config import ExperimentConfig
 from .loop import train_loop_per_worker
 from .tracking import client_for, finish_run, start_or_resume_run
@@ -99,7 +100,7 @@ def train(cfg: ExperimentConfig, *, parent_run_id: str | None = None, role: str 
 def _driver_metrics(wallclock: float, ray_init_s: float, metrics: dict[str, Any]):
     from mlflow.entities import Metric
     now = int(time.time() * 1000)
-    values = {"time_wallclock_s": wallclock, "time_ray_init_s": ray_init_s,
+    values = {contract.TIME_WALLCLOCK: wallclock, contract.TIME_RAY_INIT: ray_init_s,
               # Ray's fixed cost: everything the driver waited for that was not an epoch
-              "time_ray_overhead_s": wallclock - float(metrics.get("time_total_s", 0.0))}
+              contract.TIME_RAY_OVERHEAD: wallclock - float(metrics.get(contract.TIME_TOTAL, 0.0))}
     return [Metric(k, v, now, 0) for k, v in values.items()]

@@ -1,216 +1,318 @@
-"""The per-worker training function that Ray Train's TorchTrainer runs on every rank.
+"""The training recipe that Ray Train's TorchTrainer runs on every rank.
 
-One epoch = teacher.begin_epoch (maybe a scoring pass, maybe a re-selection) -> train on this
-rank's shard of the selected subset, feeding the teacher the per-sample losses of the training
-forwards -> teacher.end_epoch (all-gather) -> evaluate -> log (rank 0) -> checkpoint.
+    setup -> [restore] -> per epoch: select -> train_one_epoch -> evaluate -> log -> save
+
+``select`` asks the teacher for the epoch's subset (maybe after a scoring pass); training feeds
+the teacher the per-sample losses of its own forwards; ``log`` writes rank 0's MLflow metrics;
+``save`` checkpoints through Ray Train. The recipe knows nothing about any particular task.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-import ray.train
-import ray.train.torch
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
+from .. import contract
 from ..config import ExperimentConfig
-from ..selection import SubsetSampler, Teacher, shard_indices
-from ..tasks import Task, build_task
+from ..selection import SubsetSampler, Teacher, shard_indices, training_progress
+from ..tasks import build_task
+from ..tasks.base import Batch, OptimizerSpec, Task
 from . import checkpoint, figures
+from .counters import RunCounters
 from .lr import lr_factor
 from .tracking import RunLogger
 
-TIME_KEYS = ("train", "scoring", "selection", "eval", "checkpoint")
+Window = list[Batch]  # the micro-batches of one optimiser step
+
+
+@dataclass(frozen=True)
+class WorkerContext:
+    """Where this copy of the recipe runs."""
+    rank: int = 0
+    world_size: int = 1
+    device: torch.device = torch.device("cpu")
+
+    @classmethod
+    def from_ray_train(cls) -> "WorkerContext":
+        import ray.train
+        import ray.train.torch
+        ctx = ray.train.get_context()
+        return cls(ctx.get_world_rank(), ctx.get_world_size(), ray.train.torch.get_device())
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1 and dist.is_available() and dist.is_initialized()
+
+    def log(self, message: str) -> None:
+        if self.rank == 0:
+            print(f"[attent] {message}", flush=True)
 
 
 @dataclass
-class Progress:
-    """Counters that survive restarts (stored in every checkpoint)."""
-    next_epoch: int = 0
-    seconds: dict[str, float] = field(default_factory=lambda: {k: 0.0 for k in ("total",) + TIME_KEYS})
-    samples_forwarded: int = 0        # training + scoring forwards, all ranks
-    samples_backpropagated: int = 0   # training forwards (each also back-propagated)
-    optimizer_steps: int = 0
-    history: list[dict[str, float]] = field(default_factory=list)  # one row per epoch
+class EpochStats:
+    """One epoch's training, summed over this rank (``all_reduce`` sums over ranks)."""
+    loss_sum: float = 0.0
+    seen: int = 0        # samples back-propagated
+    scored: int = 0      # samples forwarded by scoring passes
+    steps: int = 0       # optimiser steps
+
+
+def resolve_optimizer(spec: OptimizerSpec, cfg: ExperimentConfig) -> OptimizerSpec:
+    """The task's defaults with every ``train:`` field the user set on top."""
+    train = cfg.train
+    chosen = {"lr": train.lr, "weight_decay": train.weight_decay, "betas": train.betas,
+              "schedule": train.schedule, "warmup_ratio": train.warmup_ratio,
+              "global_batch_size": train.global_batch_size}
+    return dataclasses.replace(spec, **{k: v for k, v in chosen.items() if v is not None})
+
+
+def micro_batch_windows(loader, accumulation: int) -> Iterator[Window]:
+    """The loader's batches grouped ``accumulation`` at a time; the last window may be shorter."""
+    window: Window = []
+    for batch in loader:
+        window.append(batch)
+        if len(window) == accumulation:
+            yield window
+            window = []
+    if window:
+        yield window
+
+
+class TrainingRecipe:
+    """One training run on one rank. ``run()`` is the whole of it; the steps are public so a
+    test (or another driver) can call them one at a time on a plain torch set-up."""
+
+    def __init__(self, cfg: ExperimentConfig, ctx: WorkerContext, logger: RunLogger | None = None):
+        self.cfg, self.ctx, self.logger = cfg, ctx, logger
+        self.counters = RunCounters()
+
+    # --- setup --------------------------------------------------------------------------------
+    def setup(self, wrap_model=lambda model: model) -> None:
+        """Task, data, model (``wrap_model``: DDP placement), optimiser, teacher, loader."""
+        cfg, ctx = self.cfg, self.ctx
+        torch.manual_seed(cfg.seed)  # identical initial weights on every rank
+        self.task: Task = build_task(cfg.task, seed=cfg.seed)
+        self.train_set = self.task.train_dataset()
+        self.model = wrap_model(self.task.build_model())
+        self.raw_model = getattr(self.model, "module", self.model)
+        self.optim = resolve_optimizer(self.task.optimizer_spec(), cfg)
+        per_step = cfg.train.batch_size * ctx.world_size
+        self.accumulation = max(1, math.ceil(self.optim.global_batch_size / per_step)) \
+            if self.optim.global_batch_size else 1
+        groups = self.task.parameter_groups(self.raw_model, self.optim.weight_decay)
+        self.optimizer = torch.optim.AdamW(groups, lr=self.optim.lr, betas=self.optim.betas,
+                                           eps=self.optim.eps)
+        self.teacher = Teacher(len(self.train_set), cfg.selection, cfg.train.epochs, seed=cfg.seed,
+                               groups=self.task.group_labels())
+        self.loader = DataLoader(self.train_set, batch_size=cfg.train.batch_size,
+                                 collate_fn=self.task.collate, num_workers=cfg.train.loader_workers,
+                                 sampler=SubsetSampler(self.teacher, ctx.rank, ctx.world_size, seed=cfg.seed))
+
+    def restore(self, saved: dict[str, Any]) -> None:
+        checkpoint.load_trainable_state(self.raw_model, saved["model"])
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.teacher.load_state_dict(saved["teacher"])
+        self.counters = RunCounters(**saved["progress"])
+        self.ctx.log(f"resumed from checkpoint after epoch {self.counters.next_epoch}")
+
+    def amp(self):
+        if self.cfg.train.precision == "bf16":
+            return torch.autocast(self.ctx.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    # --- one epoch ----------------------------------------------------------------------------
+    def select(self, epoch: int) -> tuple[float, int]:
+        """The teacher prepares the epoch's subset (scoring pass and re-selection when due);
+        returns the subset's checksum, equal on every rank, and the samples scored here."""
+        scoring = ScoringPass(self)
+        self.teacher.begin_epoch(epoch, score_fn=scoring)
+        return check_ranks_agree(self.teacher.subset), scoring.samples
+
+    def train_one_epoch(self, epoch: int) -> EpochStats:
+        stats = EpochStats()
+        self.model.train()
+        windows = math.ceil(len(self.loader) / self.accumulation)
+        for number, window in enumerate(micro_batch_windows(self.loader, self.accumulation), 1):
+            loss_sum, seen = self.backward_window(window)
+            self.optimizer_step(training_progress(epoch, self.cfg.train.epochs, number / windows))
+            stats.loss_sum += loss_sum
+            stats.seen += seen
+            stats.steps += 1
+            if windows >= 8 and number % max(1, windows // 4) == 0 and number < windows:
+                self.ctx.log(f"  epoch {epoch + 1}/{self.cfg.train.epochs}: {number}/{windows} steps, "
+                             f"loss {stats.loss_sum / max(stats.seen, 1):.4f}")
+        self.teacher.end_epoch()
+        return stats
+
+    def backward_window(self, window: Window) -> tuple[float, int]:
+        """Forward and backward every micro-batch of one optimiser step. Each sample weighs
+        1 / (samples in the window), so the accumulated gradient equals that of one batch of the
+        whole window, a short last window included. Ranks hold equally long shards (the sampler
+        pads), so DDP's average over ranks makes it the mean over all ranks' samples."""
+        in_window = sum(len(batch["index"]) for batch in window)
+        loss_sum = 0.0
+        for position, batch in enumerate(window):
+            batch = to_device(batch, self.ctx.device)
+            with self.amp():
+                losses = self.task.per_sample_loss(self.model, batch)
+            self.teacher.observe(batch["index"], losses)
+            weights = self.teacher.loss_weights[batch["index"].cpu()].to(losses.device, losses.dtype)
+            last = position == len(window) - 1
+            sync = contextlib.nullcontext() if last or not self.ctx.distributed else self.model.no_sync()
+            with sync:
+                ((losses * weights).sum() / in_window).backward()
+            loss_sum += float(losses.detach().sum())
+        return loss_sum, in_window
+
+    def optimizer_step(self, progress: float) -> None:
+        factor = lr_factor(progress, self.optim.schedule, self.optim.warmup_ratio)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.optim.lr * factor
+        if self.cfg.train.grad_clip:
+            torch.nn.utils.clip_grad_norm_(self.task.trainable_parameters(self.raw_model), self.cfg.train.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def evaluate(self, epoch: int) -> dict[str, float]:
+        if (epoch + 1) % self.cfg.train.eval_every and epoch + 1 != self.cfg.train.epochs:
+            return {}
+        self.raw_model.eval()
+        with torch.no_grad(), self.amp():
+            metrics = self.task.evaluate(self.raw_model, rank=self.ctx.rank, world_size=self.ctx.world_size,
+                                         progress=self.ctx.log)
+        return {contract.EVAL_PREFIX + k: v for k, v in metrics.items()}
+
+    # --- bookkeeping --------------------------------------------------------------------------
+    def record(self, epoch: int, stats: EpochStats, evals: dict[str, float], checksum: float) -> dict[str, float]:
+        """Sum the epoch over ranks into the counters; the epoch's metrics row."""
+        loss_sum, seen, scored = all_reduce([stats.loss_sum, stats.seen, stats.scored], self.ctx)
+        counters = self.counters
+        counters.samples_backpropagated += int(seen)
+        counters.samples_forwarded += int(seen + scored)
+        counters.optimizer_steps += stats.steps
+        counters.next_epoch = epoch + 1
+        row = {"epoch": epoch + 1, contract.TRAIN_LOSS: loss_sum / max(seen, 1),
+               contract.SELECTED_RATIO: self.teacher.selected_ratio,
+               contract.SAMPLES_FORWARDED: counters.samples_forwarded,
+               contract.SAMPLES_BACKPROPAGATED: counters.samples_backpropagated,
+               contract.SUBSET_CHECKSUM: checksum, **counters.time_metrics(), **evals}
+        counters.history.append(row)
+        return row
+
+    def log(self, epoch: int, row: dict[str, float]) -> None:
+        self.ctx.log(format_row(row, self.cfg.train.epochs))
+        if self.logger is None:
+            return
+        self.logger.log_metrics(row, step=epoch)
+        if epoch + 1 == self.cfg.train.epochs:
+            log_final(self.logger, self.counters, self.teacher, len(self.train_set), self.cfg)
+
+    def save(self, row: dict[str, float]) -> None:
+        """Checkpoint through Ray Train (a barrier: every rank reports)."""
+        import ray.train
+        with self.counters.timed("checkpoint"):
+            tmp = None
+            if self.ctx.rank == 0:
+                tmp = checkpoint.save({"model": checkpoint.trainable_state(self.raw_model),
+                                       "optimizer": self.optimizer.state_dict(),
+                                       "teacher": self.teacher.state_dict(), "progress": asdict(self.counters)})
+            ray.train.report({k: v for k, v in row.items() if v == v},
+                             checkpoint=ray.train.Checkpoint.from_directory(tmp.name) if tmp else None)
+            if tmp:
+                tmp.cleanup()
+
+    # --- the whole run ------------------------------------------------------------------------
+    def run_epoch(self, epoch: int) -> dict[str, float]:
+        # Dropout and other randomness depend on (seed, epoch, rank) only: a resumed run replays it.
+        torch.manual_seed(self.cfg.seed * 7919 + epoch * 104729 + self.ctx.rank)
+        seconds = self.counters.seconds
+        with self.counters.timed("total"):
+            before = dict(self.teacher.seconds)
+            checksum, scored = self.select(epoch)
+            with self.counters.timed("train"):
+                stats = self.train_one_epoch(epoch)
+            for part in ("scoring", "selection"):  # the teacher times its own work
+                seconds[part] += self.teacher.seconds[part] - before[part]
+            stats.scored = scored
+            with self.counters.timed("eval"):
+                evals = self.evaluate(epoch)
+        return self.record(epoch, stats, evals, checksum)
 
 
 def train_loop_per_worker(payload: dict[str, Any]) -> None:
+    """Ray Train's entry point on every rank."""
+    import time
+
+    import ray.train
+    import ray.train.torch
+    start = time.perf_counter()
     cfg = ExperimentConfig.model_validate(payload["config"])
-    _quiet_ray_train_reports()
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    device = ray.train.torch.get_device()
-    log = (lambda msg: print(f"[attent] {msg}", flush=True)) if rank == 0 else (lambda msg: None)
-    setup_start = time.perf_counter()
-
-    torch.manual_seed(cfg.seed)  # identical initial weights on every rank
-    task = build_task(cfg.task, seed=cfg.seed)
-    train_set = task.train_dataset()
-    num_samples = len(train_set)
-    model = ray.train.torch.prepare_model(task.build_model())
-    raw_model = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
-    defaults = task.optimizer_defaults()
-    base_lr = cfg.train.lr or defaults.get("lr", 1e-3)
-    schedule = cfg.train.schedule or defaults.get("schedule", "cosine")
-    warmup = cfg.train.warmup_ratio if cfg.train.warmup_ratio is not None else defaults.get("warmup_ratio", 0.0)
-    weight_decay = cfg.train.weight_decay if cfg.train.weight_decay is not None else defaults.get("weight_decay", 0.0)
-    global_batch = cfg.train.global_batch_size or defaults.get("global_batch_size")
-    accumulation = max(1, math.ceil(global_batch / (cfg.train.batch_size * world))) if global_batch else 1
-    optimizer = torch.optim.AdamW(task.trainable_parameters(raw_model), lr=base_lr, weight_decay=weight_decay)
-
-    teacher = Teacher(num_samples, cfg.selection, cfg.train.epochs, seed=cfg.seed, groups=task.group_labels())
-    loader = DataLoader(train_set, batch_size=cfg.train.batch_size, collate_fn=task.collate,
-                        sampler=SubsetSampler(teacher, rank, world, seed=cfg.seed),
-                        num_workers=cfg.train.loader_workers)
-    state = Progress()
+    quiet_ray_train_reports()
+    ctx = WorkerContext.from_ray_train()
+    logger = RunLogger(payload["tracking_uri"], payload["run_id"]) if ctx.rank == 0 else None
+    recipe = TrainingRecipe(cfg, ctx, logger)
+    recipe.setup(wrap_model=ray.train.torch.prepare_model)
     restored = ray.train.get_checkpoint()
     if restored:
         with restored.as_directory() as directory:
-            saved = checkpoint.load(directory)
-        checkpoint.load_trainable_state(raw_model, saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        teacher.load_state_dict(saved["teacher"])
-        state = Progress(**saved["progress"])
-        log(f"resumed from checkpoint after epoch {state.next_epoch - 1}")
-    logger = RunLogger(payload["tracking_uri"], payload["run_id"]) if rank == 0 else None
-    if logger and not restored:
-        logger.log_metrics({"time_setup_s": time.perf_counter() - setup_start,
-                            "num_train_samples": num_samples, "grad_accumulation": accumulation})
-    log(f"{cfg.name}: {num_samples} samples, {world} worker(s) on {device}, "
-        f"selection {cfg.selection.label()}, {cfg.train.epochs} epochs")
-
-    def amp():
-        if cfg.train.precision == "bf16":
-            return torch.autocast(device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
-
-    for epoch in range(state.next_epoch, cfg.train.epochs):
-        epoch_start = time.perf_counter()
-        # Dropout and other randomness depend on (seed, epoch, rank) only: a resumed run replays it.
-        torch.manual_seed(cfg.seed * 7919 + epoch * 104729 + rank)
-        spent_before = dict(teacher.seconds)
-        scoring = _ScoringPass(task, raw_model, train_set, cfg, rank, world, device)
-        teacher.begin_epoch(epoch, score_fn=scoring)
-        scored_local = scoring.samples
-        subset_checksum = _check_ranks_agree(teacher.subset)
-
-        model.train()
-        train_start = time.perf_counter()
-        losses_sum, seen_local, steps_local = 0.0, 0, 0
-        batches = len(loader)
-        for step, batch in enumerate(loader):
-            batch = _to_device(batch, device)
-            with amp():
-                losses = task.per_sample_loss(model, batch)
-            teacher.observe(batch["index"], losses)
-            weights = teacher.loss_weights[batch["index"].cpu()].to(device, losses.dtype)
-            loss = (losses * weights).mean() / accumulation
-            update = (step + 1) % accumulation == 0 or step + 1 == batches
-            no_sync = model.no_sync() if world > 1 and not update else contextlib.nullcontext()
-            with no_sync:
-                loss.backward()
-            if update:
-                progress = (epoch + (step + 1) / batches) / cfg.train.epochs
-                for group in optimizer.param_groups:
-                    group["lr"] = base_lr * lr_factor(progress, schedule, warmup)
-                if cfg.train.grad_clip:
-                    torch.nn.utils.clip_grad_norm_(task.trainable_parameters(raw_model), cfg.train.grad_clip)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                steps_local += 1
-            losses_sum += float(losses.detach().sum())
-            seen_local += losses.numel()
-            if rank == 0 and batches >= 20 and (step + 1) % max(1, batches // 4) == 0 and step + 1 < batches:
-                log(f"  epoch {epoch + 1}/{cfg.train.epochs}: {step + 1}/{batches} batches, "
-                    f"loss {losses_sum / max(seen_local, 1):.4f}")
-        teacher.end_epoch()
-        train_seconds = time.perf_counter() - train_start
-
-        eval_metrics: dict[str, float] = {}
-        eval_seconds = 0.0
-        if (epoch + 1) % cfg.train.eval_every == 0 or epoch + 1 == cfg.train.epochs:
-            eval_start = time.perf_counter()
-            raw_model.eval()
-            with torch.no_grad(), amp():
-                eval_metrics = task.evaluate(raw_model, rank=rank, world_size=world, progress=log)
-            eval_seconds = time.perf_counter() - eval_start
-
-        loss_total, seen, scored = _all_reduce([losses_sum, seen_local, scored_local], device)
-        state.samples_backpropagated += int(seen)
-        state.samples_forwarded += int(seen + scored)
-        state.optimizer_steps += steps_local
-        state.seconds["train"] += train_seconds
-        state.seconds["eval"] += eval_seconds
-        for key in ("scoring", "selection"):
-            state.seconds[key] += teacher.seconds[key] - spent_before[key]
-        state.seconds["total"] += time.perf_counter() - epoch_start
-        row = _epoch_row(epoch, state, teacher, loss_total / max(seen, 1), eval_metrics, num_samples, cfg)
-        row["subset_checksum"] = subset_checksum
-        state.history.append(row)
-        state.next_epoch = epoch + 1
-        log(_format_row(row, cfg.train.epochs))
-
-        if logger:
-            logger.log_metrics(row, step=epoch)
-            if state.next_epoch == cfg.train.epochs:
-                _log_final(logger, state, teacher, num_samples, cfg)
-
-        ckpt_start = time.perf_counter()
-        tmp = None
-        if rank == 0:
-            tmp = checkpoint.save({"model": checkpoint.trainable_state(raw_model),
-                                   "optimizer": optimizer.state_dict(), "teacher": teacher.state_dict(),
-                                   "progress": asdict(state)})
-        ray.train.report({k: v for k, v in row.items() if v == v},
-                         checkpoint=ray.train.Checkpoint.from_directory(tmp.name) if tmp else None)
-        if tmp:
-            tmp.cleanup()
-        state.seconds["checkpoint"] += time.perf_counter() - ckpt_start
-        _maybe_fail(cfg, epoch, rank)
+            recipe.restore(checkpoint.load(directory))
+    elif logger:
+        logger.log_metrics({contract.TIME_SETUP: time.perf_counter() - start,
+                            contract.NUM_TRAIN_SAMPLES: len(recipe.train_set),
+                            contract.GRAD_ACCUMULATION: recipe.accumulation})
+    ctx.log(f"{cfg.name}: {len(recipe.train_set)} samples, {ctx.world_size} worker(s) on {ctx.device}, "
+            f"selection {cfg.selection.label(cfg.train.epochs)}, {cfg.train.epochs} epochs")
+    for epoch in range(recipe.counters.next_epoch, cfg.train.epochs):
+        row = recipe.run_epoch(epoch)
+        recipe.log(epoch, row)
+        recipe.save(row)
+        maybe_fail(cfg, epoch, ctx.rank)
 
 
-def _quiet_ray_train_reports() -> None:
+class ScoringPass:
+    """The re-scoring pass the teacher asks for: per-sample losses of this rank's shard of the
+    whole training set, in eval mode and the task's precision, no gradients."""
+
+    def __init__(self, recipe: TrainingRecipe):
+        self.recipe, self.samples = recipe, 0
+
+    def __call__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        r = self.recipe
+        shard = shard_indices(torch.arange(len(r.train_set)), r.ctx.rank, r.ctx.world_size, shuffle=False)
+        loader = DataLoader(r.train_set, batch_size=r.cfg.train.scoring_batch_size or 2 * r.cfg.train.batch_size,
+                            sampler=shard.tolist(), collate_fn=r.task.collate, num_workers=r.cfg.train.loader_workers)
+        was_training = r.raw_model.training
+        r.raw_model.eval()
+        with torch.no_grad(), r.amp():
+            for batch in loader:
+                batch = to_device(batch, r.ctx.device)
+                losses = r.task.per_sample_loss(r.raw_model, batch)
+                self.samples += losses.numel()
+                yield batch["index"], losses
+        r.raw_model.train(was_training)
+
+
+def quiet_ray_train_reports() -> None:
     """Ray Train logs every report (metrics and all) at INFO under a logger named after its file,
     outside the 'ray.train' hierarchy that LoggingConfig controls; our epoch lines say it better."""
     from ray.train.v2._internal.execution import context
     logging.getLogger(context.__file__).setLevel(logging.WARNING)
 
 
-class _ScoringPass:
-    """The re-scoring pass the teacher asks for: per-sample losses of this rank's shard of the
-    whole training set, in eval mode, no gradients. Counts the samples it forwards."""
-
-    def __init__(self, task: Task, model, train_set, cfg: ExperimentConfig, rank: int, world: int, device):
-        self.task, self.model, self.device, self.samples = task, model, device, 0
-        shard = shard_indices(torch.arange(len(train_set)), rank, world, shuffle=False).tolist()
-        self.loader = DataLoader(train_set, batch_size=cfg.train.scoring_batch_size or 2 * cfg.train.batch_size,
-                                 sampler=shard, collate_fn=task.collate, num_workers=cfg.train.loader_workers)
-
-    def __call__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        was_training = self.model.training
-        self.model.eval()
-        with torch.no_grad():
-            for batch in self.loader:
-                batch = _to_device(batch, self.device)
-                losses = self.task.per_sample_loss(self.model, batch)
-                self.samples += losses.numel()
-                yield batch["index"], losses
-        self.model.train(was_training)
-
-
-def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+def to_device(batch: Batch, device: torch.device) -> Batch:
     return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
-def _check_ranks_agree(subset: torch.Tensor) -> float:
+def check_ranks_agree(subset: torch.Tensor) -> float:
     """Checksum of the epoch's subset, verified equal on every rank: the teachers' tables and
     generators must never diverge (a silent divergence would train ranks on different data)."""
     checksum = float((subset.double() * 2.0 ** -20).sin().sum() + subset.numel())
@@ -222,54 +324,48 @@ def _check_ranks_agree(subset: torch.Tensor) -> float:
     return checksum
 
 
-def _all_reduce(values: list[float], device: torch.device) -> list[float]:
-    if not (dist.is_available() and dist.is_initialized()):
+def all_reduce(values: list[float], ctx: WorkerContext) -> list[float]:
+    if not ctx.distributed:
         return values
-    tensor = torch.tensor(values, dtype=torch.float64,
-                          device=device if dist.get_backend() == "nccl" else "cpu")
+    device = ctx.device if dist.get_backend() == "nccl" else "cpu"
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(tensor)
     return tensor.tolist()
 
 
-def _epoch_row(epoch: int, state: Progress, teacher: Teacher, train_loss: float,
-               eval_metrics: dict[str, float], num_samples: int, cfg: ExperimentConfig) -> dict[str, float]:
-    row = {"epoch": epoch + 1, "train_loss": train_loss, "selected_ratio": teacher.selected_ratio,
-           "samples_forwarded": state.samples_forwarded, "samples_backpropagated": state.samples_backpropagated,
-           **{f"time_{k}_s": v for k, v in state.seconds.items()}}
-    row.update({f"eval_{k}": v for k, v in eval_metrics.items()})
-    return row
+def format_row(row: dict[str, float], epochs: int) -> str:
+    evals = "".join(f"{k[len(contract.EVAL_PREFIX):]} {v:.4f}, " for k, v in row.items()
+                    if k.startswith(contract.EVAL_PREFIX))
+    return (f"epoch {int(row['epoch'])}/{epochs}: selected {row[contract.SELECTED_RATIO]:.0%}, "
+            f"train loss {row[contract.TRAIN_LOSS]:.4f}, {evals}method cost {row[contract.TIME_METHOD]:.1f}s "
+            f"(train {row[contract.time_metric('train')]:.1f}s, scoring {row[contract.time_metric('scoring')]:.1f}s), "
+            f"eval {row[contract.time_metric('eval')]:.1f}s")
 
 
-def _format_row(row: dict[str, float], epochs: int) -> str:
-    evals = "".join(f"{k[5:]} {v:.4f}, " for k, v in row.items() if k.startswith("eval_"))
-    return (f"epoch {int(row['epoch'])}/{epochs}: selected {row['selected_ratio']:.0%}, "
-            f"train loss {row['train_loss']:.4f}, {evals}elapsed {row['time_total_s']:.1f}s "
-            f"(train {row['time_train_s']:.1f}s, scoring {row['time_scoring_s']:.1f}s)")
-
-
-def _log_final(logger: RunLogger, state: Progress, teacher: Teacher, num_samples: int,
-               cfg: ExperimentConfig) -> None:
-    full_data = num_samples * cfg.train.epochs
-    last = state.history[-1]
-    finals = {f"time_{k}_s": v for k, v in state.seconds.items()}
-    finals.update({
-        "samples_forwarded": state.samples_forwarded, "samples_backpropagated": state.samples_backpropagated,
-        "sample_saving": 1.0 - state.samples_backpropagated / full_data,
-        "mean_selected_ratio": sum(r["selected_ratio"] for r in state.history) / len(state.history),
-        "optimizer_steps": state.optimizer_steps,
-        **{k: v for k, v in last.items() if k.startswith("eval_")},
-    })
+def log_final(logger: RunLogger, counters: RunCounters, teacher: Teacher, num_samples: int,
+              cfg: ExperimentConfig) -> None:
+    """End-of-run metrics (step = epochs), selection history, epoch history and figures."""
+    ratios = [row[contract.SELECTED_RATIO] for row in counters.history]
+    finals = {**counters.time_metrics(),
+              contract.SAMPLES_FORWARDED: counters.samples_forwarded,
+              contract.SAMPLES_BACKPROPAGATED: counters.samples_backpropagated,
+              contract.SAMPLE_SAVING: 1.0 - counters.samples_backpropagated / (num_samples * cfg.train.epochs),
+              contract.MEAN_SELECTED_RATIO: sum(ratios) / len(ratios),
+              contract.MAX_SELECTED_RATIO: max(ratios),
+              contract.OPTIMIZER_STEPS: counters.optimizer_steps,
+              **{k: v for k, v in counters.history[-1].items() if k.startswith(contract.EVAL_PREFIX)}}
     logger.log_metrics(finals, step=cfg.train.epochs)
     selections = [dict(r.summary(), indices=r.indices.tolist() if cfg.mlflow.log_selected_indices else None)
                   for r in teacher.history]
     logger.log_json({"num_samples": num_samples, "selections": selections}, "selection_history.json")
-    logger.log_json(state.history, "epoch_history.json")
-    for name, figure in figures.training_figures(state.history, teacher.history, cfg.selection.label()).items():
+    logger.log_json(counters.history, "epoch_history.json")
+    label = cfg.selection.label(cfg.train.epochs)
+    for name, figure in figures.training_figures(counters.history, teacher.history, label).items():
         logger.log_figure(figure, f"figures/{name}.png")
         figures.close(figure)
 
 
-def _maybe_fail(cfg: ExperimentConfig, epoch: int, rank: int) -> None:
+def maybe_fail(cfg: ExperimentConfig, epoch: int, rank: int) -> None:
     """Fault injection: die once (a marker file remembers) after the given epoch's checkpoint."""
     fault = cfg.fault
     if fault.fail_once_after_epoch is None or epoch != fault.fail_once_after_epoch or rank != fault.fail_rank:

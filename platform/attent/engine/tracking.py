@@ -15,9 +15,10 @@ import yaml
 from mlflow.entities import Metric, Param, RunStatus
 from mlflow.tracking import MlflowClient
 
+from .. import contract
 from ..config import ExperimentConfig, flatten
 
-RUN_KEY_TAG = "attent.run_key"  # storage path + name: identifies a run across resumes
+RUN_KEY_TAG = contract.TAG_RUN_KEY  # storage path + name: identifies a run across resumes
 
 
 def client_for(tracking_uri: str) -> MlflowClient:
@@ -56,19 +57,21 @@ def git_commit() -> str:
 
 
 def run_tags(cfg: ExperimentConfig, role: str) -> dict[str, str]:
-    sel = cfg.selection
+    sel, epochs = cfg.selection, cfg.train.epochs
     loss_based = sel.method in ("attent", "random")
     return {
-        "attent.task": cfg.task.name,
-        "attent.method": sel.method,
-        "attent.strategy": sel.strategy if loss_based else "none",
-        "attent.ratio_schedule": sel.ratio_schedule.describe() if sel.method not in ("full", "infobatch") else "none",
-        "attent.interval_schedule": sel.interval_schedule.describe() if sel.method != "full" else "none",
-        "attent.label": sel.label(),
-        "attent.role": role,
-        "attent.git_commit": git_commit(),
+        contract.TAG_TASK: cfg.task.name,
+        contract.TAG_METHOD: sel.method,
+        contract.TAG_STRATEGY: sel.strategy if loss_based else contract.NONE,
+        contract.TAG_RATIO_SCHEDULE: sel.ratio_schedule.describe() if sel.uses_ratio_schedule else contract.NONE,
+        contract.TAG_INTERVAL_SCHEDULE: sel.interval_schedule.describe() if sel.uses_ratio_schedule else contract.NONE,
+        contract.TAG_LABEL: sel.label(epochs),
+        contract.TAG_RATIO_REACHED: f"{sel.ratio_reached(epochs):.4g}" if sel.uses_ratio_schedule else "1",
+        contract.TAG_IDENTITY: contract.identity_hash(flatten(cfg)),
+        contract.TAG_ROLE: role,
+        contract.TAG_GIT_COMMIT: git_commit(),
         RUN_KEY_TAG: f"{cfg.ray.storage_path}/{cfg.name}",
-        "mlflow.runName": cfg.name,
+        contract.TAG_RUN_NAME: cfg.name,
     }
 
 
@@ -87,7 +90,7 @@ def start_or_resume_run(cfg: ExperimentConfig, *, role: str = "run", parent_run_
         return run_id, True
     tags = {**run_tags(cfg, role), **(extra_tags or {})}
     if parent_run_id:
-        tags["mlflow.parentRunId"] = parent_run_id
+        tags[contract.TAG_PARENT_RUN_ID] = parent_run_id
     run = client.create_run(experiment_id, run_name=cfg.name, tags=tags)
     params = {k: _param(v) for k, v in flatten(cfg).items()}
     items = list(params.items())

@@ -10,14 +10,31 @@
             (losses * teacher.loss_weights[batch["index"]]).mean().backward()
         teacher.end_epoch()
 """
-from .config import METHODS, PRESETS, IntervalConfig, RatioConfig, SelectionConfig
-from .core import STRATEGIES, budget, select, weighted_sample
-from .sampler import SubsetSampler, shard_indices
-from .schedules import IntervalSchedule, RatioSchedule, cosine, fixed, incremental, progress_of
-from .teacher import SelectionRecord, Teacher
+from __future__ import annotations
 
-__all__ = [
-    "METHODS", "PRESETS", "STRATEGIES", "IntervalConfig", "IntervalSchedule", "RatioConfig",
-    "RatioSchedule", "SelectionConfig", "SelectionRecord", "SubsetSampler", "Teacher", "budget",
-    "cosine", "fixed", "incremental", "progress_of", "select", "shard_indices", "weighted_sample",
-]
+import importlib
+
+# Names resolved on first use: `attent validate` reads configs (pydantic only) without paying
+# for torch, which the selection functions, the teacher and the sampler need.
+_EXPORTS = {
+    "config": ("METHODS", "PRESETS", "IntervalConfig", "RatioConfig", "SelectionConfig"),
+    "core": ("STRATEGIES", "budget", "select", "weighted_sample"),
+    "sampler": ("SubsetSampler", "shard_indices"),
+    "schedules": ("IntervalSchedule", "RatioSchedule", "check_ratio", "cosine", "fixed", "incremental",
+                  "training_progress"),
+    "teacher": ("SelectionRecord", "Teacher"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_MODULE_OF[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

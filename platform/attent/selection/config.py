@@ -5,7 +5,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .schedules import IntervalSchedule, RatioSchedule
+from .schedules import IntervalSchedule, RatioSchedule, training_progress
 
 METHODS = ("attent", "full", "random", "class_weight", "group_weight", "gradnorm", "infobatch")
 
@@ -19,6 +19,21 @@ PRESETS: dict[str, dict[str, Any]] = {
     "vit": dict(method="attent", strategy="soft", ratio=dict(kind="incremental", start=0.2, end=0.8),
                 interval=dict(kind="incremental", start=1, end=4), warmup_epochs=0, rescore=True),
 }
+
+
+def merge_nested(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """``update`` over ``base``, section by section: a preset's ``ratio: {kind, start, end}``
+    keeps ``kind`` and ``start`` when the user sets only ``ratio.end``."""
+    merged = dict(base)
+    for key, value in update.items():
+        inner = merged.get(key)
+        if isinstance(value, dict) and isinstance(inner, dict):
+            merged[key] = merge_nested(inner, value)
+        elif isinstance(value, BaseModel) and isinstance(inner, dict):
+            merged[key] = merge_nested(inner, value.model_dump(exclude_unset=True))
+        else:
+            merged[key] = value
+    return merged
 
 
 class RatioConfig(BaseModel):
@@ -36,15 +51,16 @@ class RatioConfig(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _default_start(self) -> "RatioConfig":
+    def _defaults(self) -> "RatioConfig":
         # The paper's schedules run 20% -> 80%; a bare `kind: incremental` must not mean 100% -> 80%.
         if self.start is None:
             self.start = 1.0 if self.kind == "fixed" else 0.2
+        # A fixed schedule has one ratio: `end` is normalised to it (a preset's 0.8 must not linger).
+        self.end = self.start if self.kind == "fixed" else (0.8 if self.end is None else self.end)
         return self
 
     def build(self) -> RatioSchedule:
-        end = self.start if self.kind == "fixed" else (0.8 if self.end is None else self.end)
-        return RatioSchedule(self.kind, self.start, end)
+        return RatioSchedule(self.kind, self.start, self.end)
 
 
 class IntervalConfig(BaseModel):
@@ -53,9 +69,14 @@ class IntervalConfig(BaseModel):
     start: int = Field(1, ge=1, description="I0 in epochs; for fixed, the interval itself")
     end: Optional[int] = Field(None, ge=1, description="Imax (incremental); defaults to start")
 
+    @model_validator(mode="after")
+    def _default_end(self) -> "IntervalConfig":
+        if self.kind == "fixed" or self.end is None:
+            self.end = self.start
+        return self
+
     def build(self) -> IntervalSchedule:
-        end = self.start if self.kind == "fixed" or self.end is None else self.end
-        return IntervalSchedule(self.kind, self.start, end)
+        return IntervalSchedule(self.kind, self.start, self.end)
 
 
 class SelectionConfig(BaseModel):
@@ -82,7 +103,7 @@ class SelectionConfig(BaseModel):
         if isinstance(data, dict) and data.get("preset") is not None:
             if data["preset"] not in PRESETS:
                 raise ValueError(f"unknown selection preset {data['preset']!r}; choose {', '.join(PRESETS)}")
-            data = {**PRESETS[data["preset"]], **data}
+            data = merge_nested(PRESETS[data["preset"]], data)
         return data
 
     @model_validator(mode="after")
@@ -104,11 +125,42 @@ class SelectionConfig(BaseModel):
     def interval_schedule(self) -> IntervalSchedule:
         return self.interval.build()
 
-    def label(self) -> str:
-        """Human-readable row label for tables, e.g. 'Soft · incremental(0.2→0.8) · incremental(1→4)'."""
+    @property
+    def uses_ratio_schedule(self) -> bool:
+        """Whether the ratio and interval schedules decide the subsets (not full, not InfoBatch)."""
+        return self.method not in ("full", "infobatch")
+
+    def planned_ratios(self, total_epochs: int) -> list[tuple[int, float]]:
+        """(epoch, ratio) of every re-selection a run of ``total_epochs`` makes, exactly as the
+        Teacher will (same progress definition, same interval rounding)."""
+        if not self.uses_ratio_schedule:
+            return []
+        plan, epoch = [], self.warmup_epochs
+        while epoch < total_epochs:
+            progress = training_progress(epoch, total_epochs)
+            plan.append((epoch, self.ratio_schedule(progress)))
+            epoch += self.interval_schedule(progress)
+        return plan
+
+    def ratio_reached(self, total_epochs: int) -> float:
+        """The largest ratio a run selects (1.0 when it trains on all data at some epoch)."""
+        plan = self.planned_ratios(total_epochs)
+        trains_on_all = not plan or plan[0][0] > 0
+        return max([ratio for _, ratio in plan] + ([1.0] if trains_on_all else []))
+
+    def label(self, total_epochs: int | None = None) -> str:
+        """Human-readable row label for tables, e.g. 'Soft · incremental(0.2→0.8) · incremental(1→4)'.
+        Given the run's epochs, a schedule whose end is never selected says what is reached:
+        'incremental(0.2→0.8, reached 0.56)'."""
         if self.method == "full":
             return "Full data"
         if self.method == "infobatch":
             return f"InfoBatch (prune {self.infobatch_prune:g})"
         head = self.strategy.capitalize() if self.method == "attent" else self.method.replace("_", " ").title()
-        return f"{head} · {self.ratio_schedule.describe()} · {self.interval_schedule.describe()}"
+        ratio = self.ratio_schedule.describe()
+        plan = self.planned_ratios(total_epochs) if total_epochs is not None else []
+        if plan and self.ratio.kind != "fixed":
+            reached = max(r for _, r in plan)
+            if abs(reached - self.ratio.end) > 5e-3:
+                ratio = f"{ratio[:-1]}, reached {reached:.2g})"
+        return f"{head} · {ratio} · {self.interval_schedule.describe()}"

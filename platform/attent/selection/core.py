@@ -11,6 +11,8 @@ import math
 import numpy as np
 import torch
 
+from .schedules import check_ratio
+
 STRATEGIES = ("hard", "soft", "random")
 
 
@@ -20,10 +22,6 @@ def budget(num_samples: int, ratio: float) -> int:
     return max(1, min(num_samples, round(ratio * num_samples)))
 
 
-def check_ratio(ratio: float) -> float:
-    if not (isinstance(ratio, (int, float)) and 0.0 < ratio <= 1.0):
-        raise ValueError(f"selection ratio must lie in (0, 1], got {ratio!r}")
-    return float(ratio)
 
 
 def select(scores: torch.Tensor, k: int, strategy: str, *, temperature: float = 1.0,

@@ -1,14 +1,25 @@
 """Selection-ratio and re-selection-interval schedules as pure functions of training progress.
 
-Progress p runs from 0 (first epoch) to 1 (last epoch). Intervals are counted in whatever unit the
-caller steps in (the engine uses epochs).
+Training progress, the one definition the whole platform uses (selection and learning rate):
+p = (epochs completed + fraction of the current epoch) / total epochs, from 0 at the start of
+training to 1 at its end. A selection made at the start of epoch e sees p = e / E; the learning
+rate at an optimiser step sees the progress reached by that step. Consequently a schedule's end
+value r1 (reached at p = 1) is approached but not selected: with E epochs and a selection every
+epoch the last ratio is r(1 - 1/E). ``SelectionConfig.planned_ratios`` gives the ratios a run
+will actually select, and run labels show the ratio reached where it falls short of r1.
+Intervals are counted in epochs.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from .core import check_ratio
+
+
+def check_ratio(ratio: float) -> float:
+    if not (isinstance(ratio, (int, float)) and 0.0 < ratio <= 1.0):
+        raise ValueError(f"selection ratio must lie in (0, 1], got {ratio!r}")
+    return float(ratio)
 
 
 @dataclass(frozen=True)
@@ -72,9 +83,13 @@ def cosine(start: float = 0.2, end: float = 0.8) -> RatioSchedule:
     return RatioSchedule("cosine", start, end)
 
 
-def progress_of(epoch: int, total_epochs: int) -> float:
-    """Progress of an epoch: 0 for the first, 1 for the last."""
-    return min(1.0, epoch / max(total_epochs - 1, 1))
+def training_progress(epoch: int, total_epochs: int, fraction: float = 0.0) -> float:
+    """(epoch + fraction of it done) / total epochs, clipped to [0, 1]: 0 when training starts,
+    1 when it ends. The learning rate and the selection schedules both read this."""
+    if total_epochs < 1:
+        raise ValueError(f"total_epochs must be >= 1, got {total_epochs}")
+    return min(1.0, max(0.0, (epoch + fraction) / total_epochs))
+
 
 
 def _check_progress(progress: float) -> float:

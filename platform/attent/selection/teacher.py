@@ -14,7 +14,7 @@ from . import baselines
 from .config import SelectionConfig
 from .core import budget, select, weighted_sample
 from .distributed import all_gather_observations
-from .schedules import progress_of
+from .schedules import training_progress
 
 ScoreFn = Callable[[], Iterable[tuple[torch.Tensor, torch.Tensor]]]
 
@@ -145,7 +145,7 @@ class Teacher:
 
     def _reselect(self, epoch: int) -> None:
         start = time.perf_counter()
-        cfg, p = self.config, progress_of(epoch, self.total_epochs)
+        cfg, p = self.config, training_progress(epoch, self.total_epochs)
         ratio = cfg.ratio_schedule(p)
         k = budget(self.num_samples, ratio)
         weights = torch.ones(self.num_samples)

@@ -8,17 +8,51 @@ position of each sample in ``train_dataset`` (the AtteNT teacher keys its score 
 from __future__ import annotations
 
 import abc
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
 
 import torch
 from torch import nn
 from torch.utils.data import Dataset
 
 Batch = dict[str, Any]
+ParamGroup = dict[str, Any]  # a torch.optim parameter group: {"params": [...], "weight_decay": ...}
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """A task's AdamW and learning-rate defaults; ``train:`` fields override any of them."""
+    lr: float = 1e-3
+    weight_decay: float = 0.0                      # applied to the decayed group only
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    schedule: Literal["cosine", "linear", "constant"] = "cosine"  # over training progress
+    warmup_ratio: float = 0.0                      # share of training progress
+    global_batch_size: int | None = None           # reached by gradient accumulation; None: none
+
+
+def decay_groups(model: nn.Module, weight_decay: float,
+                 parameters: list[tuple[str, nn.Parameter]] | None = None) -> list[ParamGroup]:
+    """Trainable parameters split into a decayed group and one without weight decay: biases,
+    norm scales (every tensor of < 2 dims), embeddings, and the names the model's
+    ``no_weight_decay()`` lists (timm: position embedding, class token)."""
+    named = parameters if parameters is not None else [
+        (n, p) for n, p in model.named_parameters() if p.requires_grad]
+    listed = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
+    embeddings = {id(p) for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
+    decay, no_decay = [], []
+    for name, param in named:
+        exempt = param.ndim < 2 or id(param) in embeddings or name in listed or \
+            name.split(".")[-1] in listed
+        (no_decay if exempt else decay).append(param)
+    groups = [{"params": decay, "weight_decay": weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return [g for g in groups if g["params"]]
 
 
 class Task(abc.ABC):
-    """One workload (ViT classification, LLM LoRA fine-tuning, ...)."""
+    """One workload (ViT classification, LLM LoRA fine-tuning, ...), built in each worker as
+    ``TaskClass(config, seed=seed)`` from its validated config section."""
 
     name: str = "task"
 
@@ -44,9 +78,14 @@ class Task(abc.ABC):
         """Parameters the optimiser updates (LoRA tasks return the adapters only)."""
         return [p for p in model.parameters() if p.requires_grad]
 
-    def optimizer_defaults(self) -> dict[str, Any]:
-        """Task-specific optimiser defaults (lr, weight decay, betas) the config may override."""
-        return {}
+    def optimizer_spec(self) -> OptimizerSpec:
+        """The task's optimiser and schedule defaults (``train:`` fields override them)."""
+        return OptimizerSpec()
+
+    def parameter_groups(self, model: nn.Module, weight_decay: float) -> list[ParamGroup]:
+        """The optimiser's parameter groups: by default no weight decay on biases, norms and
+        embeddings (see ``decay_groups``)."""
+        return decay_groups(model, weight_decay)
 
     # --- loss and evaluation ----------------------------------------------------------------
     @abc.abstractmethod

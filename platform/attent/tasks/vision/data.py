@@ -21,28 +21,10 @@ import torch.nn.functional as F
 from PIL import Image
 from torch.utils.data import Dataset
 
-FASHION_MNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-                         "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
-FASHION_MNIST_FILES = {
-    ("train", "images"): "train-images-idx3-ubyte",
-    ("train", "labels"): "train-labels-idx1-ubyte",
-    ("test", "images"): "t10k-images-idx3-ubyte",
-    ("test", "labels"): "t10k-labels-idx1-ubyte",
-}
-FASHION_MNIST_ENV = "ATTENT_FASHION_MNIST"
-# Where Debian's `dataset-fashion-mnist` package puts the gzipped idx files.
-FASHION_MNIST_DEBIAN_DIRS = (Path("/usr/share/datasets/fashion-mnist"),)
-# `download: true` saves here through torchvision (which adds FashionMNIST/raw/).
-DOWNLOAD_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"), "attent", "datasets")
+from .files import (DIGITS_STATS, DOWNLOAD_ROOT, FASHION_MNIST_CLASSES, FASHION_MNIST_STATS,  # noqa: F401
+                    IMAGE_FOLDER_STATS, IMAGE_SUFFIXES, NATIVE_IMG_SIZE, check_image_folder,
+                    ensure_fashion_mnist, find_fashion_mnist, has_train_test, idx_file, scan_classes)
 
-# Per-channel (mean, std) in [0, 1] units: the training set's for the fixed datasets; for
-# arbitrary folders 0.5 / 0.5, which maps pixels to [-1, 1].
-FASHION_MNIST_STATS = ((0.2860,), (0.3530,))
-DIGITS_STATS = ((0.3053,), (0.3760,))
-IMAGE_FOLDER_STATS = {1: ((0.5,), (0.5,)), 3: ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))}
-
-NATIVE_IMG_SIZE = {"fashion_mnist": 28, "digits": 8}
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 
 
 # --- items and batches ----------------------------------------------------------------------
@@ -179,49 +161,6 @@ def stratified_split(labels: torch.Tensor, test_fraction: float,
 
 # --- Fashion-MNIST --------------------------------------------------------------------------
 
-def _idx_file(folder: Path, split: str, kind: str) -> Path | None:
-    """The idx file in folder, plain or gzipped, or None."""
-    name = FASHION_MNIST_FILES[(split, kind)]
-    for candidate in (folder / name, folder / f"{name}.gz"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _holds_fashion_mnist(folder: Path) -> bool:
-    return all(_idx_file(folder, split, kind) for split, kind in FASHION_MNIST_FILES)
-
-
-def _candidate_folders(root: Path) -> list[Path]:
-    """The folder itself, or the layout torchvision writes under a root."""
-    return [root, root / "FashionMNIST" / "raw"]
-
-
-def find_fashion_mnist(path: str | os.PathLike | None = None) -> Path:
-    """The folder holding the four Fashion-MNIST idx files (each plain or .gz).
-
-    An explicit ``path`` is the only place looked at (a typo should fail, not fall back silently).
-    Otherwise: $ATTENT_FASHION_MNIST, Debian's /usr/share/datasets/fashion-mnist, then where
-    ``download: true`` saves it (~/.cache/attent/datasets/FashionMNIST/raw).
-    """
-    if path is not None:
-        roots = [Path(path).expanduser()]
-    else:
-        env = os.environ.get(FASHION_MNIST_ENV)
-        roots = [*([Path(env).expanduser()] if env else []), *FASHION_MNIST_DEBIAN_DIRS,
-                 DOWNLOAD_ROOT]
-    searched = [folder for root in roots for folder in _candidate_folders(root)]
-    for folder in searched:
-        if _holds_fashion_mnist(folder):
-            return folder
-    names = ", ".join(f"{name}[.gz]" for name in FASHION_MNIST_FILES.values())
-    raise FileNotFoundError(
-        f"Fashion-MNIST idx files ({names}) not found in: {', '.join(map(str, searched))}. "
-        f"Get them with one of: `apt-get install dataset-fashion-mnist` (Debian/Ubuntu, installs "
-        f"{FASHION_MNIST_DEBIAN_DIRS[0]}); set data_path or ${FASHION_MNIST_ENV} to a folder "
-        f"holding them; or set `download: true` in the task config to fetch them with torchvision.")
-
-
 def download_fashion_mnist(root: Path = DOWNLOAD_ROOT) -> Path:
     """Download with torchvision into root/FashionMNIST/raw and return that folder."""
     from torchvision.datasets import FashionMNIST
@@ -241,24 +180,14 @@ def read_idx(path: Path) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
 
 
-def ensure_fashion_mnist(path: str | os.PathLike | None = None, download: bool = False) -> Path:
-    """find_fashion_mnist, downloading into path (or DOWNLOAD_ROOT) if missing and allowed."""
-    try:
-        return find_fashion_mnist(path)
-    except FileNotFoundError:
-        if not download:
-            raise
-        return download_fashion_mnist(Path(path).expanduser() if path else DOWNLOAD_ROOT)
-
-
 def load_fashion_mnist(path: str | os.PathLike | None = None, *, download: bool = False,
                        img_size: int = 28) -> ImageSplits:
     """The 60,000 / 10,000 Fashion-MNIST train / test images, 1 x 28 x 28, resized to img_size."""
     folder = ensure_fashion_mnist(path, download)
 
     def split(name: str) -> TensorImageDataset:
-        images = torch.from_numpy(read_idx(_idx_file(folder, name, "images")).copy())
-        labels = torch.from_numpy(read_idx(_idx_file(folder, name, "labels")).astype(np.int64))
+        images = torch.from_numpy(read_idx(idx_file(folder, name, "images")).copy())
+        labels = torch.from_numpy(read_idx(idx_file(folder, name, "labels")).astype(np.int64))
         return TensorImageDataset(images.unsqueeze(1), labels, img_size=img_size,
                                   stats=FASHION_MNIST_STATS)
 
@@ -281,34 +210,9 @@ def load_digits(*, img_size: int = 8, test_fraction: float = 0.2, seed: int = 0)
 
 # --- image folders --------------------------------------------------------------------------
 
-def _scan_classes(root: Path) -> tuple[tuple[str, ...], list[Path], torch.Tensor]:
-    """Sorted class names (subfolders), image paths and their class ids."""
-    classes = tuple(sorted(d.name for d in root.iterdir() if d.is_dir()))
-    paths, labels = [], []
-    for label, name in enumerate(classes):
-        files = sorted(p for p in (root / name).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
-        paths += files
-        labels += [label] * len(files)
+def _class_tensors(root: Path) -> tuple[tuple[str, ...], list[Path], torch.Tensor]:
+    classes, paths, labels = scan_classes(root)
     return classes, paths, torch.tensor(labels, dtype=torch.long)
-
-
-def _has_train_test(root: Path) -> bool:
-    return (root / "train").is_dir() and (root / "test").is_dir()
-
-
-def check_image_folder(root: str | os.PathLike) -> Path:
-    """root, if it holds at least two class subfolders with images; else a FileNotFoundError."""
-    root = Path(root).expanduser()
-    how = ("expected one subfolder per class holding its images (root/<class>/*.png), "
-           "or root/train/<class>/ and root/test/<class>/")
-    if not root.is_dir():
-        raise FileNotFoundError(f"image folder {root} does not exist; {how}")
-    for folder in [root / "train", root / "test"] if _has_train_test(root) else [root]:
-        classes, paths, _ = _scan_classes(folder)
-        if len(classes) < 2 or len(paths) == 0:
-            raise FileNotFoundError(
-                f"{folder} has {len(classes)} class subfolders and {len(paths)} images; {how}")
-    return root
 
 
 def load_image_folder(root: str | os.PathLike, *, img_size: int, in_chans: int = 3,
@@ -317,15 +221,15 @@ def load_image_folder(root: str | os.PathLike, *, img_size: int, in_chans: int =
     class-stratified split of root's images."""
     root = check_image_folder(root)
     dataset = partial(ImageFolderDataset, img_size=img_size, in_chans=in_chans)
-    if _has_train_test(root):
-        classes, train_paths, train_labels = _scan_classes(root / "train")
-        test_classes, test_paths, test_labels = _scan_classes(root / "test")
+    if has_train_test(root):
+        classes, train_paths, train_labels = _class_tensors(root / "train")
+        test_classes, test_paths, test_labels = _class_tensors(root / "test")
         if test_classes != classes:
             raise ValueError(f"{root}/train has classes {classes} but {root}/test has "
                              f"{test_classes}; give both the same class subfolders")
         return ImageSplits(dataset(train_paths, train_labels), dataset(test_paths, test_labels),
                            classes)
-    classes, paths, labels = _scan_classes(root)
+    classes, paths, labels = _class_tensors(root)
     train, test = stratified_split(labels, test_fraction, seed)
     full = dataset(paths, labels)
     return ImageSplits(full.select(train), full.select(test), classes)

@@ -1,0 +1,106 @@
+"""The MLflow run contract: every tag, param and metric name the engine writes and ``analysis``
+reads, in one dependency-free module that both import (standard library only).
+
+A training run is one MLflow run. Params are the flattened experiment config (``selection.ratio.start``
+...); tags say what the run is; metrics are logged per epoch (step = epoch index) and once more
+at the end (step = number of epochs).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Mapping
+
+# --- tags -----------------------------------------------------------------------------------
+TAG_TASK = "attent.task"                        # task name (vision, llm, ...)
+TAG_METHOD = "attent.method"                    # attent | full | random | class_weight | ...
+TAG_STRATEGY = "attent.strategy"                # hard | soft | random | none
+TAG_RATIO_SCHEDULE = "attent.ratio_schedule"    # e.g. incremental(0.2→0.8); none without one
+TAG_INTERVAL_SCHEDULE = "attent.interval_schedule"  # e.g. incremental(1→4); none
+TAG_LABEL = "attent.label"                      # human row label of the selection config
+TAG_ROLE = "attent.role"                        # run | trial | sweep
+TAG_IDENTITY = "attent.identity"                # hash of the config minus seed and plumbing
+TAG_RATIO_REACHED = "attent.ratio_reached"      # largest ratio the schedule actually selects
+TAG_GIT_COMMIT = "attent.git_commit"
+TAG_RUN_KEY = "attent.run_key"                  # storage path + name: one run across resumes
+TAG_SWEEP = "attent.sweep"                      # sweep name (trials and the sweep parent)
+TAG_SWEEP_KEY = "attent.sweep_key"              # where the sweep's Tune state lives
+TAG_TRIAL = "attent.trial"                      # trial id within its sweep
+TAG_PARENT_RUN_ID = "mlflow.parentRunId"        # MLflow's own parent/child link
+TAG_RUN_NAME = "mlflow.runName"
+
+ROLE_RUN, ROLE_TRIAL, ROLE_SWEEP = "run", "trial", "sweep"
+TRAINING_ROLES = (ROLE_RUN, ROLE_TRIAL)
+NONE = "none"                                   # tag value where a dimension does not apply
+METHOD_ATTENT = "attent"                        # TAG_METHOD values analysis singles out
+METHOD_FULL = "full"                            # the no-selection baseline
+
+# --- params (flattened config keys that analysis reads) --------------------------------------
+PARAM_SEED = "seed"
+PARAM_RATIO_KIND = "selection.ratio.kind"
+PARAM_RATIO_START = "selection.ratio.start"     # for a fixed schedule: the ratio itself
+PARAM_RATIO_END = "selection.ratio.end"
+PARAM_TEMPERATURE = "selection.temperature"
+
+# --- metrics --------------------------------------------------------------------------------
+EVAL_PREFIX = "eval_"                           # downstream metrics: eval_<name>
+TRAIN_LOSS = "train_loss"
+SELECTED_RATIO = "selected_ratio"               # per epoch: share of the training set trained on
+SAMPLES_FORWARDED = "samples_forwarded"         # training + scoring forwards, all ranks
+SAMPLES_BACKPROPAGATED = "samples_backpropagated"
+SUBSET_CHECKSUM = "subset_checksum"
+NUM_TRAIN_SAMPLES = "num_train_samples"
+OPTIMIZER_STEPS = "optimizer_steps"
+GRAD_ACCUMULATION = "grad_accumulation"
+
+# Time split (seconds, cumulative over epochs). What selection changes is the method's cost:
+# training + scoring + selection. Evaluation, checkpointing and start-up are reported apart.
+TIME_PARTS = ("train", "scoring", "selection", "eval", "checkpoint")
+METHOD_TIME_PARTS = ("train", "scoring", "selection")
+
+
+def time_metric(part: str) -> str:
+    """``train`` -> ``time_train_s``."""
+    return f"time_{part}_s"
+
+
+TIME_METHOD = "time_method_s"                   # training + scoring + selection
+TIME_TOTAL = "time_total_s"                     # every epoch's wall time, evaluation included
+TIME_SETUP = "time_setup_s"                     # worker: task, data and model set-up
+TIME_WALLCLOCK = "time_wallclock_s"             # driver: the whole run, Ray start-up included
+TIME_RAY_INIT = "time_ray_init_s"
+TIME_RAY_OVERHEAD = "time_ray_overhead_s"       # wall-clock minus the epochs
+
+# Logged once at the end.
+SAMPLE_SAVING = "sample_saving"                 # 1 - back-propagated / (N x epochs)
+MEAN_SELECTED_RATIO = "mean_selected_ratio"     # mean over epochs of selected_ratio
+MAX_SELECTED_RATIO = "max_selected_ratio"
+
+# --- run identity ---------------------------------------------------------------------------
+# Config keys (flattened, prefix match on whole dot-separated parts) that do not change what is
+# trained: seeds are averaged over, the rest is plumbing. Every other field is the identity.
+IDENTITY_EXCLUDED = (
+    "name", "seed",
+    "mlflow",                                   # tracking URI, experiment, artifact options
+    "ray.address", "ray.storage_path", "ray.max_failures", "ray.checkpoints_to_keep",
+    "fault",                                    # failure injection replays identical metrics
+    "selection.preset",                         # its effect is in the fields it fills
+    "task.data_dir",                            # where an offline mirror lives
+)
+
+
+def is_identity_key(key: str) -> bool:
+    """Whether a flattened config key is part of a run's identity."""
+    return not any(key == prefix or key.startswith(prefix + ".") for prefix in IDENTITY_EXCLUDED)
+
+
+def identity_fields(flat_config: Mapping[str, Any]) -> dict[str, Any]:
+    """The identity part of a flattened config, sorted by key."""
+    return {k: flat_config[k] for k in sorted(flat_config) if is_identity_key(k)}
+
+
+def identity_hash(flat_config: Mapping[str, Any]) -> str:
+    """12 hex digits naming the configuration: runs with equal hashes differ only by seed or
+    plumbing, so their metrics may be averaged."""
+    canonical = json.dumps(identity_fields(flat_config), sort_keys=True, default=str)
+    return hashlib.sha1(canonical.encode()).hexdigest()[:12]

@@ -1,1 +1,0 @@
-"""Datasets for the platform's workloads."""

@@ -1,0 +1,48 @@
+"""The one place tasks are registered. Adding a task: a package under ``attent.tasks`` with a
+light config module (pydantic only) and a task module, plus one line here; no engine or config
+code changes."""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING
+
+from .spec import TaskConfig
+
+if TYPE_CHECKING:
+    from .base import Task
+
+
+@dataclass(frozen=True)
+class TaskEntry:
+    config: str  # "module:Class" of the task's config (imported to validate any experiment)
+    task: str    # "module:Class" of the Task (imported only inside the workers that train it)
+
+
+TASKS: dict[str, TaskEntry] = {
+    "vision": TaskEntry("attent.tasks.vision.config:VisionTaskConfig",
+                        "attent.tasks.vision.task:VisionTask"),
+    "llm": TaskEntry("attent.tasks.llm.config:LLMTaskConfig", "attent.tasks.llm.task:LLMTask"),
+}
+
+
+def _load(target: str):
+    module, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+@cache
+def config_classes() -> tuple[type[TaskConfig], ...]:
+    classes = tuple(_load(entry.config) for entry in TASKS.values())
+    for name, cls in zip(TASKS, classes):
+        if cls.model_fields["name"].default != name:
+            raise TypeError(f"{cls.__name__}.name must default to {name!r}, its registry key")
+    return classes
+
+
+def build_task(task_config: TaskConfig, seed: int) -> "Task":
+    """The Task for a validated ``task:`` section (imports only what that task needs)."""
+    if task_config.name not in TASKS:
+        raise ValueError(f"unknown task {task_config.name!r}; registered: {', '.join(TASKS)}")
+    return _load(TASKS[task_config.name].task)(task_config, seed=seed)

@@ -1,0 +1,29 @@
+"""What every task's ``task:`` config section has in common (pydantic only: the CLI validates
+configs without importing torch, Ray or any task's libraries)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+
+class TaskConfig(BaseModel):
+    """Base of each task's config. A subclass declares ``name: Literal["<task>"]`` (the
+    discriminator), its own fields, the fields holding local paths, and its data checks."""
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    name: str
+    # Fields holding local paths: made absolute against the submitting directory, so Ray workers
+    # (other processes, other working directories) read the same files.
+    path_fields: ClassVar[tuple[str, ...]] = ()
+
+    def check_data(self) -> None:
+        """Raise FileNotFoundError / ValueError, naming the fix, when the data cannot be read.
+        Runs on the driver before Ray starts; keep it fast and light on imports."""
+
+    def with_absolute_paths(self, base: Path) -> "TaskConfig":
+        local = {key: str((base / value).resolve()) for key in self.path_fields
+                 if isinstance(value := getattr(self, key, None), str)
+                 and "://" not in value and not Path(value).expanduser().is_absolute()}
+        return self.model_copy(update=local)

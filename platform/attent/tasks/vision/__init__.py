@@ -1,0 +1,1 @@
+"""Image classification with a ViT trained from scratch (Fashion-MNIST, digits, image folders)."""

@@ -1,0 +1,149 @@
+"""The vision task's config section and ViT architecture presets (pydantic and the standard
+library only: configs validate without importing torch or timm)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from attent.tasks.spec import TaskConfig
+from attent.tasks.vision import files
+from attent.tasks.vision.files import NATIVE_IMG_SIZE
+
+# Architecture of each preset; a ViTConfig adds the data's shape and any overrides.
+PRESETS: dict[str, dict[str, Any]] = {
+    "vit_tiny_cpu": dict(patch_size=4, embed_dim=64, depth=4, num_heads=4, mlp_ratio=2.0),
+    "vit_small_cpu": dict(patch_size=4, embed_dim=96, depth=6, num_heads=4, mlp_ratio=2.0),
+    "vit_tiny_patch16_224": dict(patch_size=16, embed_dim=192, depth=12, num_heads=3,
+                                 mlp_ratio=4.0),
+    "vit_small_patch16_224": dict(patch_size=16, embed_dim=384, depth=12, num_heads=6,
+                                  mlp_ratio=4.0),
+    "vit_base_patch16_224": dict(patch_size=16, embed_dim=768, depth=12, num_heads=12,
+                                 mlp_ratio=4.0),
+}
+
+
+@dataclass(frozen=True)
+class ViTConfig:
+    """A named preset and the shape it resolves to (timm ``VisionTransformer`` arguments)."""
+    preset: str
+    img_size: int
+    patch_size: int
+    in_chans: int
+    num_classes: int
+    embed_dim: int
+    depth: int
+    num_heads: int
+    mlp_ratio: float
+    drop_path_rate: float = 0.0
+
+    def __post_init__(self):
+        if self.img_size % self.patch_size:
+            raise ValueError(f"patch_size={self.patch_size} does not divide img_size="
+                             f"{self.img_size}; pick a patch size that divides the image size")
+        if self.embed_dim % self.num_heads:
+            raise ValueError(f"num_heads={self.num_heads} does not divide embed_dim="
+                             f"{self.embed_dim}; pick a head count that divides the width")
+        if not 0.0 <= self.drop_path_rate < 1.0:
+            raise ValueError(f"drop_path_rate={self.drop_path_rate} must be in [0, 1)")
+
+    def model_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for timm's VisionTransformer."""
+        return {k: v for k, v in asdict(self).items() if k != "preset"}
+
+
+def vit_config(preset: str, *, img_size: int, in_chans: int, num_classes: int,
+               **overrides: Any) -> ViTConfig:
+    """The preset's architecture for this data, with overrides (patch_size, depth, ...) on top."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown ViT preset {preset!r}; choose one of {sorted(PRESETS)}")
+    return ViTConfig(preset=preset, img_size=img_size, in_chans=in_chans, num_classes=num_classes,
+                     **{**PRESETS[preset], **overrides})
+
+
+
+class VisionModelConfig(BaseModel):
+    """A ViT preset plus optional architecture overrides."""
+    model_config = ConfigDict(extra="forbid")
+
+    preset: str = "vit_tiny_cpu"  # a name in PRESETS above
+    patch_size: int | None = Field(None, gt=0)  # overrides the preset's patch size (pixels)
+    embed_dim: int | None = Field(None, gt=0)  # overrides the preset's token width
+    depth: int | None = Field(None, gt=0)  # overrides the preset's number of blocks
+    num_heads: int | None = Field(None, gt=0)  # overrides the preset's attention heads
+    mlp_ratio: float | None = Field(None, gt=0)  # overrides the preset's MLP width / embed_dim
+    drop_path_rate: float = 0.0  # stochastic depth of the last block (0 for small data)
+
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, preset: str) -> str:
+        if preset not in PRESETS:
+            raise ValueError(f"unknown ViT preset {preset!r}; choose one of {sorted(PRESETS)}")
+        return preset
+
+    def overrides(self) -> dict[str, Any]:
+        """The architecture fields set here, to apply on top of the preset."""
+        return self.model_dump(exclude={"preset"}, exclude_none=True)
+
+
+class VisionTaskConfig(TaskConfig):
+    """The ``task:`` section of an experiment config for image classification."""
+    path_fields: ClassVar[tuple[str, ...]] = ("data_path",)
+
+    name: Literal["vision"] = "vision"  # selects this task
+    dataset: Literal["fashion_mnist", "digits", "image_folder"] = "fashion_mnist"  # which images
+    data_path: str | None = None  # fashion_mnist idx folder or image_folder root; None: defaults
+    download: bool = False  # fashion_mnist: fetch it with torchvision when not found locally
+    train_limit: int | None = None  # class-stratified random subset of the train set; None: all
+    test_limit: int | None = None  # class-stratified random subset of the test set; None: all
+    split_seed: int = 0  # seeds the limits and digits/folder splits: the same data for every run
+    test_fraction: float = Field(0.2, gt=0, lt=1)  # test share for digits / unsplit image folders
+    img_size: int | None = None  # resize to this square size; None: native (28 / 8), folder: set it
+    color_mode: Literal["grayscale", "rgb"] | None = None  # image_folder channels; None: rgb
+    model: VisionModelConfig = Field(default_factory=VisionModelConfig)  # the ViT
+    eval_batch_size: int = Field(512, gt=0)  # test images per forward pass in evaluate
+    label_smoothing: float = Field(0.0, ge=0, lt=1)  # of the training loss (the test loss has none)
+
+    @field_validator("train_limit", "test_limit", "img_size")
+    @classmethod
+    def _positive(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and value <= 0:
+            raise ValueError(f"{info.field_name}={value} must be a positive number, "
+                             f"or null for the default (all images / native size)")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> VisionTaskConfig:
+        if self.dataset == "image_folder":
+            if self.data_path is None or self.img_size is None:
+                raise ValueError("dataset: image_folder needs data_path (the folder of class "
+                                 "subfolders) and img_size (the square size to resize to)")
+        elif self.color_mode == "rgb":
+            raise ValueError(f"{self.dataset} is grayscale; drop color_mode: rgb")
+        if self.dataset == "digits" and self.data_path is not None:
+            raise ValueError("digits ships with scikit-learn; drop data_path")
+        if self.download and self.dataset != "fashion_mnist":
+            raise ValueError("download only applies to dataset: fashion_mnist; drop it")
+        self.vit_config(num_classes=1)  # a patch size or head count that does not fit fails here
+        return self
+
+    @property
+    def image_size(self) -> int:
+        return self.img_size or NATIVE_IMG_SIZE[self.dataset]
+
+    @property
+    def in_chans(self) -> int:
+        return 3 if self.dataset == "image_folder" and self.color_mode != "grayscale" else 1
+
+    def vit_config(self, num_classes: int) -> ViTConfig:
+        return vit_config(self.model.preset, img_size=self.image_size, in_chans=self.in_chans,
+                          num_classes=num_classes, **self.model.overrides())
+
+    def check_data(self) -> None:
+        """Raise FileNotFoundError saying how to get the data if it is missing (downloads
+        Fashion-MNIST once here when ``download`` is set, so workers do not race to)."""
+        if self.dataset == "fashion_mnist":
+            files.ensure_fashion_mnist(self.data_path, self.download)
+        elif self.dataset == "image_folder":
+            files.check_image_folder(self.data_path)

@@ -1,0 +1,119 @@
+"""The training recipe's steps on a plain torch set-up (rank 0 of 1, CPU, real digits data and a
+real timm ViT): gradient accumulation, the optimiser hook, one definition of progress."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attent.config import build_experiment
+from attent.engine.loop import TrainingRecipe, WorkerContext, micro_batch_windows
+from attent.selection import SelectionConfig, Teacher, training_progress
+from attent.tasks.base import decay_groups
+
+
+def digits(**train):
+    return build_experiment({
+        "name": "recipe", "seed": 1,
+        "task": {"name": "vision", "dataset": "digits", "img_size": 8, "train_limit": 300,
+                 "model": {"preset": "vit_tiny_cpu", "patch_size": 2}},
+        "train": {"epochs": 2, "batch_size": 32, **train},
+        "selection": {"method": "full"},
+    })
+
+
+def recipe_for(cfg) -> TrainingRecipe:
+    recipe = TrainingRecipe(cfg, WorkerContext())
+    recipe.setup()
+    return recipe
+
+
+def test_micro_batch_windows_keep_a_short_last_window():
+    windows = list(micro_batch_windows(range(10), 4))
+    assert windows == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
+def test_accumulated_gradient_of_an_uneven_window_equals_one_batch():
+    recipe = recipe_for(digits(global_batch_size=128))
+    batches = list(recipe.loader)          # 300 samples / 32: 9 batches of 32 and one of 12
+    assert recipe.accumulation == 4 and len(batches[-1]["index"]) == 12
+    short_window = batches[8:]             # 32 + 12 samples: the epoch's last, shorter window
+    params = [p for p in recipe.model.parameters() if p.requires_grad]
+
+    def gradients(window):
+        recipe.optimizer.zero_grad(set_to_none=True)
+        recipe.backward_window(window)
+        return [p.grad.clone() for p in params]
+
+    merged = {key: torch.cat([b[key] for b in short_window]) for key in short_window[0]}
+    accumulated, one_batch = gradients(short_window), gradients([merged])
+    for a, b in zip(accumulated, one_batch):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+    # the old normalisation (batch mean / accumulation steps) gave this window a quarter-sized,
+    # unevenly weighted update
+    assert not torch.allclose(accumulated[0], one_batch[0] * len(short_window) / recipe.accumulation)
+
+
+def test_an_epoch_of_accumulated_steps_equals_an_epoch_of_large_batches():
+    accumulated, large = recipe_for(digits(global_batch_size=128)), recipe_for(digits(batch_size=128))
+    assert (accumulated.accumulation, large.accumulation) == (4, 1)
+    for recipe in (accumulated, large):
+        recipe.teacher.begin_epoch(0)
+        stats = recipe.train_one_epoch(0)
+        assert stats.steps == 3 and stats.seen == 300   # 128 + 128 + 44
+    for a, b in zip(accumulated.model.parameters(), large.model.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)  # Adam magnifies float noise near 0
+
+
+def test_the_optimizer_uses_the_tasks_groups_and_the_configs_overrides():
+    recipe = recipe_for(digits(betas=[0.8, 0.95], weight_decay=0.1))
+    groups = recipe.optimizer.param_groups
+    assert all(g["betas"] == (0.8, 0.95) for g in groups)
+    assert sorted(g["weight_decay"] for g in groups) == [0.0, 0.1]
+    default = recipe_for(digits())
+    assert default.optimizer.param_groups[0]["betas"] == (0.9, 0.999)   # the task's spec
+    assert max(g["weight_decay"] for g in default.optimizer.param_groups) == 0.05
+
+
+def test_no_weight_decay_on_norms_biases_embeddings():
+    model = recipe_for(digits()).raw_model
+    decayed, exempt = decay_groups(model, 0.05)
+    names = {id(p): n for n, p in model.named_parameters()}
+    exempt_names = {names[id(p)] for p in exempt["params"]}
+    decayed_names = {names[id(p)] for p in decayed["params"]}
+    assert {"pos_embed", "cls_token", "norm.weight", "patch_embed.proj.bias"} <= exempt_names
+    assert "blocks.0.attn.qkv.weight" in decayed_names and "patch_embed.proj.weight" in decayed_names
+    assert not any(".norm" in n or n.endswith(".bias") for n in decayed_names)
+    embedding = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 2))
+    decayed, exempt = decay_groups(embedding, 0.1)
+    assert [p.shape for p in exempt["params"]] == [torch.Size([10, 4]), torch.Size([2])]
+
+
+# --- one definition of progress ---------------------------------------------------------------
+CONFIGS = [
+    {"preset": "vit"},
+    {"preset": "llm"},
+    {"strategy": "random", "ratio": {"kind": "cosine"}, "interval": {"kind": "incremental", "start": 1, "end": 3}},
+    {"strategy": "random", "ratio": {"kind": "incremental"}, "warmup_epochs": 2},
+]
+
+
+@pytest.mark.parametrize("epochs", [1, 3, 6, 20])
+@pytest.mark.parametrize("selection", CONFIGS)
+def test_the_plan_is_what_the_teacher_selects(selection, epochs):
+    cfg = SelectionConfig.model_validate(selection)
+    teacher = Teacher(100, cfg, epochs, seed=0)
+    for epoch in range(epochs):
+        teacher.begin_epoch(epoch, score_fn=lambda: iter([(torch.arange(100), torch.rand(100))]))
+        teacher.end_epoch()
+    assert [(r.epoch, r.ratio) for r in teacher.history] == cfg.planned_ratios(epochs)
+    assert all(r.ratio == cfg.ratio_schedule(training_progress(r.epoch, epochs)) for r in teacher.history)
+
+
+def test_the_label_shows_the_ratio_a_short_run_reaches():
+    vit = SelectionConfig(preset="vit")
+    assert vit.planned_ratios(6) == [(0, 0.2), (1, pytest.approx(0.3)), (3, pytest.approx(0.5)),
+                                     (5, pytest.approx(0.7))]
+    assert vit.label(6) == "Soft · incremental(0.2→0.8, reached 0.7) · incremental(1→4)"
+    assert vit.label() == "Soft · incremental(0.2→0.8) · incremental(1→4)"
+    assert SelectionConfig(preset="llm").label(3) == "Hard · fixed(0.7) · fixed(1)"
+    assert SelectionConfig(preset="llm").ratio_reached(3) == 1.0     # warm-up epoch on all data
