@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from attent.evaluation.answers import (
+from attent.tasks.llm.evaluation.answers import (
     champ_gold_answers,
     extract_gsm8k_answer,
     extract_math_answer,

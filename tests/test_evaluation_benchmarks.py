@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from attent.evaluation.benchmarks import (
+from attent.tasks.llm.evaluation.benchmarks import (
     CHAMP,
     GSM8K,
     MATH,
@@ -22,8 +22,8 @@ from attent.evaluation.benchmarks import (
     load_mbpp_test,
     mbpp_program,
 )
-from attent.evaluation.code_exec import run_many
-from attent.tasks.llm.data import local_file, read_records
+from attent.tasks.llm.evaluation.code_exec import run_many
+from attent.tasks.llm.sources import local_file, read_records
 
 DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 MBPP_BROKEN_REFERENCES = {341, 596, 642}  # depend on set order / object sizes (see shared README)

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from attent.evaluation.code_exec import run_many, run_python
+from attent.tasks.llm.evaluation.code_exec import run_many, run_python
 
 ADD = "def add(a, b):\n    return a + b\n"
 

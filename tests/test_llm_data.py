@@ -1,5 +1,8 @@
 """Training-data sources, truncation and config validation of the LLM task."""
+import ast
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -8,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+import attent.tasks.llm
 from attent.tasks.llm.config import LLMTaskConfig
 from attent.tasks.llm.data import build_labels, load_examples, local_file, read_records, truncate
 
@@ -123,3 +127,77 @@ def test_check_data_reports_missing_or_unusable_files(tmp_path):
         LLMTaskConfig(data_dir=str(tmp_path / "nowhere")).check_data()
     with pytest.raises(ValueError, match="instruction_template"):
         LLMTaskConfig(instruction_template="Solve: {question}").check_data()
+
+
+def test_read_records_gives_parquet_list_columns_as_lists(tmp_path):
+    """As rows from the hub do (numpy arrays would break ``reference or []`` and JSON dumps)."""
+    rows = [{"question_id": 1, "turns": ["a", "b"], "reference": []},
+            {"question_id": 2, "turns": ["c", "d"], "reference": ["e", "f"]}]
+    path = tmp_path / "rows.parquet"
+    pd.DataFrame(rows).to_parquet(path)
+    records = read_records(path)
+    assert records == rows
+    assert all(type(r["turns"]) is list and type(r["reference"]) is list for r in records)
+
+
+def test_config_module_imports_no_heavy_library():
+    code = ("import sys, attent.tasks.llm.config, attent.tasks.llm.sources; "
+            "print(sorted({'torch', 'datasets', 'pandas', 'transformers', 'pyarrow', 'peft'} "
+            "& set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_llm_package_imports_only_itself_and_the_task_interface():
+    allowed = ("attent.tasks.llm", "attent.tasks.base", "attent.tasks.spec")
+    package = Path(attent.tasks.llm.__file__).parent
+    outside = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                outside.append(f"{path.name}: relative import")  # keep them absolute and checkable
+            names = ([node.module] if isinstance(node, ast.ImportFrom) else
+                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            outside += [f"{path.name}: {name}" for name in names if name and
+                        name.split(".")[0] == "attent" and
+                        not any(name == a or name.startswith(a + ".") for a in allowed)]
+    assert len(list(package.rglob("*.py"))) >= 12  # the task and its evaluation subpackage
+    assert outside == []
+
+
+def test_mt_bench_needs_a_judge_and_a_readable_questions_file(tmp_path):
+    mt_bench = {"benchmarks": ["gsm8k", "mt_bench"]}
+    with pytest.raises(ValueError, match="mt_bench_judge is not set"):
+        LLMTaskConfig(eval=mt_bench).check_data()
+    LLMTaskConfig(eval={**mt_bench, "mt_bench_judge": "smollm2-135m-instruct"}).check_data()
+    with pytest.raises(FileNotFoundError, match="mt_bench_questions"):
+        LLMTaskConfig(eval={**mt_bench, "mt_bench_judge": "x/y",
+                            "mt_bench_questions": str(tmp_path / "q.jsonl")}).check_data()
+    with pytest.raises(ValueError, match="is not a"):
+        LLMTaskConfig(eval={**mt_bench, "mt_bench_judge": "x/y",
+                            "mt_bench_questions": str(tmp_path / "q.csv")}).check_data()
+
+
+def test_with_absolute_paths_resolves_local_paths_and_leaves_names_alone(tmp_path):
+    (tmp_path / "checkpoints" / "mine").mkdir(parents=True)
+    config = LLMTaskConfig(dataset="data/train.jsonl", data_dir="mirror",
+                           model="checkpoints/mine",
+                           eval={"mt_bench_questions": "q/question.jsonl",
+                                 "mt_bench_judge": "meta-llama/Llama-2-7b-chat-hf"})
+    resolved = config.with_absolute_paths(tmp_path)
+    assert resolved.dataset == str(tmp_path / "data" / "train.jsonl")
+    assert resolved.data_dir == str(tmp_path / "mirror")
+    assert resolved.model == str(tmp_path / "checkpoints" / "mine")  # an existing folder
+    assert resolved.eval.mt_bench_questions == str(tmp_path / "q" / "question.jsonl")
+    assert resolved.eval.mt_bench_judge == "meta-llama/Llama-2-7b-chat-hf"  # a hub name
+    assert isinstance(resolved, LLMTaskConfig) and resolved.lora_r == config.lora_r
+
+    named = LLMTaskConfig(dataset="gsm8k", model="HuggingFaceTB/SmolLM2-135M",
+                          eval={"mt_bench_judge": "checkpoints/mine"})
+    resolved = named.with_absolute_paths(tmp_path)
+    assert (resolved.dataset, resolved.model, resolved.data_dir) == (
+        "gsm8k", "HuggingFaceTB/SmolLM2-135M", None)  # named set, hub model, no mirror
+    assert resolved.eval.mt_bench_judge == str(tmp_path / "checkpoints" / "mine")
+    assert LLMTaskConfig(data_dir="/abs/mirror").with_absolute_paths(tmp_path).data_dir == \
+        "/abs/mirror"
+    assert LLMTaskConfig.path_fields == ("data_dir",)

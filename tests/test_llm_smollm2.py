@@ -27,7 +27,7 @@ def test_smollm2_lora_steps_lower_the_loss_and_gsm8k_eval_runs():
                            eval={"benchmarks": ["gsm8k"], "eval_limit": 4, "max_new_tokens": 96,
                                  "eval_batch_size": 4})
     config.check_data()
-    task = LLMTask(config)
+    task = LLMTask(config, seed=0)
     torch.manual_seed(0)
     model = task.build_model()
     assert model.base_model.model.config.num_hidden_layers == 30  # the real 135M network

@@ -20,7 +20,8 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from attent.evaluation.generation import generate_greedy
+from attent.tasks.llm.evaluation.generation import generate_greedy
+from attent.tasks.base import OptimizerSpec
 from attent.tasks.llm.config import LLMTaskConfig
 from attent.tasks.llm.model import smollm2_checkpoint_dir
 from attent.tasks.llm.task import LLMTask
@@ -78,7 +79,7 @@ def make_task(checkpoint: Path, train_file: Path, **overrides) -> LLMTask:
     config = LLMTaskConfig(model=str(checkpoint), dataset=str(train_file), lora_r=4,
                            lora_dropout=0.0, **overrides)
     config.check_data()
-    return LLMTask(config)
+    return LLMTask(config, seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -192,9 +193,37 @@ def test_training_steps_lower_the_scores_and_leave_the_base_frozen(task, model):
     assert all(torch.equal(p, frozen[n]) for n, p in model.named_parameters() if n in frozen)
 
 
-def test_optimizer_defaults(task):
-    assert task.optimizer_defaults() == {"lr": 2e-5, "weight_decay": 0.0, "schedule": "cosine",
-                        "warmup_ratio": 0.03, "global_batch_size": 128}
+def test_optimizer_spec_is_the_papers_lora_recipe(task):
+    assert task.optimizer_spec() == OptimizerSpec(
+        lr=2e-5, weight_decay=0.0, betas=(0.9, 0.999), schedule="cosine", warmup_ratio=0.03,
+        global_batch_size=128)
+    assert not hasattr(task, "optimizer_defaults")
+
+
+def test_parameter_groups_hold_exactly_the_lora_adapters(task, model):
+    groups = task.parameter_groups(model, weight_decay=0.1)
+    grouped = [p for group in groups for p in group["params"]]
+    assert len(grouped) == len({id(p) for p in grouped})  # no parameter twice
+    assert {id(p) for p in grouped} == {id(p) for p in task.trainable_parameters(model)}
+    adapters = {id(p) for n, p in model.named_parameters() if ".lora_A." in n or ".lora_B." in n}
+    assert {id(p) for p in grouped} == adapters
+    # adapters are matrices: all decayed (by what train.weight_decay asks; the default is 0.0)
+    assert [g["weight_decay"] for g in groups] == [0.1]
+    torch.optim.AdamW(groups, lr=1e-3)  # a valid optimiser spec
+
+
+def test_the_seed_alone_fixes_the_adapters(checkpoint, train_file):
+    config = LLMTaskConfig(model=str(checkpoint), dataset=str(train_file), lora_r=4)
+
+    def adapters(seed: int, global_seed: int) -> dict[str, torch.Tensor]:
+        torch.manual_seed(global_seed)  # whatever ran before must not matter
+        model = LLMTask(config, seed=seed).build_model()
+        return {n: p for n, p in model.named_parameters() if ".lora_A." in n}
+
+    first, again, other = adapters(3, 0), adapters(3, 99), adapters(4, 0)
+    assert first.keys() == again.keys() == other.keys() and first
+    assert all(torch.equal(first[n], again[n]) for n in first)
+    assert not all(torch.equal(first[n], other[n]) for n in first)
 
 
 def test_group_labels_come_from_metamathqa_types(checkpoint, tmp_path):
@@ -203,7 +232,7 @@ def test_group_labels_come_from_metamathqa_types(checkpoint, tmp_path):
             for i, t in enumerate(["MATH_SV", "GSM_Rephrased", "MATH_SV"])]
     (tmp_path / "metamathqa" / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     config = LLMTaskConfig(model=str(checkpoint), dataset="metamathqa", data_dir=str(tmp_path))
-    task = LLMTask(config)
+    task = LLMTask(config, seed=0)
     assert len(task.train_dataset()) == 3
     assert task.group_labels().tolist() == [1, 0, 1]
 

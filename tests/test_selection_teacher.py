@@ -131,14 +131,14 @@ def test_vit_preset_schedule_and_scoring():
     t = Teacher(n, SelectionConfig(preset="vit"), total_epochs=epochs, seed=1)
     learner = Learner(t)
     subsets = [learner.epoch(e)[0] for e in range(epochs)]
-    # interval I(p) = round(1 + 3p), p = e / 10: selections at 0, 1, 2 (I=2), 4 (I=2), 6 (I=3), 9
+    # interval I(p) = round(1 + 3p), p = e / 11: selections at 0, 1, 2 (I=2), 4 (I=2), 6 (I=3), 9
     expected_epochs = [0, 1, 2, 4, 6, 9]
     assert [r.epoch for r in t.history] == expected_epochs
     assert learner.scored_at == expected_epochs          # one scoring pass per re-selection
     assert t.history[0].ratio == pytest.approx(0.2)      # 20% at the first selection
     assert subsets[0].numel() == 100
     for r in t.history:
-        assert r.ratio == pytest.approx(0.2 + 0.6 * r.epoch / 10)
+        assert r.ratio == pytest.approx(0.2 + 0.6 * r.epoch / epochs)   # progress = e / E
         assert r.selected == budget(n, r.ratio) == subsets[r.epoch].numel()
         assert r.strategy == "soft"
     for e in range(epochs):  # between re-selections the subset is kept
@@ -305,7 +305,7 @@ def test_resume_reproduces_uninterrupted_run(name, cut, tmp_path):
         assert torch.equal(a, b)
     for a, b in zip(tail_weights, weights[cut:]):
         assert torch.equal(a, b)
-    assert torch.equal(resumed.scores, straight.scores)
+    torch.testing.assert_close(resumed.scores, straight.scores, rtol=0, atol=0, equal_nan=True)  # NaN: never seen
     assert comparable(resumed.history) == comparable(straight.history)
     assert all(torch.equal(a.indices, b.indices) for a, b in zip(resumed.history, straight.history))
     assert resumed.next_selection == straight.next_selection

@@ -9,11 +9,11 @@ import pytest
 import torch
 from PIL import Image
 
-from attent.data import vision as data
+from attent.tasks.vision import data, files
 
-DEBIAN_DIR = data.FASHION_MNIST_DEBIAN_DIRS[0]
+DEBIAN_DIR = files.FASHION_MNIST_DEBIAN_DIRS[0]
 needs_fashion_mnist = pytest.mark.skipif(
-    not all((DEBIAN_DIR / f"{name}.gz").is_file() for name in data.FASHION_MNIST_FILES.values()),
+    not all((DEBIAN_DIR / f"{name}.gz").is_file() for name in files.FASHION_MNIST_FILES.values()),
     reason=f"Fashion-MNIST not in {DEBIAN_DIR}: `apt-get install dataset-fashion-mnist`")
 
 
@@ -76,8 +76,8 @@ def test_resize_and_collate():
 
 @needs_fashion_mnist
 def test_fashion_mnist_from_debian_package(monkeypatch):
-    monkeypatch.delenv(data.FASHION_MNIST_ENV, raising=False)
-    assert data.find_fashion_mnist() == DEBIAN_DIR
+    monkeypatch.delenv(files.FASHION_MNIST_ENV, raising=False)
+    assert files.find_fashion_mnist() == DEBIAN_DIR
     splits = data.load_fashion_mnist(DEBIAN_DIR)
 
     assert (len(splits.train), len(splits.test)) == (60000, 10000)
@@ -104,15 +104,15 @@ def test_fashion_mnist_from_user_folders_plain_or_gzipped(tmp_path, monkeypatch)
     plain, torchvision_root = tmp_path / "plain", tmp_path / "tv"
     (torchvision_root / "FashionMNIST" / "raw").mkdir(parents=True)
     plain.mkdir()
-    for name in data.FASHION_MNIST_FILES.values():
+    for name in files.FASHION_MNIST_FILES.values():
         with gzip.open(DEBIAN_DIR / f"{name}.gz") as src, open(plain / name, "wb") as dst:
             shutil.copyfileobj(src, dst)
         shutil.copy(DEBIAN_DIR / f"{name}.gz", torchvision_root / "FashionMNIST" / "raw")
 
-    assert data.find_fashion_mnist(str(plain)) == plain
-    assert data.find_fashion_mnist(torchvision_root) == torchvision_root / "FashionMNIST" / "raw"
-    monkeypatch.setenv(data.FASHION_MNIST_ENV, str(plain))
-    assert data.find_fashion_mnist() == plain
+    assert files.find_fashion_mnist(str(plain)) == plain
+    assert files.find_fashion_mnist(torchvision_root) == torchvision_root / "FashionMNIST" / "raw"
+    monkeypatch.setenv(files.FASHION_MNIST_ENV, str(plain))
+    assert files.find_fashion_mnist() == plain
     from_plain = data.load_fashion_mnist(plain)
     from_debian = data.load_fashion_mnist(DEBIAN_DIR)
     assert torch.equal(from_plain.test.images, from_debian.test.images)
@@ -121,9 +121,9 @@ def test_fashion_mnist_from_user_folders_plain_or_gzipped(tmp_path, monkeypatch)
 
 def test_missing_fashion_mnist_folder_says_how_to_get_it(tmp_path):
     with pytest.raises(FileNotFoundError) as error:
-        data.find_fashion_mnist(tmp_path / "nowhere")
+        files.find_fashion_mnist(tmp_path / "nowhere")
     message = str(error.value)
-    for hint in ("apt-get install dataset-fashion-mnist", data.FASHION_MNIST_ENV,
+    for hint in ("apt-get install dataset-fashion-mnist", files.FASHION_MNIST_ENV,
                  "download: true", str(tmp_path / "nowhere")):
         assert hint in message
 
@@ -175,7 +175,7 @@ def test_image_folder_with_train_and_test_subfolders(tmp_path):
 
 def test_image_folder_missing_or_empty_is_file_not_found(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist; expected one subfolder per class"):
-        data.check_image_folder(tmp_path / "missing")
+        files.check_image_folder(tmp_path / "missing")
     (tmp_path / "only_class").mkdir()
     with pytest.raises(FileNotFoundError, match="1 class subfolders and 0 images"):
-        data.check_image_folder(tmp_path)
+        files.check_image_folder(tmp_path)

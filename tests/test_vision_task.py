@@ -12,8 +12,10 @@ import torch.nn.functional as F
 from pydantic import ValidationError
 from torch.utils.data import DataLoader
 
-from attent.models.vit import PRESETS, build_vit, vit_config
-from attent.tasks.vision import VisionTask, VisionTaskConfig
+from attent.tasks.vision.config import PRESETS, vit_config
+from attent.tasks.vision.model import build_vit
+from attent.tasks.vision.config import VisionTaskConfig
+from attent.tasks.vision.task import VisionTask
 
 # 8x8 digits in 2x2 patches of 4x4 pixels: 4 tokens, trains in seconds.
 DIGITS = dict(dataset="digits", model={"preset": "vit_tiny_cpu", "patch_size": 4})
@@ -131,7 +133,8 @@ def train(task: VisionTask, steps: int) -> torch.nn.Module:
     """Plain minibatch AdamW on the task's per-sample loss, as the engine does without a teacher."""
     torch.manual_seed(0)
     model = task.build_model().train()
-    optimizer = torch.optim.AdamW(task.trainable_parameters(model), **task.optimizer_defaults())
+    spec = task.optimizer_spec()
+    optimizer = torch.optim.AdamW(task.parameter_groups(model, spec.weight_decay), lr=spec.lr, betas=spec.betas)
     loader = DataLoader(task.train_dataset(), batch_size=64, shuffle=True, collate_fn=task.collate)
     step = 0
     while step < steps:

@@ -28,7 +28,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .config import (ConfigError, ExperimentConfig, build_experiment, deep_merge, format_validation_error,
                      nest_keys, parse_overrides, read_yaml)
 from . import contract
-from .engine import tracking
 
 SWEEP_KEY_TAG = contract.TAG_SWEEP_KEY
 
@@ -85,6 +84,23 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None, *, name: st
     return Sweep(spec=spec, base=base, trials=trials)
 
 
+def is_sweep_file(path: str | Path) -> bool:
+    """A sweep file holds a single top-level key ``sweep``."""
+    return set(read_yaml(path)) == {"sweep"}
+
+
+def describe_sweep(sweep: Sweep) -> str:
+    """What `attent validate` prints for a sweep: every trial's experiment, one line each."""
+    spec = sweep.spec
+    lines = [f"sweep {spec.name!r}: {len(sweep.trials)} trials ({len(sweep.trials) // len(spec.seeds)} "
+             f"configurations x {len(spec.seeds)} seed(s)), base {spec.base}, "
+             f"max_concurrent {spec.max_concurrent or 'cluster CPUs'}"]
+    for trial_id, cfg in sweep.trials:
+        lines.append(f"  {trial_id}: {cfg.task.name}, {cfg.train.epochs} epochs, "
+                     f"{cfg.selection.label(cfg.train.epochs)}, {cfg.ray.num_workers} worker(s)")
+    return "\n".join(lines)
+
+
 def run_trial(config: dict[str, Any]) -> None:
     """The Tune function trainable: one trial = one Train run = one MLflow child run."""
     trial = config["trial"]
@@ -102,13 +118,15 @@ def run_sweep(path: str | Path, *, resume: bool = False, overrides: list[str] | 
     import ray
     from ray import tune
 
+    from .engine import preflight
     from .engine.launch import check_experiment, ensure_ray
 
     sweep = load_sweep(path, overrides, name=name)
     base = sweep.base.resolved()
     trials = [(tid, cfg.resolved()) for tid, cfg in sweep.trials]
     for _, cfg in trials[:1]:
-        check_experiment(cfg)  # data and resources, before Ray starts
+        check_experiment(cfg)  # MLflow store, resources and data, before Ray starts
+    preflight.check_local_resources(*(cfg for _, cfg in trials))  # every trial's shape: arithmetic
     storage = Path(base.ray.storage_path)
     tune_path = storage / sweep.spec.name
     if resume and not tune.Tuner.can_restore(str(tune_path)):
@@ -117,8 +135,9 @@ def run_sweep(path: str | Path, *, resume: bool = False, overrides: list[str] | 
         raise ConfigError(f"{tune_path} already holds sweep {sweep.spec.name!r}: pass --resume to continue it, "
                           "or rename the sweep")
 
+    ensure_ray(base)  # before the parent run: the cluster check needs Ray
+    preflight.check_cluster_resources(*(cfg for _, cfg in trials), driver={"memory": 256 * 1024 ** 2})
     parent_id = _parent_run(base, sweep.spec.name, str(tune_path))
-    ensure_ray(base)
     param_space = {"trial": tune.grid_search([
         {"id": tid, "experiment": cfg.model_dump(mode="json"), "parent_run_id": parent_id,
          "sweep": sweep.spec.name} for tid, cfg in trials])}
@@ -146,6 +165,7 @@ def run_sweep(path: str | Path, *, resume: bool = False, overrides: list[str] | 
         failed = [r for r in results if r.error is not None]
         ok = not failed
         elapsed = time.perf_counter() - start
+        from .engine import tracking
         client = tracking.client_for(base.mlflow.tracking_uri)
         client.log_metric(parent_id, "sweep_wallclock_s", elapsed)
         client.log_metric(parent_id, "trials_failed", len(failed))
@@ -153,11 +173,13 @@ def run_sweep(path: str | Path, *, resume: bool = False, overrides: list[str] | 
               f"in {elapsed:.0f}s", flush=True)
         return results
     finally:
+        from .engine import tracking
         tracking.finish_run(base.mlflow.tracking_uri, parent_id, ok)
 
 
 def _parent_run(base: ExperimentConfig, name: str, key: str) -> str:
     """The sweep's MLflow parent run: reopened on --resume, created otherwise."""
+    from .engine import tracking
     client = tracking.client_for(base.mlflow.tracking_uri)
     experiment_id = tracking.ensure_experiment(client, base.mlflow.experiment, base.mlflow.tracking_uri)
     found = client.search_runs([experiment_id], filter_string=f"tags.`{SWEEP_KEY_TAG}` = '{key}'",

