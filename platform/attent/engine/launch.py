@@ -12,6 +12,7 @@ from ray.train.torch import TorchTrainer
 
 from .. import contract
 from ..config import ExperimentConfig
+from . import preflight
 from .loop import train_loop_per_worker
 from .tracking import client_for, finish_run, start_or_resume_run
 
@@ -25,13 +26,10 @@ class TrainResult:
 
 
 def check_experiment(cfg: ExperimentConfig) -> None:
-    """Everything that can be refused before Ray starts: data files, resources."""
+    """Everything that can be refused before Ray starts: the MLflow store, resources, data files."""
+    preflight.check_tracking(cfg.mlflow.tracking_uri)  # seconds, not MLflow's minutes of retries
+    preflight.check_local_resources(cfg)  # a local Ray that could never host the workers
     cfg.task.check_data()
-    if cfg.ray.use_gpu and not cfg.ray.address and not os.environ.get("RAY_ADDRESS"):
-        import torch
-        if torch.cuda.device_count() < cfg.ray.num_workers:
-            raise ValueError(f"ray.use_gpu with {cfg.ray.num_workers} workers needs as many GPUs; "
-                             f"this machine has {torch.cuda.device_count()}")
 
 
 def ensure_ray(cfg: ExperimentConfig) -> float:
@@ -63,11 +61,12 @@ def train(cfg: ExperimentConfig, *, parent_run_id: str | None = None, role: str 
     and storage path resumes from the latest checkpoint into the same MLflow run."""
     cfg = cfg.resolved()
     check_experiment(cfg)
+    ray_init_s = ensure_ray(cfg)  # before the MLflow run: the cluster check needs Ray
+    preflight.check_cluster_resources(cfg)
     run_id, resumed = start_or_resume_run(cfg, role=role, parent_run_id=parent_run_id, extra_tags=extra_tags)
     ok = False
-    start = time.perf_counter()
+    start = time.perf_counter() - ray_init_s  # the wall-clock still counts Ray's start-up
     try:
-        ray_init_s = ensure_ray(cfg)
         resources = {"CPU": cfg.ray.cpus_per_worker, **(cfg.ray.resources_per_worker or {})}
         if cfg.ray.use_gpu:
             resources["GPU"] = 1

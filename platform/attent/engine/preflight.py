@@ -1,0 +1,486 @@
+"""Checks that refuse a run before anything starts, each naming its fix.
+
+* ``check_tracking``: the MLflow store answers (a short HTTP probe of ``<uri>/health``, never
+  MLflow's client, which retries an unreachable server for minutes) or, for SQLite, can be
+  written. Nothing is created: an existing store stays untouched.
+* ``check_local_resources``: before a local Ray is started, the workers fit this machine.
+* ``check_cluster_resources``: once connected to a cluster, the workers fit its nodes; if not,
+  an autoscaler that can add nodes makes it a visible wait, anything else a refusal.
+
+A refusal is a ``PreflightError`` (a ``ValueError``: the CLI prints it as
+``attent <cmd>: error: ...`` and exits 2).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import ssl
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Optional
+from urllib.parse import urlsplit
+
+TRACKING_PROBE_TIMEOUT_S = 5.0
+# Set to wait for nodes that will join a cluster without an autoscaler (someone runs `ray start`).
+WAIT_ENV = "ATTENT_WAIT_FOR_RESOURCES"
+# The v1 autoscaler's monitor writes its status every few seconds; a cluster this young may not
+# have one yet.
+AUTOSCALER_STATUS_WAIT_S = 10.0
+_EPS = 1e-9
+
+
+class PreflightError(ValueError):
+    """A run that cannot succeed, refused before any worker or MLflow run exists."""
+
+
+# --------------------------------------------------------------------------------------------
+# MLflow tracking store
+# --------------------------------------------------------------------------------------------
+
+def check_tracking(uri: str | None, *, timeout: float = TRACKING_PROBE_TIMEOUT_S) -> None:
+    """Refuse a tracking URI that cannot work: an HTTP(S) server that does not answer within
+    ``timeout`` seconds, or a SQLite file whose directory is missing or read-only. Other
+    schemes (databricks, postgresql, ...) are left to MLflow."""
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if not uri:
+        return
+    scheme = urlsplit(uri).scheme.lower()
+    if scheme in ("http", "https"):
+        _check_http(uri, timeout)
+    elif scheme == "sqlite":
+        _check_sqlite(uri)
+    elif scheme in ("", "file"):
+        path = Path(urlsplit(uri).path if scheme == "file" else uri)
+        _check_writable_dir(_nearest_existing(path), uri, "the MLflow file store")
+
+
+_FIX_URI = ("or set mlflow.tracking_uri (or $MLFLOW_TRACKING_URI) to a reachable server or to a "
+            "local store such as sqlite:///mlflow.db")
+
+
+def _check_http(uri: str, timeout: float) -> None:
+    parts = urlsplit(uri)
+    host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+    netloc = f"[{host}]" if ":" in host else host  # credentials never go into the probe or a message
+    base = f"{parts.scheme}://{netloc}:{port}{parts.path.rstrip('/')}"
+    problem = _probe(base + "/health", timeout)
+    if problem is None:
+        return
+    if host in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):
+        start = (f"start it (`mlflow server --host 127.0.0.1 --port {port} --backend-store-uri "
+                 f"sqlite:///mlflow.db`, or `attent ui --port {port}`)")
+    else:
+        start = f"start the server on {host} (`mlflow server --host 0.0.0.0 --port {port}` there)"
+    raise PreflightError(f"MLflow tracking server {base} is unreachable ({problem}); nothing was run "
+                         f"or recorded. Fix: {start}, {_FIX_URI}")
+
+
+def _probe(url: str, timeout: float) -> Optional[str]:
+    """None if a server answers ``url``; else what went wrong. Any HTTP answer but a gateway
+    error counts: a server behind auth or a prefix may refuse /health but is there. The request
+    runs in a thread so that a slow DNS lookup cannot outlast ``timeout`` either."""
+    result: list[Optional[str]] = []
+
+    def attempt() -> None:
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=timeout):
+                result.append(None)
+        except urllib.error.HTTPError as exc:
+            result.append(f"it answered HTTP {exc.code}" if exc.code in (502, 503, 504) else None)
+        except urllib.error.URLError as exc:
+            # A TLS complaint comes from a server that is there: its certificates are MLflow's
+            # business ($MLFLOW_TRACKING_SERVER_CERT_PATH, $MLFLOW_TRACKING_INSECURE_TLS).
+            result.append(None if isinstance(exc.reason, ssl.SSLError) else _reason(exc.reason))
+        except Exception as exc:  # socket.timeout, ConnectionResetError, http.client errors...
+            result.append(_reason(exc))
+
+    thread = threading.Thread(target=attempt, name="attent-tracking-probe", daemon=True)
+    thread.start()
+    thread.join(timeout + 1.0)
+    return result[0] if result else f"no answer within {timeout:g}s"
+
+
+def _reason(exc: Any) -> str:
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, TimeoutError) or "timed out" in str(exc):
+        return "no answer within the probe's timeout"
+    return str(getattr(exc, "strerror", None) or exc) or type(exc).__name__
+
+
+def _check_sqlite(uri: str) -> None:
+    raw = uri.split("?", 1)[0]
+    path = raw[len("sqlite:///"):] if raw.startswith("sqlite:///") else raw[len("sqlite://"):]
+    if not path or path == ":memory:":
+        return
+    db = Path(path)
+    if db.exists():
+        if db.is_dir():
+            raise PreflightError(f"MLflow store {uri}: {db} is a directory, not a database file; "
+                                 f"point mlflow.tracking_uri (or $MLFLOW_TRACKING_URI) at a file, "
+                                 f"e.g. sqlite:///{db}/mlflow.db")
+        if not os.access(db, os.R_OK | os.W_OK):
+            raise PreflightError(f"MLflow store {uri}: {db} is not writable by this user; fix its "
+                                 f"permissions or set mlflow.tracking_uri (or $MLFLOW_TRACKING_URI) "
+                                 f"to sqlite:///<a writable path>/mlflow.db")
+    parent = db.parent
+    if not parent.is_dir():
+        raise PreflightError(f"MLflow store {uri}: directory {parent} does not exist; create it "
+                             f"(`mkdir -p {parent}`) or set mlflow.tracking_uri (or "
+                             f"$MLFLOW_TRACKING_URI) to sqlite:///<an existing directory>/mlflow.db")
+    # SQLite writes its journal beside the database, so the directory must be writable too.
+    _check_writable_dir(parent, uri, "the MLflow store")
+
+
+def _nearest_existing(path: Path) -> Path:
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _check_writable_dir(directory: Path, uri: str, what: str) -> None:
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise PreflightError(f"{what} {uri}: directory {directory} is not writable by this user; fix "
+                             f"its permissions or set mlflow.tracking_uri (or $MLFLOW_TRACKING_URI) to "
+                             f"sqlite:///<a writable path>/mlflow.db")
+
+
+# --------------------------------------------------------------------------------------------
+# Resources
+# --------------------------------------------------------------------------------------------
+
+def worker_bundle(cfg) -> dict[str, float]:
+    """What one Train worker asks Ray for (as engine.launch builds its ScalingConfig)."""
+    bundle = {"CPU": cfg.ray.cpus_per_worker, **(cfg.ray.resources_per_worker or {})}
+    if cfg.ray.use_gpu:
+        bundle["GPU"] = 1
+    return {k: float(v) for k, v in bundle.items() if v}
+
+
+def fit_count(bundle: dict[str, float], resources: dict[str, float]) -> float:
+    """How many ``bundle`` fit in one node's ``resources`` (math.inf for an empty bundle)."""
+    count = math.inf
+    for name, amount in bundle.items():
+        count = min(count, math.floor(resources.get(name, 0.0) / amount + _EPS))
+    return count
+
+
+def _shapes(cfgs: Iterable) -> list[tuple[int, dict[str, float]]]:
+    """(num_workers, bundle) of each distinct trial shape, largest request first."""
+    seen: dict[tuple, tuple[int, dict[str, float]]] = {}
+    for cfg in cfgs:
+        bundle = worker_bundle(cfg)
+        seen.setdefault((cfg.ray.num_workers, tuple(sorted(bundle.items()))), (cfg.ray.num_workers, bundle))
+    return sorted(seen.values(), key=lambda s: -s[0] * sum(s[1].values()))
+
+
+def _fmt(resources: dict[str, float]) -> str:
+    def num(v: float) -> str:
+        return f"{v:g}" if v < 1e6 else f"{v / 1024 ** 3:.1f} GiB"
+    return ", ".join(f"{num(v)} {k}" for k, v in resources.items()) or "nothing"
+
+
+def _total(n: int, bundle: dict[str, float]) -> dict[str, float]:
+    return {k: n * v for k, v in bundle.items()}
+
+
+def will_start_local_ray(cfg) -> bool:
+    """True when engine.launch.ensure_ray would start a fresh local Ray: none is connected, no
+    ray.address / $RAY_ADDRESS, and no cluster recorded by `ray start` for ray.init to join."""
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        return False
+    address = cfg.ray.address
+    if address == "local":
+        return True
+    if address or os.environ.get("RAY_ADDRESS"):
+        return False
+    try:
+        from ray._private.utils import read_ray_address
+        return not read_ray_address()
+    except Exception:
+        return True
+
+
+def local_resources() -> dict[str, float]:
+    """CPUs and GPUs a local Ray would get on this machine (cgroup limits and
+    CUDA_VISIBLE_DEVICES respected, as Ray does); no CUDA context is created."""
+    try:
+        from ray._private.utils import get_num_cpus
+        cpus = float(get_num_cpus())
+    except Exception:
+        cpus = float(os.cpu_count() or 1)
+    gpus = 0
+    try:
+        from ray._private.accelerators import get_accelerator_manager_for_resource
+        manager = get_accelerator_manager_for_resource("GPU")
+        gpus = manager.get_current_node_num_accelerators()
+        visible = manager.get_current_process_visible_accelerator_ids()
+        if visible is not None:
+            gpus = min(gpus, len(visible))
+    except Exception:
+        gpus = 0
+    return {"CPU": cpus, "GPU": float(gpus)}
+
+
+# Resources every local Ray has, sized from this machine's memory: not checked here.
+_LOCAL_ANYWAY = ("memory", "object_store_memory")
+
+
+def check_local_resources(*cfgs) -> None:
+    """Before Ray starts: refuse workers that a local Ray on this machine can never host.
+    Does nothing when the run will join a cluster (checked after connecting instead)."""
+    cfgs = [c for c in cfgs if will_start_local_ray(c)]
+    if not cfgs:
+        return
+    have = local_resources()
+    for n, bundle in _shapes(cfgs):
+        bundle = {k: v for k, v in bundle.items() if k not in _LOCAL_ANYWAY}
+        fits = fit_count(bundle, have)
+        if fits >= n:
+            continue
+        raise PreflightError(_local_refusal(n, bundle, have, fits))
+
+
+def _local_refusal(n: int, bundle: dict[str, float], have: dict[str, float], fits: float) -> str:
+    where = ("the local Ray this run would start (no ray.address or $RAY_ADDRESS is set) has "
+             f"{_fmt(have)}")
+    cluster = "or point ray.address (or $RAY_ADDRESS) at a Ray cluster with enough resources"
+    custom = [k for k in bundle if k not in have and k not in _LOCAL_ANYWAY]
+    if custom:
+        return (f"ray.resources_per_worker asks for {', '.join(map(repr, custom))}, which {where} and "
+                f"nothing else; drop it from ray.resources_per_worker, {cluster} (nodes declare custom "
+                f"resources with `ray start --resources='{{\"{custom[0]}\": N}}'`)")
+    short = min(bundle, key=lambda k: math.floor(have[k] / bundle[k] + _EPS))
+    need, got = n * bundle[short], have[short]
+    if short == "GPU":
+        fix = (f"lower ray.num_workers to {int(fits)}, set ray.use_gpu=false" if fits >= 1
+               else "set ray.use_gpu=false")
+        return (f"ray.use_gpu with ray.num_workers={n} needs {need:g} GPU(s), one per worker, but {where}; "
+                f"{fix}, {cluster}")
+    if fits < 1:
+        return (f"one worker needs {_fmt(bundle)} (ray.cpus_per_worker={bundle.get('CPU', 0):g}), but {where}; "
+                f"lower ray.cpus_per_worker to at most {got:g}, {cluster}")
+    return (f"ray.num_workers={n} × ray.cpus_per_worker={bundle['CPU']:g} needs {need:g} CPUs, but {where}, "
+            f"room for {int(fits)} worker(s); lower ray.num_workers to at most {int(fits)} (or "
+            f"ray.cpus_per_worker to at most {got / n:g}), {cluster}")
+
+
+def check_cluster_resources(*cfgs, driver: Optional[dict[str, float]] = None, out=None) -> None:
+    """After ray.init: refuse workers that the connected cluster can never host, unless an
+    autoscaler can add the nodes (then say, visibly, what the run waits for). ``driver``: a
+    resource bundle one more process needs besides the workers (a Tune trial's driver)."""
+    import ray
+    if not ray.is_initialized():
+        raise RuntimeError("check_cluster_resources needs a connected Ray (engine.launch.ensure_ray)")
+    out = out or sys.stderr
+    nodes = [dict(n.get("Resources") or {}) for n in ray.nodes() if n.get("Alive")]
+    for n, bundle in _shapes(cfgs):
+        fits = sum(min(fit_count(bundle, node), n) for node in nodes)
+        driver_fits = driver is None or any(fit_count(driver, node) >= 1 for node in nodes)
+        if fits >= n and driver_fits:
+            continue
+        shortfall = Shortfall(n, bundle, nodes, int(fits), driver if not driver_fits else None)
+        if os.environ.get(WAIT_ENV, "").strip().lower() in ("1", "true", "yes"):
+            _announce_wait(shortfall, f"{WAIT_ENV} is set", out)  # nodes joining by hand
+            continue
+        scaler = find_autoscaler()
+        if scaler is None:
+            raise PreflightError(shortfall.refusal(
+                "and no autoscaler that could add nodes (Ray's read-only monitor only mirrors the "
+                "nodes started by hand)"))
+        limit = scaler.max_workers(bundle)
+        if limit is not None and limit < n:
+            raise PreflightError(shortfall.refusal(
+                f"and its autoscaler ({scaler.source}) can grow it to room for {int(limit)} such worker(s) "
+                f"at most ({scaler.describe()})"))
+        _announce_wait(shortfall, f"The autoscaler ({scaler.source}; node types {scaler.describe()}) "
+                                  f"can add nodes", out)
+
+
+def check_resources(*cfgs, driver: Optional[dict[str, float]] = None) -> None:
+    """The check that fits the moment: the cluster check once Ray is connected, else the local one."""
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        check_cluster_resources(*cfgs, driver=driver)
+    else:
+        check_local_resources(*cfgs)
+
+
+@dataclass
+class Shortfall:
+    n: int
+    bundle: dict[str, float]
+    nodes: list[dict[str, float]]
+    fits: int
+    driver: Optional[dict[str, float]] = None
+
+    def have(self) -> dict[str, float]:
+        return {k: sum(node.get(k, 0.0) for node in self.nodes) for k in self.bundle}
+
+    def what(self) -> str:
+        if self.driver is not None:
+            return f"the trial driver needs {_fmt(self.driver)} on one node"
+        return (f"ray.num_workers={self.n} workers need {_fmt(_total(self.n, self.bundle))} in all "
+                f"({_fmt(self.bundle)} each)")
+
+    def cluster(self) -> str:
+        import ray
+        address = ray.get_runtime_context().gcs_address
+        return (f"the Ray cluster at {address} has {_fmt(self.have())} on {len(self.nodes)} node(s), "
+                f"room for {self.fits} such worker(s)")
+
+    def fix(self) -> str:
+        if self.driver is not None:
+            return "add a node with that much memory, or lower the trial's memory reservation"
+        if self.fits == 0:
+            per = ("ray.cpus_per_worker" if "CPU" in self.bundle else "the per-worker resources")
+            return (f"no single node can host one worker: lower {per} (or ray.resources_per_worker / "
+                    f"ray.use_gpu) to what one node has, or add bigger nodes")
+        return (f"lower ray.num_workers to at most {self.fits} (or the per-worker resources), or add nodes "
+                f"to the cluster")
+
+    def refusal(self, scaler: str) -> str:
+        return (f"{self.what()}, but {self.cluster()}, {scaler}; nothing was started. Fix: {self.fix()}; "
+                f"or, if nodes will join by hand, set {WAIT_ENV}=1 to wait for them")
+
+
+def _announce_wait(shortfall: Shortfall, why: str, out) -> None:
+    print(f"[attent] waiting for resources: {shortfall.what()}; {shortfall.cluster()} now. {why}, so the "
+          f"run waits for them: Ray Train retries starting its workers every 60 s until the nodes join "
+          f"(its timeout warnings meanwhile are expected). Ctrl-C stops the wait; {shortfall.fix()} to run "
+          f"on what is there.", file=out, flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Autoscaler detection (Ray 2.60)
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class Autoscaler:
+    """An autoscaler that can add nodes: where we learnt of it and, when the cluster published
+    them, its node groups ((name, resources per node, max nodes; -1 = unbounded))."""
+    source: str
+    node_types: list[str] = field(default_factory=list)
+    groups: Optional[list[tuple[str, dict[str, float], int]]] = None
+    max_resources: dict[str, float] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        if self.groups:
+            return ", ".join(f"{name} ({_fmt(res)}) × {'unbounded' if count < 0 else count}"
+                             for name, res, count in self.groups)
+        return ", ".join(self.node_types) or "unknown"
+
+    def max_workers(self, bundle: dict[str, float]) -> Optional[int | float]:
+        """Workers of ``bundle`` the fully grown cluster can host; None when unknown."""
+        if self.groups is None:
+            return None
+        total = 0.0
+        for _, resources, count in self.groups:
+            per_node = fit_count(bundle, resources)
+            if per_node >= 1 and count != 0:
+                total += math.inf if count < 0 else per_node * count
+        for name, amount in bundle.items():
+            if name in self.max_resources:
+                total = min(total, math.floor(self.max_resources[name] / amount + _EPS))
+        return total
+
+
+def find_autoscaler(status_wait_s: float = AUTOSCALER_STATUS_WAIT_S) -> Optional[Autoscaler]:
+    """The connected cluster's autoscaler if one can add nodes, else None. In order:
+
+    1. The cluster config the autoscaler publishes in the GCS (``ray._private.state.state.
+       get_cluster_config()``, node groups with ``max_count``), what Ray Train V2's worker group
+       and Ray Data's autoscaler read. Ray 2.60's open-source autoscalers do not publish one yet.
+    2. Autoscaler v2 (``ray up``'s default since 2.50, KubeRay optional), known by the GCS flag
+       ``is_autoscaler_v2(fetch_from_server=True)``: its status names node types from the
+       cluster config; the read-only monitor of a hand-started cluster names them ``node_<id>``.
+    3. Autoscaler v1 (KubeRay, older ``ray up``): the monitor's status JSON in the GCS KV
+       (``__autoscaling_status``); the read-only provider, used when `ray start --head` had no
+       ``--autoscaling-config``, again names every node ``node_<node id>``.
+    """
+    config = _published_cluster_config()
+    if config is not None:
+        return config
+    try:
+        from ray.autoscaler.v2.utils import is_autoscaler_v2
+        v2 = is_autoscaler_v2(fetch_from_server=True)
+    except Exception:
+        v2 = False
+    if v2:
+        return _autoscaler_v2()
+    return _autoscaler_v1(status_wait_s)
+
+
+def _published_cluster_config() -> Optional[Autoscaler]:
+    try:
+        from ray._private.state import state
+        config = state.get_cluster_config()
+    except Exception:
+        return None
+    if config is None or not config.node_group_configs:
+        return None
+    groups = [(g.name, {k: float(v) for k, v in g.resources.items()}, int(g.max_count))
+              for g in config.node_group_configs]
+    return Autoscaler("cluster config in the GCS", [g[0] for g in groups], groups,
+                      {k: float(v) for k, v in config.max_resources.items()})
+
+
+def readonly_types(mapping: dict[str, str]) -> bool:
+    """True if every node's type is the read-only provider's ``node_<node id>`` (no autoscaler)."""
+    return all(node_type == f"node_{node_id}" or not node_type for node_id, node_type in mapping.items())
+
+
+def _autoscaler_v2() -> Optional[Autoscaler]:
+    import ray
+    from ray.autoscaler.v2.sdk import get_cluster_status
+    try:
+        status = get_cluster_status(ray.get_runtime_context().gcs_address, timeout=10)
+    except Exception:
+        return None
+    if str(status.stats.autoscaler_version or "0") == "0":
+        return None  # no v2 autoscaler has reported to the GCS
+    nodes = list(status.active_nodes) + list(status.idle_nodes) + list(status.pending_nodes)
+    mapping = {n.node_id or n.instance_id: n.ray_node_type_name for n in nodes}
+    if status.pending_launches or status.pending_nodes or not readonly_types(mapping):
+        return Autoscaler("autoscaler v2", sorted({t for t in mapping.values() if t}))
+    return None
+
+
+def autoscaler_from_v1_status(raw: bytes | str | None) -> Optional[Autoscaler]:
+    """The v1 monitor's status JSON -> an Autoscaler, or None (no status, or read-only)."""
+    if not raw:
+        return None
+    try:
+        report = json.loads(raw).get("autoscaler_report") or {}
+    except (ValueError, AttributeError):
+        return None
+    mapping = report.get("node_type_mapping") or {}
+    if not mapping:
+        return None
+    if report.get("pending_launches") or report.get("pending_nodes") or not readonly_types(mapping):
+        types = set(mapping.values()) | set(report.get("active_nodes") or {})
+        return Autoscaler("autoscaler v1", sorted(types))
+    return None
+
+
+def _autoscaler_v1(status_wait_s: float) -> Optional[Autoscaler]:
+    try:
+        from ray._private import ray_constants
+        from ray.experimental.internal_kv import _internal_kv_get
+    except ImportError:
+        return None
+    deadline = time.monotonic() + status_wait_s
+    while True:
+        try:
+            raw = _internal_kv_get(ray_constants.DEBUG_AUTOSCALING_STATUS)
+        except Exception:
+            raw = None
+        if raw or time.monotonic() >= deadline:
+            return autoscaler_from_v1_status(raw)
+        time.sleep(1.0)
