@@ -49,21 +49,33 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_validate(args) -> int:
+    """An experiment or a sweep file: parsed, every trial expanded and checked; nothing runs.
+    The YAML is read before anything heavy is imported, so a bad file is refused at once."""
     from .config import load_experiment
-    from .engine.launch import check_experiment
-    cfg = load_experiment(args.config, args.overrides).resolved()
-    check_experiment(cfg)
-    print(f"{args.config}: OK — task {cfg.task.name}, {cfg.train.epochs} epochs, selection "
-          f"{cfg.selection.label()}, {cfg.ray.num_workers} worker(s), MLflow {cfg.mlflow.tracking_uri} "
-          f"(experiment {cfg.mlflow.experiment!r})")
+    from .sweep import describe_sweep, is_sweep_file, load_sweep
+    if is_sweep_file(args.config):
+        sweep = load_sweep(args.config, args.overrides)
+        configs = [cfg.resolved() for _, cfg in sweep.trials]
+        summary = describe_sweep(sweep)
+    else:
+        configs = [load_experiment(args.config, args.overrides).resolved()]
+        cfg = configs[0]
+        summary = (f"task {cfg.task.name}, {cfg.train.epochs} epochs, selection "
+                   f"{cfg.selection.label(cfg.train.epochs)}, {cfg.ray.num_workers} worker(s)")
+    from .engine.preflight import check_experiment
+    for cfg in {c.model_dump_json(exclude={"name", "seed"}): c for c in configs}.values():
+        check_experiment(cfg)  # data, resources, MLflow store: once per distinct trial
+    print(f"{args.config}: OK — {summary}\nMLflow {configs[0].mlflow.tracking_uri} "
+          f"(experiment {configs[0].mlflow.experiment!r})")
     return 0
 
 
 def cmd_train(args) -> int:
     from .config import load_experiment
-    from .engine.launch import check_experiment, train
     cfg = load_experiment(args.config, args.overrides).resolved()
+    from .engine.preflight import check_experiment
     check_experiment(cfg)  # refuse before Ray starts
+    from .engine.launch import train
     result = train(cfg)
     m = result.metrics
     evals = ", ".join(f"{k[5:]} {v:.4f}" for k, v in m.items() if k.startswith("eval_"))

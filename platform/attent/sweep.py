@@ -119,7 +119,8 @@ def run_sweep(path: str | Path, *, resume: bool = False, overrides: list[str] | 
     from ray import tune
 
     from .engine import preflight
-    from .engine.launch import check_experiment, ensure_ray
+    from .engine.launch import ensure_ray
+    from .engine.preflight import check_experiment
 
     sweep = load_sweep(path, overrides, name=name)
     base = sweep.base.resolved()

@@ -25,11 +25,7 @@ class TrainResult:
     resumed: bool
 
 
-def check_experiment(cfg: ExperimentConfig) -> None:
-    """Everything that can be refused before Ray starts: the MLflow store, resources, data files."""
-    preflight.check_tracking(cfg.mlflow.tracking_uri)  # seconds, not MLflow's minutes of retries
-    preflight.check_local_resources(cfg)  # a local Ray that could never host the workers
-    cfg.task.check_data()
+check_experiment = preflight.check_experiment
 
 
 def ensure_ray(cfg: ExperimentConfig) -> float:

@@ -39,6 +39,14 @@ class PreflightError(ValueError):
     """A run that cannot succeed, refused before any worker or MLflow run exists."""
 
 
+def check_experiment(cfg) -> None:
+    """Everything that can be refused before Ray starts: the MLflow store, resources, data files
+    (``cfg``: a resolved ExperimentConfig). Imports no torch; Ray only to size a local cluster."""
+    check_tracking(cfg.mlflow.tracking_uri)  # seconds, not MLflow's minutes of retries
+    check_local_resources(cfg)  # a local Ray that could never host the workers
+    cfg.task.check_data()
+
+
 # --------------------------------------------------------------------------------------------
 # MLflow tracking store
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,66 @@
+"""The command line as a user meets it: `attent validate` reads the YAML before importing any
+heavy library, and validates sweep files by expanding and checking every trial."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attent.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+SWEEPS = sorted((REPO / "experiments" / "sweeps").glob("*.yaml"))
+HEAVY = ("torch", "ray", "transformers", "timm", "mlflow", "datasets", "peft")
+# In a fresh interpreter: run the CLI, then report its exit code and the heavy modules it loaded.
+PROBE = """
+import json, sys
+from attent.cli import main
+code = main(sys.argv[1:])
+print(json.dumps({"code": code, "loaded": sorted(m for m in %r if m in sys.modules)}))
+""" % (HEAVY,)
+
+
+def run_cli_probe(*args: str, cwd: Path) -> dict:
+    proc = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=120)
+    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "stderr": proc.stderr}
+
+
+@pytest.mark.parametrize("text,message", [
+    ("name: x\ntask: {name: vision}\ntrain: {epochs: 0}\n", "train.epochs"),
+    ("name: x\ntask: {name: nosuchtask}\ntrain: {epochs: 1}\n", "task"),
+    ("name: x\ntask: {name: vision}\ntrain: {epochs: 1}\nselection: {ratio: {start: 1.5}}\n", "ratio"),
+])
+def test_a_bad_file_is_refused_before_any_heavy_import(text, message, tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    result = run_cli_probe("validate", str(path), cwd=tmp_path)
+    assert result["code"] == 2 and message in result["stderr"]
+    assert result["loaded"] == []          # refused before torch, Ray, MLflow, timm...
+
+
+def test_a_good_file_is_validated_without_torch(tmp_path):
+    result = run_cli_probe("validate", str(REPO / "experiments/digits_vit.yaml"), cwd=tmp_path)
+    assert result["code"] == 0, result["stderr"]
+    assert "torch" not in result["loaded"] and "mlflow" not in result["loaded"]
+
+
+@pytest.mark.parametrize("path", [p for p in SWEEPS if "gpu" not in p.name], ids=lambda p: p.name)
+def test_every_offline_sweep_file_validates(path, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["validate", str(path)]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    trials = [line for line in out.splitlines() if line.startswith("  t")]
+    assert out.startswith(f"{path}: OK — sweep ") and len(trials) >= 2
+
+
+def test_a_sweep_with_one_bad_trial_names_it(tmp_path, capsys):
+    (tmp_path / "sweep.yaml").write_text(
+        f"sweep:\n  name: s\n  base: {REPO / 'experiments/digits_vit.yaml'}\n"
+        "  grid:\n    selection.ratio.end: [0.8, 1.7]\n")
+    assert main(["validate", str(tmp_path / "sweep.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "trial t01" in err and "1.7" in err and "t00" not in err
