@@ -8,13 +8,14 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.runs import (FULL_METHOD, METHOD, RATIO_VALUE, SELECTED_RATIO, STRATEGY_NAMES, TIME,
-                           config_names, is_full, strategy_names)
+from analysis.runs import (FULL_METHOD, METHOD, METHOD_COST, RATIO_KIND, RATIO_START,
+                           SELECTED_RATIO, STRATEGY_NAMES, config_names, is_full, strategy_names)
+from attent import contract
 
-STRATEGY_COLORS = {STRATEGY_NAMES["none"]: "black", STRATEGY_NAMES["random"]: "tab:gray",
+STRATEGY_COLORS = {STRATEGY_NAMES[contract.NONE]: "black", STRATEGY_NAMES["random"]: "tab:gray",
                    STRATEGY_NAMES["hard"]: "tab:blue", STRATEGY_NAMES["soft"]: "tab:orange"}
-TIME_HISTORY = "time_total_s"
-LOSS_HISTORY = "train_loss"
+LOSS_HISTORY = contract.TRAIN_LOSS
+COST_PART_HISTORIES = [contract.time_metric(part) for part in contract.METHOD_TIME_PARTS]
 
 
 def color_of(strategy: str) -> str:
@@ -45,7 +46,7 @@ def config_bars(summary: pd.DataFrame, xlabel: str, title: str) -> Figure:
 def selected_ratio(runs: pd.DataFrame) -> pd.Series:
     """Fraction of the data each run backpropagated: the logged mean selected ratio, else the
     configured fixed ratio, else 1 for the full-data baseline."""
-    ratio = runs[SELECTED_RATIO].fillna(runs[RATIO_VALUE])
+    ratio = runs[SELECTED_RATIO].fillna(runs[RATIO_START].where(runs[RATIO_KIND].eq("fixed")))
     return ratio.where(~(is_full(runs) & ratio.isna()), 1.0)
 
 
@@ -69,11 +70,13 @@ def sample_ratio_figure(runs: pd.DataFrame, metric: str) -> Figure | None:
 
 
 def training_time_figure(runs: pd.DataFrame) -> Figure | None:
-    summary = per_config(runs, runs[TIME]).dropna(subset=["mean"])
+    """Method cost (training + scoring + selection; no evaluation) per configuration."""
+    summary = per_config(runs, runs[METHOD_COST]).dropna(subset=["mean"])
     if summary.empty:
         return None
-    return config_bars(summary.sort_values("mean", ascending=False), "training time (s)",
-                       "Training time per configuration (mean ± std over seeds)")
+    return config_bars(summary.sort_values("mean", ascending=False),
+                       "method cost (s): training + scoring + selection",
+                       "Method cost per configuration (mean ± std over seeds)")
 
 
 def loss_curves_figure(runs: pd.DataFrame, histories: pd.DataFrame) -> Figure | None:
@@ -104,24 +107,36 @@ def loss_curves_figure(runs: pd.DataFrame, histories: pd.DataFrame) -> Figure | 
 
 def time_to_reach_baseline(runs: pd.DataFrame, histories: pd.DataFrame,
                            metric: str) -> pd.DataFrame:
-    """Per configuration: wall-clock seconds until ``metric`` first reaches the full-data
-    baseline's final value (mean over its seeds), as mean/std over the seeds that reached it,
-    ``n`` of them and ``runs`` in all. Empty when there is no baseline."""
+    """Per configuration: method cost (training + scoring + selection seconds) spent until
+    ``metric`` first reaches the full-data baseline's final value (mean over its seeds), as
+    mean/std over the seeds that reached it, ``n`` of them and ``runs`` in all. Empty when there
+    is no baseline."""
     target = runs.loc[runs[METHOD].eq(FULL_METHOD), f"metrics.{metric}"].mean()
     if pd.isna(target):
         return pd.DataFrame(columns=["config", "strategy", "mean", "std", "n", "runs"])
     by_epoch = histories.pivot_table(index=["run_id", "step"], columns="key", values="value")
-    reached = by_epoch.reindex(columns=[metric, TIME_HISTORY]).dropna()
-    reached = reached[reached[metric] >= target]
-    first_time = reached.groupby("run_id")[TIME_HISTORY].min()
+    reached = pd.DataFrame({"value": by_epoch.get(metric), "cost": epoch_method_cost(by_epoch)})
+    reached = reached.dropna()
+    reached = reached[reached["value"] >= target]
+    first_time = reached.groupby("run_id")["cost"].min()
     return per_config(runs, runs["run_id"].map(first_time))
+
+
+def epoch_method_cost(by_epoch: pd.DataFrame) -> pd.Series:
+    """Cumulative method cost per (run, epoch): the logged one, else the sum of its parts,
+    else (runs older still) the epoch wall time."""
+    columns = by_epoch.reindex(columns=[contract.TIME_METHOD, *COST_PART_HISTORIES,
+                                        contract.TIME_TOTAL])
+    parts = columns[COST_PART_HISTORIES].sum(axis=1).where(columns[COST_PART_HISTORIES[0]].notna())
+    return columns[contract.TIME_METHOD].fillna(parts).fillna(columns[contract.TIME_TOTAL])
 
 
 def time_to_baseline_figure(reach: pd.DataFrame, metric: str) -> Figure | None:
     if reach.empty or reach["n"].eq(0).all():
         return None
     reach = reach.fillna({"mean": 0.0, "std": 0.0})  # "not reached": no bar, a note instead
-    fig = config_bars(reach, "wall-clock time (s)", f"Time to reach the full-data final {metric}")
+    fig = config_bars(reach, "method cost (s)",
+                      f"Method cost to reach the full-data final {metric}")
     ax = fig.axes[0]
     for y, row in enumerate(reach.itertuples()):
         note = "not reached" if row.n == 0 else f"{row.n}/{row.runs} seeds"

@@ -21,7 +21,8 @@ from mlflow.exceptions import MlflowException
 from analysis import figures
 from analysis.runs import (HISTORY_KEYS, TASK, ReportError, load_experiment_runs, load_histories,
                            primary_metric)
-from analysis.tables import TABLE_BUILDERS, Table, applicable_kinds, to_csv, to_latex, to_markdown
+from analysis.tables import (CONFIG_HEADER, TABLE_BUILDERS, Table, applicable_kinds, to_csv,
+                             to_latex, to_markdown)
 
 ARTIFACT_PATH = "report"
 INDEX_FILE = "report.md"
@@ -83,7 +84,15 @@ def index_markdown(experiment: str, tables: list[Table], figure_paths: list[Path
     lines = [f"# Report: {experiment}", "",
              f"{runs} finished training runs; {unfinished} unfinished runs left out. "
              "Cells are mean ± std over seeds (sample std, ddof=1); n = runs; "
-             "bold = best in its column; — = no run.", ""]
+             "bold = best in its column; — = no run. Runs differing in more than the seed are "
+             f"never averaged: the {CONFIG_HEADER} column names what tells them apart.", "",
+             "Method cost = training + scoring + selection seconds (evaluation, checkpointing "
+             "and start-up apart; Eval is the evaluation time). Against the full-data row "
+             "trained in the same context: Δ cost = method cost change; ideal saving = "
+             "1 − samples back-propagated / full data's; realized saving = 1 − method cost / "
+             "full data's; realized / ideal = how much of the sample saving became time "
+             "saved. Selected ratio = mean over epochs of the share of the data trained on.",
+             ""]
     for table in tables:
         csv, tex = f"{table.name}.csv", f"{table.name}.tex"
         lines += [f"## {table.title}", "", to_markdown(table), "",

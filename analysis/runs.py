@@ -1,8 +1,9 @@
 """Load an experiment's runs from MLflow into flat DataFrames.
 
 One row per training run. Columns follow MLflow's own ``search_runs`` naming, so tags, params and
-metrics never collide: ``tags.attent.method``, ``params.seed``, ``metrics.time_total_s``. Sweep
-parent runs are kept apart: they hold no results, only the report's artifacts.
+metrics never collide: ``tags.attent.method``, ``params.seed``, ``metrics.time_method_s``; every
+name comes from ``attent.contract``, the names the engine logs. Sweep parent runs are kept
+apart: they hold no results, only the report's artifacts.
 """
 from __future__ import annotations
 
@@ -12,29 +13,50 @@ import pandas as pd
 from mlflow import MlflowClient
 from mlflow.entities import Run
 
-# Column names of the contract the engine logs (see the platform's MLflow contract).
-TASK = "tags.attent.task"
-METHOD = "tags.attent.method"
-STRATEGY = "tags.attent.strategy"
-RATIO_SCHEDULE = "tags.attent.ratio_schedule"
-INTERVAL_SCHEDULE = "tags.attent.interval_schedule"
-LABEL = "tags.attent.label"
-ROLE = "tags.attent.role"
-PARENT_RUN_ID = "tags.mlflow.parentRunId"
-SEED = "params.seed"
-RATIO_KIND = "params.selection.ratio.kind"
-RATIO_VALUE = "params.selection.ratio.value"
+from attent import contract  # the names the engine logs (standard library only: no engine import)
 
-TIME = "metrics.time_total_s"
-SELECTED_RATIO = "metrics.mean_selected_ratio"
+
+def tag(name: str) -> str:
+    """Frame column of a tag: ``attent.method`` -> ``tags.attent.method``."""
+    return f"tags.{name}"
+
+
+def param(key: str) -> str:
+    return f"params.{key}"
+
+
+def metric(name: str) -> str:
+    return f"metrics.{name}"
+
+
+TASK = tag(contract.TAG_TASK)
+METHOD = tag(contract.TAG_METHOD)
+STRATEGY = tag(contract.TAG_STRATEGY)
+RATIO_SCHEDULE = tag(contract.TAG_RATIO_SCHEDULE)
+INTERVAL_SCHEDULE = tag(contract.TAG_INTERVAL_SCHEDULE)
+LABEL = tag(contract.TAG_LABEL)
+ROLE = tag(contract.TAG_ROLE)
+IDENTITY = tag(contract.TAG_IDENTITY)
+PARENT_RUN_ID = tag(contract.TAG_PARENT_RUN_ID)
+SEED = param(contract.PARAM_SEED)
+RATIO_KIND = param(contract.PARAM_RATIO_KIND)
+RATIO_START = param(contract.PARAM_RATIO_START)  # a fixed schedule's ratio
+
+METHOD_COST = metric(contract.TIME_METHOD)  # training + scoring + selection seconds
+METHOD_COST_PARTS = tuple(metric(contract.time_metric(part)) for part in contract.METHOD_TIME_PARTS)
+SELECTED_RATIO = metric(contract.MEAN_SELECTED_RATIO)
+BACKPROPAGATED = metric(contract.SAMPLES_BACKPROPAGATED)
+NUMERIC_COLUMNS = (SEED, RATIO_START, METHOD_COST, *METHOD_COST_PARTS, SELECTED_RATIO,
+                   BACKPROPAGATED)
 CONTRACT_COLUMNS = (TASK, METHOD, STRATEGY, RATIO_SCHEDULE, INTERVAL_SCHEDULE, LABEL, ROLE,
-                    PARENT_RUN_ID, SEED, RATIO_KIND, RATIO_VALUE, TIME, SELECTED_RATIO)
+                    IDENTITY, PARENT_RUN_ID, RATIO_KIND, *NUMERIC_COLUMNS)
 
-TRAINING_ROLES = ("trial", "run")
-FULL_METHOD = "full"  # the no-selection baseline every table compares against
-DOWNSTREAM_PREFIX = "eval_"
+FULL_METHOD = contract.METHOD_FULL  # the no-selection baseline every table compares against
+ATTENT_METHOD = contract.METHOD_ATTENT
 MISSING = "—"  # how tables and figures show a value nobody logged
-HISTORY_KEYS = ("train_loss", "time_total_s")  # plus the primary downstream metric
+# Per-epoch histories the figures read (plus the primary downstream metric).
+HISTORY_KEYS = (contract.TRAIN_LOSS, contract.TIME_TOTAL, contract.TIME_METHOD,
+                *(contract.time_metric(part) for part in contract.METHOD_TIME_PARTS))
 
 _PAGE_SIZE = 1000
 
@@ -67,9 +89,18 @@ def runs_frame(runs: list[Run]) -> pd.DataFrame:
     frame = frame.reindex(columns=frame.columns.union(expected, sort=False))
     texts = [c for c in frame.columns if c.startswith(("tags.", "params."))]
     frame[texts] = frame[texts].astype(object)  # all-missing columns would otherwise be float
-    for column in (SEED, RATIO_VALUE, TIME, SELECTED_RATIO):
+    for column in NUMERIC_COLUMNS:
         frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    frame[METHOD_COST] = method_cost(frame)
     return frame
+
+
+def method_cost(frame: pd.DataFrame) -> pd.Series:
+    """The logged method cost; for runs from before it was logged, the sum of its parts
+    (training + scoring + selection seconds; missing where training time is missing too)."""
+    parts = frame.reindex(columns=list(METHOD_COST_PARTS)).apply(pd.to_numeric, errors="coerce")
+    fallback = parts.sum(axis=1).where(parts[METHOD_COST_PARTS[0]].notna())
+    return frame[METHOD_COST].fillna(fallback)
 
 
 def search_all_runs(client: MlflowClient, experiment_id: str) -> list[Run]:
@@ -93,8 +124,8 @@ def load_experiment_runs(client: MlflowClient, experiment: str) -> ExperimentRun
     everything = runs_frame(search_all_runs(client, found.experiment_id))
     if everything.empty:
         raise ReportError(f"MLflow experiment {experiment!r} has no runs yet.")
-    is_sweep = everything[ROLE].eq("sweep")
-    training = everything[everything[ROLE].isin(TRAINING_ROLES)]  # not other tools' runs
+    is_sweep = everything[ROLE].eq(contract.ROLE_SWEEP)
+    training = everything[everything[ROLE].isin(contract.TRAINING_ROLES)]  # not other tools' runs
     finished = training[training["status"].eq("FINISHED")].reset_index(drop=True)
     if finished.empty:
         raise ReportError(f"MLflow experiment {experiment!r} has no finished training runs "
@@ -115,7 +146,7 @@ def load_histories(client: MlflowClient, run_ids: list[str], keys: list[str]) ->
 def downstream_metrics(runs: pd.DataFrame) -> list[str]:
     """Final ``eval_*`` metrics some run logged: higher-is-better first, then by name."""
     names = [c.removeprefix("metrics.") for c in runs.columns
-             if c.startswith("metrics." + DOWNSTREAM_PREFIX) and runs[c].notna().any()]
+             if c.startswith(metric(contract.EVAL_PREFIX)) and runs[c].notna().any()]
     return sorted(names, key=lambda name: (lower_is_better(name), name))
 
 
@@ -125,27 +156,80 @@ def primary_metric(runs: pd.DataFrame) -> str | None:
     return candidates[0] if candidates else None
 
 
-def lower_is_better(metric: str) -> bool:
-    return any(word in metric for word in ("loss", "time", "perplexity"))
+def lower_is_better(metric_name: str) -> bool:
+    return any(word in metric_name for word in ("loss", "time", "perplexity"))
 
 
 # --- naming runs for humans ----------------------------------------------------------------
-STRATEGY_NAMES = {"random": "Random", "hard": "Hard", "soft": "Soft", "none": "No selection"}
-METHOD_NAMES = {"attent": "AtteNT", "class_weight": "Class weight", "group_weight": "Group weight",
-                "gradnorm": "GradNorm", "infobatch": "InfoBatch", "random": "Random subset",
-                "full": "Full data"}
+STRATEGY_NAMES = {"random": "Random", "hard": "Hard", "soft": "Soft", contract.NONE: "No selection"}
+METHOD_NAMES = {ATTENT_METHOD: "AtteNT", "class_weight": "Class weight",
+                "group_weight": "Group weight", "gradnorm": "GradNorm", "infobatch": "InfoBatch",
+                "random": "Random subset", FULL_METHOD: "Full data"}
+SHORT_PREFIX = "selection."  # dropped from field names in labels: temperature=0.5
 
 
 def is_full(runs: pd.DataFrame) -> pd.Series:
     return runs[METHOD].eq(FULL_METHOD)
 
 
+def label_names(runs: pd.DataFrame) -> pd.Series:
+    """The engine's label of each run's selection config, else the method's name."""
+    names = runs[LABEL].fillna(runs[METHOD].map(METHOD_NAMES)).fillna(runs[METHOD])
+    return names.fillna(MISSING)
+
+
 def config_names(runs: pd.DataFrame) -> pd.Series:
-    """One name per configuration: the engine's label, else the method's name."""
-    return runs[LABEL].fillna(runs[METHOD].map(METHOD_NAMES)).fillna(runs[METHOD]).fillna(MISSING)
+    """One name per configuration: its label, plus, where runs sharing a label differ in more
+    than the seed, the fields that tell them apart: ``Soft · ... (temperature=0.5)``."""
+    names = label_names(runs)
+    detail = config_details(runs, names)
+    return names.where(detail.eq(""), names + " (" + detail + ")")
 
 
 def strategy_names(runs: pd.DataFrame) -> pd.Series:
     """Strategy per run; the full-data baseline selects nothing whatever its tag says."""
-    strategy = runs[STRATEGY].where(~is_full(runs), "none")
+    strategy = runs[STRATEGY].where(~is_full(runs), contract.NONE)
     return strategy.map(STRATEGY_NAMES).fillna(strategy).fillna(MISSING)
+
+
+# --- run identity: which runs are seeds of one configuration --------------------------------
+def identity_columns(runs: pd.DataFrame) -> list[str]:
+    """The params columns that are part of a run's identity (not seed, not plumbing)."""
+    return [c for c in runs.columns
+            if c.startswith("params.") and contract.is_identity_key(c.removeprefix("params."))]
+
+
+def varying_fields(runs: pd.DataFrame) -> list[str]:
+    """Identity params columns whose value differs between some of ``runs``."""
+    values = runs[identity_columns(runs)].astype(str)  # missing compares as "nan"
+    return [column for column in values.columns if values[column].nunique() > 1]
+
+
+def field_name(column: str) -> str:
+    """``params.selection.temperature`` -> ``temperature``; ``params.task.model`` stays
+    ``task.model``."""
+    return column.removeprefix("params.").removeprefix(SHORT_PREFIX)
+
+
+def describe_fields(runs: pd.DataFrame, columns: list[str]) -> pd.Series:
+    """Per run, ``temperature=0.5, task.model=X`` over ``columns``."""
+    detail = pd.Series("", index=runs.index, dtype=object)
+    for column in columns:
+        text = field_name(column) + "=" + runs[column].fillna(MISSING).astype(str)
+        detail = detail.where(detail.eq(""), detail + ", ") + text
+    return detail
+
+
+def config_details(runs: pd.DataFrame, groups: pd.Series) -> pd.Series:
+    """Per run: what tells its configuration apart from the others in its group (e.g. a table
+    row), as ``temperature=0.5``; empty where the group holds a single configuration or the run
+    has no identity tag (runs logged before it existed keep the group's grouping)."""
+    detail = pd.Series("", index=runs.index, dtype=object)
+    with_identity = runs[runs[IDENTITY].notna()]
+    for _, members in with_identity.groupby(groups.loc[with_identity.index]):
+        if members[IDENTITY].nunique() < 2:
+            continue
+        columns = varying_fields(members)
+        detail[members.index] = (describe_fields(members, columns) if columns
+                                 else "config " + members[IDENTITY].astype(str))
+    return detail

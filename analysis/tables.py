@@ -1,29 +1,50 @@
 """Result tables in the paper's layouts, built from the runs frame of ``analysis.runs``.
 
-Every table is the same core: give each run a row key (display strings), list the rows the
-layout expects (rows nobody ran stay in the table with ``—`` cells, so partial sweeps render),
-then per row the mean ± std over seeds (ddof=1, pandas' default), the run count n, the wall-clock
-time change vs the full-data baseline row, and the best value per column marked.
+Every table is the same core: give each run a layout row key (display strings) and list the
+rows the layout expects (rows nobody ran stay in the table with ``—`` cells, so partial sweeps
+render). Each layout row is then split by run identity (``attent.identity``): runs that differ
+in more than the seed are never averaged together, and the config fields that tell them apart
+label the row. Per row: the mean ± std over seeds (ddof=1, pandas' default) and the run count n;
+the method's cost (training + scoring + selection seconds; evaluation, checkpointing and start-up
+apart) against the full-data row trained in the same context, as the realized saving beside the
+ideal saving the back-propagated samples promise; the mean selected ratio, flagged where a
+method trained on another budget than AtteNT; and the best value per column marked.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import product
 
 import pandas as pd
 
-from analysis.runs import (INTERVAL_SCHEDULE, LABEL, METHOD, METHOD_NAMES, MISSING, RATIO_KIND,
-                           RATIO_SCHEDULE, RATIO_VALUE, STRATEGY, STRATEGY_NAMES, config_names,
-                           downstream_metrics, is_full, lower_is_better)
+from analysis.runs import (ATTENT_METHOD, FULL_METHOD, IDENTITY, INTERVAL_SCHEDULE, LABEL, METHOD,
+                           METHOD_NAMES, MISSING, RATIO_KIND, RATIO_SCHEDULE, RATIO_START,
+                           SHORT_PREFIX, STRATEGY, STRATEGY_NAMES, config_details, label_names,
+                           downstream_metrics, is_full, lower_is_better, metric, param,
+                           varying_fields)
+from attent import contract
 
-TIME_METRIC = "time_total_s"
-CHANGE = "time_change_pct"
-BASELINE_NAME = "Full data"
+COST = contract.TIME_METHOD  # the time column: training + scoring + selection
+EVAL_TIME = contract.time_metric("eval")
+SELECTED = contract.MEAN_SELECTED_RATIO
+BACKPROPAGATED = contract.SAMPLES_BACKPROPAGATED
+RUN_METRICS = (COST, EVAL_TIME, SELECTED, BACKPROPAGATED)  # summarized in every table
+
+COST_CHANGE = "cost_change_pct"  # method cost vs the full-data row's, in %
+IDEAL_SAVING = "ideal_saving"  # 1 - samples back-propagated / the full-data row's
+REALIZED_SAVING = "realized_saving"  # 1 - method cost / the full-data row's
+SAVING_RATIO = "realized_over_ideal"
+BUDGET_DIFFERS = "budget_differs"
+BUDGET_TOLERANCE = 0.02  # relative difference of mean selected ratios still called one budget
+BUDGET_MARK = "†"
+CONFIG_HEADER = "Config"  # the fields telling apart configurations that share a layout row
+
+BASELINE_NAME = METHOD_NAMES[FULL_METHOD]
 PAPER_STRATEGIES = ("random", "hard", "soft")
 PAPER_RATIOS = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4)  # below the 100 % full-data row
-COMPARISON_METHODS = ("attent", "class_weight", "group_weight", "gradnorm", "infobatch",
-                      "random", "full")
+COMPARISON_METHODS = (ATTENT_METHOD, "class_weight", "group_weight", "gradnorm", "infobatch",
+                      "random", FULL_METHOD)
 SCHEDULE_KINDS = ("fixed", "incremental", "cosine")
 
 Row = tuple[str, ...]
@@ -33,54 +54,133 @@ Row = tuple[str, ...]
 class Table:
     name: str  # file stem, e.g. "ablation" or "ablation_vision"
     title: str
-    labels: pd.DataFrame  # one display column per row key
-    stats: pd.DataFrame  # n, <metric>_mean, <metric>_std per metric, time_change_pct
-    metrics: list[str]  # time first, then downstream metrics
-    baseline: int | None  # position of the full-data row, if the layout has one
+    labels: pd.DataFrame  # one display column per row key, plus Config where rows split
+    stats: pd.DataFrame  # n, <metric>_mean/_std (RUN_METRICS and metrics), savings, budget flag
+    metrics: list[str]  # downstream metrics, best marked
+    baseline_rows: list[int]  # positions of the full-data rows
+    notes: list[str] = field(default_factory=list)  # footnotes, e.g. the budget flag's
 
 
 # --- the generic core ----------------------------------------------------------------------
+def layout_positions(keyed: pd.DataFrame, key_headers: list[str], rows: list[Row]) -> pd.Series:
+    """Per run, the position of its layout row; runs whose row the layout lacks are left out."""
+    position = {row: i for i, row in enumerate(rows)}
+    keys = keyed[key_headers].fillna(MISSING).astype(str).itertuples(index=False)
+    positions = pd.Series([position.get(tuple(key)) for key in keys], index=keyed.index,
+                          dtype=object)
+    return positions.dropna().astype(int)
+
+
+def split_rows(n_layout_rows: int, layout: pd.Series, identity: pd.Series,
+               detail: pd.Series) -> pd.DataFrame:
+    """The table's rows (``position``, ``identity``, ``detail``): per layout row one per identity
+    among its runs (runs without the tag share one), ordered by detail; a layout row that no
+    run fills appears once."""
+    present = pd.DataFrame({"position": layout, "identity": identity, "detail": detail})
+    present = present.drop_duplicates(["position", "identity"])
+    empty = pd.DataFrame({"position": sorted(set(range(n_layout_rows)) - set(layout)),
+                          "identity": "", "detail": ""})
+    rows = pd.concat([present, empty]).astype({"position": int})
+    return rows.sort_values(["position", "detail", "identity"]).reset_index(drop=True)
+
+
 def summarize(runs: pd.DataFrame, row_of_run: pd.Series, n_rows: int,
               metrics: list[str]) -> pd.DataFrame:
-    """Per row position: run count n and mean/std (ddof=1) of each final metric. Runs whose
-    row is not in the layout (``row_of_run`` NaN) are left out."""
-    placed = row_of_run.dropna().astype(int)
-    grouped = runs.loc[placed.index].groupby(placed)
+    """Per table row: run count n and mean/std (ddof=1) of each final metric (NaN where no run
+    logged it)."""
+    grouped = runs.reindex(columns=[metric(m) for m in metrics]).groupby(row_of_run)
     stats = pd.DataFrame({"n": grouped.size()})
-    for metric in metrics:
-        values = grouped[f"metrics.{metric}"]
-        stats[f"{metric}_mean"] = values.mean()
-        stats[f"{metric}_std"] = values.std(ddof=1)
+    for name in metrics:
+        values = grouped[metric(name)]
+        stats[f"{name}_mean"] = values.mean()
+        stats[f"{name}_std"] = values.std(ddof=1)
     stats = stats.reindex(range(n_rows))
     stats["n"] = stats["n"].fillna(0).astype(int)
     return stats
 
 
-def time_change_pct(stats: pd.DataFrame, baseline: int | None) -> pd.Series:
-    """Mean time vs the baseline row's mean time, in % (negative = faster)."""
-    time = stats[f"{TIME_METRIC}_mean"]
-    if baseline is None:
-        return pd.Series(math.nan, index=stats.index)
-    return (time / time.iloc[baseline] - 1.0) * 100.0
+def matching_baseline(runs: pd.DataFrame, row_of_run: pd.Series, n_rows: int,
+                      baseline_rows: list[int]) -> list[int | None]:
+    """Per table row, the full-data row to compare with: the one trained in the same context
+    (the fields outside ``selection.`` that vary in the table, e.g. model and dataset)."""
+    context_columns = [c for c in varying_fields(runs) if not c.startswith(param(SHORT_PREFIX))]
+    values = runs[context_columns].astype(str)
+    first_run = pd.Series(row_of_run.index, index=row_of_run.to_numpy())
+    first_run = first_run[~first_run.index.duplicated()]
+    context = {row: tuple(values.loc[run]) for row, run in first_run.items()}
+    baseline_of_context: dict[tuple, int] = {}
+    for row in baseline_rows:
+        if row in context:
+            baseline_of_context.setdefault(context[row], row)
+    return [baseline_of_context.get(context.get(row)) for row in range(n_rows)]
+
+
+def compare_with_baseline(stats: pd.DataFrame, baseline_of_row: list[int | None]) -> pd.DataFrame:
+    """Cost change and savings of each row against its full-data row (NaN without one). The
+    realized/ideal ratio says how much of the sample saving turned into a time saving."""
+    def of_baseline(column: str) -> pd.Series:
+        return pd.Series([math.nan if b is None else stats.at[b, column] for b in baseline_of_row],
+                         index=stats.index, dtype=float)
+    cost_ratio = stats[f"{COST}_mean"] / of_baseline(f"{COST}_mean")
+    ideal = 1.0 - stats[f"{BACKPROPAGATED}_mean"] / of_baseline(f"{BACKPROPAGATED}_mean")
+    realized = 1.0 - cost_ratio
+    return stats.assign(**{COST_CHANGE: (cost_ratio - 1.0) * 100.0, IDEAL_SAVING: ideal,
+                           REALIZED_SAVING: realized,
+                           SAVING_RATIO: (realized / ideal).where(ideal.abs() > 1e-9)})
+
+
+def budget_differs(stats: pd.DataFrame, methods: pd.Series) -> pd.Series:
+    """Rows of other methods (not AtteNT, not full data) whose mean selected ratio lies more
+    than BUDGET_TOLERANCE (relative) away from every AtteNT row's: another training budget."""
+    ratio = stats[f"{SELECTED}_mean"]
+    references = ratio[methods.eq(ATTENT_METHOD)].dropna()
+    if references.empty:
+        return pd.Series(False, index=stats.index)
+    distance = pd.concat([(ratio / r - 1.0).abs() for r in references], axis=1).min(axis=1)
+    others = methods.notna() & ~methods.isin([ATTENT_METHOD, FULL_METHOD])
+    return others & distance.gt(BUDGET_TOLERANCE)
+
+
+def budget_notes(stats: pd.DataFrame, methods: pd.Series) -> list[str]:
+    if not stats[BUDGET_DIFFERS].any():
+        return []
+    references = ", ".join(f"{r:.3f}" for r in
+                           stats.loc[methods.eq(ATTENT_METHOD), f"{SELECTED}_mean"].dropna())
+    return [f"{BUDGET_MARK} Budget differs: mean selected ratio more than "
+            f"{BUDGET_TOLERANCE:.0%} (relative) away from AtteNT's ({references}); "
+            "not a same-budget comparison."]
 
 
 def build_table(name: str, title: str, keyed: pd.DataFrame, key_headers: list[str],
                 rows: list[Row], baseline: Row | None, metrics: list[str]) -> Table:
-    """Summarize ``keyed`` (runs plus one display column per key header) into ``rows``."""
-    position = {row: i for i, row in enumerate(rows)}
-    key_values = keyed[key_headers].fillna(MISSING).astype(str).itertuples(index=False)
-    row_keys = pd.Series([tuple(key) for key in key_values], index=keyed.index, dtype=object)
-    stats = summarize(keyed, row_keys.map(position), len(rows), metrics)
-    baseline_position = position.get(baseline) if baseline is not None else None
-    stats[CHANGE] = time_change_pct(stats, baseline_position)
-    labels = pd.DataFrame(rows, columns=key_headers)
-    return Table(name, title, labels, stats, metrics, baseline_position)
+    """Summarize ``keyed`` (runs plus one display column per key header) into ``rows``, each
+    split by run identity."""
+    keyed = keyed.reset_index(drop=True)
+    layout = layout_positions(keyed, key_headers, rows)
+    placed = keyed.loc[layout.index]
+    identity = placed[IDENTITY].fillna("")
+    table_rows = split_rows(len(rows), layout, identity, config_details(placed, layout))
+    row_index = pd.MultiIndex.from_frame(table_rows[["position", "identity"]])
+    row_of_run = pd.Series(row_index.get_indexer(pd.MultiIndex.from_arrays([layout, identity])),
+                           index=placed.index)
+    n_rows = len(table_rows)
+    stats = summarize(placed, row_of_run, n_rows, [*RUN_METRICS, *metrics])
+    baseline_position = rows.index(baseline) if baseline in rows else None
+    baseline_rows = table_rows.index[table_rows["position"].eq(baseline_position)].tolist()
+    stats = compare_with_baseline(
+        stats, matching_baseline(placed, row_of_run, n_rows, baseline_rows))
+    methods = placed[METHOD].groupby(row_of_run).first().reindex(range(n_rows))
+    stats[BUDGET_DIFFERS] = budget_differs(stats, methods)
+    labels = pd.DataFrame([rows[p] for p in table_rows["position"]], columns=key_headers)
+    if table_rows["detail"].ne("").any():
+        labels[CONFIG_HEADER] = table_rows["detail"].tolist()
+    return Table(name, title, labels, stats, metrics, baseline_rows, budget_notes(stats, methods))
 
 
-def best_rows(table: Table, metric: str) -> pd.Series:
-    """Rows holding the best mean of ``metric`` (ties all marked); none if nobody logged it."""
-    means = table.stats[f"{metric}_mean"]
-    best = means.min() if lower_is_better(metric) else means.max()
+def best_rows(table: Table, metric_name: str) -> pd.Series:
+    """Rows holding the best mean of ``metric_name`` (ties all marked); none if nobody logged it."""
+    means = table.stats[f"{metric_name}_mean"]
+    best = means.min() if lower_is_better(metric_name) else means.max()
     return means.eq(best) & means.notna()
 
 
@@ -104,15 +204,11 @@ def schedule_order(schedules: pd.Series) -> list[str]:
     return sorted(set(schedules.dropna().astype(str)), key=sort_key) or [MISSING]
 
 
-def table_metrics(runs: pd.DataFrame) -> list[str]:
-    return [TIME_METRIC, *downstream_metrics(runs)]
-
-
 # --- the paper's layouts -------------------------------------------------------------------
 def ablation_table(runs: pd.DataFrame, name: str = "ablation") -> Table:
     """Table 3: ratio schedule x interval schedule x strategy, plus the no-selection row."""
     headers = ["Ratio schedule", "Interval schedule", "Strategy"]
-    attent = runs[runs[METHOD].eq("attent")]
+    attent = runs[runs[METHOD].eq(ATTENT_METHOD)]
     baseline: Row = (MISSING, MISSING, BASELINE_NAME)
     keyed = pd.concat([
         runs[is_full(runs)].assign(**dict(zip(headers, baseline))),
@@ -123,25 +219,25 @@ def ablation_table(runs: pd.DataFrame, name: str = "ablation") -> Table:
                    schedule_order(attent[INTERVAL_SCHEDULE]),
                    [strategy_label(s) for s in strategies])
     return build_table(name, "Ablation: ratio schedule × interval schedule × strategy",
-                       keyed, headers, [baseline, *grid], baseline, table_metrics(keyed))
+                       keyed, headers, [baseline, *grid], baseline, downstream_metrics(keyed))
 
 
 def ratio_table(runs: pd.DataFrame, name: str = "ratio") -> Table:
     """Table 5: fixed sample ratios 100 % (full data), 90 %, ..., 40 %."""
     headers = ["Sample ratio", "Strategy", "Interval schedule"]
-    fixed = runs[runs[METHOD].eq("attent") & runs[RATIO_KIND].eq("fixed")]
+    fixed = runs[runs[METHOD].eq(ATTENT_METHOD) & runs[RATIO_KIND].eq("fixed")]
     baseline: Row = (f"100% ({BASELINE_NAME.lower()})", MISSING, MISSING)
     keyed = pd.concat([
         runs[is_full(runs)].assign(**dict(zip(headers, baseline))),
-        fixed.assign(**{headers[0]: fixed[RATIO_VALUE].map(percent, na_action="ignore"),
+        fixed.assign(**{headers[0]: fixed[RATIO_START].map(percent, na_action="ignore"),
                         headers[1]: fixed[STRATEGY].map(strategy_label),
                         headers[2]: fixed[INTERVAL_SCHEDULE]})])
-    ratios = sorted(set(PAPER_RATIOS) | set(fixed[RATIO_VALUE].dropna()), reverse=True)
+    ratios = sorted(set(PAPER_RATIOS) | set(fixed[RATIO_START].dropna()), reverse=True)
     grid = product([percent(r) for r in ratios],
                    [strategy_label(s) for s in unique_in_order(fixed[STRATEGY])] or [MISSING],
                    schedule_order(fixed[INTERVAL_SCHEDULE]))
     return build_table(name, "Fixed sample ratio", keyed, headers, [baseline, *grid], baseline,
-                       table_metrics(keyed))
+                       downstream_metrics(keyed))
 
 
 def comparison_table(runs: pd.DataFrame, name: str = "comparison") -> Table:
@@ -152,27 +248,28 @@ def comparison_table(runs: pd.DataFrame, name: str = "comparison") -> Table:
         present = keyed.loc[runs[METHOD].eq(method), "Method"]
         rows.extend((n,) for n in sorted(set(present)) or [METHOD_NAMES.get(method, method)])
     return build_table(name, "Comparison with other methods", keyed, ["Method"], rows,
-                       (BASELINE_NAME,), table_metrics(keyed))
+                       (BASELINE_NAME,), downstream_metrics(keyed))
 
 
 def with_without_table(runs: pd.DataFrame, name: str = "with_without") -> Table:
     """Tables 1/2: training with vs without AtteNT."""
     without = "w/o AtteNT"
-    runs = runs[runs[METHOD].isin(["attent", "full"])]
+    runs = runs[runs[METHOD].isin([ATTENT_METHOD, FULL_METHOD])]
     keyed = runs.assign(Setting=("w/ " + method_names(runs)).where(~is_full(runs), without))
-    attent_rows = sorted(set(keyed.loc[runs[METHOD].eq("attent"), "Setting"])) or ["w/ AtteNT"]
-    return build_table(name, "With vs without AtteNT", keyed, ["Setting"],
-                       [(without,), *((s,) for s in attent_rows)], (without,), table_metrics(keyed))
+    attent_rows = sorted(set(keyed.loc[runs[METHOD].eq(ATTENT_METHOD), "Setting"]))
+    rows = [(without,), *((setting,) for setting in attent_rows or ["w/ AtteNT"])]
+    return build_table(name, "With vs without AtteNT", keyed, ["Setting"], rows, (without,),
+                       downstream_metrics(keyed))
 
 
 def summary_table(runs: pd.DataFrame, name: str = "summary") -> Table:
     """Fallback when no paper layout fits: one row per configuration."""
-    keyed = runs.assign(Configuration=config_names(runs))
+    keyed = runs.assign(Configuration=label_names(runs))  # configs sharing a label: split later
     baseline_names = sorted(set(keyed.loc[is_full(runs), "Configuration"]))
     rows = [*baseline_names, *sorted(set(keyed["Configuration"]) - set(baseline_names))]
     baseline = (baseline_names[0],) if baseline_names else None
     return build_table(name, "All configurations", keyed, ["Configuration"],
-                       [(r,) for r in rows], baseline, table_metrics(keyed))
+                       [(r,) for r in rows], baseline, downstream_metrics(keyed))
 
 
 TABLE_BUILDERS = {"ablation": ablation_table, "ratio": ratio_table,
@@ -182,17 +279,17 @@ TABLE_BUILDERS = {"ablation": ablation_table, "ratio": ratio_table,
 
 def applicable_kinds(runs: pd.DataFrame) -> list[str]:
     """The layouts the runs present fill; ``summary`` when none does."""
-    attent = runs[runs[METHOD].eq("attent")]
+    attent = runs[runs[METHOD].eq(ATTENT_METHOD)]
     methods = set(runs[METHOD].dropna())
     schedule_configs = pd.DataFrame({"ratio": attent[RATIO_SCHEDULE].map(schedule_kind),
                                      "interval": attent[INTERVAL_SCHEDULE],
-                                     "strategy": attent[STRATEGY]}).fillna(MISSING)
-    fixed_ratios = set(attent.loc[attent[RATIO_KIND].eq("fixed"), RATIO_VALUE].dropna())
+                                     "strategy": attent[STRATEGY]}).astype(object).fillna(MISSING)
+    fixed_ratios = set(attent.loc[attent[RATIO_KIND].eq("fixed"), RATIO_START].dropna())
     kinds = [kind for kind, applies in [
         ("ablation", len(schedule_configs.drop_duplicates()) >= 2),
         ("ratio", len(fixed_ratios) >= 2),
-        ("comparison", bool(methods - {"attent", "full"})),
-        ("with_without", methods == {"attent", "full"} and attent[LABEL].nunique() <= 1),
+        ("comparison", bool(methods - {ATTENT_METHOD, FULL_METHOD})),
+        ("with_without", methods == {ATTENT_METHOD, FULL_METHOD} and attent[LABEL].nunique() <= 1),
     ] if applies]
     return kinds or ["summary"]
 
@@ -214,16 +311,18 @@ def percent(ratio: float) -> str:
 
 
 # --- rendering -----------------------------------------------------------------------------
-def metric_header(metric: str) -> str:
-    return "Time (s)" if metric == TIME_METRIC else metric.removeprefix("eval_")
+COST_HEADER = "Method cost (s)"
+EVAL_HEADER = "Eval (s)"
+SELECTED_HEADER = "Selected ratio"
 
 
-CHANGE_HEADER = "ΔTime vs full"
+def metric_header(metric_name: str) -> str:
+    return metric_name.removeprefix(contract.EVAL_PREFIX)
 
 
-def decimals(metric: str, means: pd.Series) -> int:
+def decimals(metric_name: str, means: pd.Series) -> int:
     """1 decimal for seconds; 4 for fractions like accuracy, 2 for percent-scale values."""
-    if metric.startswith("time_"):
+    if metric_name.startswith("time_"):
         return 1
     return 4 if means.abs().max() < 10 else 2
 
@@ -236,29 +335,59 @@ def stat_cell(mean: float, std: float, places: int) -> str:
     return f"{mean:.{places}f} ± {std:.{places}f}"
 
 
+def stat_cells(stats: pd.DataFrame, metric_name: str, places: int) -> list[str]:
+    return [stat_cell(m, s, places)
+            for m, s in zip(stats[f"{metric_name}_mean"], stats[f"{metric_name}_std"])]
+
+
 def change_cell(change: float) -> str:
     return MISSING if math.isnan(change) else f"{change:+.1f}%"
 
 
+def percent_cell(fraction: float) -> str:
+    return MISSING if math.isnan(fraction) else f"{fraction:.1%}"
+
+
+def ratio_cell(value: float) -> str:
+    return MISSING if math.isnan(value) else f"{value:.2f}"
+
+
+def selected_cell(ratio: float, differs: bool) -> str:
+    if math.isnan(ratio):
+        return MISSING
+    return f"{ratio:.3f} {BUDGET_MARK}" if differs else f"{ratio:.3f}"
+
+
+# Columns derived from the comparison with the full-data row: header, stats column, format.
+SAVING_COLUMNS = (("Δ cost vs full", COST_CHANGE, change_cell),
+                  ("Ideal saving", IDEAL_SAVING, percent_cell),
+                  ("Realized saving", REALIZED_SAVING, percent_cell),
+                  ("Realized / ideal", SAVING_RATIO, ratio_cell))
+
+
 def cell_text(table: Table) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Display strings (labels, n, metrics, time change) and, per cell, whether it is best."""
+    """Display strings (labels, n, cost and savings, selected ratio, evaluation time,
+    downstream metrics) and, per cell, whether it is best."""
     stats = table.stats
     cells = table.labels.astype(str)
     cells["n"] = stats["n"].astype(str)
+    cells[COST_HEADER] = stat_cells(stats, COST, 1)
+    for header, column, render in SAVING_COLUMNS:
+        cells[header] = stats[column].map(render)
+    cells[SELECTED_HEADER] = [selected_cell(r, bool(d)) for r, d in
+                              zip(stats[f"{SELECTED}_mean"], stats[BUDGET_DIFFERS])]
+    cells[EVAL_HEADER] = stat_cells(stats, EVAL_TIME, 1)
     best = pd.DataFrame(False, index=cells.index, columns=cells.columns)
-    for metric in table.metrics:
-        header = metric_header(metric)
-        places = decimals(metric, stats[f"{metric}_mean"])
-        cells[header] = [stat_cell(m, s, places)
-                         for m, s in zip(stats[f"{metric}_mean"], stats[f"{metric}_std"])]
-        best[header] = best_rows(table, metric)
-        if metric == TIME_METRIC:
-            cells[CHANGE_HEADER] = stats[CHANGE].map(change_cell)
-            best[CHANGE_HEADER] = False
+    best[COST_HEADER] = best_rows(table, COST)
+    for name in table.metrics:
+        header = metric_header(name)
+        cells[header] = stat_cells(stats, name, decimals(name, stats[f"{name}_mean"]))
+        best[header] = best_rows(table, name)
     return cells, best
 
 
 def to_markdown(table: Table) -> str:
+    """The table, then its footnotes (if any) after a blank line."""
     cells, best = cell_text(table)
     cells = cells.mask(best, cells.map("**{}**".format))
     numeric = [c not in table.labels.columns for c in cells.columns]
@@ -266,13 +395,14 @@ def to_markdown(table: Table) -> str:
              "|" + "|".join("---:" if right else ":---" for right in numeric) + "|"]
     lines += ["| " + " | ".join(v.replace("|", "\\|") for v in row) + " |"
               for row in cells.itertuples(index=False)]
-    return "\n".join(lines)
+    return "\n".join([*lines, *([""] + table.notes if table.notes else [])])
 
 
 LATEX_REPLACEMENTS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
                       "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
                       "^": r"\textasciicircum{}", "±": r"$\pm$", "→": r"$\rightarrow$",
-                      "·": r"$\cdot$", "×": r"$\times$", "Δ": r"$\Delta$", "—": "---"}
+                      "·": r"$\cdot$", "×": r"$\times$", "Δ": r"$\Delta$", "—": "---",
+                      BUDGET_MARK: r"\dag{}"}
 
 
 def latex_escape(text: str) -> str:
@@ -285,23 +415,29 @@ def to_latex(table: Table) -> str:
     cells = escaped.mask(best, escaped.map(r"\textbf{{{}}}".format))
     align = "".join("l" if c in table.labels.columns else "r" for c in cells.columns)
     body = [" & ".join(row) + r" \\" for row in cells.itertuples(index=False)]
-    if table.baseline == 0:  # rule under the reference row, as in the paper
-        body.insert(1, r"\midrule")
+    reference = len(table.baseline_rows)
+    if reference and table.baseline_rows == list(range(reference)):
+        body.insert(reference, r"\midrule")  # rule under the reference rows, as in the paper
+    notes = [r"\par\smallskip\footnotesize " + latex_escape(note) for note in table.notes]
     return "\n".join([
         r"\begin{table}[t]", r"\centering", rf"\caption{{{latex_escape(table.title)}}}",
         rf"\label{{tab:{table.name}}}", rf"\begin{{tabular}}{{{align}}}", r"\toprule",
         " & ".join(latex_escape(c) for c in cells.columns) + r" \\", r"\midrule", *body,
-        r"\bottomrule", r"\end{tabular}", r"\end{table}", ""])
+        r"\bottomrule", r"\end{tabular}", *notes, r"\end{table}", ""])
 
 
 def to_csv(table: Table) -> str:
-    """Numbers, not display strings: empty = missing, ``*`` in ``<metric>_best`` = best."""
-    frame = table.labels.copy()
-    frame["n"] = table.stats["n"]
-    for metric in table.metrics:
-        frame[f"{metric}_mean"] = table.stats[f"{metric}_mean"]
-        frame[f"{metric}_std"] = table.stats[f"{metric}_std"]
-        frame[f"{metric}_best"] = best_rows(table, metric).map({True: "*", False: ""})
-        if metric == TIME_METRIC:
-            frame[CHANGE] = table.stats[CHANGE]
+    """Numbers, not display strings: empty = missing, ``*`` in ``<metric>_best`` = best and in
+    ``budget_differs`` = another budget than AtteNT's."""
+    stats, frame = table.stats, table.labels.copy()
+    frame["n"] = stats["n"]
+    mark = {True: "*", False: ""}
+    for name in (COST, EVAL_TIME, SELECTED, BACKPROPAGATED, *table.metrics):
+        frame[f"{name}_mean"] = stats[f"{name}_mean"]
+        frame[f"{name}_std"] = stats[f"{name}_std"]
+        if name == COST or name in table.metrics:
+            frame[f"{name}_best"] = best_rows(table, name).map(mark)
+    for _, column, _ in SAVING_COLUMNS:
+        frame[column] = stats[column]
+    frame[BUDGET_DIFFERS] = stats[BUDGET_DIFFERS].map(mark)
     return frame.to_csv(index=False, float_format="%.10g")  # 10 digits hide float noise

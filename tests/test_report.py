@@ -2,8 +2,9 @@
 
 The sweep: one parent run (attent.role=sweep) with Hard and Soft AtteNT configs x 3 seeds as
 children, a full-data baseline x 3 seeds as standalone runs, and one child still RUNNING. Every
-final metric is chosen so means and stds are exact: stds are sample stds (ddof=1), e.g. time of
-the full runs [100, 110, 120] -> 110.0 ± 10.0.
+final metric is chosen so means and stds are exact: stds are sample stds (ddof=1), e.g. method
+cost of the full runs [100, 110, 120] -> 110.0 ± 10.0. Further experiments in the same store
+cover fixed sample ratios, configurations that differ in more than the seed, and budgets.
 """
 from __future__ import annotations
 
@@ -18,45 +19,70 @@ from mlflow.entities import Metric, Param
 from analysis.figures import time_to_reach_baseline
 from analysis.report import build_report, main
 from analysis.runs import HISTORY_KEYS, load_experiment_runs, load_histories
-from analysis.tables import comparison_table, to_markdown
+from analysis.runs import config_names
+from analysis.tables import comparison_table, to_csv, to_markdown
+from attent import contract
+from attent.demo import comparison_table as demo_comparison_table
+from attent.sweep import load_sweep
+from conftest import REPO
 
 EXPERIMENT = "vit-ablation"
-SCHEDULE_TAGS = {"attent.ratio_schedule": "cosine(0.2→0.8)",
-                 "attent.interval_schedule": "incremental(1→4)"}
-# config -> (tags, per-seed final time_total_s, eval_accuracy, eval_loss, eval_accuracy history
-# for epochs 0..2; the final epoch 3 logs the final value)
+SCHEDULE_TAGS = {contract.TAG_RATIO_SCHEDULE: "cosine(0.2→0.8)",
+                 contract.TAG_INTERVAL_SCHEDULE: "incremental(1→4)"}
+# config -> (tags, per-seed final method cost (time_method_s), eval_accuracy, eval_loss,
+# eval_accuracy history for epochs 0..2; the final epoch 3 logs the final value)
 CONFIGS = {
-    "full": ({"attent.method": "full", "attent.strategy": "none", "attent.label": "Full data",
-              "attent.ratio_schedule": "none", "attent.interval_schedule": "fixed(1)"},
+    "full": ({contract.TAG_METHOD: "full", contract.TAG_STRATEGY: "none",
+              contract.TAG_LABEL: "Full data", contract.TAG_RATIO_SCHEDULE: "none",
+              contract.TAG_INTERVAL_SCHEDULE: "fixed(1)"},
              [100.0, 110.0, 120.0], [0.80, 0.82, 0.84], [0.50, 0.52, 0.54], [0.60, 0.70, 0.75]),
-    "hard": ({"attent.method": "attent", "attent.strategy": "hard",
-              "attent.label": "Hard · cosine · incremental", **SCHEDULE_TAGS},
+    "hard": ({contract.TAG_METHOD: "attent", contract.TAG_STRATEGY: "hard",
+              contract.TAG_LABEL: "Hard · cosine · incremental", **SCHEDULE_TAGS},
              [60.0, 66.0, 72.0], [0.79, 0.80, 0.81], [0.60, 0.61, 0.62], [0.70, 0.75, 0.78]),
-    "soft": ({"attent.method": "attent", "attent.strategy": "soft",
-              "attent.label": "Soft · cosine · incremental", **SCHEDULE_TAGS},
+    "soft": ({contract.TAG_METHOD: "attent", contract.TAG_STRATEGY: "soft",
+              contract.TAG_LABEL: "Soft · cosine · incremental", **SCHEDULE_TAGS},
              [70.0, 77.0, 84.0], [0.83, 0.84, 0.85], [0.45, 0.46, 0.47], [0.70, 0.81, 0.825]),
 }
 EPOCHS = 4
+# 1000 samples x 4 epochs on full data; Hard back-propagates half of that, Soft 55 %.
+BACKPROPAGATED = {"full": 4000, "hard": 2000, "soft": 2200}
+SELECTED_RATIOS = {"full": 1.0, "hard": 0.5, "soft": 0.55}
+# Soft's runs come from an engine that predates time_method_s: its cost is the sum of the parts.
+LOGS_METHOD_COST = {"full": True, "hard": True, "soft": False}
+
+
+def time_metrics(config: str, cost: float, eval_seconds: float, step: int) -> list[Metric]:
+    """Cumulative time split at ``step`` for a cumulative method cost ``cost``: training 3/4,
+    scoring 3/16, selection 1/16 (exact in binary), evaluation apart, total = all of it."""
+    parts = {"train": cost * 0.75, "scoring": cost * 0.1875, "selection": cost * 0.0625,
+             "eval": eval_seconds}
+    metrics = [Metric(contract.time_metric(part), value, 0, step) for part, value in parts.items()]
+    metrics.append(Metric(contract.TIME_TOTAL, cost + eval_seconds, 0, step))
+    if LOGS_METHOD_COST[config]:
+        metrics.append(Metric(contract.TIME_METHOD, cost, 0, step))
+    return metrics
 
 
 def log_training_run(client: MlflowClient, experiment_id: str, config: str, seed: int,
                      parent_id: str | None, status: str = "FINISHED") -> str:
-    tags, times, accuracies, losses, accuracy_history = CONFIGS[config]
-    role = {"attent.role": "trial", "mlflow.parentRunId": parent_id} if parent_id else {
-        "attent.role": "run"}
-    run_tags = {**tags, **role, "attent.task": "vision"}
+    tags, costs, accuracies, losses, accuracy_history = CONFIGS[config]
+    role = {contract.TAG_ROLE: "trial", contract.TAG_PARENT_RUN_ID: parent_id} if parent_id \
+        else {contract.TAG_ROLE: "run"}
+    run_tags = {**tags, **role, contract.TAG_TASK: "vision"}  # no identity tag: older runs
     run_id = client.create_run(experiment_id, tags=run_tags).info.run_id
-    time, accuracy = times[seed], accuracies[seed]
+    cost, accuracy = costs[seed], accuracies[seed]
     metrics = [Metric("eval_loss", losses[seed], 0, EPOCHS - 1),
-               Metric("sample_saving", 0.0 if config == "full" else 0.5, 0, EPOCHS - 1),
-               Metric("mean_selected_ratio", {"full": 1.0, "hard": 0.5, "soft": 0.55}[config], 0,
-                      EPOCHS - 1)]
+               Metric(contract.SAMPLE_SAVING, 1 - BACKPROPAGATED[config] / 4000, 0, EPOCHS - 1),
+               Metric(contract.SAMPLES_BACKPROPAGATED, BACKPROPAGATED[config], 0, EPOCHS - 1),
+               Metric(contract.MEAN_SELECTED_RATIO, SELECTED_RATIOS[config], 0, EPOCHS - 1)]
     for epoch, epoch_accuracy in enumerate([*accuracy_history, accuracy]):
+        progress = (epoch + 1) / EPOCHS  # evaluation: 4, 5, 6 s per epoch for seeds 0, 1, 2
         metrics += [Metric("eval_accuracy", epoch_accuracy, 0, epoch),
-                    Metric("time_total_s", time * (epoch + 1) / EPOCHS, 0, epoch),
-                    Metric("train_loss", 2.0 / (epoch + 1) + seed * 0.01, 0, epoch)]
-    params = [Param("seed", str(seed)), Param("selection.method", tags["attent.method"]),
-              Param("selection.ratio.kind", "none" if config == "full" else "cosine")]
+                    *time_metrics(config, cost * progress, (4.0 + seed) * (epoch + 1), epoch),
+                    Metric(contract.TRAIN_LOSS, 2.0 / (epoch + 1) + seed * 0.01, 0, epoch)]
+    params = [Param(contract.PARAM_SEED, str(seed)),
+              Param("selection.method", tags[contract.TAG_METHOD]),
+              Param(contract.PARAM_RATIO_KIND, "none" if config == "full" else "cosine")]
     client.log_batch(run_id, metrics=metrics, params=params)
     client.set_terminated(run_id, status)
     return run_id
@@ -86,13 +112,16 @@ def report(store):
     return build_report(EXPERIMENT, tracking_uri=uri, out_dir=out)
 
 
-EXPECTED_ABLATION = """\
-| Ratio schedule | Interval schedule | Strategy | n | Time (s) | ΔTime vs full | accuracy | loss |
-|:---|:---|:---|---:|---:|---:|---:|---:|
-| — | — | Full data | 3 | 110.0 ± 10.0 | +0.0% | 0.8200 ± 0.0200 | 0.5200 ± 0.0200 |
-| cosine(0.2→0.8) | incremental(1→4) | Random | 0 | — | — | — | — |
-| cosine(0.2→0.8) | incremental(1→4) | Hard | 3 | **66.0 ± 6.0** | -40.0% | 0.8000 ± 0.0100 | 0.6100 ± 0.0100 |
-| cosine(0.2→0.8) | incremental(1→4) | Soft | 3 | 77.0 ± 7.0 | -30.0% | **0.8400 ± 0.0100** | **0.4600 ± 0.0100** |"""
+HEADERS = ("| Ratio schedule | Interval schedule | Strategy | n | Method cost (s) "
+           "| Δ cost vs full "
+           "| Ideal saving | Realized saving | Realized / ideal | Selected ratio | Eval (s) "
+           "| accuracy | loss |")
+EXPECTED_ABLATION = HEADERS + """
+|:---|:---|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
+| — | — | Full data | 3 | 110.0 ± 10.0 | +0.0% | 0.0% | 0.0% | — | 1.000 | 20.0 ± 4.0 | 0.8200 ± 0.0200 | 0.5200 ± 0.0200 |
+| cosine(0.2→0.8) | incremental(1→4) | Random | 0 | — | — | — | — | — | — | — | — | — |
+| cosine(0.2→0.8) | incremental(1→4) | Hard | 3 | **66.0 ± 6.0** | -40.0% | 50.0% | 40.0% | 0.80 | 0.500 | 20.0 ± 4.0 | 0.8000 ± 0.0100 | 0.6100 ± 0.0100 |
+| cosine(0.2→0.8) | incremental(1→4) | Soft | 3 | 77.0 ± 7.0 | -30.0% | 45.0% | 30.0% | 0.67 | 0.550 | 20.0 ± 4.0 | **0.8400 ± 0.0100** | **0.4600 ± 0.0100** |"""
 
 
 def test_picks_the_ablation_layout_and_counts_runs(report):
@@ -110,9 +139,14 @@ def test_ablation_markdown_cells(report):
 def test_ablation_csv_holds_numbers_and_best_marks(report):
     rows = list(csv.DictReader(io.StringIO((report.out_dir / "ablation.csv").read_text("utf-8"))))
     full, random, hard, soft = rows
-    assert float(full["time_total_s_std"]) == pytest.approx(10.0)
-    assert float(hard["time_change_pct"]) == pytest.approx(-40.0)
-    assert (hard["time_total_s_best"], soft["time_total_s_best"]) == ("*", "")
+    assert float(full["time_method_s_std"]) == pytest.approx(10.0)
+    assert float(hard["cost_change_pct"]) == pytest.approx(-40.0)
+    assert float(soft["time_method_s_mean"]) == pytest.approx(77.0)  # sum of its parts
+    assert float(soft["time_eval_s_mean"]) == pytest.approx(20.0)  # apart from the cost
+    savings = float(hard["ideal_saving"]), float(hard["realized_saving"])
+    assert savings == pytest.approx((0.5, 0.4))
+    assert float(hard["realized_over_ideal"]) == pytest.approx(0.8)
+    assert (hard["time_method_s_best"], soft["time_method_s_best"]) == ("*", "")
     assert (soft["eval_accuracy_best"], full["eval_accuracy_best"]) == ("*", "")
     assert random["n"] == "0" and random["eval_accuracy_mean"] == ""  # missing stays empty
 
@@ -121,8 +155,8 @@ def test_ablation_latex(report):
     tex = (report.out_dir / "ablation.tex").read_text(encoding="utf-8")
     assert r"\textbf{66.0 $\pm$ 6.0}" in tex
     assert (r"cosine(0.2$\rightarrow$0.8) & incremental(1$\rightarrow$4) & Soft & 3 & "
-            r"77.0 $\pm$ 7.0 & -30.0\%") in tex
-    assert r"\begin{tabular}{lllrrrrr}" in tex
+            r"77.0 $\pm$ 7.0 & -30.0\% & 45.0\% & 30.0\% & 0.67 & 0.550") in tex
+    assert r"\begin{tabular}{lllrrrrrrrrrr}" in tex
 
 
 def test_files_written_and_logged_to_the_sweep_parent(store, report):
@@ -138,8 +172,9 @@ def test_files_written_and_logged_to_the_sweep_parent(store, report):
 
 
 def test_time_to_reach_the_baseline_accuracy(store):
-    """Target = full runs' mean final accuracy 0.82. Soft reaches 0.825 at epoch 2 (3/4 of its
-    final time: 52.5, 57.75, 63 s); Hard tops out at 0.81 and never reaches it."""
+    """Target = full runs' mean final accuracy 0.82. Soft reaches 0.825 at epoch 2, at 3/4 of
+    its final method cost (52.5, 57.75, 63 s, from the parts: its runs predate time_method_s;
+    the wall time with evaluation would be more); Hard tops out at 0.81 and never reaches it."""
     client = MlflowClient(store[0])
     runs = load_experiment_runs(client, EXPERIMENT).runs
     histories = load_histories(client, runs["run_id"].tolist(), [*HISTORY_KEYS, "eval_accuracy"])
@@ -157,7 +192,7 @@ def test_comparison_layout_splits_attent_configs_and_keeps_missing_methods(store
         "AtteNT (Hard · cosine · incremental)", "AtteNT (Soft · cosine · incremental)",
         "Class weight", "Group weight", "GradNorm", "InfoBatch", "Random subset", "Full data"]
     assert table.stats["n"].tolist() == [3, 3, 0, 0, 0, 0, 0, 3]
-    assert table.stats["time_change_pct"].iloc[1] == pytest.approx(-30.0)
+    assert table.stats["cost_change_pct"].iloc[1] == pytest.approx(-30.0)
 
 
 def test_missing_experiment_and_no_finished_runs_give_a_message(store, tmp_path, capsys):
@@ -172,3 +207,179 @@ def test_missing_experiment_and_no_finished_runs_give_a_message(store, tmp_path,
     assert main(args) == 1
     err = capsys.readouterr().err
     assert "has no finished training runs (1 unfinished)" in err and "Traceback" not in err
+
+
+# --- runs as the engine logs them: identity tag, flattened config as params ----------------
+def log_run(client: MlflowClient, experiment_id: str, params: dict[str, object],
+            metrics: dict[str, float], tags: dict[str, str] | None = None) -> str:
+    """A finished run with ``params`` as its flattened config, the identity tag the engine
+    derives from them, and ``metrics`` as final values."""
+    flat = {"name": f"run-{len(params)}", "mlflow.experiment": "x", **params}
+    run_tags = {contract.TAG_ROLE: "run", contract.TAG_TASK: "vision",
+                contract.TAG_METHOD: str(flat["selection.method"]),
+                contract.TAG_IDENTITY: contract.identity_hash(flat), **(tags or {})}
+    run_id = client.create_run(experiment_id, tags=run_tags).info.run_id
+    client.log_batch(run_id, metrics=[Metric(k, v, 0, EPOCHS) for k, v in metrics.items()],
+                     params=[Param(k, str(v)) for k, v in flat.items()])
+    client.set_terminated(run_id, "FINISHED")
+    return run_id
+
+
+def new_experiment(store, name: str) -> tuple[MlflowClient, str]:
+    client = MlflowClient(store[0])
+    return client, client.create_experiment(name)
+
+
+def cost_metrics(cost: float, backpropagated: float, accuracy: float) -> dict[str, float]:
+    return {contract.TIME_METHOD: cost, contract.time_metric("eval"): 3.0,
+            contract.TIME_TOTAL: cost + 3.0, contract.SAMPLES_BACKPROPAGATED: backpropagated,
+            "eval_accuracy": accuracy}
+
+
+def test_fixed_ratio_runs_build_the_sample_ratio_table(store, tmp_path):
+    """Table 5 from what the engine logs (params selection.ratio.kind/start)."""
+    client, experiment_id = new_experiment(store, "fixed-ratios")
+    log_run(client, experiment_id, {"selection.method": "full", contract.PARAM_RATIO_KIND: "fixed",
+                                    contract.PARAM_RATIO_START: 1.0}, cost_metrics(100, 1000, 0.9))
+    for ratio in (1.0, 0.8, 0.5):
+        log_run(client, experiment_id,
+                {"selection.method": "attent", contract.PARAM_RATIO_KIND: "fixed",
+                 contract.PARAM_RATIO_START: ratio},
+                cost_metrics(100 * ratio, 1000 * ratio, 0.9 * ratio),
+                tags={contract.TAG_STRATEGY: "hard", contract.TAG_INTERVAL_SCHEDULE: "fixed(1)",
+                      contract.TAG_LABEL: f"Hard · fixed({ratio:g}) · fixed(1)"})
+    report = build_report("fixed-ratios", tracking_uri=store[0], out_dir=tmp_path,
+                          log_to_parent=False)
+    assert [t.name for t in report.tables] == ["ratio"]
+    table = report.tables[0]
+    n_of_ratio = dict(zip(table.labels["Sample ratio"], table.stats["n"]))
+    assert n_of_ratio == {"100% (full data)": 1, "100%": 1, "90%": 0, "80%": 1, "70%": 0,
+                          "60%": 0, "50%": 1, "40%": 0}
+    half = table.labels["Sample ratio"].tolist().index("50%")
+    assert table.stats.loc[half, ["ideal_saving", "realized_saving"]].tolist() == \
+        pytest.approx([0.5, 0.5])
+
+
+def test_configs_differing_in_more_than_the_seed_get_their_own_rows(store, tmp_path):
+    """Two temperatures under one label: two rows, each averaging its own seeds, labelled by
+    the one field that differs (seed, run name and the constant model are not shown)."""
+    client, experiment_id = new_experiment(store, "temperatures")
+    common = {"task.model": "vit_tiny_cpu", "selection.strategy": "soft"}
+    soft = {contract.TAG_STRATEGY: "soft", contract.TAG_LABEL: "Soft · incremental(0.2→0.8)"}
+    for seed in range(2):
+        log_run(client, experiment_id, {**common, "seed": seed, "selection.method": "full"},
+                cost_metrics(100, 1000, 0.80))
+    for temperature, seeds, accuracy in ((0.5, 2, 0.70), (2.0, 3, 0.60)):
+        for seed in range(seeds):
+            params = {**common, "seed": seed, "name": f"t{temperature}-{seed}",
+                      "selection.method": "attent", contract.PARAM_TEMPERATURE: temperature}
+            log_run(client, experiment_id, params,
+                    cost_metrics(50, 500, accuracy + 0.01 * seed), tags=soft)
+    report = build_report("temperatures", tracking_uri=store[0], out_dir=tmp_path,
+                          log_to_parent=False)
+    table = report.tables[0]
+    assert table.name == "with_without"
+    assert table.labels.values.tolist() == [["w/o AtteNT", ""],
+                                            ["w/ AtteNT", "temperature=0.5"],
+                                            ["w/ AtteNT", "temperature=2.0"]]
+    assert table.stats["n"].tolist() == [2, 2, 3]
+    assert table.stats["eval_accuracy_mean"].tolist() == pytest.approx([0.80, 0.705, 0.61])
+    assert "| w/ AtteNT | temperature=2.0 | 3 |" in to_markdown(table)
+    runs = load_experiment_runs(client, "temperatures").runs
+    assert set(config_names(runs)) == {"Full data",
+                                       "Soft · incremental(0.2→0.8) (temperature=0.5)",
+                                       "Soft · incremental(0.2→0.8) (temperature=2.0)"}
+
+
+def test_each_config_is_compared_with_the_full_data_run_of_its_own_model(store, tmp_path):
+    """Table 1 pattern (models x {w/, w/o}): never one model's cost against another's."""
+    client, experiment_id = new_experiment(store, "models")
+    for model, full_cost, attent_cost in (("a", 100.0, 60.0), ("b", 200.0, 150.0)):
+        log_run(client, experiment_id, {"task.model": model, "selection.method": "full"},
+                cost_metrics(full_cost, 1000, 0.8))
+        log_run(client, experiment_id, {"task.model": model, "selection.method": "attent"},
+                cost_metrics(attent_cost, 500, 0.8),
+                tags={contract.TAG_STRATEGY: "soft", contract.TAG_LABEL: "Soft"})
+    table = build_report("models", tracking_uri=store[0], out_dir=tmp_path,
+                         log_to_parent=False).tables[0]
+    assert table.labels.values.tolist() == [["w/o AtteNT", "task.model=a"],
+                                            ["w/o AtteNT", "task.model=b"],
+                                            ["w/ AtteNT", "task.model=a"],
+                                            ["w/ AtteNT", "task.model=b"]]
+    assert table.stats["cost_change_pct"].tolist() == pytest.approx([0.0, 0.0, -40.0, -25.0])
+    assert table.stats["ideal_saving"].tolist() == pytest.approx([0.0, 0.0, 0.5, 0.5])
+
+
+def test_rows_trained_on_another_budget_than_attent_are_flagged(store, tmp_path):
+    """Each row shows its mean selected ratio; one more than 2 % (relative) away from AtteNT's
+    0.457 gets a marker and a footnote. Full data is the reference, not a competitor."""
+    client, experiment_id = new_experiment(store, "budgets")
+    ratios = {"attent": 0.457, "random": 0.457, "class_weight": 0.465, "gradnorm": 0.5,
+              "infobatch": 0.7, "full": 1.0}
+    for method, ratio in ratios.items():
+        log_run(client, experiment_id, {"selection.method": method},
+                {**cost_metrics(100 * ratio, 1000 * ratio, 0.8),
+                 contract.MEAN_SELECTED_RATIO: ratio})
+    table = build_report("budgets", tracking_uri=store[0], out_dir=tmp_path,
+                         log_to_parent=False).tables[0]
+    assert table.name == "comparison"
+    flagged = dict(zip(table.labels["Method"], table.stats["budget_differs"]))
+    assert flagged == {"AtteNT": False, "Class weight": False, "Group weight": False,
+                       "GradNorm": True, "InfoBatch": True, "Random subset": False,
+                       "Full data": False}
+    markdown = to_markdown(table)
+    assert "| GradNorm | 1 |" in markdown and "| 0.500 † |" in markdown
+    assert "| 0.465 |" in markdown  # within 2 %: the same budget
+    assert markdown.endswith("† Budget differs: mean selected ratio more than 2% (relative) "
+                             "away from AtteNT's (0.457); not a same-budget comparison.")
+    rows = {r["Method"]: r for r in csv.DictReader(io.StringIO(to_csv(table)))}
+    assert rows["InfoBatch"]["budget_differs"] == "*"
+    assert rows["Random subset"]["budget_differs"] == ""
+    assert float(rows["InfoBatch"]["mean_selected_ratio_mean"]) == pytest.approx(0.7)
+
+
+TIMED_SWEEPS = ("comparison_digits", "demo_fashion_mnist", "ratio_digits", "ablation_digits",
+                "with_without_digits")
+
+
+@pytest.mark.parametrize("sweep", TIMED_SWEEPS)
+def test_timed_sweeps_run_one_trial_at_a_time(sweep):
+    """Two trials sharing two cores slow each other down: their times would not compare."""
+    path = REPO / "experiments" / "sweeps" / f"{sweep}.yaml"
+    assert load_sweep(path, name="check").spec.max_concurrent == 1
+
+
+def test_comparison_sweep_gives_every_budgeted_method_attents_budget():
+    """Same ratio and interval schedule (so the same selected ratio per epoch) for every
+    baseline that takes a budget; InfoBatch prunes by its own rule."""
+    sweep = load_sweep(REPO / "experiments" / "sweeps" / "comparison_digits.yaml")
+    selections = {cfg.selection.method: cfg.selection for _, cfg in sweep.trials}
+    attent = selections.pop("attent")
+    budget = (attent.ratio_schedule.describe(), attent.interval_schedule.describe(),
+              attent.warmup_epochs)
+    assert budget == ("incremental(0.2→0.8)", "incremental(1→4)", 0)
+    for method in ("random", "class_weight", "group_weight", "gradnorm"):
+        selection = selections[method]
+        assert (selection.ratio_schedule.describe(), selection.interval_schedule.describe(),
+                selection.warmup_epochs) == budget, method
+    assert set(selections) == {"random", "class_weight", "group_weight", "gradnorm", "infobatch",
+                               "full"}
+
+
+def test_demo_table_reports_method_cost_and_ideal_vs_realized_saving(store):
+    """Evaluation time (in time_total_s) stays out of the cost: 60 s of training, scoring and
+    selection against 100 s saves 40 %, of the 50 % fewer samples back-propagated."""
+    client, experiment_id = new_experiment(store, "demo")
+    for method, label, cost, samples in (("full", "Full data", 100.0, 1000),
+                                         ("attent", "Soft · incremental(0.2→0.8)", 60.0, 500)):
+        metrics = {**cost_metrics(cost, samples, 0.8), contract.TIME_TOTAL: cost + 50.0,
+                   "eval_test_accuracy": 0.8}
+        log_run(client, experiment_id, {"selection.method": method}, metrics,
+                tags={contract.TAG_ROLE: "trial", contract.TAG_LABEL: label})
+    lines = demo_comparison_table(store[0], "demo").splitlines()
+    assert lines[0] == ("| run | test accuracy | method cost (s) | Δ cost vs full | eval (s) "
+                        "| samples back-propagated | ideal saving | realized saving "
+                        "| realized / ideal |")
+    assert lines[2] == "| Full data | 0.8000 | 100.0 | +0.0% | 3.0 | 1,000 | 0.0% | 0.0% | — |"
+    assert lines[3] == ("| Soft · incremental(0.2→0.8) | 0.8000 | 60.0 | -40.0% | 3.0 | 500 "
+                        "| 50.0% | 40.0% | 0.80 |")

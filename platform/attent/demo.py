@@ -16,7 +16,7 @@ DEMO_SWEEP = EXPERIMENTS / "sweeps" / "demo_fashion_mnist.yaml"
 
 def demo_overrides() -> list[str]:
     """Fashion-MNIST when Debian's package (or $ATTENT_FASHION_MNIST) is there, else digits."""
-    from .data.vision import find_fashion_mnist
+    from .tasks.vision.files import find_fashion_mnist
     try:
         find_fashion_mnist(None)
         return []
@@ -46,19 +46,34 @@ def run_demo(workdir: Path) -> int:
 
 
 def comparison_table(tracking_uri: str, experiment: str) -> str:
-    """Accuracy, time, samples and saving of each trial against the full-data trial, from MLflow."""
+    """Each finished trial against the full-data trial, from MLflow: test accuracy; the method's
+    cost (training + scoring + selection seconds; evaluation, checkpointing and start-up apart)
+    and its change; evaluation time; samples back-propagated; and the ideal saving (1 - samples
+    back-propagated / full data's) beside the realized one (1 - method cost / full data's)."""
     from mlflow import MlflowClient
+
+    from . import contract
     client = MlflowClient(tracking_uri)
     experiment_id = client.get_experiment_by_name(experiment).experiment_id
-    runs = client.search_runs([experiment_id], "tags.`attent.role` = 'trial' and attributes.status = 'FINISHED'")
-    rows = sorted(((r.data.tags["attent.label"], r.data.metrics) for r in runs), key=lambda r: r[0] != "Full data")
-    baseline = dict(rows).get("Full data")
-    if baseline is None:
+    runs = client.search_runs([experiment_id], f"tags.`{contract.TAG_ROLE}` = '{contract.ROLE_TRIAL}' "
+                                               "and attributes.status = 'FINISHED'")
+    rows = sorted(((r.data.tags[contract.TAG_LABEL], r.data.tags.get(contract.TAG_METHOD), r.data.metrics)
+                   for r in runs), key=lambda r: r[1] != contract.METHOD_FULL)
+    if not rows or rows[0][1] != contract.METHOD_FULL:
         return "(the full-data trial did not finish: no comparison)"
-    lines = ["| run | test accuracy | training time (s) | vs full | samples back-propagated | saving |",
-             "|---|---:|---:|---:|---:|---:|"]
-    for label, m in rows:
-        lines.append(f"| {label} | {m.get('eval_test_accuracy', float('nan')):.4f} | {m['time_total_s']:.1f} | "
-                     f"{m['time_total_s'] / baseline['time_total_s'] - 1:+.1%} | {int(m['samples_backpropagated']):,} | "
-                     f"{m['sample_saving']:.1%} |")
+
+    def cost(m: dict[str, float]) -> float:  # runs logged before time_method_s: sum of its parts
+        parts = sum(m.get(contract.time_metric(part), 0.0) for part in contract.METHOD_TIME_PARTS)
+        return m.get(contract.TIME_METHOD, parts)
+
+    full = rows[0][2]
+    lines = ["| run | test accuracy | method cost (s) | Δ cost vs full | eval (s) | samples back-propagated "
+             "| ideal saving | realized saving | realized / ideal |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for label, _, m in rows:
+        realized = 1 - cost(m) / cost(full)
+        ideal = 1 - m[contract.SAMPLES_BACKPROPAGATED] / full[contract.SAMPLES_BACKPROPAGATED]
+        efficiency = f"{realized / ideal:.2f}" if abs(ideal) > 1e-9 else "—"
+        lines.append(f"| {label} | {m.get(contract.EVAL_PREFIX + 'test_accuracy', float('nan')):.4f} "
+                     f"| {cost(m):.1f} | {cost(m) / cost(full) - 1:+.1%} | {m.get(contract.time_metric('eval'), float('nan')):.1f} "
+                     f"| {int(m[contract.SAMPLES_BACKPROPAGATED]):,} | {ideal:.1%} | {realized:.1%} | {efficiency} |")
     return "\n".join(lines)

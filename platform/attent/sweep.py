@@ -113,60 +113,32 @@ def run_trial(config: dict[str, Any]) -> None:
           callbacks=[TuneReportCallback()])
 
 
+TRIAL_DRIVER_RESOURCES = {"memory": 256 * 1024 ** 2}  # an idle Python process; its workers ask for CPUs
+
+
 def run_sweep(path: str | Path, *, resume: bool = False, overrides: list[str] | None = None,
               name: str | None = None):
-    import ray
-    from ray import tune
-
-    from .engine import preflight
+    """Run (or, with ``resume``, finish) a sweep: checks, Ray, the MLflow parent run, then Tune."""
+    from .engine import preflight, tracking
     from .engine.launch import ensure_ray
-    from .engine.preflight import check_experiment
 
     sweep = load_sweep(path, overrides, name=name)
     base = sweep.base.resolved()
     trials = [(tid, cfg.resolved()) for tid, cfg in sweep.trials]
-    for _, cfg in trials[:1]:
-        check_experiment(cfg)  # MLflow store, resources and data, before Ray starts
+    preflight.check_experiment(trials[0][1])  # MLflow store, resources and data, before Ray starts
     preflight.check_local_resources(*(cfg for _, cfg in trials))  # every trial's shape: arithmetic
-    storage = Path(base.ray.storage_path)
-    tune_path = storage / sweep.spec.name
-    if resume and not tune.Tuner.can_restore(str(tune_path)):
-        raise ConfigError(f"nothing to resume at {tune_path}: run the sweep without --resume first")
-    if not resume and tune_path.exists():
-        raise ConfigError(f"{tune_path} already holds sweep {sweep.spec.name!r}: pass --resume to continue it, "
-                          "or rename the sweep")
-
+    tune_path = Path(base.ray.storage_path) / sweep.spec.name
+    _check_resume(tune_path, sweep.spec.name, resume)
     ensure_ray(base)  # before the parent run: the cluster check needs Ray
-    preflight.check_cluster_resources(*(cfg for _, cfg in trials), driver={"memory": 256 * 1024 ** 2})
+    preflight.check_cluster_resources(*(cfg for _, cfg in trials), driver=TRIAL_DRIVER_RESOURCES)
     parent_id = _parent_run(base, sweep.spec.name, str(tune_path))
-    param_space = {"trial": tune.grid_search([
-        {"id": tid, "experiment": cfg.model_dump(mode="json"), "parent_run_id": parent_id,
-         "sweep": sweep.spec.name} for tid, cfg in trials])}
-    # The trial driver itself needs no CPU (its Train workers ask for theirs), but Tune refuses
-    # an empty request: reserve the memory of an idle Python process instead.
-    trainable = tune.with_resources(run_trial, {"memory": 256 * 1024 ** 2})
-    per_trial = base.ray.num_workers * base.ray.cpus_per_worker
-    concurrency = sweep.spec.max_concurrent or max(1, int(ray.cluster_resources().get("CPU", 1) // per_trial))
-    start = time.perf_counter()
-    print(f"[attent] sweep {sweep.spec.name}: {len(trials)} trials, up to {concurrency} at a time; "
-          f"MLflow parent run {parent_id}", flush=True)
     ok = False
     try:
-        if resume:
-            tuner = tune.Tuner.restore(str(tune_path), trainable=trainable, resume_unfinished=True,
-                                       resume_errored=True, param_space=param_space)
-        else:
-            tuner = tune.Tuner(
-                trainable, param_space=param_space,
-                tune_config=tune.TuneConfig(max_concurrent_trials=concurrency,
-                                            trial_dirname_creator=lambda t: t.config["trial"]["id"],
-                                            trial_name_creator=lambda t: t.config["trial"]["id"]),
-                run_config=tune.RunConfig(name=sweep.spec.name, storage_path=str(storage), verbose=1))
-        results = tuner.fit()
+        start = time.perf_counter()
+        results = _tuner(sweep, trials, parent_id, tune_path, resume).fit()
         failed = [r for r in results if r.error is not None]
         ok = not failed
         elapsed = time.perf_counter() - start
-        from .engine import tracking
         client = tracking.client_for(base.mlflow.tracking_uri)
         client.log_metric(parent_id, "sweep_wallclock_s", elapsed)
         client.log_metric(parent_id, "trials_failed", len(failed))
@@ -174,8 +146,42 @@ def run_sweep(path: str | Path, *, resume: bool = False, overrides: list[str] | 
               f"in {elapsed:.0f}s", flush=True)
         return results
     finally:
-        from .engine import tracking
         tracking.finish_run(base.mlflow.tracking_uri, parent_id, ok)
+
+
+def _check_resume(tune_path: Path, name: str, resume: bool) -> None:
+    from ray import tune
+    if resume and not tune.Tuner.can_restore(str(tune_path)):
+        raise ConfigError(f"nothing to resume at {tune_path}: run the sweep without --resume first")
+    if not resume and tune_path.exists():
+        raise ConfigError(f"{tune_path} already holds sweep {name!r}: pass --resume to continue it, "
+                          "or rename the sweep")
+
+
+def _tuner(sweep: Sweep, trials: list[tuple[str, ExperimentConfig]], parent_id: str, tune_path: Path,
+           resume: bool):
+    """The Tune grid of trials (one per trial id), new or restored from ``tune_path``."""
+    import ray
+    from ray import tune
+    param_space = {"trial": tune.grid_search([
+        {"id": tid, "experiment": cfg.model_dump(mode="json"), "parent_run_id": parent_id,
+         "sweep": sweep.spec.name} for tid, cfg in trials])}
+    # The trial driver needs no CPU (its Train workers ask for theirs), but Tune refuses an
+    # empty request: it reserves the memory of an idle Python process instead.
+    trainable = tune.with_resources(run_trial, TRIAL_DRIVER_RESOURCES)
+    if resume:
+        return tune.Tuner.restore(str(tune_path), trainable=trainable, resume_unfinished=True,
+                                  resume_errored=True, param_space=param_space)
+    per_trial = sweep.base.ray.num_workers * sweep.base.ray.cpus_per_worker
+    concurrency = sweep.spec.max_concurrent or max(1, int(ray.cluster_resources().get("CPU", 1) // per_trial))
+    print(f"[attent] sweep {sweep.spec.name}: {len(trials)} trials, up to {concurrency} at a time; "
+          f"MLflow parent run {parent_id}", flush=True)
+    return tune.Tuner(
+        trainable, param_space=param_space,
+        tune_config=tune.TuneConfig(max_concurrent_trials=concurrency,
+                                    trial_dirname_creator=lambda t: t.config["trial"]["id"],
+                                    trial_name_creator=lambda t: t.config["trial"]["id"]),
+        run_config=tune.RunConfig(name=sweep.spec.name, storage_path=str(tune_path.parent), verbose=1))
 
 
 def _parent_run(base: ExperimentConfig, name: str, key: str) -> str:
