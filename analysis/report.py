@@ -130,7 +130,7 @@ def build_report(experiment: str, tracking_uri: str | None = None,
             files += write_table(table, out)
         task_histories = histories[histories["run_id"].isin(runs["run_id"])]
         for stem, fig in task_figures(runs, task_histories, suffix).items():
-            fig.savefig(out / f"{stem}.png", dpi=120)
+            fig.savefig(out / f"{stem}.png", dpi=120, bbox_inches="tight")  # long row labels
             figure_paths.append(out / f"{stem}.png")
     files += figure_paths
     index = index_markdown(experiment, tables, figure_paths, len(loaded.runs), loaded.unfinished)
