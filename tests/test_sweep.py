@@ -101,3 +101,22 @@ def test_interrupted_sweep_resumes_only_unfinished_trials(ray_cluster, tmp_path,
     assert {k.info.status for k in kids} == {"FINISHED"}
     for run_id, end_time in finished_before.items():  # finished trials did not run again
         assert client.get_run(run_id).info.end_time == end_time
+
+
+def test_a_trial_finished_before_tune_saved_it_is_not_trained_again(ray_cluster, tmp_path, mlflow_uri):
+    """The driver can die after a trial's MLflow run FINISHED but before Tune persisted that; the
+    rerun trial reports the recorded metrics instead of training into a second MLflow run."""
+    import shutil
+    path = write_sweep(tmp_path, mlflow_uri, "replayed", [0], 2)
+    first = {r.config["trial"]["id"]: r.metrics for r in run_sweep(path)}
+    client, _, kids = children(mlflow_uri, "replayed")
+    ended = {k.info.run_id: k.info.end_time for k in kids}
+    assert len(ended) == 2
+
+    shutil.rmtree(tmp_path / "ray_results" / "replayed")   # Tune's state lost; MLflow's kept
+    second = {r.config["trial"]["id"]: r.metrics for r in run_sweep(path)}
+    client, parent, kids = children(mlflow_uri, "replayed")
+    assert {k.info.run_id: k.info.end_time for k in kids} == ended   # no new run, none re-ended
+    assert parent.info.status == "FINISHED"
+    for trial, metrics in first.items():
+        assert second[trial]["eval_test_accuracy"] == pytest.approx(metrics["eval_test_accuracy"])

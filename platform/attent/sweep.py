@@ -107,7 +107,14 @@ def run_trial(config: dict[str, Any]) -> None:
     from ray.tune.integration.ray_train import TuneReportCallback
 
     from .engine.launch import train
+    from .engine.tracking import latest_run
     cfg = ExperimentConfig.model_validate(trial["experiment"])
+    done = latest_run(cfg)
+    if done is not None and done.info.status == "FINISHED":
+        # Finished, but the driver died before Tune saved that: report, do not train again.
+        from ray import tune
+        tune.report(dict(done.data.metrics))
+        return
     train(cfg, parent_run_id=trial["parent_run_id"], role="trial",
           extra_tags={contract.TAG_SWEEP: trial["sweep"], contract.TAG_TRIAL: trial["id"]},
           callbacks=[TuneReportCallback()])

@@ -75,19 +75,28 @@ def run_tags(cfg: ExperimentConfig, role: str) -> dict[str, str]:
     }
 
 
+def latest_run(cfg: ExperimentConfig):
+    """The newest MLflow run of this experiment's storage path + name (any status), or None."""
+    client = client_for(cfg.mlflow.tracking_uri)
+    experiment = client.get_experiment_by_name(cfg.mlflow.experiment)
+    if experiment is None:
+        return None
+    key = f"{cfg.ray.storage_path}/{cfg.name}"
+    found = client.search_runs([experiment.experiment_id], filter_string=f"tags.`{RUN_KEY_TAG}` = '{key}'",
+                               order_by=["attribute.start_time DESC"], max_results=1)
+    return found[0] if found else None
+
+
 def start_or_resume_run(cfg: ExperimentConfig, *, role: str = "run", parent_run_id: str | None = None,
                         extra_tags: dict[str, str] | None = None) -> tuple[str, bool]:
     """(run id, resumed). A run with the same storage path and name that did not finish is
     reopened, so re-running a crashed experiment adds to the same MLflow run."""
     client = client_for(cfg.mlflow.tracking_uri)
     experiment_id = ensure_experiment(client, cfg.mlflow.experiment, cfg.mlflow.tracking_uri)
-    key = f"{cfg.ray.storage_path}/{cfg.name}"
-    previous = client.search_runs([experiment_id], filter_string=f"tags.`{RUN_KEY_TAG}` = '{key}'",
-                                  order_by=["attribute.start_time DESC"], max_results=1)
-    if previous and previous[0].info.status != "FINISHED":
-        run_id = previous[0].info.run_id
-        client.update_run(run_id, status="RUNNING")
-        return run_id, True
+    previous = latest_run(cfg)
+    if previous and previous.info.status != "FINISHED":
+        client.update_run(previous.info.run_id, status="RUNNING")
+        return previous.info.run_id, True
     tags = {**run_tags(cfg, role), **(extra_tags or {})}
     if parent_run_id:
         tags[contract.TAG_PARENT_RUN_ID] = parent_run_id
