@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .selection.config import SelectionConfig
+from .selection.config import SelectionConfig, merge_nested
 from .tasks.registry import config_classes
 
 # The `task:` section: one of the registered tasks' configs, chosen by its `name`.
@@ -137,14 +137,7 @@ def nest_keys(flat: dict[str, Any]) -> dict[str, Any]:
     return nested
 
 
-def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in update.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
+deep_merge = merge_nested  # YAML file, sweep overrides and CLI overrides merge like presets
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:

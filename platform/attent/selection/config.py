@@ -23,16 +23,12 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 def merge_nested(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     """``update`` over ``base``, section by section: a preset's ``ratio: {kind, start, end}``
-    keeps ``kind`` and ``start`` when the user sets only ``ratio.end``."""
+    keeps ``kind`` and ``start`` when the user sets only ``ratio.end``. Anything but a mapping
+    (a value, a list, a config object) replaces what it lands on."""
     merged = dict(base)
     for key, value in update.items():
         inner = merged.get(key)
-        if isinstance(value, dict) and isinstance(inner, dict):
-            merged[key] = merge_nested(inner, value)
-        elif isinstance(value, BaseModel) and isinstance(inner, dict):
-            merged[key] = merge_nested(inner, value.model_dump(exclude_unset=True))
-        else:
-            merged[key] = value
+        merged[key] = merge_nested(inner, value) if isinstance(value, dict) and isinstance(inner, dict) else value
     return merged
 
 
