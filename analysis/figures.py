@@ -123,12 +123,9 @@ def time_to_reach_baseline(runs: pd.DataFrame, histories: pd.DataFrame,
 
 
 def epoch_method_cost(by_epoch: pd.DataFrame) -> pd.Series:
-    """Cumulative method cost per (run, epoch): the logged one, else the sum of its parts,
-    else (runs older still) the epoch wall time."""
-    columns = by_epoch.reindex(columns=[contract.TIME_METHOD, *COST_PART_HISTORIES,
-                                        contract.TIME_TOTAL])
-    parts = columns[COST_PART_HISTORIES].sum(axis=1).where(columns[COST_PART_HISTORIES[0]].notna())
-    return columns[contract.TIME_METHOD].fillna(parts).fillna(columns[contract.TIME_TOTAL])
+    """Cumulative method cost per (run, epoch), as ``contract.method_cost`` defines it."""
+    columns = by_epoch.reindex(columns=[contract.TIME_METHOD, *COST_PART_HISTORIES])
+    return columns.apply(lambda row: contract.method_cost(row.to_dict()), axis=1, result_type="reduce")
 
 
 def time_to_baseline_figure(reach: pd.DataFrame, metric: str) -> Figure | None:

@@ -98,9 +98,9 @@ def runs_frame(runs: list[Run]) -> pd.DataFrame:
 def method_cost(frame: pd.DataFrame) -> pd.Series:
     """The logged method cost; for runs from before it was logged, the sum of its parts
     (training + scoring + selection seconds; missing where training time is missing too)."""
-    parts = frame.reindex(columns=list(METHOD_COST_PARTS)).apply(pd.to_numeric, errors="coerce")
-    fallback = parts.sum(axis=1).where(parts[METHOD_COST_PARTS[0]].notna())
-    return frame[METHOD_COST].fillna(fallback)
+    names = [contract.TIME_METHOD, *(contract.time_metric(part) for part in contract.METHOD_TIME_PARTS)]
+    values = frame.reindex(columns=[metric(name) for name in names]).set_axis(names, axis=1)
+    return values.apply(lambda row: contract.method_cost(row.to_dict()), axis=1, result_type="reduce")
 
 
 def search_all_runs(client: MlflowClient, experiment_id: str) -> list[Run]:

@@ -99,15 +99,21 @@ def summarize(runs: pd.DataFrame, row_of_run: pd.Series, n_rows: int,
     return stats
 
 
-def matching_baseline(runs: pd.DataFrame, row_of_run: pd.Series, n_rows: int,
-                      baseline_rows: list[int]) -> list[int | None]:
-    """Per table row, the full-data row to compare with: the one trained in the same context
-    (the fields outside ``selection.`` that vary in the table, e.g. model and dataset)."""
+def row_contexts(runs: pd.DataFrame, row_of_run: pd.Series) -> dict[int, tuple]:
+    """Per table row, its training context: the values of the fields outside ``selection.``
+    that vary in the table (model, dataset, ...). Rows are compared only within a context."""
     context_columns = [c for c in varying_fields(runs) if not c.startswith(param(SHORT_PREFIX))]
     values = runs[context_columns].astype(str)
     first_run = pd.Series(row_of_run.index, index=row_of_run.to_numpy())
     first_run = first_run[~first_run.index.duplicated()]
-    context = {row: tuple(values.loc[run]) for row, run in first_run.items()}
+    return {row: tuple(values.loc[run]) for row, run in first_run.items()}
+
+
+def matching_baseline(runs: pd.DataFrame, row_of_run: pd.Series, n_rows: int,
+                      baseline_rows: list[int]) -> list[int | None]:
+    """Per table row, the full-data row to compare with: the one trained in the same context
+    (the fields outside ``selection.`` that vary in the table, e.g. model and dataset)."""
+    context = row_contexts(runs, row_of_run)
     baseline_of_context: dict[tuple, int] = {}
     for row in baseline_rows:
         if row in context:
@@ -129,16 +135,18 @@ def compare_with_baseline(stats: pd.DataFrame, baseline_of_row: list[int | None]
                            SAVING_RATIO: (realized / ideal).where(ideal.abs() > 1e-9)})
 
 
-def budget_differs(stats: pd.DataFrame, methods: pd.Series) -> pd.Series:
+def budget_differs(stats: pd.DataFrame, methods: pd.Series, context: dict[int, tuple]) -> pd.Series:
     """Rows of other methods (not AtteNT, not full data) whose mean selected ratio lies more
-    than BUDGET_TOLERANCE (relative) away from every AtteNT row's: another training budget."""
+    than BUDGET_TOLERANCE (relative) away from every AtteNT row's of the same training context:
+    another training budget."""
     ratio = stats[f"{SELECTED}_mean"]
-    references = ratio[methods.eq(ATTENT_METHOD)].dropna()
-    if references.empty:
-        return pd.Series(False, index=stats.index)
-    distance = pd.concat([(ratio / r - 1.0).abs() for r in references], axis=1).min(axis=1)
+    attent = [row for row in stats.index[methods.eq(ATTENT_METHOD)] if ratio[row] == ratio[row]]
+
+    def differs(row: int) -> bool:
+        references = [ratio[a] for a in attent if context.get(a) == context.get(row)]
+        return bool(references) and min(abs(ratio[row] / r - 1.0) for r in references) > BUDGET_TOLERANCE
     others = methods.notna() & ~methods.isin([ATTENT_METHOD, FULL_METHOD])
-    return others & distance.gt(BUDGET_TOLERANCE)
+    return others & pd.Series([differs(row) for row in stats.index], index=stats.index)
 
 
 def budget_notes(stats: pd.DataFrame, methods: pd.Series) -> list[str]:
@@ -170,7 +178,7 @@ def build_table(name: str, title: str, keyed: pd.DataFrame, key_headers: list[st
     stats = compare_with_baseline(
         stats, matching_baseline(placed, row_of_run, n_rows, baseline_rows))
     methods = placed[METHOD].groupby(row_of_run).first().reindex(range(n_rows))
-    stats[BUDGET_DIFFERS] = budget_differs(stats, methods)
+    stats[BUDGET_DIFFERS] = budget_differs(stats, methods, row_contexts(placed, row_of_run))
     labels = pd.DataFrame([rows[p] for p in table_rows["position"]], columns=key_headers)
     if table_rows["detail"].ne("").any():
         labels[CONFIG_HEADER] = table_rows["detail"].tolist()
@@ -320,10 +328,8 @@ def metric_header(metric_name: str) -> str:
     return metric_name.removeprefix(contract.EVAL_PREFIX)
 
 
-def decimals(metric_name: str, means: pd.Series) -> int:
-    """1 decimal for seconds; 4 for fractions like accuracy, 2 for percent-scale values."""
-    if metric_name.startswith("time_"):
-        return 1
+def decimals(means: pd.Series) -> int:
+    """Downstream metrics: 4 decimals for fractions like accuracy, 2 for percent-scale values."""
     return 4 if means.abs().max() < 10 else 2
 
 
@@ -381,7 +387,7 @@ def cell_text(table: Table) -> tuple[pd.DataFrame, pd.DataFrame]:
     best[COST_HEADER] = best_rows(table, COST)
     for name in table.metrics:
         header = metric_header(name)
-        cells[header] = stat_cells(stats, name, decimals(name, stats[f"{name}_mean"]))
+        cells[header] = stat_cells(stats, name, decimals(stats[f"{name}_mean"]))
         best[header] = best_rows(table, name)
     return cells, best
 

@@ -338,6 +338,21 @@ def test_rows_trained_on_another_budget_than_attent_are_flagged(store, tmp_path)
     assert float(rows["InfoBatch"]["mean_selected_ratio_mean"]) == pytest.approx(0.7)
 
 
+def test_a_budget_is_compared_with_attents_on_the_same_dataset(store, tmp_path):
+    """Random on dataset b matches AtteNT's budget on dataset a, not its own dataset's."""
+    client, experiment_id = new_experiment(store, "budgets-by-dataset")
+    for dataset, attent_ratio, random_ratio in (("a", 0.434, 0.434), ("b", 0.6, 0.434)):
+        for method, ratio in (("full", 1.0), ("attent", attent_ratio), ("random", random_ratio)):
+            log_run(client, experiment_id, {"task.dataset": dataset, "selection.method": method},
+                    {**cost_metrics(100 * ratio, 1000 * ratio, 0.8), contract.MEAN_SELECTED_RATIO: ratio})
+    table = build_report("budgets-by-dataset", tracking_uri=store[0], out_dir=tmp_path,
+                         log_to_parent=False).tables[0]
+    flagged = {(m, c): f for m, c, f in zip(table.labels["Method"], table.labels["Config"],
+                                             table.stats["budget_differs"])}
+    assert not flagged[("Random subset", "task.dataset=a")]
+    assert flagged[("Random subset", "task.dataset=b")]
+
+
 TIMED_SWEEPS = ("comparison_digits", "demo_fashion_mnist", "ratio_digits", "ablation_digits",
                 "with_without_digits")
 

@@ -63,8 +63,7 @@ def cmd_validate(args) -> int:
         summary = (f"task {cfg.task.name}, {cfg.train.epochs} epochs, selection "
                    f"{cfg.selection.label(cfg.train.epochs)}, {cfg.ray.num_workers} worker(s)")
     from .engine.preflight import check_experiment
-    for cfg in {c.model_dump_json(exclude={"name", "seed"}): c for c in configs}.values():
-        check_experiment(cfg)  # data, resources, MLflow store: once per distinct trial
+    check_experiment(*configs)  # MLflow store, resources, data
     print(f"{args.config}: OK — {summary}\nMLflow {configs[0].mlflow.tracking_uri} "
           f"(experiment {configs[0].mlflow.experiment!r})")
     return 0
@@ -74,9 +73,9 @@ def cmd_train(args) -> int:
     from .config import load_experiment
     cfg = load_experiment(args.config, args.overrides).resolved()
     from .engine.preflight import check_experiment
-    check_experiment(cfg)  # refuse before Ray starts
+    check_experiment(cfg)  # refuse before Ray (and torch) is even imported
     from .engine.launch import train
-    result = train(cfg)
+    result = train(cfg, checked=True)
     m = result.metrics
     evals = ", ".join(f"{k[5:]} {v:.4f}" for k, v in m.items() if k.startswith("eval_"))
     print(f"\n{cfg.name}: {evals}; {m.get('time_total_s', float('nan')):.1f}s training, "

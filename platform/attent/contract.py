@@ -71,6 +71,18 @@ TIME_WALLCLOCK = "time_wallclock_s"             # driver: the whole run, Ray sta
 TIME_RAY_INIT = "time_ray_init_s"
 TIME_RAY_OVERHEAD = "time_ray_overhead_s"       # wall-clock minus the epochs
 
+def method_cost(metrics: Mapping[str, float]) -> float:
+    """A run's (or epoch's) method cost from its metrics: ``time_method_s``, or for runs logged
+    before it existed the sum of its parts; NaN where neither was logged."""
+    def value(name: str) -> float:
+        got = metrics.get(name)
+        return float("nan") if got is None else float(got)
+    logged = value(TIME_METHOD)
+    if logged == logged:
+        return logged
+    return sum(value(time_metric(part)) for part in METHOD_TIME_PARTS)  # NaN if any part is
+
+
 # Logged once at the end.
 SAMPLE_SAVING = "sample_saving"                 # 1 - back-propagated / (N x epochs)
 MEAN_SELECTED_RATIO = "mean_selected_ratio"     # mean over epochs of selected_ratio

@@ -62,10 +62,7 @@ def comparison_table(tracking_uri: str, experiment: str) -> str:
     if not rows or rows[0][1] != contract.METHOD_FULL:
         return "(the full-data trial did not finish: no comparison)"
 
-    def cost(m: dict[str, float]) -> float:  # runs logged before time_method_s: sum of its parts
-        parts = sum(m.get(contract.time_metric(part), 0.0) for part in contract.METHOD_TIME_PARTS)
-        return m.get(contract.TIME_METHOD, parts)
-
+    cost = contract.method_cost
     full = rows[0][2]
     lines = ["| run | test accuracy | method cost (s) | Δ cost vs full | eval (s) | samples back-propagated "
              "| ideal saving | realized saving | realized / ideal |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]

@@ -52,11 +52,13 @@ def _use_cluster_token() -> None:
 
 
 def train(cfg: ExperimentConfig, *, parent_run_id: str | None = None, role: str = "run",
-          extra_tags: dict[str, str] | None = None, callbacks: list | None = None) -> TrainResult:
+          extra_tags: dict[str, str] | None = None, callbacks: list | None = None,
+          checked: bool = False) -> TrainResult:
     """One training run on Ray Train, recorded as one MLflow run. Re-running with the same name
     and storage path resumes from the latest checkpoint into the same MLflow run."""
     cfg = cfg.resolved()
-    check_experiment(cfg)
+    if not checked:  # the CLI checks before importing this module, to refuse fast
+        check_experiment(cfg)
     ray_init_s = ensure_ray(cfg)  # before the MLflow run: the cluster check needs Ray
     preflight.check_cluster_resources(cfg)
     run_id, resumed = start_or_resume_run(cfg, role=role, parent_run_id=parent_run_id, extra_tags=extra_tags)

@@ -39,12 +39,15 @@ class PreflightError(ValueError):
     """A run that cannot succeed, refused before any worker or MLflow run exists."""
 
 
-def check_experiment(cfg) -> None:
-    """Everything that can be refused before Ray starts: the MLflow store, resources, data files
-    (``cfg``: a resolved ExperimentConfig). Imports no torch; Ray only to size a local cluster."""
-    check_tracking(cfg.mlflow.tracking_uri)  # seconds, not MLflow's minutes of retries
-    check_local_resources(cfg)  # a local Ray that could never host the workers
-    cfg.task.check_data()
+def check_experiment(*cfgs) -> None:
+    """Everything that can be refused before Ray starts, for one run or a sweep's trials
+    (resolved ExperimentConfigs): the MLflow store, resources, data files (once per distinct
+    task section). Imports no torch; Ray only to size a local cluster."""
+    for uri in dict.fromkeys(cfg.mlflow.tracking_uri for cfg in cfgs):
+        check_tracking(uri)  # seconds, not MLflow's minutes of retries
+    check_local_resources(*cfgs)  # a local Ray that could never host the workers
+    for task in {cfg.task.model_dump_json(): cfg.task for cfg in cfgs}.values():
+        task.check_data()
 
 
 # --------------------------------------------------------------------------------------------
@@ -289,6 +292,7 @@ def check_cluster_resources(*cfgs, driver: Optional[dict[str, float]] = None, ou
         raise RuntimeError("check_cluster_resources needs a connected Ray (engine.launch.ensure_ray)")
     out = out or sys.stderr
     nodes = [dict(n.get("Resources") or {}) for n in ray.nodes() if n.get("Alive")]
+    scaler, looked_up = None, False  # looked up once (it may wait for the monitor's status)
     for n, bundle in _shapes(cfgs):
         fits = sum(min(fit_count(bundle, node), n) for node in nodes)
         driver_fits = driver is None or any(fit_count(driver, node) >= 1 for node in nodes)
@@ -298,7 +302,8 @@ def check_cluster_resources(*cfgs, driver: Optional[dict[str, float]] = None, ou
         if os.environ.get(WAIT_ENV, "").strip().lower() in ("1", "true", "yes"):
             _announce_wait(shortfall, f"{WAIT_ENV} is set", out)  # nodes joining by hand
             continue
-        scaler = find_autoscaler()
+        if not looked_up:
+            scaler, looked_up = find_autoscaler(), True
         if scaler is None:
             raise PreflightError(shortfall.refusal(
                 "and no autoscaler that could add nodes (Ray's read-only monitor only mirrors the "
@@ -310,14 +315,6 @@ def check_cluster_resources(*cfgs, driver: Optional[dict[str, float]] = None, ou
                 f"at most ({scaler.describe()})"))
         _announce_wait(shortfall, f"The autoscaler ({scaler.source}; node types {scaler.describe()}) "
                                   f"can add nodes", out)
-
-
-def check_resources(*cfgs, driver: Optional[dict[str, float]] = None) -> None:
-    """The check that fits the moment: the cluster check once Ray is connected, else the local one."""
-    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
-        check_cluster_resources(*cfgs, driver=driver)
-    else:
-        check_local_resources(*cfgs)
 
 
 @dataclass

