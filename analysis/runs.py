@@ -143,21 +143,50 @@ def load_histories(client: MlflowClient, run_ids: list[str], keys: list[str]) ->
     return pd.DataFrame(rows, columns=["run_id", "key", "step", "value"])
 
 
+# Downstream jobs in the order the paper's pretraining tables (3, 5, 6) report them; other jobs
+# follow by name.
+DOWNSTREAM_JOB_ORDER = ("classification", "semseg", "depth")
+LOWER_IS_BETTER_WORDS = ("loss", "time", "perplexity", "abs_rel", "sq_rel", "rmse")
+
+
 def downstream_metrics(runs: pd.DataFrame) -> list[str]:
-    """Final ``eval_*`` metrics some run logged: higher-is-better first, then by name."""
-    names = [c.removeprefix("metrics.") for c in runs.columns
-             if c.startswith(metric(contract.EVAL_PREFIX)) and runs[c].notna().any()]
-    return sorted(names, key=lambda name: (lower_is_better(name), name))
+    """Final results some run logged: first its downstream jobs' (``downstream.<job>.<metric>``,
+    what a pretraining table is about) by job (DOWNSTREAM_JOB_ORDER, then by name), then its own
+    ``eval_*`` metrics; within a job and among the ``eval_*`` ones, higher-is-better first, then
+    by name."""
+    logged = [c.removeprefix("metrics.") for c in runs.columns
+              if c.startswith("metrics.") and runs[c].notna().any()]
+    jobs = [name for name in logged if name.startswith(contract.DOWNSTREAM_PREFIX)]
+    evals = [name for name in logged if name.startswith(contract.EVAL_PREFIX)]
+
+    def job_key(name: str) -> tuple:
+        job, _ = split_downstream(name)
+        known = job in DOWNSTREAM_JOB_ORDER
+        return (not known, DOWNSTREAM_JOB_ORDER.index(job) if known else 0, job,
+                lower_is_better(name), name)
+    return [*sorted(jobs, key=job_key),
+            *sorted(evals, key=lambda name: (lower_is_better(name), name))]
+
+
+def split_downstream(metric_name: str) -> tuple[str, str]:
+    """``downstream.semseg.miou`` -> ``("semseg", "miou")``."""
+    job, _, name = metric_name.removeprefix(contract.DOWNSTREAM_PREFIX).partition(".")
+    return job, name
 
 
 def primary_metric(runs: pd.DataFrame) -> str | None:
-    """The downstream metric the figures plot: the first higher-is-better one."""
+    """The downstream metric the figures plot: the first higher-is-better one (a downstream
+    job's where runs carry them, else an ``eval_*`` one)."""
     candidates = [m for m in downstream_metrics(runs) if not lower_is_better(m)]
     return candidates[0] if candidates else None
 
 
 def lower_is_better(metric_name: str) -> bool:
-    return any(word in metric_name for word in ("loss", "time", "perplexity"))
+    """Losses, times, perplexity and depth errors (abs_rel, sq_rel, rmse); for a downstream
+    job's metric only its own name counts, not the job's."""
+    if metric_name.startswith(contract.DOWNSTREAM_PREFIX):
+        metric_name = split_downstream(metric_name)[1]
+    return any(word in metric_name for word in LOWER_IS_BETTER_WORDS)
 
 
 # --- naming runs for humans ----------------------------------------------------------------

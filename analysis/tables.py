@@ -325,6 +325,10 @@ SELECTED_HEADER = "Selected ratio"
 
 
 def metric_header(metric_name: str) -> str:
+    """``eval_accuracy`` -> ``accuracy``; a downstream job's ``downstream.semseg.miou`` ->
+    ``semseg miou``."""
+    if metric_name.startswith(contract.DOWNSTREAM_PREFIX):
+        return " ".join(metric_name.removeprefix(contract.DOWNSTREAM_PREFIX).split(".", 1))
     return metric_name.removeprefix(contract.EVAL_PREFIX)
 
 

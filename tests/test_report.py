@@ -19,7 +19,7 @@ from mlflow.entities import Metric, Param
 from analysis.figures import time_to_reach_baseline
 from analysis.report import build_report, main
 from analysis.runs import HISTORY_KEYS, load_experiment_runs, load_histories
-from analysis.runs import config_names
+from analysis.runs import config_names, downstream_metrics, lower_is_better, primary_metric
 from analysis.tables import comparison_table, to_csv, to_markdown
 from attent import contract
 from attent.demo import comparison_table as demo_comparison_table
@@ -398,3 +398,36 @@ def test_demo_table_reports_method_cost_and_ideal_vs_realized_saving(store):
     assert lines[2] == "| Full data | 0.8000 | 100.0 | +0.0% | 3.0 | 1,000 | 0.0% | 0.0% | — |"
     assert lines[3] == ("| Soft · incremental(0.2→0.8) | 0.8000 | 60.0 | -40.0% | 3.0 | 500 "
                         "| 50.0% | 40.0% | 0.80 |")
+
+
+def test_downstream_job_results_get_columns_before_eval_metrics(store, tmp_path):
+    """A pretraining run carries its downstream jobs' final results as downstream.<job>.<metric>:
+    they come first, in the paper's order (classification, segmentation, depth; δ1 before
+    abs_rel), then the run's own eval_* metric. abs_rel is lower-is-better, so its best row is
+    AtteNT's 0.1000, while full data's 0.8500 is the best δ1."""
+    client, experiment_id = new_experiment(store, "pretraining-downstream")
+    results = {"full": (0.80, 0.40, 0.85, 0.12, 0.90), "attent": (0.82, 0.41, 0.84, 0.10, 0.80)}
+    names = [contract.downstream_metric(job, name) for job, name in (
+        ("classification", "top1_accuracy"), ("semseg", "miou"), ("depth", "delta1"),
+        ("depth", "abs_rel"))]
+    for method, values in results.items():
+        metrics = {**cost_metrics(100.0, 1000, values[-1]), **dict(zip(names, values))}
+        log_run(client, experiment_id, {"selection.method": method}, metrics,
+                tags={contract.TAG_LABEL: "Soft"} if method == "attent" else None)
+    runs = load_experiment_runs(client, "pretraining-downstream").runs
+    assert downstream_metrics(runs) == [*names, "eval_accuracy"]
+    assert primary_metric(runs) == "downstream.classification.top1_accuracy"
+    assert lower_is_better("downstream.depth.abs_rel") and lower_is_better("downstream.depth.rmse")
+    assert not lower_is_better("downstream.depth.delta1")
+
+    table = build_report("pretraining-downstream", tracking_uri=store[0], out_dir=tmp_path,
+                         log_to_parent=False).tables[0]
+    assert table.name == "with_without" and table.metrics == [*names, "eval_accuracy"]
+    lines = to_markdown(table).splitlines()
+    assert lines[0].endswith("| Eval (s) | classification top1_accuracy | semseg miou "
+                             "| depth delta1 | depth abs_rel | accuracy |")
+    assert lines[2].endswith("| 0.8000 | 0.4000 | **0.8500** | 0.1200 | **0.9000** |")  # w/o
+    assert lines[3].endswith("| **0.8200** | **0.4100** | 0.8400 | **0.1000** | 0.8000 |")  # w/
+    rows = list(csv.DictReader(io.StringIO(to_csv(table))))
+    assert [r["downstream.depth.abs_rel_best"] for r in rows] == ["", "*"]
+    assert [r["downstream.depth.delta1_best"] for r in rows] == ["*", ""]

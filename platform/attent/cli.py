@@ -39,6 +39,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=5000)
 
+    p = sub.add_parser("data", help="generate offline data sets")
+    data = p.add_subparsers(dest="data_command", required=True)
+    p = data.add_parser("scenes", help="rendered rgb/depth/semseg scenes in MultiMAE's layout")
+    p.add_argument("--out", required=True, help="a new folder for <split>/{rgb,depth,semseg}/<class>/")
+    p.add_argument("--train", type=int, default=10000, help="training scenes")
+    p.add_argument("--test", type=int, default=2000, help="test scenes")
+    p.add_argument("--size", type=int, default=32, help="image side in pixels (32-64 tested)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=None, help="processes (default: all CPUs)")
+
     args = parser.parse_args(argv)
     from .config import ConfigError
     try:
@@ -74,13 +84,15 @@ def cmd_train(args) -> int:
     cfg = load_experiment(args.config, args.overrides).resolved()
     from .engine.preflight import check_experiment
     check_experiment(cfg)  # refuse before Ray (and torch) is even imported
-    from .engine.launch import train
-    result = train(cfg, checked=True)
-    m = result.metrics
+    from .engine.pipeline import run_pipeline
+    pipeline = run_pipeline(cfg, checked=True)
+    result, m = pipeline.training, pipeline.training.metrics
     evals = ", ".join(f"{k[5:]} {v:.4f}" for k, v in m.items() if k.startswith("eval_"))
     print(f"\n{cfg.name}: {evals}; {m.get('time_total_s', float('nan')):.1f}s training, "
           f"{result.wallclock_s:.1f}s wall-clock; MLflow run {result.run_id}"
           f"{' (resumed)' if result.resumed else ''} in {cfg.mlflow.tracking_uri}")
+    for name, value in pipeline.downstream.items():
+        print(f"  {name}: {value:.4f}")
     return 0
 
 
@@ -115,8 +127,18 @@ def cmd_ui(args) -> int:
     os.execv(sys.executable, command)
 
 
+def cmd_data(args) -> int:
+    """`attent data scenes`: render the offline multi-modal scenes (trimesh + Embree)."""
+    from .tasks.mae.scenes import write_dataset
+    s = write_dataset(Path(args.out), train=args.train, test=args.test, size=args.size,
+                      seed=args.seed, workers=args.workers)
+    print(f"{s['out']}: {s['train']} train + {s['test']} test scenes at {s['size']} px "
+          f"(seed {s['seed']}) in {s['seconds']:.1f}s with {s['workers']} worker(s)")
+    return 0
+
+
 COMMANDS = {"train": cmd_train, "validate": cmd_validate, "demo": cmd_demo, "sweep": cmd_sweep,
-            "report": cmd_report, "ui": cmd_ui}
+            "report": cmd_report, "ui": cmd_ui, "data": cmd_data}
 
 if __name__ == "__main__":
     sys.exit(main())

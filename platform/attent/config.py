@@ -68,6 +68,16 @@ class FaultConfig(BaseModel):
     fail_rank: int = Field(0, ge=0)
 
 
+class DownstreamJob(BaseModel):
+    """A job run on the pretraining run's exported weights once it finishes: its own Ray Train
+    run and MLflow run, linked to the pretraining run, which receives its final metrics as
+    ``downstream.<name>.<metric>``."""
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(..., pattern=r"^[A-Za-z0-9_\-]+$")  # e.g. classification; names its run and metrics
+    task: dict[str, Any] = {}      # the downstream task's fields on top of what the pretraining passes on
+    train: TrainConfig             # the job's own epochs, lr, batch size, ...
+
+
 class ExperimentConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(..., min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")  # run name; same name = resume
@@ -78,12 +88,34 @@ class ExperimentConfig(BaseModel):
     ray: RayConfig = RayConfig()
     mlflow: MLflowConfig = MLflowConfig()
     fault: FaultConfig = FaultConfig()
+    downstream: list[DownstreamJob] = []  # jobs run on the trained weights afterwards (pretraining tasks)
 
     @model_validator(mode="after")
     def _fault_rank_exists(self) -> "ExperimentConfig":
         if self.fault.fail_rank >= self.ray.num_workers:
             raise ValueError(f"fault.fail_rank={self.fault.fail_rank} but ray.num_workers={self.ray.num_workers}")
         return self
+
+    @model_validator(mode="after")
+    def _downstream_jobs_build(self) -> "ExperimentConfig":
+        names = [job.name for job in self.downstream]
+        if len(set(names)) != len(names):
+            raise ValueError(f"downstream job names must be distinct, got {names}")
+        for job in self.downstream:
+            try:
+                self.downstream_experiment(job, pretrained=None)
+            except ValidationError as exc:
+                raise ValueError(format_validation_error(exc, f"downstream job {job.name!r}")) from None
+        return self
+
+    def downstream_experiment(self, job: DownstreamJob, pretrained: str | None) -> "ExperimentConfig":
+        """The experiment a downstream job runs: the task's downstream section, the job's
+        training, all data, the same seed, cluster and MLflow experiment."""
+        return ExperimentConfig.model_validate({
+            "name": f"{self.name}-{job.name}", "seed": self.seed,
+            "task": self.task.downstream_task(job.task, pretrained=pretrained),
+            "train": job.train.model_dump(), "selection": {"method": "full"},
+            "ray": self.ray.model_dump(), "mlflow": self.mlflow.model_dump()})
 
     def resolved(self, base: Path | None = None) -> "ExperimentConfig":
         """Paths made absolute and defaults filled from the environment, so Ray workers (other

@@ -28,8 +28,10 @@ TAG_SWEEP_KEY = "attent.sweep_key"              # where the sweep's Tune state l
 TAG_TRIAL = "attent.trial"                      # trial id within its sweep
 TAG_PARENT_RUN_ID = "mlflow.parentRunId"        # MLflow's own parent/child link
 TAG_RUN_NAME = "mlflow.runName"
+TAG_PRETRAINING_RUN = "attent.pretraining_run"  # downstream jobs: the pretraining run they fine-tune
+TAG_DOWNSTREAM_JOB = "attent.downstream_job"    # downstream jobs: the job's name (classification...)
 
-ROLE_RUN, ROLE_TRIAL, ROLE_SWEEP = "run", "trial", "sweep"
+ROLE_RUN, ROLE_TRIAL, ROLE_SWEEP, ROLE_DOWNSTREAM = "run", "trial", "sweep", "downstream"
 TRAINING_ROLES = (ROLE_RUN, ROLE_TRIAL)
 NONE = "none"                                   # tag value where a dimension does not apply
 METHOD_ATTENT = "attent"                        # TAG_METHOD values analysis singles out
@@ -43,8 +45,10 @@ PARAM_RATIO_END = "selection.ratio.end"
 PARAM_TEMPERATURE = "selection.temperature"
 
 # --- metrics --------------------------------------------------------------------------------
-EVAL_PREFIX = "eval_"                           # downstream metrics: eval_<name>
+EVAL_PREFIX = "eval_"                           # a run's own evaluation: eval_<name>
 TRAIN_LOSS = "train_loss"
+DOWNSTREAM_PREFIX = "downstream."               # on a pretraining run: downstream.<job>.<metric>
+PRETRAINED_ARTIFACT = "pretrained"              # artifact dir of the weights downstream jobs load
 SELECTED_RATIO = "selected_ratio"               # per epoch: share of the training set trained on
 SAMPLES_FORWARDED = "samples_forwarded"         # training + scoring forwards, all ranks
 SAMPLES_BACKPROPAGATED = "samples_backpropagated"
@@ -62,6 +66,22 @@ METHOD_TIME_PARTS = ("train", "scoring", "selection")
 def time_metric(part: str) -> str:
     """``train`` -> ``time_train_s``."""
     return f"time_{part}_s"
+
+
+def downstream_metric(job: str, name: str) -> str:
+    """A downstream job's final metric as logged on its pretraining run:
+    ``downstream_metric("semseg", "miou")`` -> ``downstream.semseg.miou``."""
+    return f"{DOWNSTREAM_PREFIX}{job}.{name}"
+
+
+def component_loss_metric(component: str) -> str:
+    """Per-epoch training loss of one loss component (a modality): ``train_loss_depth``."""
+    return f"{TRAIN_LOSS}_{component}"
+
+
+def component_weight_metric(component: str) -> str:
+    """Weight of one loss component in the training loss (group baselines): ``loss_weight_depth``."""
+    return f"loss_weight_{component}"
 
 
 TIME_METHOD = "time_method_s"                   # training + scoring + selection

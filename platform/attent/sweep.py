@@ -102,22 +102,27 @@ def describe_sweep(sweep: Sweep) -> str:
 
 
 def run_trial(config: dict[str, Any]) -> None:
-    """The Tune function trainable: one trial = one Train run = one MLflow child run."""
+    """The Tune function trainable: one trial = one Train run = one MLflow child run (plus its
+    downstream jobs, children of that run)."""
     trial = config["trial"]
+    from ray import tune
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    from .engine.launch import train
+    from .engine.pipeline import run_downstream, run_pipeline
     from .engine.tracking import latest_run
     cfg = ExperimentConfig.model_validate(trial["experiment"])
     done = latest_run(cfg)
     if done is not None and done.info.status == "FINISHED":
-        # Finished, but the driver died before Tune saved that: report, do not train again.
-        from ray import tune
-        tune.report(dict(done.data.metrics))
+        # Finished, but the driver died before Tune saved that: finish its downstream jobs and
+        # report, do not train again.
+        downstream = run_downstream(cfg, done.info.run_id)[0] if cfg.downstream else {}
+        tune.report({**done.data.metrics, **downstream})
         return
-    train(cfg, parent_run_id=trial["parent_run_id"], role="trial",
-          extra_tags={contract.TAG_SWEEP: trial["sweep"], contract.TAG_TRIAL: trial["id"]},
-          callbacks=[TuneReportCallback()])
+    result = run_pipeline(cfg, parent_run_id=trial["parent_run_id"], role="trial",
+                          extra_tags={contract.TAG_SWEEP: trial["sweep"], contract.TAG_TRIAL: trial["id"]},
+                          callbacks=[TuneReportCallback()])
+    if result.downstream:
+        tune.report({**result.training.metrics, **result.downstream})
 
 
 TRIAL_DRIVER_RESOURCES = {"memory": 256 * 1024 ** 2}  # an idle Python process; its workers ask for CPUs

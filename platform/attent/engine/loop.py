@@ -13,6 +13,7 @@ import dataclasses
 import logging
 import math
 import os
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -32,6 +33,7 @@ from .lr import lr_factor
 from .tracking import RunLogger
 
 Window = list[Batch]  # the micro-batches of one optimiser step
+EXPORT_FILE = "pretrained.pt"  # in the run's contract.PRETRAINED_ARTIFACT directory
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class EpochStats:
     seen: int = 0        # samples back-propagated
     scored: int = 0      # samples forwarded by scoring passes
     steps: int = 0       # optimiser steps
+    component_sums: list[float] = dataclasses.field(default_factory=list)  # per loss component
 
 
 def resolve_optimizer(spec: OptimizerSpec, cfg: ExperimentConfig) -> OptimizerSpec:
@@ -112,7 +115,7 @@ class TrainingRecipe:
         self.optimizer = torch.optim.AdamW(groups, lr=self.optim.lr, betas=self.optim.betas,
                                            eps=self.optim.eps)
         self.teacher = Teacher(len(self.train_set), cfg.selection, cfg.train.epochs, seed=cfg.seed,
-                               groups=self.task.group_labels())
+                               groups=self.task.group_labels(), components=len(self.task.loss_components))
         self.loader = DataLoader(self.train_set, batch_size=cfg.train.batch_size,
                                  collate_fn=self.task.collate, num_workers=cfg.train.loader_workers,
                                  sampler=SubsetSampler(self.teacher, ctx.rank, ctx.world_size, seed=cfg.seed))
@@ -133,7 +136,7 @@ class TrainingRecipe:
     def select(self, epoch: int) -> tuple[float, int]:
         """The teacher prepares the epoch's subset (scoring pass and re-selection when due);
         returns the subset's checksum, equal on every rank, and the samples scored here."""
-        scoring = ScoringPass(self)
+        scoring = ScoringPass(self, epoch)
         self.teacher.begin_epoch(epoch, score_fn=scoring)
         return check_ranks_agree(self.teacher.subset), scoring.samples
 
@@ -142,7 +145,7 @@ class TrainingRecipe:
         self.model.train()
         windows = math.ceil(len(self.loader) / self.accumulation)
         for number, window in enumerate(micro_batch_windows(self.loader, self.accumulation), 1):
-            loss_sum, seen = self.backward_window(window)
+            loss_sum, seen = self.backward_window(window, stats)
             self.optimizer_step(training_progress(epoch, self.cfg.train.epochs, number / windows))
             stats.loss_sum += loss_sum
             stats.seen += seen
@@ -153,11 +156,13 @@ class TrainingRecipe:
         self.teacher.end_epoch()
         return stats
 
-    def backward_window(self, window: Window) -> tuple[float, int]:
+    def backward_window(self, window: Window, stats: EpochStats | None = None) -> tuple[float, int]:
         """Forward and backward every micro-batch of one optimiser step. Each sample weighs
         1 / (samples in the window), so the accumulated gradient equals that of one batch of the
         whole window, a short last window included. Ranks hold equally long shards (the sampler
-        pads), so DDP's average over ranks makes it the mean over all ranks' samples."""
+        pads), so DDP's average over ranks makes it the mean over all ranks' samples. A task's
+        loss components are weighted by the teacher (group baselines) into each sample's loss;
+        its score stays their plain sum."""
         in_window = sum(len(batch["index"]) for batch in window)
         loss_sum = 0.0
         for position, batch in enumerate(window):
@@ -165,18 +170,31 @@ class TrainingRecipe:
             with self.amp():
                 losses = self.task.per_sample_loss(self.model, batch)
             self.teacher.observe(batch["index"], losses)
+            losses, scores = self.weigh_components(losses, stats)
             weights = self.teacher.loss_weights[batch["index"].cpu()].to(losses.device, losses.dtype)
             last = position == len(window) - 1
             sync = contextlib.nullcontext() if last or not self.ctx.distributed else self.model.no_sync()
             with sync:
                 ((losses * weights).sum() / in_window).backward()
-            loss_sum += float(losses.detach().sum())
+            loss_sum += float(scores.detach().sum())
         return loss_sum, in_window
+
+    def weigh_components(self, losses: torch.Tensor, stats: EpochStats | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(training losses, scores) per sample. [B] losses are both; [B, C] loss components
+        are summed into the score and weighted by the teacher into the training loss, and their
+        sums kept for the epoch's per-component metrics."""
+        if losses.ndim == 1:
+            return losses, losses
+        if stats is not None:
+            sums = losses.detach().float().sum(dim=0).tolist()
+            stats.component_sums = [a + b for a, b in zip(stats.component_sums or [0.0] * len(sums), sums)]
+        weights = self.teacher.component_weights.to(losses.device, losses.dtype)
+        return losses @ weights, losses.sum(dim=1)
 
     def optimizer_step(self, progress: float) -> None:
         factor = lr_factor(progress, self.optim.schedule, self.optim.warmup_ratio)
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.optim.lr * factor
+        for group in self.optimizer.param_groups:  # lr_scale: e.g. layer-wise lr decay
+            group["lr"] = self.optim.lr * factor * group.get("lr_scale", 1.0)
         if self.cfg.train.grad_clip:
             torch.nn.utils.clip_grad_norm_(self.task.trainable_parameters(self.raw_model), self.cfg.train.grad_clip)
         self.optimizer.step()
@@ -194,7 +212,8 @@ class TrainingRecipe:
     # --- bookkeeping --------------------------------------------------------------------------
     def record(self, epoch: int, stats: EpochStats, evals: dict[str, float], checksum: float) -> dict[str, float]:
         """Sum the epoch over ranks into the counters; the epoch's metrics row."""
-        loss_sum, seen, scored = all_reduce([stats.loss_sum, stats.seen, stats.scored], self.ctx)
+        loss_sum, seen, scored, *component_sums = all_reduce(
+            [stats.loss_sum, stats.seen, stats.scored, *stats.component_sums], self.ctx)
         counters = self.counters
         counters.samples_backpropagated += int(seen)
         counters.samples_forwarded += int(seen + scored)
@@ -204,9 +223,29 @@ class TrainingRecipe:
                contract.SELECTED_RATIO: self.teacher.selected_ratio,
                contract.SAMPLES_FORWARDED: counters.samples_forwarded,
                contract.SAMPLES_BACKPROPAGATED: counters.samples_backpropagated,
-               contract.SUBSET_CHECKSUM: checksum, **counters.time_metrics(), **evals}
+               contract.SUBSET_CHECKSUM: checksum, **counters.time_metrics(), **evals,
+               **self.component_metrics(component_sums, seen)}
         counters.history.append(row)
         return row
+
+    def component_metrics(self, sums: list[float], seen: float) -> dict[str, float]:
+        """Each loss component's mean training loss this epoch, and its weight in the loss."""
+        names = self.task.loss_components
+        if not names or not sums:
+            return {}
+        weights = self.teacher.component_weights.tolist()
+        return {**{contract.component_loss_metric(n): s / max(seen, 1) for n, s in zip(names, sums)},
+                **{contract.component_weight_metric(n): w for n, w in zip(names, weights)}}
+
+    def export(self) -> None:
+        """Rank 0 saves what downstream jobs load (the task's ``export``) as the run's artifact."""
+        exported = self.task.export(self.raw_model) if self.ctx.rank == 0 else None
+        if exported is None or self.logger is None:
+            return
+        with tempfile.TemporaryDirectory(prefix="attent-export-") as tmp:
+            path = Path(tmp) / EXPORT_FILE
+            torch.save(exported, path)
+            self.logger.log_files([path], contract.PRETRAINED_ARTIFACT)
 
     def log(self, epoch: int, row: dict[str, float]) -> None:
         self.ctx.log(format_row(row, self.cfg.train.epochs))
@@ -215,6 +254,7 @@ class TrainingRecipe:
         self.logger.log_metrics(row, step=epoch)
         if epoch + 1 == self.cfg.train.epochs:
             log_final(self.logger, self.counters, self.teacher, len(self.train_set), self.cfg)
+            self.export()
 
     def save(self, row: dict[str, float]) -> None:
         """Checkpoint through Ray Train (a barrier: every rank reports)."""
@@ -255,6 +295,8 @@ def train_loop_per_worker(payload: dict[str, Any]) -> None:
     import ray.train
     import ray.train.torch
     start = time.perf_counter()
+    # Tasks that read MLflow artifacts (a downstream job's pretrained weights) use the run's store.
+    os.environ["MLFLOW_TRACKING_URI"] = payload["tracking_uri"]
     cfg = ExperimentConfig.model_validate(payload["config"])
     quiet_ray_train_reports()
     ctx = WorkerContext.from_ray_train()
@@ -282,21 +324,22 @@ class ScoringPass:
     """The re-scoring pass the teacher asks for: per-sample losses of this rank's shard of the
     whole training set, in eval mode and the task's precision, no gradients."""
 
-    def __init__(self, recipe: TrainingRecipe):
-        self.recipe, self.samples = recipe, 0
+    def __init__(self, recipe: TrainingRecipe, round_: int):
+        self.recipe, self.round, self.samples = recipe, round_, 0
 
     def __call__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         r = self.recipe
-        shard = shard_indices(torch.arange(len(r.train_set)), r.ctx.rank, r.ctx.world_size, shuffle=False)
-        loader = DataLoader(r.train_set, batch_size=r.cfg.train.scoring_batch_size or 2 * r.cfg.train.batch_size,
+        dataset = r.task.scoring_dataset()
+        shard = shard_indices(torch.arange(len(dataset)), r.ctx.rank, r.ctx.world_size, shuffle=False)
+        loader = DataLoader(dataset, batch_size=r.cfg.train.scoring_batch_size or 2 * r.cfg.train.batch_size,
                             sampler=shard.tolist(), collate_fn=r.task.collate, num_workers=r.cfg.train.loader_workers)
         was_training = r.raw_model.training
         r.raw_model.eval()
-        with torch.no_grad(), r.amp():
+        with torch.inference_mode(), r.amp():
             for batch in loader:
                 batch = to_device(batch, r.ctx.device)
-                losses = r.task.per_sample_loss(r.raw_model, batch)
-                self.samples += losses.numel()
+                losses = r.task.score(r.raw_model, batch, self.round)
+                self.samples += len(batch["index"])
                 yield batch["index"], losses
         r.raw_model.train(was_training)
 

@@ -46,7 +46,9 @@ def check_experiment(*cfgs) -> None:
     for uri in dict.fromkeys(cfg.mlflow.tracking_uri for cfg in cfgs):
         check_tracking(uri)  # seconds, not MLflow's minutes of retries
     check_local_resources(*cfgs)  # a local Ray that could never host the workers
-    for task in {cfg.task.model_dump_json(): cfg.task for cfg in cfgs}.values():
+    tasks = [cfg.task for cfg in cfgs] + [  # downstream jobs' data (weights come later)
+        cfg.downstream_experiment(job, pretrained=None).resolved().task for cfg in cfgs for job in cfg.downstream]
+    for task in {task.model_dump_json(): task for task in tasks}.values():
         task.check_data()
 
 

@@ -11,6 +11,7 @@ def is_distributed() -> bool:
 
 def all_gather_observations(indices: torch.Tensor, losses: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Concatenate every rank's observations in rank order (identical on all ranks).
+    ``losses`` is [n] or [n, C] (per-component losses).
 
     Ranks may hold different counts (the last batch, uneven shards), so sizes are exchanged
     first and tensors padded to the largest.
@@ -25,7 +26,7 @@ def all_gather_observations(indices: torch.Tensor, losses: torch.Tensor) -> tupl
     counts = [int(c) for c in counts]
     longest = max(counts)
     padded_idx = torch.zeros(longest, dtype=torch.long, device=device)
-    padded_loss = torch.zeros(longest, dtype=torch.float32, device=device)
+    padded_loss = torch.zeros((longest, *losses.shape[1:]), dtype=torch.float32, device=device)
     padded_idx[: indices.numel()] = indices.to(device)
     padded_loss[: losses.numel()] = losses.to(device, torch.float32)
     all_idx = [torch.empty_like(padded_idx) for _ in range(world)]

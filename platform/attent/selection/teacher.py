@@ -51,18 +51,27 @@ class Teacher:
     """
 
     def __init__(self, num_samples: int, config: SelectionConfig, total_epochs: int, *, seed: int = 0,
-                 groups: torch.Tensor | None = None):
+                 groups: torch.Tensor | None = None, components: int = 0):
         if num_samples < 1:
             raise ValueError("the training set is empty: nothing to select from")
         if total_epochs < 1:
             raise ValueError(f"total_epochs must be >= 1, got {total_epochs}")
-        if config.method in ("class_weight", "group_weight", "gradnorm"):
+        # Loss components (modalities) are the groups of group_weight and GradNorm when a task has
+        # several: their weights scale each component's loss; the subset is uniform at the budget.
+        self.component_mode = config.method in ("group_weight", "gradnorm") and components > 1
+        if config.method in ("class_weight", "group_weight", "gradnorm") and not self.component_mode:
             if groups is None or groups.numel() != num_samples:
-                raise ValueError(f"method {config.method} needs one group label (class or modality) per sample")
+                raise ValueError(f"method {config.method} needs one group label (class) per sample, "
+                                 "or a task with several loss components (modalities)")
         self.config, self.num_samples, self.total_epochs = config, num_samples, total_epochs
+        self.components = components
         self.groups = None if groups is None else groups.long().cpu()
-        self.num_groups = 0 if groups is None else int(self.groups.max()) + 1
+        self.num_groups = components if self.component_mode else 0 if groups is None else int(self.groups.max()) + 1
+        if self.component_mode and config.method == "group_weight" and len(config.group_weights) != components:
+            raise ValueError(f"group_weights has {len(config.group_weights)} entries for {components} "
+                             f"loss components (modalities)")
         self.scores = torch.full((num_samples,), float("nan"))
+        self.component_scores = torch.full((num_samples, max(components, 1)), float("nan"))
         self.generator = torch.Generator().manual_seed(seed)
         self.subset = torch.arange(num_samples)
         self.loss_weights = torch.ones(num_samples)
@@ -76,14 +85,16 @@ class Teacher:
 
     # --- observations -----------------------------------------------------------------------
     def observe(self, indices: torch.Tensor, losses: torch.Tensor) -> None:
-        """Record per-sample losses seen in a forward pass (kept locally until ``sync``)."""
-        losses = losses.detach().float().reshape(-1).cpu()
+        """Record per-sample losses seen in a forward pass (kept locally until ``sync``):
+        [B], or [B, C] per loss component (the score is their sum)."""
+        losses = losses.detach().float().cpu().reshape(-1, self.component_scores.shape[1])
         indices = indices.detach().long().reshape(-1).cpu()
-        if indices.numel() != losses.numel():
-            raise ValueError(f"{indices.numel()} indices but {losses.numel()} losses")
+        if indices.numel() != losses.shape[0] or losses.shape[1] != self.component_scores.shape[1]:
+            raise ValueError(f"{indices.numel()} indices but losses of shape {tuple(losses.shape)} "
+                             f"({self.component_scores.shape[1]} component(s) expected)")
         finite = torch.isfinite(losses)
         if not finite.all():
-            raise ValueError(f"non-finite per-sample loss for samples {indices[~finite][:8].tolist()}: "
+            raise ValueError(f"non-finite per-sample loss for samples {indices[~finite.all(1)][:8].tolist()}: "
                              "the model diverged or the data holds invalid values")
         if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= self.num_samples):
             # a negative index would silently overwrite another sample's score
@@ -98,10 +109,11 @@ class Teacher:
             indices = torch.cat([i for i, _ in self._pending])
             losses = torch.cat([l for _, l in self._pending])
         else:
-            indices, losses = torch.empty(0, dtype=torch.long), torch.empty(0)
+            indices, losses = torch.empty(0, dtype=torch.long), torch.empty(0, self.component_scores.shape[1])
         self._pending = []
         indices, losses = all_gather_observations(indices, losses)
-        self.scores[indices] = losses
+        self.component_scores[indices] = losses
+        self.scores[indices] = losses.sum(dim=1)
 
     # --- the epoch boundary -----------------------------------------------------------------
     def is_selection_epoch(self, epoch: int) -> bool:
@@ -156,15 +168,17 @@ class Teacher:
             subset = weighted_sample(baselines.class_balanced_weights(self.groups), k, generator=self.generator)
         elif cfg.method == "group_weight":
             group_w = torch.tensor(cfg.group_weights, dtype=torch.float64)
-            subset = self._weighted_budget(baselines.group_sample_weights(self.groups, group_w), k)
+            if self.component_mode:
+                self.group_weights = group_w * (group_w.numel() / group_w.sum())
+            subset = self._group_budget(group_w, k)
         elif cfg.method == "gradnorm":
-            losses = baselines.group_mean_losses(self.scores, self.groups, self.num_groups)
+            losses = self._group_losses()
             self.initial_group_losses = torch.where(torch.isnan(self.initial_group_losses), losses,
                                                     self.initial_group_losses)
             self.group_weights = baselines.gradnorm_update(
                 self.group_weights, losses, self.initial_group_losses,
                 alpha=cfg.gradnorm_alpha, step=cfg.gradnorm_step)
-            subset = self._weighted_budget(baselines.group_sample_weights(self.groups, self.group_weights), k)
+            subset = self._group_budget(self.group_weights, k)
         elif cfg.method == "infobatch":
             ratio = 1.0
             if epoch < math.ceil((1 - cfg.infobatch_final) * self.total_epochs):
@@ -186,6 +200,25 @@ class Teacher:
         if not scored.any():
             return torch.zeros(self.num_samples)
         return torch.where(scored, self.scores, self.scores[scored].max())
+
+    @property
+    def component_weights(self) -> torch.Tensor:
+        """Weight of each loss component in the training loss (mean 1; all 1 outside the group
+        baselines on a task with components)."""
+        if not self.component_mode:
+            return torch.ones(self.component_scores.shape[1])
+        return self.group_weights.float()
+
+    def _group_losses(self) -> torch.Tensor:
+        """Mean latest loss of each group: per component, or per group of samples."""
+        if self.component_mode:
+            return self.component_scores.double().nanmean(dim=0)
+        return baselines.group_mean_losses(self.scores, self.groups, self.num_groups)
+
+    def _group_budget(self, group_weights: torch.Tensor, k: int) -> torch.Tensor:
+        if self.component_mode:  # every sample holds every component: a uniform subset
+            return self._weighted_budget(torch.ones(self.num_samples), k)
+        return self._weighted_budget(baselines.group_sample_weights(self.groups, group_weights), k)
 
     def _weighted_budget(self, weights: torch.Tensor, k: int) -> torch.Tensor:
         return weighted_sample(weights, min(k, int((weights > 0).sum())), generator=self.generator)
@@ -210,6 +243,7 @@ class Teacher:
             raise RuntimeError("unmerged observations: call sync() or end_epoch() before state_dict()")
         return {
             "num_samples": self.num_samples, "scores": self.scores.clone(),
+            "component_scores": self.component_scores.clone(),
             "generator": self.generator.get_state(), "subset": self.subset.clone(),
             "loss_weights": self.loss_weights.clone(), "epoch": self.epoch,
             "next_selection": self.next_selection, "seconds": dict(self.seconds),
@@ -222,6 +256,8 @@ class Teacher:
         if state["num_samples"] != self.num_samples:
             raise ValueError(f"checkpoint teacher has {state['num_samples']} samples, this dataset {self.num_samples}")
         self.scores = state["scores"].clone()
+        if "component_scores" in state:  # checkpoints from before loss components lack it
+            self.component_scores = state["component_scores"].clone()
         self.generator.set_state(state["generator"])
         self.subset, self.loss_weights = state["subset"].clone(), state["loss_weights"].clone()
         self.epoch, self.next_selection = state["epoch"], state["next_selection"]

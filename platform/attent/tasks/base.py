@@ -55,6 +55,9 @@ class Task(abc.ABC):
     ``TaskClass(config, seed=seed)`` from its validated config section."""
 
     name: str = "task"
+    # Names of the per-sample loss components (e.g. modalities). Empty: ``per_sample_loss`` returns
+    # [B]; else [B, C], summed into the score, weighted by the group baselines, logged apart.
+    loss_components: tuple[str, ...] = ()
 
     # --- data -------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -64,6 +67,11 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def collate(self, items: list[Any]) -> Batch:
         """Items -> batch dict with ``"index"`` (LongTensor[B]) plus model inputs."""
+
+    def scoring_dataset(self) -> Dataset:
+        """The training set as scoring passes read it: same items and indices, and no random
+        augmentation where training has some (scores must compare like with like)."""
+        return self.train_dataset()
 
     def group_labels(self) -> torch.Tensor | None:
         """LongTensor[N] of group ids (class, modality) for group-weight baselines, or None."""
@@ -90,13 +98,42 @@ class Task(abc.ABC):
     # --- loss and evaluation ----------------------------------------------------------------
     @abc.abstractmethod
     def per_sample_loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
-        """FloatTensor[B]: one loss per sample, unreduced, differentiable when grad is enabled.
+        """FloatTensor[B] (or [B, C] with ``loss_components``): one loss per sample, unreduced,
+        differentiable when grad is enabled. The training loss (the engine takes a weighted mean)
+        and the AtteNT score seen in training forwards."""
 
-        This is both the training loss (the engine takes a weighted mean) and the AtteNT score.
-        """
+    def score(self, model: nn.Module, batch: Batch, round_: int) -> torch.Tensor:
+        """Per-sample losses of a scoring pass (model in eval mode, no gradients), shaped as
+        ``per_sample_loss``. ``round_`` numbers the scoring pass (its epoch): a task that draws
+        random masks seeds them by (sample index, round), so a sample's score does not depend
+        on its batch and one round's scores compare like with like."""
+        return self.per_sample_loss(model, batch)
+
+    def export(self, model: nn.Module) -> dict[str, Any] | None:
+        """What a downstream job loads from this run (e.g. the encoder's weights and shape),
+        saved as the run's ``pretrained`` artifact at the end; None: nothing to hand over."""
+        return None
 
     @abc.abstractmethod
     def evaluate(self, model: nn.Module, *, rank: int, world_size: int,
                  progress: Callable[[str], None] | None = None) -> dict[str, float]:
         """Downstream metrics, identical on every rank (shard the work and all-reduce, or
         compute on every rank). Called with the unwrapped model in eval mode."""
+
+
+def evaluation_chunks(num_items: int, *, rank: int, world_size: int, batch_size: int) -> list[list[int]]:
+    """This rank's share of an evaluation set (every world_size-th item), in chunks of item
+    indices; evaluate each chunk and sum the totals over ranks (``sum_over_ranks``)."""
+    shard = range(rank, num_items, world_size)
+    return [list(shard[i:i + batch_size]) for i in range(0, len(shard), batch_size)]
+
+
+def sum_over_ranks(totals: torch.Tensor, world_size: int) -> torch.Tensor:
+    """All-reduce (sum) of per-rank totals; refuses a multi-rank call without a process group."""
+    if world_size > 1:
+        import torch.distributed as dist
+        if not (dist.is_available() and dist.is_initialized()):
+            raise RuntimeError(f"evaluate(world_size={world_size}) needs an initialised "
+                               "torch.distributed process group to sum the shards")
+        dist.all_reduce(totals)
+    return totals

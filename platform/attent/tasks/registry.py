@@ -24,6 +24,11 @@ TASKS: dict[str, TaskEntry] = {
     "vision": TaskEntry("attent.tasks.vision.config:VisionTaskConfig",
                         "attent.tasks.vision.task:VisionTask"),
     "llm": TaskEntry("attent.tasks.llm.config:LLMTaskConfig", "attent.tasks.llm.task:LLMTask"),
+    "mae": TaskEntry("attent.tasks.mae.config:MAETaskConfig", "attent.tasks.mae.task:MaskedPretrainingTask"),
+    "multimae": TaskEntry("attent.tasks.mae.config:MultiMAETaskConfig",
+                          "attent.tasks.mae.task:MaskedPretrainingTask"),
+    "mae_downstream": TaskEntry("attent.tasks.mae.config:DownstreamTaskConfig",
+                                "attent.tasks.mae.downstream:DownstreamTask"),
 }
 
 

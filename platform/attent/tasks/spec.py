@@ -3,7 +3,7 @@ configs without importing torch, Ray or any task's libraries)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -31,3 +31,9 @@ class TaskConfig(BaseModel):
         local = {key: str((base / value).resolve()) for key in self.path_fields
                  if is_relative_path(value := getattr(self, key, None))}
         return self.model_copy(update=local)
+
+    def downstream_task(self, job: dict[str, Any], *, pretrained: str | None) -> dict[str, Any]:
+        """The ``task:`` section of a downstream job run on this task's exported weights
+        (``pretrained``: where they are; None while only validating): a pretraining task passes
+        on its data and architecture, the job's own fields go on top."""
+        raise ValueError(f"task {self.name!r} has no downstream jobs: drop the downstream section")

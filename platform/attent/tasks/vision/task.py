@@ -5,11 +5,10 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from attent.tasks.base import Batch, OptimizerSpec, Task
+from attent.tasks.base import Batch, OptimizerSpec, Task, evaluation_chunks, sum_over_ranks
 from attent.tasks.vision import data
 from attent.tasks.vision.config import VisionTaskConfig
 from attent.tasks.vision.model import build_vit
@@ -68,14 +67,9 @@ class VisionTask(Task):
     def evaluate(self, model: nn.Module, *, rank: int, world_size: int,
                  progress: Callable[[str], None] | None = None) -> dict[str, float]:
         """Test accuracy and mean cross-entropy; each rank scores every world_size-th image."""
-        distributed = world_size > 1
-        if distributed and not (dist.is_available() and dist.is_initialized()):
-            raise RuntimeError(f"evaluate(world_size={world_size}) needs an initialised "
-                               f"torch.distributed process group to sum the shards")
-        test, batch_size = self.splits.test, self.config.eval_batch_size
-        device = next(model.parameters()).device
-        shard = range(rank, len(test), world_size)
-        chunks = [shard[i:i + batch_size] for i in range(0, len(shard), batch_size)]
+        test, device = self.splits.test, next(model.parameters()).device
+        chunks = evaluation_chunks(len(test), rank=rank, world_size=world_size,
+                                   batch_size=self.config.eval_batch_size)
         totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, correct, count
         for done, chunk in enumerate(chunks, 1):
             batch = data.collate([test[i] for i in chunk])
@@ -86,7 +80,6 @@ class VisionTask(Task):
             totals[2] += len(chunk)
             if progress is not None:
                 progress(f"evaluated {done}/{len(chunks)} test batches")
-        if distributed:
-            dist.all_reduce(totals)
+        sum_over_ranks(totals, world_size)
         loss_sum, correct, count = totals.tolist()
         return {"test_accuracy": correct / count, "test_loss": loss_sum / count}

@@ -1,0 +1,66 @@
+"""A training run and then its downstream jobs: what `attent train` and every sweep trial run.
+
+Each downstream job is a Ray Train run of its own, an MLflow child of the pretraining run
+(tagged with its id and the job's name), loading the pretraining run's ``pretrained`` artifact.
+The pretraining run then receives each job's final metrics as ``downstream.<job>.<metric>``,
+so a table reads one row per pretraining configuration. Jobs that already finished (a resumed
+sweep, a re-run) are not trained again: their metrics are read back.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from mlflow.entities import Metric
+
+from .. import contract
+from ..config import ExperimentConfig
+from .launch import TrainResult, train
+from .tracking import client_for, latest_run
+
+
+@dataclass
+class PipelineResult:
+    training: TrainResult
+    downstream: dict[str, float] = field(default_factory=dict)  # downstream.<job>.<metric> -> value
+    downstream_runs: dict[str, str] = field(default_factory=dict)  # job -> MLflow run id
+
+
+def run_pipeline(cfg: ExperimentConfig, *, checked: bool = False, **train_options) -> PipelineResult:
+    """``train(cfg)``, then ``cfg.downstream`` on its weights."""
+    training = train(cfg, checked=checked, **train_options)
+    result = PipelineResult(training)
+    if cfg.downstream:
+        result.downstream, result.downstream_runs = run_downstream(cfg, training.run_id)
+    return result
+
+
+def run_downstream(cfg: ExperimentConfig, pretraining_run_id: str) -> tuple[dict[str, float], dict[str, str]]:
+    """Every downstream job of ``cfg`` on the weights of ``pretraining_run_id``; their final
+    metrics, also logged on the pretraining run."""
+    pretrained = f"runs:/{pretraining_run_id}/{contract.PRETRAINED_ARTIFACT}"
+    finals: dict[str, float] = {}
+    runs: dict[str, str] = {}
+    for job in cfg.downstream:
+        job_cfg = cfg.downstream_experiment(job, pretrained=pretrained).resolved()
+        # Named after the pretraining run too: its checkpoints resume only jobs on these weights.
+        job_cfg = job_cfg.model_copy(update={"name": f"{job_cfg.name}-{pretraining_run_id[:8]}"})
+        print(f"[attent] downstream job {job.name}: {job_cfg.task.name}, {job_cfg.train.epochs} epochs, "
+              f"on run {pretraining_run_id}", flush=True)
+        runs[job.name], metrics = _run_job(job_cfg, job.name, pretraining_run_id)
+        finals.update({contract.downstream_metric(job.name, k[len(contract.EVAL_PREFIX):]): float(v)
+                       for k, v in metrics.items() if k.startswith(contract.EVAL_PREFIX)})
+    now = int(time.time() * 1000)
+    client_for(cfg.mlflow.tracking_uri).log_batch(
+        pretraining_run_id, metrics=[Metric(k, v, now, cfg.train.epochs) for k, v in finals.items()])
+    return finals, runs
+
+
+def _run_job(job_cfg: ExperimentConfig, job: str, pretraining_run_id: str) -> tuple[str, dict[str, float]]:
+    done = latest_run(job_cfg)
+    if done is not None and done.info.status == "FINISHED":
+        return done.info.run_id, dict(done.data.metrics)
+    result = train(job_cfg, parent_run_id=pretraining_run_id, role=contract.ROLE_DOWNSTREAM, checked=True,
+                   extra_tags={contract.TAG_PRETRAINING_RUN: pretraining_run_id,
+                               contract.TAG_DOWNSTREAM_JOB: job})
+    return result.run_id, result.metrics

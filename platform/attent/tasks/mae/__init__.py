@@ -1,0 +1,1 @@
+"""Masked autoencoders (MAE, Multi-Modal MAE) with AtteNT: pretraining tasks, their data and downstream jobs."""

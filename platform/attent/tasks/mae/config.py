@@ -1,0 +1,211 @@
+"""Config sections of the masked-autoencoder tasks (pydantic and the standard library only:
+configs validate without importing torch or timm).
+
+    mae             RGB masked autoencoder: a fixed share of patches hidden
+    multimae        RGB + depth + semseg: a visible-token budget split across modalities by a
+                    Dirichlet draw per sample (MultiMAE)
+    mae_downstream  fine-tune or linear-probe a pretrained encoder on RGB: classification,
+                    semantic segmentation or depth
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from attent.tasks.mae import files
+from attent.tasks.spec import TaskConfig, is_relative_path
+from attent.tasks.vision.config import PRESETS
+
+Modality = Literal["rgb", "depth", "semseg"]
+Target = Literal["classification", "semseg", "depth"]
+MLFLOW_ARTIFACT_SCHEMES = ("runs:/", "models:/", "mlflow-artifacts:/")
+
+
+@dataclass(frozen=True)
+class MaskedAutoencoderSpec:
+    """Shape of the model (built by ``model.MaskedAutoencoder``); saved beside exported weights."""
+    modalities: tuple[str, ...]
+    img_size: int
+    patch_size: int
+    embed_dim: int
+    depth: int
+    num_heads: int
+    mlp_ratio: float
+    decoder_dim: int
+    decoder_depth: int
+    decoder_heads: int
+    semseg_classes: int = 0
+    class_embed_dim: int = 32
+    drop_path_rate: float = 0.0
+
+    @property
+    def grid(self) -> int:
+        return self.img_size // self.patch_size
+
+    @property
+    def patches(self) -> int:
+        return self.grid ** 2
+
+    def channels(self, modality: str) -> int:
+        """Values predicted per pixel: 3 for RGB, 1 for depth, one logit per class for semseg."""
+        return {"rgb": 3, "depth": 1, "semseg": self.semseg_classes}[modality]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class MaskedModelConfig(BaseModel):
+    """Encoder (a ViT preset of the vision task, with overrides) and the light decoders."""
+    model_config = ConfigDict(extra="forbid")
+
+    preset: str = "vit_tiny_cpu"  # encoder shape, a name in attent.tasks.vision.config.PRESETS
+    patch_size: int | None = Field(None, gt=0)  # overrides the preset's patch size (pixels)
+    embed_dim: int | None = Field(None, gt=0)  # overrides the preset's token width
+    depth: int | None = Field(None, gt=0)  # overrides the preset's number of encoder blocks
+    num_heads: int | None = Field(None, gt=0)  # overrides the preset's attention heads
+    mlp_ratio: float | None = Field(None, gt=0)  # overrides the preset's MLP width / embed_dim
+    decoder_dim: int = Field(64, gt=0)  # width of each modality's decoder (MultiMAE: 256)
+    decoder_depth: int = Field(1, ge=1)  # blocks per decoder (MultiMAE: 2)
+    decoder_heads: int = Field(4, gt=0)  # attention heads per decoder block (MultiMAE: 8)
+    class_embed_dim: int = Field(32, gt=0)  # semseg input: embedding per class id (MultiMAE: 64)
+    drop_path_rate: float = Field(0.0, ge=0, lt=1)  # stochastic depth of the last encoder block
+
+    @model_validator(mode="after")
+    def _fits(self) -> "MaskedModelConfig":
+        if self.preset not in PRESETS:
+            raise ValueError(f"unknown ViT preset {self.preset!r}; choose one of {sorted(PRESETS)}")
+        shape = self.encoder_shape()
+        if shape["embed_dim"] % shape["num_heads"] or self.decoder_dim % self.decoder_heads:
+            raise ValueError("num_heads must divide embed_dim and decoder_heads decoder_dim")
+        return self
+
+    def encoder_shape(self) -> dict[str, Any]:
+        overrides = self.model_dump(include={"patch_size", "embed_dim", "depth", "num_heads", "mlp_ratio"},
+                                    exclude_none=True)
+        return {**PRESETS[self.preset], **overrides}
+
+    def spec(self, modalities: tuple[str, ...], img_size: int, semseg_classes: int = 0) -> MaskedAutoencoderSpec:
+        if img_size % self.encoder_shape()["patch_size"]:
+            raise ValueError(f"patch_size={self.encoder_shape()['patch_size']} does not divide "
+                             f"img_size={img_size}")
+        return MaskedAutoencoderSpec(modalities=tuple(modalities), img_size=img_size, **self.encoder_shape(),
+                                     decoder_dim=self.decoder_dim, decoder_depth=self.decoder_depth,
+                                     decoder_heads=self.decoder_heads, semseg_classes=semseg_classes,
+                                     class_embed_dim=self.class_embed_dim, drop_path_rate=self.drop_path_rate)
+
+
+class MultiModalDataConfig(TaskConfig):
+    """Where the images are and how much of them to use (the MultiMAE folder layout)."""
+    path_fields: ClassVar[tuple[str, ...]] = ("data_path",)
+
+    data_path: str  # <root>/<split>/{rgb,depth,semseg}/<class>/<name>.png (`attent data scenes`)
+    img_size: int = Field(32, gt=0)  # square size the images are resized to
+    num_semseg_classes: int | None = Field(None, gt=0)  # None: from <root>/dataset.json
+    train_limit: int | None = Field(None, gt=0)  # class-stratified subset of the train split; None: all
+    test_limit: int | None = Field(None, gt=0)  # class-stratified subset of the test split; None: all
+    split_seed: int = 0  # seeds the limits: the same images for every run
+    cache: bool | None = None  # decode every image once into memory; None: when the split is small
+    eval_batch_size: int = Field(256, gt=0)  # test images per forward pass in evaluate
+    model: MaskedModelConfig = Field(default_factory=MaskedModelConfig)  # encoder (+ decoders)
+
+    def modalities_needed(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def check_data(self) -> None:
+        files.check_multimodal_root(self.data_path, modalities=self.modalities_needed())
+        if self.num_semseg_classes is None and "semseg" in self.modalities_needed() and \
+                not (files.read_metadata(self.data_path) or {}).get("semseg_classes"):
+            raise ValueError(f"{self.data_path} has no dataset.json listing semseg_classes: "
+                             "set task.num_semseg_classes")
+
+
+class MaskedPretrainingConfig(MultiModalDataConfig):
+    """What mae and multimae share: masking, targets, and the downstream jobs they hand over to."""
+    norm_pix_loss: bool = True  # RGB target: each patch's pixels standardised (MAE's better target)
+
+    def modality_names(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def modalities_needed(self) -> tuple[str, ...]:
+        return self.modality_names()
+
+    def visible_budget(self, patches: int) -> int:
+        """Tokens the encoder sees per sample, over all modalities."""
+        raise NotImplementedError
+
+    def downstream_task(self, job: dict[str, Any], *, pretrained: str | None) -> dict[str, Any]:
+        """The ``task:`` section of a downstream job: this data and encoder, the job's fields on top."""
+        inherited = self.model_dump(include={"data_path", "img_size", "num_semseg_classes", "split_seed",
+                                             "cache", "eval_batch_size", "model"})
+        return {**inherited, "name": "mae_downstream", "pretrained": pretrained, **job}
+
+
+class MAETaskConfig(MaskedPretrainingConfig):
+    """The ``task:`` section of RGB masked-autoencoder pretraining (MAE)."""
+    name: Literal["mae"] = "mae"  # selects this task
+    mask_ratio: float = Field(0.75, gt=0, lt=1)  # share of patches hidden (MAE: 0.75)
+
+    def modality_names(self) -> tuple[str, ...]:
+        return ("rgb",)
+
+    def visible_budget(self, patches: int) -> int:
+        return max(1, round((1 - self.mask_ratio) * patches))
+
+
+class MultiMAETaskConfig(MaskedPretrainingConfig):
+    """The ``task:`` section of Multi-Modal MAE pretraining."""
+    name: Literal["multimae"] = "multimae"  # selects this task
+    modalities: tuple[Modality, ...] = ("rgb", "depth", "semseg")  # inputs and reconstruction targets
+    visible_tokens: int | None = Field(None, gt=0)  # budget over all modalities; None: 1/6 of all
+    # tokens (MultiMAE: 98 of 3 x 196)
+    alpha: float | None = Field(1.0, gt=0)  # Dirichlet concentration of the split; null: even split
+
+    @model_validator(mode="after")
+    def _distinct(self) -> "MultiMAETaskConfig":
+        if len(set(self.modalities)) != len(self.modalities) or not self.modalities:
+            raise ValueError(f"modalities must be distinct and not empty, got {list(self.modalities)}")
+        return self
+
+    def modality_names(self) -> tuple[str, ...]:
+        return tuple(self.modalities)
+
+    def visible_budget(self, patches: int) -> int:
+        total = patches * len(self.modalities)
+        budget = self.visible_tokens or max(1, round(total / 6))
+        if budget > total:
+            raise ValueError(f"visible_tokens={budget} exceeds the {total} tokens of "
+                             f"{len(self.modalities)} modalities x {patches} patches")
+        return budget
+
+
+class DownstreamTaskConfig(MultiModalDataConfig):
+    """The ``task:`` section of a downstream job on a pretrained encoder (from RGB, as MultiMAE's
+    single-modality fine-tuning)."""
+    path_fields: ClassVar[tuple[str, ...]] = ("data_path", "pretrained")
+
+    name: Literal["mae_downstream"] = "mae_downstream"  # selects this task
+    target: Target = "classification"  # scene class (top-1), semseg (mIoU) or depth (delta1)
+    mode: Literal["finetune", "linear_probe"] = "finetune"  # train everything, or the head only
+    pretrained: str | None = None  # runs:/<id>/pretrained, a weights file or a Ray checkpoint
+    # directory; None: random initialisation (the from-scratch reference)
+    layer_decay: float = Field(0.75, gt=0, le=1)  # finetune: lr x decay^(depth - layer) per block
+    head_hidden: int | None = Field(None, gt=0)  # dense heads: a hidden 3x3 conv of this width; None: linear
+
+    def modalities_needed(self) -> tuple[str, ...]:
+        return ("rgb",) if self.target == "classification" else ("rgb", self.target)
+
+    def with_absolute_paths(self, base: Path) -> "DownstreamTaskConfig":
+        if self.pretrained and self.pretrained.startswith(MLFLOW_ARTIFACT_SCHEMES):
+            return self.model_copy(update={"data_path": str((base / self.data_path).resolve())
+                                           if is_relative_path(self.data_path) else self.data_path})
+        return super().with_absolute_paths(base)
+
+    def check_data(self) -> None:
+        super().check_data()
+        local = self.pretrained and not self.pretrained.startswith(MLFLOW_ARTIFACT_SCHEMES)
+        if local and not Path(self.pretrained).expanduser().exists():
+            raise FileNotFoundError(f"pretrained weights {self.pretrained!r} do not exist: give a "
+                                    "pretraining run as runs:/<run_id>/pretrained, or a weights file")

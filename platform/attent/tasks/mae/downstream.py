@@ -1,0 +1,161 @@
+"""Downstream jobs on a pretrained encoder: classification (top-1), semantic segmentation
+(mIoU) and depth (delta1, abs-rel), fine-tuned with layer-wise lr decay or linear-probed.
+
+The encoder comes from a pretraining run's ``pretrained`` artifact (``runs:/<id>/pretrained``),
+a weights file it wrote, or a Ray checkpoint directory of the run; only its RGB input is kept.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attent.tasks.base import Batch, OptimizerSpec, ParamGroup, Task, decay_groups, evaluation_chunks
+from attent.tasks.mae import data
+from attent.tasks.mae.config import MLFLOW_ARTIFACT_SCHEMES, DownstreamTaskConfig
+from attent.tasks.mae.metrics import build_metrics
+from attent.tasks.mae.model import IGNORE_INDEX, DownstreamModel, rgb_encoder_state
+from attent.tasks.mae.task import load_splits
+
+PRETRAINED_FILE = "pretrained.pt"   # what the engine writes from a task's export()
+CHECKPOINT_FILE = "state.pt"        # a Ray Train checkpoint of the engine
+
+
+def resolve_pretrained(source: str) -> Path:
+    """A local file holding the pretrained weights: MLflow artifact URIs are downloaded (from
+    $MLFLOW_TRACKING_URI, which the engine sets in its workers), directories searched."""
+    if source.startswith(MLFLOW_ARTIFACT_SCHEMES):
+        import mlflow.artifacts
+        source = mlflow.artifacts.download_artifacts(artifact_uri=source,
+                                                     tracking_uri=os.environ.get("MLFLOW_TRACKING_URI"))
+    path = Path(source).expanduser()
+    for candidate in (path, path / PRETRAINED_FILE, path / CHECKPOINT_FILE):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"no pretrained weights at {source!r}: expected {PRETRAINED_FILE} "
+                            f"(a pretraining run's artifact) or {CHECKPOINT_FILE} (its Ray checkpoint)")
+
+
+def load_encoder_state(source: str) -> tuple[dict[str, torch.Tensor], tuple[str, ...] | None]:
+    """(encoder state dict, its modalities or None when unknown) from any accepted source."""
+    saved = torch.load(resolve_pretrained(source), map_location="cpu", weights_only=False)
+    if "encoder" in saved:  # an export: {"spec", "encoder"}
+        return saved["encoder"], tuple(saved["spec"]["modalities"])
+    model_state = saved["model"]  # a Ray checkpoint of the pretraining run
+    prefix = "encoder."
+    return {k[len(prefix):]: v for k, v in model_state.items() if k.startswith(prefix)}, None
+
+
+class DownstreamTask(Task):
+    name = "mae_downstream"
+
+    def __init__(self, config: DownstreamTaskConfig, seed: int):
+        self.config, self.seed, self.target = config, seed, config.target
+        self.splits = load_splits(config, config.modalities_needed(), augment=True)
+        self.spec = config.model.spec(("rgb",), config.img_size)
+        self.outputs = {"classification": len(self.splits.scene_classes),
+                        "semseg": len(self.splits.semseg_classes), "depth": 1}[self.target]
+
+    def train_dataset(self) -> data.MultiModalDataset:
+        return self.splits.train
+
+    def collate(self, items: list[dict[str, Any]]) -> Batch:
+        return data.collate(items)
+
+    def group_labels(self) -> torch.Tensor:
+        return self.splits.train.labels
+
+    def build_model(self) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            model = DownstreamModel(self.spec, self.target, self.outputs, self.config.head_hidden,
+                                    typical_depth=self._typical_depth())
+        if self.config.pretrained:
+            self._load_pretrained(model)
+        if self.config.mode == "linear_probe":
+            model.encoder.requires_grad_(False)
+        return model
+
+    def _typical_depth(self, samples: int = 256) -> float:
+        """Median valid depth (metres) of up to ``samples`` training images; 1 without depth."""
+        if self.target != "depth":
+            return 1.0
+        train = self.splits.train
+        step = max(1, len(train) // samples)
+        depths = torch.cat([train[i]["depth"].flatten() for i in range(0, len(train), step)])
+        valid = depths[depths > 0]
+        return float(valid.median()) if valid.numel() else 1.0
+
+    def _load_pretrained(self, model: DownstreamModel) -> None:
+        state, modalities = load_encoder_state(self.config.pretrained)
+        if modalities is None:  # a checkpoint: its modalities are the embeddings it holds
+            modalities = tuple(sorted({k.split(".")[1] for k in state if k.startswith("embeds.")},
+                                      key=("rgb", "depth", "semseg").index))
+        missing, unexpected = model.encoder.load_state_dict(rgb_encoder_state(state, modalities), strict=False)
+        if missing or unexpected:
+            raise RuntimeError(f"pretrained encoder does not fit task.model ({self.config.model.preset}): "
+                               f"missing {missing[:4]}, unexpected {unexpected[:4]}")
+
+    def trainable_parameters(self, model: nn.Module) -> list[nn.Parameter]:
+        return [p for p in model.parameters() if p.requires_grad]
+
+    def optimizer_spec(self) -> OptimizerSpec:
+        # MultiMAE fine-tuning: AdamW (0.9, 0.999), wd 0.05, cosine, warm-up, layer decay 0.75.
+        return OptimizerSpec(lr=5e-4, weight_decay=0.05, betas=(0.9, 0.999), schedule="cosine",
+                             warmup_ratio=0.1)
+
+    def parameter_groups(self, model: nn.Module, weight_decay: float) -> list[ParamGroup]:
+        """Layer-wise lr decay (BEiT / MAE fine-tuning): block i of L gets decay^(L - i), the
+        patch embedding decay^(L + 1), the head 1."""
+        depth, decay = self.spec.depth, self.config.layer_decay
+        layers: dict[int, list[tuple[str, nn.Parameter]]] = {}
+        for name, param in model.named_parameters():
+            if param.requires_grad:
+                layers.setdefault(layer_of(name, depth), []).append((name, param))
+        groups = []
+        for layer, named in sorted(layers.items()):
+            for group in decay_groups(model, weight_decay, named):
+                groups.append({**group, "lr_scale": decay ** (depth + 1 - layer)})
+        return groups
+
+    def per_sample_loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        prediction = model(batch["rgb"]).float()
+        if self.target == "classification":
+            return F.cross_entropy(prediction, batch["label"], reduction="none")
+        if self.target == "semseg":
+            ce = F.cross_entropy(prediction, batch["semseg"], reduction="none", ignore_index=IGNORE_INDEX)
+            valid = (batch["semseg"] != IGNORE_INDEX).float()
+            return ce.sum(dim=(1, 2)) / valid.sum(dim=(1, 2)).clamp_min(1)
+        valid = (batch["depth"] > 0).float()
+        error = (prediction - batch["depth"]).abs() * valid
+        return error.sum(dim=(1, 2, 3)) / valid.sum(dim=(1, 2, 3)).clamp_min(1)
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, *, rank: int, world_size: int,
+                 progress: Callable[[str], None] | None = None) -> dict[str, float]:
+        """The job's metric on the test split (torchmetrics, summed over ranks)."""
+        device = next(model.parameters()).device
+        test = self.splits.test
+        metrics = build_metrics(self.target, num_classes=self.outputs).to(device)
+        chunks = evaluation_chunks(len(test), rank=rank, world_size=world_size,
+                                   batch_size=self.config.eval_batch_size)
+        for chunk in chunks:
+            batch = {k: v.to(device) for k, v in data.collate([test[i] for i in chunk]).items()}
+            target = {"classification": "label", "semseg": "semseg", "depth": "depth"}[self.target]
+            metrics.update(model(batch["rgb"]).float(), batch[target])
+        return metrics.compute()
+
+
+def layer_of(name: str, depth: int) -> int:
+    """Layer number of a parameter for layer decay: 0 embeddings, i + 1 block i, depth + 1 the
+    rest (final norm, head)."""
+    if name.startswith("encoder.blocks."):
+        return int(name.split(".")[2]) + 1
+    if name.startswith("encoder.") and not name.startswith("encoder.norm"):
+        return 0
+    return depth + 1

@@ -1,0 +1,124 @@
+"""Masked-autoencoder pretraining (MAE on RGB; Multi-Modal MAE on RGB + depth + semseg).
+
+A sample's loss is the sum of its per-modality reconstruction losses on its own hidden patches;
+with several modalities the task reports them as loss components (the group baselines weight
+them, the engine logs them). Training masks are fresh random draws on augmented images; scoring
+and evaluation masks are seeded by (sample index, round) on the plain images.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from attent.tasks.base import Batch, OptimizerSpec, Task, evaluation_chunks, sum_over_ranks
+from attent.tasks.mae import data, masking
+from attent.tasks.mae.config import MaskedPretrainingConfig
+from attent.tasks.mae.losses import reconstruction_losses, standardize_depth
+from attent.tasks.mae.model import MaskedAutoencoder
+
+EVAL_ROUND = -1  # the seeded masks of evaluation: the same for every evaluation of a run
+
+
+def load_splits(config, modalities: tuple[str, ...], *, augment: bool) -> data.MultiModalSplits:
+    splits = data.load_multimodal(config.data_path, modalities=modalities, img_size=config.img_size,
+                                  augment=augment, cache=config.cache,
+                                  num_semseg_classes=config.num_semseg_classes)
+    return splits.limited(config.train_limit, config.test_limit, config.split_seed)
+
+
+def encoder_inputs(batch: Batch, modalities: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """What the patch embeddings read: RGB as normalised, depth standardised per image, labels."""
+    prepare = {"rgb": lambda b: b["rgb"], "depth": lambda b: standardize_depth(b["depth"]),
+               "semseg": lambda b: b["semseg"]}
+    return {m: prepare[m](batch) for m in modalities}
+
+
+class MaskedPretrainingTask(Task):
+    """Tasks ``mae`` and ``multimae`` (their configs decide the modalities and the budget)."""
+
+    name = "multimae"
+
+    def __init__(self, config: MaskedPretrainingConfig, seed: int):
+        self.config, self.seed = config, seed
+        self.modalities = config.modality_names()
+        self.splits = load_splits(config, self.modalities, augment=True)
+        self.spec = config.model.spec(self.modalities, config.img_size, len(self.splits.semseg_classes))
+        self.budget = config.visible_budget(self.spec.patches)
+        self.alpha = getattr(config, "alpha", None)
+        self.loss_components = self.modalities if len(self.modalities) > 1 else ()
+        self._scoring_set = self.splits.train.without_augmentation()
+
+    def train_dataset(self) -> data.MultiModalDataset:
+        return self.splits.train
+
+    def scoring_dataset(self) -> data.MultiModalDataset:
+        return self._scoring_set
+
+    def collate(self, items: list[dict[str, Any]]) -> Batch:
+        return data.collate(items)
+
+    def group_labels(self) -> torch.Tensor:
+        return self.splits.train.labels  # scene classes: the class-weight baseline's groups
+
+    def build_model(self) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            return MaskedAutoencoder(self.spec)
+
+    def optimizer_spec(self) -> OptimizerSpec:
+        # MAE / MultiMAE pretraining: AdamW (0.9, 0.95), wd 0.05, cosine with a 5% warm-up.
+        return OptimizerSpec(lr=1e-4, weight_decay=0.05, betas=(0.9, 0.95), schedule="cosine",
+                             warmup_ratio=0.05)
+
+    def per_sample_loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        masks = masking.random_masks(len(batch["index"]), len(self.modalities), self.spec.patches,
+                                     self.budget, alpha=self.alpha, device=self._device(model))
+        return self._losses(model, batch, masks)
+
+    def score(self, model: nn.Module, batch: Batch, round_: int) -> torch.Tensor:
+        return self._losses(model, batch, self._seeded(batch["index"], round_, model))
+
+    def _seeded(self, indices: torch.Tensor, round_: int, model: nn.Module) -> masking.Masks:
+        return masking.seeded_masks(indices.cpu(), round_, seed=self.seed, modalities=len(self.modalities),
+                                    patches=self.spec.patches, budget=self.budget, alpha=self.alpha,
+                                    device=self._device(model))
+
+    def _losses(self, model: nn.Module, batch: Batch, masks: masking.Masks) -> torch.Tensor:
+        predictions = model(encoder_inputs(batch, self.modalities), masks.visible, masks.hidden)
+        losses = reconstruction_losses(predictions, batch, masks.hidden, patch=self.spec.patch_size,
+                                       semseg_classes=self.spec.semseg_classes,
+                                       norm_pix=self.config.norm_pix_loss)
+        return losses if self.loss_components else losses[:, 0]
+
+    @staticmethod
+    def _device(model: nn.Module) -> torch.device:
+        return next(model.parameters()).device
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, *, rank: int, world_size: int,
+                 progress: Callable[[str], None] | None = None) -> dict[str, float]:
+        """Reconstruction loss on the test split under masks fixed for the whole run, in total
+        and per modality."""
+        test = self.splits.test
+        chunks = evaluation_chunks(len(test), rank=rank, world_size=world_size,
+                                   batch_size=self.config.eval_batch_size)
+        totals = torch.zeros(len(self.modalities) + 1, dtype=torch.float64, device=self._device(model))
+        for chunk in chunks:
+            batch = {k: v.to(totals.device) for k, v in data.collate([test[i] for i in chunk]).items()}
+            losses = self._losses(model, batch, self._seeded(batch["index"], EVAL_ROUND, model))
+            totals[:-1] += losses.reshape(len(chunk), -1).double().sum(dim=0)
+            totals[-1] += len(chunk)
+        sums = sum_over_ranks(totals, world_size).tolist()
+        count = max(sums[-1], 1)
+        metrics = {"test_loss": sum(sums[:-1]) / count}
+        if self.loss_components:
+            metrics.update({f"test_loss_{m}": s / count for m, s in zip(self.modalities, sums)})
+        return metrics
+
+    def export(self, model: nn.Module) -> dict[str, Any]:
+        """The encoder's weights and shape, for downstream jobs."""
+        state = {k: v.detach().cpu() for k, v in model.encoder.state_dict().items()}
+        return {"spec": self.spec.to_dict(), "encoder": state}

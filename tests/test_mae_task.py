@@ -1,0 +1,121 @@
+"""The masked-autoencoder tasks on real rendered scenes, driven by the engine's recipe on plain
+torch: per-sample scores, deterministic scoring, modality groups, export and downstream load."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attent.config import build_experiment
+from attent.engine.loop import ScoringPass, TrainingRecipe, WorkerContext
+from attent.tasks import build_task
+from attent.tasks.mae import scenes
+from attent.tasks.mae.downstream import layer_of
+
+
+@pytest.fixture(scope="module")
+def scene_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("scenes")
+    scenes.write_dataset(root, train=60, test=20, size=32, seed=0, workers=1)
+    return root
+
+
+def experiment(root, task=None, selection=None, **train):
+    return build_experiment({
+        "name": "mae-test", "task": {"name": "multimae", "data_path": str(root), "visible_tokens": 32,
+                                     **(task or {})},
+        "train": {"epochs": 2, "batch_size": 16, "lr": 1e-3, **train},
+        "selection": selection or {"preset": "vit"}})
+
+
+def recipe(cfg) -> TrainingRecipe:
+    r = TrainingRecipe(cfg, WorkerContext())
+    r.setup()
+    return r
+
+
+def test_a_samples_score_does_not_depend_on_its_batch(scene_root):
+    """The authors' scoring stored one mean per batch; here each sample has its own loss."""
+    r = recipe(experiment(scene_root))
+    task, model, data = r.task, r.raw_model.eval(), r.task.scoring_dataset()
+    alone = torch.stack([task.score(model, task.collate([data[i]]), round_=3)[0] for i in (0, 5, 9)])
+    together = task.score(model, task.collate([data[i] for i in (9, 0, 5, 17, 30)]), round_=3)[[1, 2, 0]]
+    assert alone.shape == (3, 3)  # three samples x three modalities
+    torch.testing.assert_close(alone, together, rtol=1e-4, atol=1e-5)
+    assert together.sum(dim=1).std() > 0  # and samples do differ
+
+
+def test_scoring_is_deterministic_and_training_is_not(scene_root):
+    r = recipe(experiment(scene_root))
+
+    def scores(round_: int) -> torch.Tensor:
+        table = torch.full((60, 3), float("nan"))
+        for indices, losses in ScoringPass(r, round_)():
+            table[indices] = losses
+        return table
+
+    first = scores(2)
+    assert not torch.isnan(first).any()
+    assert torch.equal(first, scores(2))
+    assert not torch.equal(first, scores(3))  # a new round draws new masks
+    batch = r.task.collate([r.train_set[i] for i in range(8)])
+    with torch.no_grad():
+        assert not torch.equal(r.task.per_sample_loss(r.raw_model, batch),
+                               r.task.per_sample_loss(r.raw_model, batch))  # fresh masks, fresh crops
+
+
+def test_modalities_are_the_groups_of_group_weight_and_gradnorm(scene_root):
+    fixed = recipe(experiment(scene_root, selection={"method": "group_weight", "group_weights": [1, 2, 2],
+                                                     "ratio": {"kind": "fixed", "start": 0.5}}))
+    row = fixed.run_epoch(0)
+    assert [row[f"loss_weight_{m}"] for m in ("rgb", "depth", "semseg")] == pytest.approx([0.6, 1.2, 1.2])
+    assert row["selected_ratio"] == 0.5 and {"train_loss_rgb", "train_loss_depth", "train_loss_semseg"} <= set(row)
+    gradnorm = recipe(experiment(scene_root, selection={"method": "gradnorm",
+                                                        "ratio": {"kind": "fixed", "start": 0.5}}, epochs=3))
+    weights = []
+    for epoch in range(3):
+        row = gradnorm.run_epoch(epoch)
+        weights.append([row[f"loss_weight_{m}"] for m in ("rgb", "depth", "semseg")])
+    assert sum(weights[-1]) == pytest.approx(3.0)
+    assert weights[-1] != pytest.approx([1.0, 1.0, 1.0])  # the per-modality loss rates moved them
+
+
+def test_group_weights_must_match_the_modalities(scene_root):
+    with pytest.raises(ValueError, match="3 loss components"):
+        recipe(experiment(scene_root, selection={"method": "group_weight", "group_weights": [1, 2]}))
+
+
+def test_mae_hides_the_configured_share_of_patches(scene_root):
+    cfg = build_experiment({"name": "m", "task": {"name": "mae", "data_path": str(scene_root), "mask_ratio": 0.75},
+                            "train": {"epochs": 1}})
+    task = build_task(cfg.task, seed=0)
+    assert task.modalities == ("rgb",) and task.budget == 16 and task.loss_components == ()
+    model = task.build_model().eval()
+    losses = task.score(model, task.collate([task.scoring_dataset()[i] for i in range(4)]), round_=0)
+    assert losses.shape == (4,) and torch.isfinite(losses).all()
+
+
+def test_pretrained_encoder_reaches_each_downstream_job(scene_root, tmp_path):
+    r = recipe(experiment(scene_root))
+    r.run_epoch(0)
+    torch.save(r.task.export(r.raw_model), tmp_path / "pretrained.pt")
+    for target, metric in (("classification", "top1_accuracy"), ("semseg", "miou"), ("depth", "delta1")):
+        cfg = build_experiment({"name": "d", "task": {"name": "mae_downstream", "data_path": str(scene_root),
+                                                      "target": target, "pretrained": str(tmp_path)},
+                                "train": {"epochs": 1, "batch_size": 16}})
+        job = recipe(cfg)
+        pretrained = r.raw_model.encoder.blocks[0].attn.qkv.weight
+        assert torch.equal(job.raw_model.encoder.blocks[0].attn.qkv.weight, pretrained)
+        row = job.run_epoch(0)
+        assert 0.0 <= row[f"eval_{metric}"] <= 1.0
+
+
+def test_linear_probe_trains_the_head_only_and_finetune_decays_by_layer(scene_root, tmp_path):
+    base = {"name": "mae_downstream", "data_path": str(scene_root), "target": "classification"}
+    probe = recipe(build_experiment({"name": "p", "task": {**base, "mode": "linear_probe"}, "train": {"epochs": 1}}))
+    trainable = {n for n, p in probe.raw_model.named_parameters() if p.requires_grad}
+    assert trainable and all(n.startswith("head.") for n in trainable)
+    tune = recipe(build_experiment({"name": "f", "task": {**base, "layer_decay": 0.5}, "train": {"epochs": 1}}))
+    scales = sorted({g["lr_scale"] for g in tune.optimizer.param_groups})
+    depth = tune.task.spec.depth
+    assert scales == pytest.approx([0.5 ** (depth + 1 - layer) for layer in range(depth + 2)])
+    assert layer_of("encoder.blocks.2.mlp.fc1.weight", depth) == 3 and layer_of("head.1.weight", depth) == depth + 1
