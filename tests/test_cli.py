@@ -51,6 +51,9 @@ def test_a_good_file_is_validated_without_torch(tmp_path):
 @pytest.mark.parametrize("path", [p for p in SWEEPS if "gpu" not in p.name], ids=lambda p: p.name)
 def test_every_offline_sweep_file_validates(path, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
+    if "scenes" in path.name:  # its data: what `attent data scenes --out data/scenes` writes
+        from attent.tasks.mae import scenes
+        scenes.write_dataset(tmp_path / "data" / "scenes", train=10, test=5, size=32, workers=1)
     assert main(["validate", str(path)]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     trials = [line for line in out.splitlines() if line.startswith("  t")]

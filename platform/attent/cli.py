@@ -1,4 +1,4 @@
-"""The `attent` command: train, validate, demo, sweep, report, ui."""
+"""The `attent` command: train, validate, demo, sweep, report, ui, data."""
 from __future__ import annotations
 
 import argparse

@@ -137,3 +137,11 @@ def sum_over_ranks(totals: torch.Tensor, world_size: int) -> torch.Tensor:
                                "torch.distributed process group to sum the shards")
         dist.all_reduce(totals)
     return totals
+
+
+def seeded_init(seed: int, build: Callable[[], nn.Module]) -> nn.Module:
+    """``build()`` under a local seed: the same seed gives the same initial weights whatever ran
+    before, without touching the global generator."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return build()

@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attent.tasks.base import Batch, OptimizerSpec, ParamGroup, Task, decay_groups, evaluation_chunks
+from attent.tasks.base import (Batch, OptimizerSpec, ParamGroup, Task, decay_groups,
+                               evaluation_chunks, seeded_init)
 from attent.tasks.mae import data
 from attent.tasks.mae.config import MLFLOW_ARTIFACT_SCHEMES, DownstreamTaskConfig
 from attent.tasks.mae.metrics import build_metrics
@@ -71,10 +72,9 @@ class DownstreamTask(Task):
         return self.splits.train.labels
 
     def build_model(self) -> nn.Module:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed)
-            model = DownstreamModel(self.spec, self.target, self.outputs, self.config.head_hidden,
-                                    typical_depth=self._typical_depth())
+        typical_depth = self._typical_depth()
+        model = seeded_init(self.seed, lambda: DownstreamModel(self.spec, self.target, self.outputs,
+                                                               self.config.head_hidden, typical_depth))
         if self.config.pretrained:
             self._load_pretrained(model)
         if self.config.mode == "linear_probe":

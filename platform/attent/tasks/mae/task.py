@@ -13,7 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from attent.tasks.base import Batch, OptimizerSpec, Task, evaluation_chunks, sum_over_ranks
+from attent.tasks.base import (Batch, OptimizerSpec, Task, evaluation_chunks, seeded_init,
+                               sum_over_ranks)
 from attent.tasks.mae import data, masking
 from attent.tasks.mae.config import MaskedPretrainingConfig
 from attent.tasks.mae.losses import reconstruction_losses, standardize_depth
@@ -64,9 +65,7 @@ class MaskedPretrainingTask(Task):
         return self.splits.train.labels  # scene classes: the class-weight baseline's groups
 
     def build_model(self) -> nn.Module:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed)
-            return MaskedAutoencoder(self.spec)
+        return seeded_init(self.seed, lambda: MaskedAutoencoder(self.spec))
 
     def optimizer_spec(self) -> OptimizerSpec:
         # MAE / MultiMAE pretraining: AdamW (0.9, 0.95), wd 0.05, cosine with a 5% warm-up.

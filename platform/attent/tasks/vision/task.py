@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attent.tasks.base import Batch, OptimizerSpec, Task, evaluation_chunks, sum_over_ranks
+from attent.tasks.base import (Batch, OptimizerSpec, Task, evaluation_chunks, seeded_init,
+                               sum_over_ranks)
 from attent.tasks.vision import data
 from attent.tasks.vision.config import VisionTaskConfig
 from attent.tasks.vision.model import build_vit
@@ -48,10 +49,7 @@ class VisionTask(Task):
         return self.splits.train.labels
 
     def build_model(self) -> nn.Module:
-        # Seeded locally: the same seed gives the same initial weights whatever ran before.
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed)
-            return build_vit(self.config.vit_config(self.splits.num_classes))
+        return seeded_init(self.seed, lambda: build_vit(self.config.vit_config(self.splits.num_classes)))
 
     def optimizer_spec(self) -> OptimizerSpec:
         # AdamW as in DeiT / MAE fine-tuning, with the higher lr small ViTs from scratch tolerate.
