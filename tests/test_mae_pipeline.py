@@ -70,7 +70,7 @@ def test_each_trial_runs_its_downstream_jobs_linked_to_it(store):
                 pytest.approx(job.data.metrics[contract.EVAL_PREFIX + JOBS[name]])
         assert {"train_loss_rgb", "train_loss_depth", "train_loss_semseg"} <= set(trial.data.metrics)
         artifacts = [a.path for a in MlflowClient(uri).list_artifacts(trial.info.run_id, contract.PRETRAINED_ARTIFACT)]
-        assert artifacts == [f"{contract.PRETRAINED_ARTIFACT}/pretrained.pt"]
+        assert artifacts == [f"{contract.PRETRAINED_ARTIFACT}/{contract.PRETRAINED_FILE}"]
 
 
 def test_the_report_reads_one_row_per_pretraining_with_downstream_columns(store):

@@ -119,3 +119,35 @@ def test_linear_probe_trains_the_head_only_and_finetune_decays_by_layer(scene_ro
     depth = tune.task.spec.depth
     assert scales == pytest.approx([0.5 ** (depth + 1 - layer) for layer in range(depth + 2)])
     assert layer_of("encoder.blocks.2.mlp.fc1.weight", depth) == 3 and layer_of("head.1.weight", depth) == depth + 1
+
+
+def test_a_ray_checkpoint_of_the_pretraining_run_also_serves(scene_root, tmp_path):
+    from attent.engine import checkpoint
+    r = recipe(experiment(scene_root))
+    r.run_epoch(0)
+    saved = checkpoint.save({"model": checkpoint.trainable_state(r.raw_model)})
+    cfg = build_experiment({"name": "d", "task": {"name": "mae_downstream", "data_path": str(scene_root),
+                                                  "target": "depth", "pretrained": saved.name},
+                            "train": {"epochs": 1}})
+    job = recipe(cfg)
+    assert torch.equal(job.raw_model.encoder.embeds["rgb"].proj.weight, r.raw_model.encoder.embeds["rgb"].proj.weight)
+    saved.cleanup()
+
+
+def test_downstream_from_an_unknown_run_is_refused_before_ray(scene_root, tmp_path, monkeypatch, capsys):
+    from attent.cli import main
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "pre.yaml"
+    config.write_text(f"""
+name: pre
+task: {{name: multimae, data_path: {scene_root}}}
+train: {{epochs: 1}}
+mlflow: {{tracking_uri: "sqlite:///{tmp_path / 'mlflow.db'}"}}
+downstream:
+  - {{name: depth, task: {{target: depth}}, train: {{epochs: 1}}}}
+""")
+    assert main(["downstream", str(config), "--run-id", "0123456789abcdef"]) == 2
+    err = capsys.readouterr().err
+    assert "no MLflow run '0123456789abcdef'" in err
+    import sys
+    assert "ray" not in sys.modules or not __import__("ray").is_initialized()

@@ -1,4 +1,4 @@
-"""The `attent` command: train, validate, demo, sweep, report, ui, data."""
+"""The `attent` command: train, validate, demo, sweep, report, ui, downstream, data."""
 from __future__ import annotations
 
 import argparse
@@ -38,6 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=5000)
+
+    p = sub.add_parser("downstream", help="run an experiment's downstream jobs on a finished training run")
+    p.add_argument("config", help="the pretraining experiment YAML (its downstream: section)")
+    p.add_argument("--run-id", required=True, help="MLflow run id of the pretraining run")
+    p.add_argument("overrides", nargs="*")
 
     p = sub.add_parser("data", help="generate offline data sets")
     data = p.add_subparsers(dest="data_command", required=True)
@@ -127,6 +132,22 @@ def cmd_ui(args) -> int:
     os.execv(sys.executable, command)
 
 
+def cmd_downstream(args) -> int:
+    """The downstream jobs of a pretraining config on the weights of a given pretraining run,
+    linked to it and logged back to it as on `attent train`."""
+    from .config import ConfigError, load_experiment
+    cfg = load_experiment(args.config, args.overrides).resolved()
+    if not cfg.downstream:
+        raise ConfigError(f"{args.config} has no downstream: section")
+    from .engine.preflight import check_experiment
+    check_experiment(cfg)
+    from .engine.pipeline import run_downstream
+    finals, _ = run_downstream(cfg, args.run_id)
+    for name, value in finals.items():
+        print(f"  {name}: {value:.4f}")
+    return 0
+
+
 def cmd_data(args) -> int:
     """`attent data scenes`: render the offline multi-modal scenes (trimesh + Embree)."""
     from .tasks.mae.scenes import write_dataset
@@ -138,7 +159,7 @@ def cmd_data(args) -> int:
 
 
 COMMANDS = {"train": cmd_train, "validate": cmd_validate, "demo": cmd_demo, "sweep": cmd_sweep,
-            "report": cmd_report, "ui": cmd_ui, "data": cmd_data}
+            "report": cmd_report, "ui": cmd_ui, "downstream": cmd_downstream, "data": cmd_data}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -9,7 +9,9 @@ from typing import Any
 import torch
 from torch import nn
 
-STATE_FILE = "state.pt"
+from .. import contract
+
+STATE_FILE = contract.CHECKPOINT_STATE_FILE
 
 
 def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:

@@ -33,7 +33,6 @@ from .lr import lr_factor
 from .tracking import RunLogger
 
 Window = list[Batch]  # the micro-batches of one optimiser step
-EXPORT_FILE = "pretrained.pt"  # in the run's contract.PRETRAINED_ARTIFACT directory
 
 
 @dataclass(frozen=True)
@@ -243,7 +242,7 @@ class TrainingRecipe:
         if exported is None or self.logger is None:
             return
         with tempfile.TemporaryDirectory(prefix="attent-export-") as tmp:
-            path = Path(tmp) / EXPORT_FILE
+            path = Path(tmp) / contract.PRETRAINED_FILE
             torch.save(exported, path)
             self.logger.log_files([path], contract.PRETRAINED_ARTIFACT)
 

@@ -39,6 +39,7 @@ def run_downstream(cfg: ExperimentConfig, pretraining_run_id: str) -> tuple[dict
     """Every downstream job of ``cfg`` on the weights of ``pretraining_run_id``; their final
     metrics, also logged on the pretraining run."""
     pretrained = f"runs:/{pretraining_run_id}/{contract.PRETRAINED_ARTIFACT}"
+    check_exported(cfg.mlflow.tracking_uri, pretraining_run_id)
     finals: dict[str, float] = {}
     runs: dict[str, str] = {}
     for job in cfg.downstream:
@@ -54,6 +55,20 @@ def run_downstream(cfg: ExperimentConfig, pretraining_run_id: str) -> tuple[dict
     client_for(cfg.mlflow.tracking_uri).log_batch(
         pretraining_run_id, metrics=[Metric(k, v, now, cfg.train.epochs) for k, v in finals.items()])
     return finals, runs
+
+
+def check_exported(tracking_uri: str, run_id: str) -> None:
+    """Refuse, before any worker starts, a run that does not exist or exported no weights."""
+    from mlflow.exceptions import MlflowException
+    client = client_for(tracking_uri)
+    try:
+        client.get_run(run_id)
+    except MlflowException:
+        raise ValueError(f"no MLflow run {run_id!r} in {tracking_uri}: give the pretraining run's id "
+                         "(attent train prints it; the MLflow UI shows it)") from None
+    if not client.list_artifacts(run_id, contract.PRETRAINED_ARTIFACT):
+        raise FileNotFoundError(f"run {run_id} has no {contract.PRETRAINED_ARTIFACT}/ artifact: it did "
+                                "not finish, or its task exports no weights for downstream jobs")
 
 
 def _run_job(job_cfg: ExperimentConfig, job: str, pretraining_run_id: str) -> tuple[str, dict[str, float]]:

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attent import contract
 from attent.tasks.base import (Batch, OptimizerSpec, ParamGroup, Task, decay_groups,
                                evaluation_chunks, seeded_init)
 from attent.tasks.mae import data
@@ -23,8 +24,6 @@ from attent.tasks.mae.metrics import build_metrics
 from attent.tasks.mae.model import IGNORE_INDEX, DownstreamModel, rgb_encoder_state
 from attent.tasks.mae.task import load_splits
 
-PRETRAINED_FILE = "pretrained.pt"   # what the engine writes from a task's export()
-CHECKPOINT_FILE = "state.pt"        # a Ray Train checkpoint of the engine
 
 
 def resolve_pretrained(source: str) -> Path:
@@ -35,11 +34,11 @@ def resolve_pretrained(source: str) -> Path:
         source = mlflow.artifacts.download_artifacts(artifact_uri=source,
                                                      tracking_uri=os.environ.get("MLFLOW_TRACKING_URI"))
     path = Path(source).expanduser()
-    for candidate in (path, path / PRETRAINED_FILE, path / CHECKPOINT_FILE):
+    for candidate in (path, path / contract.PRETRAINED_FILE, path / contract.CHECKPOINT_STATE_FILE):
         if candidate.is_file():
             return candidate
-    raise FileNotFoundError(f"no pretrained weights at {source!r}: expected {PRETRAINED_FILE} "
-                            f"(a pretraining run's artifact) or {CHECKPOINT_FILE} (its Ray checkpoint)")
+    raise FileNotFoundError(f"no pretrained weights at {source!r}: expected {contract.PRETRAINED_FILE} "
+                            f"(a pretraining run's artifact) or {contract.CHECKPOINT_STATE_FILE} (its Ray checkpoint)")
 
 
 def load_encoder_state(source: str) -> tuple[dict[str, torch.Tensor], tuple[str, ...] | None]:
