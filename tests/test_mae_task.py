@@ -152,3 +152,17 @@ downstream:
     from mlflow import MlflowClient
     experiment = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_experiment_by_name("attent")
     assert experiment is None  # refused before any run (or Ray worker) was started
+
+
+def test_a_downstream_job_is_named_after_its_weights_and_settings(scene_root):
+    from attent.engine.pipeline import job_experiment
+    cfg = build_experiment({"name": "pre", "task": {"name": "multimae", "data_path": str(scene_root)},
+                            "train": {"epochs": 1},
+                            "downstream": [{"name": "depth", "task": {"target": "depth"}, "train": {"epochs": 1}},
+                                           {"name": "depth2", "task": {"target": "depth"}, "train": {"epochs": 2}}]})
+    same = job_experiment(cfg, cfg.downstream[0], "abcdef0123456789")
+    assert same.name.startswith("pre-depth-abcdef01-") and same.task.pretrained == "runs:/abcdef0123456789/pretrained"
+    assert job_experiment(cfg, cfg.downstream[0], "abcdef0123456789").name == same.name  # re-run: reused
+    assert job_experiment(cfg, cfg.downstream[0], "ffffff0123456789").name != same.name  # other weights
+    changed = cfg.downstream[1].model_copy(update={"name": "depth"})
+    assert job_experiment(cfg, changed, "abcdef0123456789").name != same.name  # other settings

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from mlflow.entities import Metric
 
 from .. import contract
-from ..config import ExperimentConfig
+from ..config import DownstreamJob, ExperimentConfig, flatten
 from .launch import TrainResult, train
 from .tracking import client_for, latest_run
 
@@ -38,14 +38,11 @@ def run_pipeline(cfg: ExperimentConfig, *, checked: bool = False, **train_option
 def run_downstream(cfg: ExperimentConfig, pretraining_run_id: str) -> tuple[dict[str, float], dict[str, str]]:
     """Every downstream job of ``cfg`` on the weights of ``pretraining_run_id``; their final
     metrics, also logged on the pretraining run."""
-    pretrained = f"runs:/{pretraining_run_id}/{contract.PRETRAINED_ARTIFACT}"
     check_exported(cfg.mlflow.tracking_uri, pretraining_run_id)
     finals: dict[str, float] = {}
     runs: dict[str, str] = {}
     for job in cfg.downstream:
-        job_cfg = cfg.downstream_experiment(job, pretrained=pretrained).resolved()
-        # Named after the pretraining run too: its checkpoints resume only jobs on these weights.
-        job_cfg = job_cfg.model_copy(update={"name": f"{job_cfg.name}-{pretraining_run_id[:8]}"})
+        job_cfg = job_experiment(cfg, job, pretraining_run_id)
         print(f"[attent] downstream job {job.name}: {job_cfg.task.name}, {job_cfg.train.epochs} epochs, "
               f"on run {pretraining_run_id}", flush=True)
         runs[job.name], metrics = _run_job(job_cfg, job.name, pretraining_run_id)
@@ -55,6 +52,16 @@ def run_downstream(cfg: ExperimentConfig, pretraining_run_id: str) -> tuple[dict
     client_for(cfg.mlflow.tracking_uri).log_batch(
         pretraining_run_id, metrics=[Metric(k, v, now, cfg.train.epochs) for k, v in finals.items()])
     return finals, runs
+
+
+def job_experiment(cfg: ExperimentConfig, job: DownstreamJob, pretraining_run_id: str) -> ExperimentConfig:
+    """The experiment of one downstream job on the weights of ``pretraining_run_id``. Named after
+    that run and the job's settings: a re-run reuses (or resumes) only the same job on the same
+    weights; a changed job trains anew."""
+    pretrained = f"runs:/{pretraining_run_id}/{contract.PRETRAINED_ARTIFACT}"
+    job_cfg = cfg.downstream_experiment(job, pretrained=pretrained).resolved()
+    settings = contract.identity_hash(flatten(job_cfg))[:6]
+    return job_cfg.model_copy(update={"name": f"{job_cfg.name}-{pretraining_run_id[:8]}-{settings}"})
 
 
 def check_exported(tracking_uri: str, run_id: str) -> None:
