@@ -142,7 +142,7 @@ def cmd_downstream(args) -> int:
     from .engine.preflight import check_experiment
     check_experiment(cfg)
     from .engine.pipeline import run_downstream
-    finals, _ = run_downstream(cfg, args.run_id)
+    finals = run_downstream(cfg, args.run_id)
     for name, value in finals.items():
         print(f"  {name}: {value:.4f}")
     return 0

@@ -115,7 +115,7 @@ def run_trial(config: dict[str, Any]) -> None:
     if done is not None and done.info.status == "FINISHED":
         # Finished, but the driver died before Tune saved that: finish its downstream jobs and
         # report, do not train again.
-        downstream = run_downstream(cfg, done.info.run_id)[0] if cfg.downstream else {}
+        downstream = run_downstream(cfg, done.info.run_id) if cfg.downstream else {}
         tune.report({**done.data.metrics, **downstream})
         return
     result = run_pipeline(cfg, parent_run_id=trial["parent_run_id"], role="trial",

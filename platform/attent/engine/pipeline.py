@@ -23,7 +23,6 @@ from .tracking import client_for, latest_run
 class PipelineResult:
     training: TrainResult
     downstream: dict[str, float] = field(default_factory=dict)  # downstream.<job>.<metric> -> value
-    downstream_runs: dict[str, str] = field(default_factory=dict)  # job -> MLflow run id
 
 
 def run_pipeline(cfg: ExperimentConfig, *, checked: bool = False, **train_options) -> PipelineResult:
@@ -31,27 +30,26 @@ def run_pipeline(cfg: ExperimentConfig, *, checked: bool = False, **train_option
     training = train(cfg, checked=checked, **train_options)
     result = PipelineResult(training)
     if cfg.downstream:
-        result.downstream, result.downstream_runs = run_downstream(cfg, training.run_id)
+        result.downstream = run_downstream(cfg, training.run_id)
     return result
 
 
-def run_downstream(cfg: ExperimentConfig, pretraining_run_id: str) -> tuple[dict[str, float], dict[str, str]]:
+def run_downstream(cfg: ExperimentConfig, pretraining_run_id: str) -> dict[str, float]:
     """Every downstream job of ``cfg`` on the weights of ``pretraining_run_id``; their final
     metrics, also logged on the pretraining run."""
     check_exported(cfg.mlflow.tracking_uri, pretraining_run_id)
     finals: dict[str, float] = {}
-    runs: dict[str, str] = {}
     for job in cfg.downstream:
         job_cfg = job_experiment(cfg, job, pretraining_run_id)
         print(f"[attent] downstream job {job.name}: {job_cfg.task.name}, {job_cfg.train.epochs} epochs, "
               f"on run {pretraining_run_id}", flush=True)
-        runs[job.name], metrics = _run_job(job_cfg, job.name, pretraining_run_id)
+        metrics = _run_job(job_cfg, job.name, pretraining_run_id)
         finals.update({contract.downstream_metric(job.name, k[len(contract.EVAL_PREFIX):]): float(v)
                        for k, v in metrics.items() if k.startswith(contract.EVAL_PREFIX)})
     now = int(time.time() * 1000)
     client_for(cfg.mlflow.tracking_uri).log_batch(
         pretraining_run_id, metrics=[Metric(k, v, now, cfg.train.epochs) for k, v in finals.items()])
-    return finals, runs
+    return finals
 
 
 def job_experiment(cfg: ExperimentConfig, job: DownstreamJob, pretraining_run_id: str) -> ExperimentConfig:
@@ -78,11 +76,12 @@ def check_exported(tracking_uri: str, run_id: str) -> None:
                                 "not finish, or its task exports no weights for downstream jobs")
 
 
-def _run_job(job_cfg: ExperimentConfig, job: str, pretraining_run_id: str) -> tuple[str, dict[str, float]]:
+def _run_job(job_cfg: ExperimentConfig, job: str, pretraining_run_id: str) -> dict[str, float]:
+    """The job's final metrics: read back when it already finished, else trained now."""
     done = latest_run(job_cfg)
     if done is not None and done.info.status == "FINISHED":
-        return done.info.run_id, dict(done.data.metrics)
+        return dict(done.data.metrics)
     result = train(job_cfg, parent_run_id=pretraining_run_id, role=contract.ROLE_DOWNSTREAM, checked=True,
                    extra_tags={contract.TAG_PRETRAINING_RUN: pretraining_run_id,
                                contract.TAG_DOWNSTREAM_JOB: job})
-    return result.run_id, result.metrics
+    return result.metrics

@@ -64,7 +64,6 @@ class Teacher:
                 raise ValueError(f"method {config.method} needs one group label (class) per sample, "
                                  "or a task with several loss components (modalities)")
         self.config, self.num_samples, self.total_epochs = config, num_samples, total_epochs
-        self.components = components
         self.groups = None if groups is None else groups.long().cpu()
         self.num_groups = components if self.component_mode else 0 if groups is None else int(self.groups.max()) + 1
         if self.component_mode and config.method == "group_weight" and len(config.group_weights) != components:

@@ -100,9 +100,6 @@ class DownstreamTask(Task):
             raise RuntimeError(f"pretrained encoder does not fit task.model ({self.config.model.preset}): "
                                f"missing {missing[:4]}, unexpected {unexpected[:4]}")
 
-    def trainable_parameters(self, model: nn.Module) -> list[nn.Parameter]:
-        return [p for p in model.parameters() if p.requires_grad]
-
     def optimizer_spec(self) -> OptimizerSpec:
         # MultiMAE fine-tuning: AdamW (0.9, 0.999), wd 0.05, cosine, warm-up, layer decay 0.75.
         return OptimizerSpec(lr=5e-4, weight_decay=0.05, betas=(0.9, 0.999), schedule="cosine",
@@ -143,9 +140,9 @@ class DownstreamTask(Task):
         metrics = build_metrics(self.target, num_classes=self.outputs).to(device)
         chunks = evaluation_chunks(len(test), rank=rank, world_size=world_size,
                                    batch_size=self.config.eval_batch_size)
+        target = {"classification": "label", "semseg": "semseg", "depth": "depth"}[self.target]
         for chunk in chunks:
             batch = {k: v.to(device) for k, v in data.collate([test[i] for i in chunk]).items()}
-            target = {"classification": "label", "semseg": "semseg", "depth": "depth"}[self.target]
             metrics.update(model(batch["rgb"]).float(), batch[target])
         return metrics.compute()
 
