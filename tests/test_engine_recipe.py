@@ -103,7 +103,7 @@ def test_the_plan_is_what_the_teacher_selects(selection, epochs):
     cfg = SelectionConfig.model_validate(selection)
     teacher = Teacher(100, cfg, epochs, seed=0)
     for epoch in range(epochs):
-        teacher.begin_epoch(epoch, score_fn=lambda: iter([(torch.arange(100), torch.rand(100))]))
+        teacher.begin_epoch(epoch, score_fn=lambda indices: iter([(torch.arange(100), torch.rand(100))]))
         teacher.end_epoch()
     assert [(r.epoch, r.ratio) for r in teacher.history] == cfg.planned_ratios(epochs)
     assert all(r.ratio == cfg.ratio_schedule(training_progress(r.epoch, epochs)) for r in teacher.history)

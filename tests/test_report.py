@@ -22,7 +22,6 @@ from analysis.runs import HISTORY_KEYS, load_experiment_runs, load_histories
 from analysis.runs import config_names, downstream_metrics, lower_is_better, primary_metric
 from analysis.tables import comparison_table, to_csv, to_markdown
 from attent import contract
-from attent.demo import comparison_table as demo_comparison_table
 from attent.sweep import load_sweep
 from conftest import REPO
 
@@ -379,25 +378,6 @@ def test_comparison_sweep_gives_every_budgeted_method_attents_budget():
                 selection.warmup_epochs) == budget, method
     assert set(selections) == {"random", "class_weight", "group_weight", "gradnorm", "infobatch",
                                "full"}
-
-
-def test_demo_table_reports_method_cost_and_ideal_vs_realized_saving(store):
-    """Evaluation time (in time_total_s) stays out of the cost: 60 s of training, scoring and
-    selection against 100 s saves 40 %, of the 50 % fewer samples back-propagated."""
-    client, experiment_id = new_experiment(store, "demo")
-    for method, label, cost, samples in (("full", "Full data", 100.0, 1000),
-                                         ("attent", "Soft · incremental(0.2→0.8)", 60.0, 500)):
-        metrics = {**cost_metrics(cost, samples, 0.8), contract.TIME_TOTAL: cost + 50.0,
-                   "eval_test_accuracy": 0.8}
-        log_run(client, experiment_id, {"selection.method": method}, metrics,
-                tags={contract.TAG_ROLE: "trial", contract.TAG_LABEL: label})
-    lines = demo_comparison_table(store[0], "demo").splitlines()
-    assert lines[0] == ("| run | test accuracy | method cost (s) | Δ cost vs full | eval (s) "
-                        "| samples back-propagated | ideal saving | realized saving "
-                        "| realized / ideal |")
-    assert lines[2] == "| Full data | 0.8000 | 100.0 | +0.0% | 3.0 | 1,000 | 0.0% | 0.0% | — |"
-    assert lines[3] == ("| Soft · incremental(0.2→0.8) | 0.8000 | 60.0 | -40.0% | 3.0 | 500 "
-                        "| 50.0% | 40.0% | 0.80 |")
 
 
 def test_downstream_job_results_get_columns_before_eval_metrics(store, tmp_path):

@@ -117,9 +117,9 @@ def drive(teacher: Teacher, epochs, losses_fn, *, observe_all=True):
     n = teacher.num_samples
 
     def score_fn(epoch):
-        def fn():
+        def fn(indices):
             losses = losses_fn(epoch)
-            for idx in torch.arange(n).split(64):
+            for idx in indices.split(64):
                 yield idx, losses[idx]
         return fn
 

@@ -37,8 +37,8 @@ def train(teacher: Teacher, rank: int, world: int) -> dict:
     """The engine's loop: each rank scores and trains on its own shard and observes only it."""
     subsets, tables = [], []
     for epoch in range(EPOCHS):
-        def score_fn(epoch=epoch):
-            mine = shard_indices(torch.arange(N), rank, world, shuffle=False)
+        def score_fn(indices, epoch=epoch):
+            mine = shard_indices(indices, rank, world, shuffle=False)
             losses = losses_at(epoch)
             for idx in mine.split(8):
                 yield idx, losses[idx]

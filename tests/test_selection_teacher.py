@@ -31,10 +31,10 @@ class Learner:
     def score_fn(self, epoch: int):
         n = self.teacher.num_samples
 
-        def fn():
+        def fn(indices):
             self.scored_at.append(epoch)
             losses = losses_at(epoch, n)
-            for idx in torch.randperm(n, generator=gen(epoch)).split(self.batch):
+            for idx in indices[torch.randperm(indices.numel(), generator=gen(epoch))].split(self.batch):
                 yield idx, losses[idx]
         return fn
 
@@ -113,7 +113,7 @@ def test_never_scored_samples_rank_as_the_highest_loss():
     t = Teacher(n, SelectionConfig(strategy="hard", ratio={"kind": "fixed", "start": 0.3}), total_epochs=2)
     losses = torch.tensor([0.1, 0.9, 0.3, 0.2, 0.5, 0.4, 0.6, 0.0])
 
-    def partial_pass():
+    def partial_pass(indices):
         yield torch.arange(8), losses
     subset = t.begin_epoch(0, partial_pass)
     assert torch.isnan(t.scores[8:]).all()
@@ -345,3 +345,55 @@ def test_load_state_dict_rejects_other_dataset():
     state = Teacher(10, SelectionConfig(), total_epochs=3).state_dict()
     with pytest.raises(ValueError, match="samples"):
         Teacher(11, SelectionConfig(), total_epochs=3).load_state_dict(state)
+
+
+# --- stale-only re-scoring (beyond the paper) -----------------------------------------------------
+def test_stale_rescoring_scores_only_samples_not_trained_on_since_the_last_selection():
+    """With rescore_stale, a scoring pass asks for the samples whose latest loss predates the
+    current interval; the subset just trained on keeps its training-forward losses. The first
+    pass scores everything (nothing is scored yet), and the selection then reads a table that is
+    fresh for every sample, as a full pass would leave it."""
+    n = 40
+    config = SelectionConfig(preset="vit", interval={"kind": "fixed", "start": 2}, rescore_stale=True)
+    t = Teacher(n, config, total_epochs=6, seed=0)
+    asked: list[torch.Tensor] = []
+
+    def score_fn(epoch):
+        def fn(indices):
+            asked.append(indices.clone())
+            losses = losses_at(epoch, n)
+            for idx in indices.split(16):
+                yield idx, losses[idx]
+        return fn
+
+    trained = []
+    for epoch in range(6):
+        subset = t.begin_epoch(epoch, score_fn(epoch)).clone()
+        losses = losses_at(epoch, n)
+        t.observe(subset, losses[subset])  # the epoch's training forwards
+        t.end_epoch()
+        trained.append(subset)
+    assert len(asked) == 3  # selections at epochs 0, 2, 4
+    assert torch.equal(asked[0], torch.arange(n))
+    for pass_number, selection_epoch in ((1, 2), (2, 4)):
+        since_selection = torch.cat(trained[selection_epoch - 2:selection_epoch]).unique()
+        stale = torch.ones(n, dtype=torch.bool)
+        stale[since_selection] = False
+        assert torch.equal(asked[pass_number], stale.nonzero().squeeze(1))
+        assert 0 < asked[pass_number].numel() < n
+    state = t.state_dict()  # a resumed teacher asks for the same samples
+    again = Teacher(n, config, total_epochs=6, seed=0)
+    again.load_state_dict(state)
+    assert torch.equal(again.stale_indices(), t.stale_indices())
+
+
+def test_full_rescoring_asks_for_every_sample():
+    t = Teacher(30, SelectionConfig(preset="vit"), total_epochs=4, seed=0)
+    asked = []
+    for epoch in range(4):
+        def fn(indices, epoch=epoch):
+            asked.append(indices.numel())
+            yield indices, losses_at(epoch, 30)[indices]
+        t.begin_epoch(epoch, fn)
+        t.end_epoch()
+    assert asked and set(asked) == {30}

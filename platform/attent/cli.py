@@ -1,4 +1,4 @@
-"""The `attent` command: train, validate, demo, sweep, report, ui, downstream, data."""
+"""The `attent` command: train, validate, demo, sweep, bench, report, ui, downstream, data."""
 from __future__ import annotations
 
 import argparse
@@ -28,6 +28,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("config")
     p.add_argument("--resume", action="store_true", help="continue an interrupted sweep")
     p.add_argument("overrides", nargs="*")
+
+    p = sub.add_parser("bench", help="time-to-accuracy benchmark: methods x workloads x seeds, one run at a time")
+    p.add_argument("config", help="benchmark YAML, e.g. benchmarks/time_to_accuracy_small.yaml")
+    p.add_argument("--out", default="reports", help="the report goes to <out>/<benchmark name>/")
+    p.add_argument("--dry-run", action="store_true", help="list and check the runs, start nothing")
+    p.add_argument("overrides", nargs="*", help="key.path=value for every run")
 
     p = sub.add_parser("report", help="tables and figures of an MLflow experiment")
     p.add_argument("--experiment", required=True)
@@ -112,6 +118,19 @@ def cmd_sweep(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    from .benchmark import describe, load_benchmark, run_benchmark
+    if args.dry_run:
+        spec, runs = load_benchmark(args.config, args.overrides)
+        from .engine.preflight import check_experiment
+        check_experiment(*[run.experiment.resolved() for run in runs])
+        print(describe(spec, runs))
+        return 0
+    out = run_benchmark(args.config, args.overrides, out_dir=args.out)
+    print(f"\nreport: {out}/time_to_accuracy.md (CSV and figures beside it; also on the MLflow parent run)")
+    return 0
+
+
 def cmd_report(args) -> int:
     from analysis.report import main as report_main
     return report_main(["--experiment", args.experiment, "--out", args.out,
@@ -158,7 +177,7 @@ def cmd_data(args) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "validate": cmd_validate, "demo": cmd_demo, "sweep": cmd_sweep,
+COMMANDS = {"train": cmd_train, "validate": cmd_validate, "demo": cmd_demo, "sweep": cmd_sweep, "bench": cmd_bench,
             "report": cmd_report, "ui": cmd_ui, "downstream": cmd_downstream, "data": cmd_data}
 
 if __name__ == "__main__":

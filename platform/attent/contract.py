@@ -31,7 +31,12 @@ TAG_RUN_NAME = "mlflow.runName"
 TAG_PRETRAINING_RUN = "attent.pretraining_run"  # downstream jobs: the pretraining run they fine-tune
 TAG_DOWNSTREAM_JOB = "attent.downstream_job"    # downstream jobs: the job's name (classification...)
 
+TAG_BENCH_WORKLOAD = "attent.benchmark.workload"  # time-to-accuracy benchmark runs: their workload,
+TAG_BENCH_METHOD = "attent.benchmark.method"      # the method's name in the benchmark (attent, hard, ...)
+TAG_BENCH_METRIC = "attent.benchmark.metric"      # and the per-epoch metric its curves read
+
 ROLE_RUN, ROLE_TRIAL, ROLE_SWEEP, ROLE_DOWNSTREAM = "run", "trial", "sweep", "downstream"
+ROLE_BENCHMARK = "benchmark"                    # a benchmark's parent run (its report's artifacts)
 TRAINING_ROLES = (ROLE_RUN, ROLE_TRIAL)
 NONE = "none"                                   # tag value where a dimension does not apply
 METHOD_ATTENT = "attent"                        # TAG_METHOD values analysis singles out
@@ -90,7 +95,10 @@ TIME_METHOD = "time_method_s"                   # training + scoring + selection
 TIME_TOTAL = "time_total_s"                     # every epoch's wall time, evaluation included
 TIME_SETUP = "time_setup_s"                     # worker: task, data and model set-up
 TIME_WALLCLOCK = "time_wallclock_s"             # driver: the whole run, Ray start-up included
-TIME_RAY_INIT = "time_ray_init_s"
+TIME_RAY_INIT = "time_ray_init_s"               # driver: connecting to (or starting) Ray
+TIME_WORKER_START = "time_worker_start_s"       # TorchTrainer.fit() until the workers run our code
+TIME_STARTUP = "time_startup_s"                 # before the first epoch: Ray init + worker start + set-up
+TIME_TEARDOWN = "time_teardown_s"               # after the last epoch: final logs, checkpoint, shutdown
 TIME_RAY_OVERHEAD = "time_ray_overhead_s"       # wall-clock minus the epochs
 
 def method_cost(metrics: Mapping[str, float]) -> float:

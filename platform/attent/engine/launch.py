@@ -13,7 +13,7 @@ from ray.train.torch import TorchTrainer
 from .. import contract
 from ..config import ExperimentConfig
 from . import preflight
-from .loop import train_loop_per_worker
+from .loop import EPOCHS_ENDED_UNIX, train_loop_per_worker
 from .tracking import client_for, finish_run, start_or_resume_run
 
 
@@ -71,7 +71,7 @@ def train(cfg: ExperimentConfig, *, parent_run_id: str | None = None, role: str 
         trainer = TorchTrainer(
             train_loop_per_worker,
             train_loop_config={"config": cfg.model_dump(mode="json"), "run_id": run_id,
-                               "tracking_uri": cfg.mlflow.tracking_uri},
+                               "tracking_uri": cfg.mlflow.tracking_uri, "fit_started_unix": time.time()},
             scaling_config=ScalingConfig(num_workers=cfg.ray.num_workers, use_gpu=cfg.ray.use_gpu,
                                          resources_per_worker=resources),
             run_config=RunConfig(
@@ -84,20 +84,28 @@ def train(cfg: ExperimentConfig, *, parent_run_id: str | None = None, role: str 
                 worker_runtime_env={"env_vars": {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}}),
         )
         result = trainer.fit()
-        wallclock = time.perf_counter() - start
+        wallclock, teardown = time.perf_counter() - start, time.time()
         metrics = dict(result.metrics or {})
+        teardown -= metrics.pop(EPOCHS_ENDED_UNIX, teardown)
         if not resumed:  # a resumed run's epochs partly ran before this driver started
-            client_for(cfg.mlflow.tracking_uri).log_batch(run_id, metrics=_driver_metrics(wallclock, ray_init_s, metrics))
+            client_for(cfg.mlflow.tracking_uri).log_batch(
+                run_id, metrics=_driver_metrics(cfg, run_id, wallclock, ray_init_s, teardown, metrics))
         ok = True
         return TrainResult(run_id, metrics, wallclock, resumed)
     finally:
         finish_run(cfg.mlflow.tracking_uri, run_id, ok)
 
 
-def _driver_metrics(wallclock: float, ray_init_s: float, metrics: dict[str, Any]):
+def _driver_metrics(cfg: ExperimentConfig, run_id: str, wallclock: float, ray_init_s: float,
+                    teardown_s: float, metrics: dict[str, Any]):
+    """The run's fixed cost, split: before the first epoch (Ray init, worker start, the worker's
+    set-up) and after the last (final logs and checkpoint, worker shutdown)."""
     from mlflow.entities import Metric
+    logged = client_for(cfg.mlflow.tracking_uri).get_run(run_id).data.metrics
+    startup = ray_init_s + logged.get(contract.TIME_WORKER_START, 0.0) + logged.get(contract.TIME_SETUP, 0.0)
     now = int(time.time() * 1000)
     values = {contract.TIME_WALLCLOCK: wallclock, contract.TIME_RAY_INIT: ray_init_s,
+              contract.TIME_STARTUP: startup, contract.TIME_TEARDOWN: teardown_s,
               # Ray's fixed cost: everything the driver waited for that was not an epoch
               contract.TIME_RAY_OVERHEAD: wallclock - float(metrics.get(contract.TIME_TOTAL, 0.0))}
     return [Metric(k, v, now, 0) for k, v in values.items()]

@@ -16,7 +16,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 import torch.distributed as dist
@@ -27,12 +27,18 @@ from ..config import ExperimentConfig
 from ..selection import SubsetSampler, Teacher, shard_indices, training_progress
 from ..tasks import build_task
 from ..tasks.base import Batch, OptimizerSpec, Task
-from . import checkpoint, figures
+from . import checkpoint
 from .counters import RunCounters
 from .lr import lr_factor
-from .tracking import RunLogger
+
+if TYPE_CHECKING:  # MLflow and matplotlib load on rank 0 only, when it logs: other ranks start sooner
+    from .tracking import RunLogger
 
 Window = list[Batch]  # the micro-batches of one optimiser step
+# Scoring keeps no activations for a backward pass: a batch this many times the training batch
+# fits where training fits (the largest power of two, measured for the ViT and MAE tasks).
+SCORING_BATCH_FACTOR = 4
+EPOCHS_ENDED_UNIX = "epochs_ended_unix"  # last report only: when the last epoch ended (driver's teardown)
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,7 @@ class TrainingRecipe:
     def __init__(self, cfg: ExperimentConfig, ctx: WorkerContext, logger: RunLogger | None = None):
         self.cfg, self.ctx, self.logger = cfg, ctx, logger
         self.counters = RunCounters()
+        self.epochs_ended = 0.0  # unix time the latest epoch ended
 
     # --- setup --------------------------------------------------------------------------------
     def setup(self, wrap_model=lambda model: model) -> None:
@@ -255,17 +262,23 @@ class TrainingRecipe:
             log_final(self.logger, self.counters, self.teacher, len(self.train_set), self.cfg)
             self.export()
 
-    def save(self, row: dict[str, float]) -> None:
-        """Checkpoint through Ray Train (a barrier: every rank reports)."""
+    def save(self, epoch: int, row: dict[str, float]) -> None:
+        """Report the epoch through Ray Train (a barrier: every rank reports), with a checkpoint
+        every ``ray.checkpoint_every`` epochs and after the last one. The last report carries the
+        time the epochs ended, from which the driver measures the run's teardown."""
         import ray.train
+        last = epoch + 1 == self.cfg.train.epochs
+        due = last or (epoch + 1) % self.cfg.ray.checkpoint_every == 0
         with self.counters.timed("checkpoint"):
             tmp = None
-            if self.ctx.rank == 0:
+            if self.ctx.rank == 0 and due:
                 tmp = checkpoint.save({"model": checkpoint.trainable_state(self.raw_model),
                                        "optimizer": self.optimizer.state_dict(),
                                        "teacher": self.teacher.state_dict(), "progress": asdict(self.counters)})
-            ray.train.report({k: v for k, v in row.items() if v == v},
-                             checkpoint=ray.train.Checkpoint.from_directory(tmp.name) if tmp else None)
+            report = {k: v for k, v in row.items() if v == v}
+            if last:
+                report[EPOCHS_ENDED_UNIX] = self.epochs_ended
+            ray.train.report(report, checkpoint=ray.train.Checkpoint.from_directory(tmp.name) if tmp else None)
             if tmp:
                 tmp.cleanup()
 
@@ -293,13 +306,16 @@ def train_loop_per_worker(payload: dict[str, Any]) -> None:
 
     import ray.train
     import ray.train.torch
-    start = time.perf_counter()
+    start, entered = time.perf_counter(), time.time()
     # Tasks that read MLflow artifacts (a downstream job's pretrained weights) use the run's store.
     os.environ["MLFLOW_TRACKING_URI"] = payload["tracking_uri"]
     cfg = ExperimentConfig.model_validate(payload["config"])
     quiet_ray_train_reports()
     ctx = WorkerContext.from_ray_train()
-    logger = RunLogger(payload["tracking_uri"], payload["run_id"]) if ctx.rank == 0 else None
+    logger = None
+    if ctx.rank == 0:
+        from .tracking import RunLogger
+        logger = RunLogger(payload["tracking_uri"], payload["run_id"])
     recipe = TrainingRecipe(cfg, ctx, logger)
     recipe.setup(wrap_model=ray.train.torch.prepare_model)
     restored = ray.train.get_checkpoint()
@@ -308,14 +324,17 @@ def train_loop_per_worker(payload: dict[str, Any]) -> None:
             recipe.restore(checkpoint.load(directory))
     elif logger:
         logger.log_metrics({contract.TIME_SETUP: time.perf_counter() - start,
+                            # the driver's clock: one machine, or nodes kept in sync by NTP
+                            contract.TIME_WORKER_START: max(0.0, entered - payload["fit_started_unix"]),
                             contract.NUM_TRAIN_SAMPLES: len(recipe.train_set),
                             contract.GRAD_ACCUMULATION: recipe.accumulation})
     ctx.log(f"{cfg.name}: {len(recipe.train_set)} samples, {ctx.world_size} worker(s) on {ctx.device}, "
             f"selection {cfg.selection.label(cfg.train.epochs)}, {cfg.train.epochs} epochs")
     for epoch in range(recipe.counters.next_epoch, cfg.train.epochs):
         row = recipe.run_epoch(epoch)
+        recipe.epochs_ended = time.time()
         recipe.log(epoch, row)
-        recipe.save(row)
+        recipe.save(epoch, row)
         maybe_fail(cfg, epoch, ctx.rank)
 
 
@@ -326,11 +345,11 @@ class ScoringPass:
     def __init__(self, recipe: TrainingRecipe, round_: int):
         self.recipe, self.round, self.samples = recipe, round_, 0
 
-    def __call__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def __call__(self, indices: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         r = self.recipe
         dataset = r.task.scoring_dataset()
-        shard = shard_indices(torch.arange(len(dataset)), r.ctx.rank, r.ctx.world_size, shuffle=False)
-        loader = DataLoader(dataset, batch_size=r.cfg.train.scoring_batch_size or 2 * r.cfg.train.batch_size,
+        shard = shard_indices(indices, r.ctx.rank, r.ctx.world_size, shuffle=False)
+        loader = DataLoader(dataset, batch_size=r.cfg.train.scoring_batch_size or SCORING_BATCH_FACTOR * r.cfg.train.batch_size,
                             sampler=shard.tolist(), collate_fn=r.task.collate, num_workers=r.cfg.train.loader_workers)
         was_training = r.raw_model.training
         r.raw_model.eval()
@@ -387,6 +406,7 @@ def format_row(row: dict[str, float], epochs: int) -> str:
 def log_final(logger: RunLogger, counters: RunCounters, teacher: Teacher, num_samples: int,
               cfg: ExperimentConfig) -> None:
     """End-of-run metrics (step = epochs), selection history, epoch history and figures."""
+    from . import figures
     ratios = [row[contract.SELECTED_RATIO] for row in counters.history]
     finals = {**counters.time_metrics(),
               contract.SAMPLES_FORWARDED: counters.samples_forwarded,

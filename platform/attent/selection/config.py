@@ -87,6 +87,7 @@ class SelectionConfig(BaseModel):
     temperature: float = Field(1.0, gt=0, allow_inf_nan=False)  # soft: softmax(loss / T); T->0 hard, T->inf random
     warmup_epochs: int = Field(0, ge=0)              # epochs on all data before the first selection
     rescore: bool = False                            # full scoring pass before each re-selection
+    rescore_stale: bool = False                      # beyond the paper: re-score only samples not trained on this interval
     group_weights: Optional[list[float]] = None      # group_weight: weight per group (e.g. 1:2:2)
     gradnorm_alpha: float = Field(1.5, ge=0, allow_inf_nan=False)  # gradnorm: strength of the rate balancing
     gradnorm_step: float = Field(0.5, gt=0, le=1)    # gradnorm: how far weights move per update

@@ -16,7 +16,8 @@ from .core import budget, select, weighted_sample
 from .distributed import all_gather_observations
 from .schedules import training_progress
 
-ScoreFn = Callable[[], Iterable[tuple[torch.Tensor, torch.Tensor]]]
+# A scoring pass: given the (global) indices to score, yields (indices, losses) for this rank's share.
+ScoreFn = Callable[[torch.Tensor], Iterable[tuple[torch.Tensor, torch.Tensor]]]
 
 
 @dataclass
@@ -70,6 +71,8 @@ class Teacher:
             raise ValueError(f"group_weights has {len(config.group_weights)} entries for {components} "
                              f"loss components (modalities)")
         self.scores = torch.full((num_samples,), float("nan"))
+        self.trained = torch.zeros(num_samples, dtype=torch.bool)  # observed in training since the last selection
+        self._scoring = False  # inside a scoring pass: its observations are not training forwards
         self.component_scores = torch.full((num_samples, max(components, 1)), float("nan"))
         self.generator = torch.Generator().manual_seed(seed)
         self.subset = torch.arange(num_samples)
@@ -112,6 +115,8 @@ class Teacher:
         self._pending = []
         indices, losses = all_gather_observations(indices, losses)
         self.component_scores[indices] = losses
+        if not self._scoring:
+            self.trained[indices] = True
         self.scores[indices] = losses.sum(dim=1)
 
     # --- the epoch boundary -----------------------------------------------------------------
@@ -143,12 +148,25 @@ class Teacher:
         self.sync()
 
     def score(self, score_fn: ScoreFn) -> None:
-        """Run a full scoring pass: ``score_fn`` yields (indices, losses) for this rank's share."""
+        """Run a scoring pass: ``score_fn(indices)`` yields (indices, losses) for this rank's share
+        of ``indices`` — every sample, or with ``rescore_stale`` only the stale ones."""
         start = time.perf_counter()
-        for indices, losses in score_fn():
-            self.observe(indices, losses)
-        self.sync()
+        self._scoring = True
+        try:
+            for indices, losses in score_fn(self.stale_indices()):
+                self.observe(indices, losses)
+            self.sync()
+        finally:
+            self._scoring = False
         self.seconds["scoring"] += time.perf_counter() - start
+
+    def stale_indices(self) -> torch.Tensor:
+        """The samples a scoring pass scores. With ``rescore_stale`` (beyond the paper): only those
+        whose latest score predates the current interval (or that were never scored); samples
+        trained on since the last re-selection keep the loss of their latest training forward."""
+        if not self.config.rescore_stale:
+            return torch.arange(self.num_samples)
+        return (~self.trained | torch.isnan(self.scores)).nonzero().squeeze(1)
 
     @property
     def selected_ratio(self) -> float:
@@ -190,6 +208,7 @@ class Teacher:
         self.subset, self.loss_weights = subset, weights
         interval = 1 if cfg.method == "infobatch" else cfg.interval_schedule(p)
         self.next_selection = epoch + interval
+        self.trained.zero_()  # a new interval begins
         self.seconds["selection"] += time.perf_counter() - start
         self.history.append(self._record(epoch, ratio, time.perf_counter() - start))
 
@@ -246,6 +265,7 @@ class Teacher:
             "generator": self.generator.get_state(), "subset": self.subset.clone(),
             "loss_weights": self.loss_weights.clone(), "epoch": self.epoch,
             "next_selection": self.next_selection, "seconds": dict(self.seconds),
+            "trained": self.trained.clone(),
             "group_weights": self.group_weights.clone(),
             "initial_group_losses": self.initial_group_losses.clone(),
             "history": [(r.summary(), r.indices) for r in self.history],
@@ -260,6 +280,8 @@ class Teacher:
         self.generator.set_state(state["generator"])
         self.subset, self.loss_weights = state["subset"].clone(), state["loss_weights"].clone()
         self.epoch, self.next_selection = state["epoch"], state["next_selection"]
+        if "trained" in state:  # checkpoints from before stale-only re-scoring lack it
+            self.trained = state["trained"].clone()
         self.seconds = dict(state["seconds"])
         self.group_weights = state["group_weights"].clone()
         self.initial_group_losses = state["initial_group_losses"].clone()

@@ -1,0 +1,157 @@
+"""What the engine costs per epoch over a bare torch loop, and what a Ray Train run pays
+before its first epoch and after its last.
+
+The same work three ways, one at a time, one torch thread each (a Ray worker with one CPU gets
+OMP_NUM_THREADS=1), alternated ``--rounds`` times so slow drifts of the machine hit all alike:
+- bare: a single-process loop — the task's model, data and loss, AdamW, a shuffled DataLoader;
+- recipe: the engine's TrainingRecipe in this process (teacher, subset sampler, time split,
+  per-sample losses, learning-rate schedule), no Ray;
+- ray: ``attent train`` on a local Ray: a Ray Train run with its MLflow logging and checkpoints.
+Per-epoch cost excludes evaluation (timed apart by the engine; the bare loop does none). The Ray
+run's epochs span its wall-clock minus start-up and teardown, so its per-epoch cost includes
+what each epoch adds around training: reports, MLflow writes, checkpoints.
+
+    python benchmarks/engine_overhead.py                       # Fashion-MNIST ViT, full data
+    python benchmarks/engine_overhead.py --epochs 6 --json benchmarks/results/engine_overhead.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = REPO / "experiments" / "fashion_mnist_vit.yaml"
+
+
+def experiment(args, name: str):
+    from attent.config import load_experiment
+    return load_experiment(CONFIG, [
+        f"name={name}", "selection.preset=null", "selection.method=full", f"train.epochs={args.epochs}",
+        f"task.train_limit={args.samples}", "task.test_limit=500", f"train.eval_every={args.epochs}",
+        "ray.num_workers=1", "ray.cpus_per_worker=1", f"ray.checkpoint_every={args.checkpoint_every}",
+        f"ray.storage_path={args.workdir}/ray_results", f"mlflow.tracking_uri=sqlite:///{args.workdir}/mlflow.db",
+        "mlflow.experiment=engine-overhead"]).resolved()
+
+
+def bare_epochs(args) -> list[float]:
+    """A plain loop on the same task, model, optimiser settings and batch size."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from attent.engine.lr import lr_factor
+    from attent.tasks import build_task
+    cfg = experiment(args, "bare")
+    torch.manual_seed(cfg.seed)
+    task = build_task(cfg.task, seed=cfg.seed)
+    data = task.train_dataset()
+    model = task.build_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr)
+    loader = DataLoader(data, batch_size=cfg.train.batch_size, shuffle=True, collate_fn=task.collate)
+    model.train()
+    seconds, steps = [], len(loader) * cfg.train.epochs
+    for epoch in range(cfg.train.epochs):
+        start = time.perf_counter()
+        for step, batch in enumerate(loader):
+            for group in optimizer.param_groups:  # the same per-step schedule the engine runs
+                group["lr"] = cfg.train.lr * lr_factor((epoch * len(loader) + step + 1) / steps, "cosine", 0.0)
+            task.per_sample_loss(model, batch).mean().backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def recipe_epochs(args) -> list[float]:
+    """The engine's recipe in this process: select, train one epoch, record (no Ray, no MLflow)."""
+    from attent.engine.loop import TrainingRecipe, WorkerContext
+    cfg = experiment(args, "recipe")
+    recipe = TrainingRecipe(cfg, WorkerContext())
+    recipe.setup()
+    seconds = []
+    for epoch in range(cfg.train.epochs):
+        row = recipe.run_epoch(epoch)
+        seconds.append(row["time_total_s"] - row["time_eval_s"] - sum(seconds))
+    return seconds
+
+
+def ray_run(args, number: int) -> dict[str, float]:
+    """A real Ray Train run; its per-epoch cost and its fixed costs, from MLflow."""
+    from mlflow import MlflowClient
+
+    from attent import contract
+    from attent.engine.launch import train
+    cfg = experiment(args, f"engine-overhead-{os.getpid()}-{number}")
+    result = train(cfg)
+    m = MlflowClient(cfg.mlflow.tracking_uri).get_run(result.run_id).data.metrics
+    span = m[contract.TIME_WALLCLOCK] - m[contract.TIME_STARTUP] - m[contract.TIME_TEARDOWN]
+    return {"epoch": (span - m[contract.time_metric("eval")]) / cfg.train.epochs,
+            "train_epoch": m[contract.time_metric("train")] / cfg.train.epochs,
+            "checkpoint": m[contract.time_metric("checkpoint")], "ray_init": m[contract.TIME_RAY_INIT],
+            "worker_start": m[contract.TIME_WORKER_START], "setup": m[contract.TIME_SETUP],
+            "teardown": m[contract.TIME_TEARDOWN], "wallclock": m[contract.TIME_WALLCLOCK],
+            "epochs_total": m[contract.TIME_TOTAL]}
+
+
+def in_subprocess(kind: str, args) -> list[float]:
+    """bare and recipe each in a fresh one-thread process: no state shared with the Ray driver."""
+    import subprocess
+    out = subprocess.run([sys.executable, __file__, "--child", kind, "--epochs", str(args.epochs),
+                          "--samples", str(args.samples), "--workdir", args.workdir],
+                         capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--samples", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--checkpoint-every", type=int, default=1)
+    parser.add_argument("--workdir", default=None)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--child", choices=["bare", "recipe"], help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        import torch
+        torch.set_num_threads(1)
+        seconds = (bare_epochs if args.child == "bare" else recipe_epochs)(args)
+        print(json.dumps(seconds))
+        return 0
+    args.workdir = args.workdir or tempfile.mkdtemp(prefix="attent-overhead-")
+    bare, recipe, ray = [], [], []
+    for number in range(args.rounds):  # alternated: bare, recipe, ray, bare, ...
+        bare += in_subprocess("bare", args)[1:]     # the first epoch warms allocators and caches
+        recipe += in_subprocess("recipe", args)[1:]
+        ray.append(ray_run(args, number))
+        print(f"round {number + 1}/{args.rounds}: bare {statistics.median(bare):.2f} s/epoch, recipe "
+              f"{statistics.median(recipe):.2f}, ray {ray[-1]['epoch']:.2f}", file=sys.stderr, flush=True)
+    report(args, bare, recipe, ray)
+    return 0
+
+
+def report(args, bare: list[float], recipe: list[float], ray: list[dict[str, float]]) -> None:
+    b, r = statistics.median(bare), statistics.median(recipe)
+    ray_epoch = statistics.median(x["epoch"] for x in ray)
+    fixed = {k: statistics.median(x[k] for x in ray) for k in ("ray_init", "worker_start", "setup", "teardown", "checkpoint")}
+    print(f"Fashion-MNIST ViT, {args.samples} samples, full data, batch 64, one torch thread; "
+          f"median over {len(bare)} epochs (bare, recipe) and {len(ray)} Ray runs of {args.epochs} epochs; "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
+    print("| loop | s / epoch | over bare |\n|---|---:|---:|")
+    for name, value in (("bare torch loop", b), ("engine recipe, no Ray", r), ("engine on Ray Train (+ MLflow, checkpoints)", ray_epoch)):
+        print(f"| {name} | {value:.3f} | {value / b - 1:+.1%} |")
+    print("\nFixed cost of one Ray Train run (s, median): " + ", ".join(f"{k} {v:.1f}" for k, v in fixed.items()))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"bare": bare, "recipe": recipe, "ray": ray, "samples": args.samples,
+                                         "epochs": args.epochs, "checkpoint_every": args.checkpoint_every}, indent=2))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

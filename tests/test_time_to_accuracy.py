@@ -1,0 +1,168 @@
+"""The time-to-accuracy benchmark: its specs, its report on a known MLflow store, and one real
+run of `attent bench` end to end."""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param
+
+from analysis.time_to_accuracy import analyse, build_time_to_accuracy_report, time_to_target
+from attent import contract
+from attent.benchmark import METHODS, load_benchmark
+from conftest import REPO
+
+SPECS = sorted((REPO / "benchmarks").glob("time_to_accuracy_*.yaml"))
+
+
+@pytest.mark.parametrize("path", SPECS, ids=[p.stem for p in SPECS])
+def test_benchmark_specs_parse_and_match_budgets(path):
+    """Every spec expands into valid experiments (one torch thread per worker, named per
+    workload/method/seed); every budgeted baseline shares AtteNT's ratio and interval schedules,
+    and a run of each seed of each method exists."""
+    spec, runs = load_benchmark(path)
+    assert len(spec.seeds) >= 1 and path.read_text().startswith("# ")  # headed by its command
+    names = [run.experiment.name for run in runs]
+    assert len(set(names)) == len(names)
+    for workload in spec.workloads:
+        mine = [run for run in runs if run.workload.name == workload.name]
+        assert len(mine) == len(spec.seeds) * len(workload.methods)
+        by_method = {run.method: run.experiment.selection for run in mine}
+        attent = by_method.get("attent")
+        for method, selection in by_method.items():
+            assert all(run.experiment.ray.cpus_per_worker == spec.threads for run in mine)
+            if attent is not None and selection.uses_ratio_schedule:
+                assert (selection.ratio_schedule, selection.interval_schedule, selection.warmup_epochs) == \
+                       (attent.ratio_schedule, attent.interval_schedule, attent.warmup_epochs), method
+        assert by_method["full"].method == "full"
+
+
+def test_small_spec_runs_three_seeds_of_every_workload():
+    spec, runs = load_benchmark(REPO / "benchmarks" / "time_to_accuracy_small.yaml")
+    assert len(spec.seeds) >= 3
+    assert {w.name for w in spec.workloads} == {"fmnist-vit", "multimae", "llm-gsm8k"}
+    assert {"full", "attent", "random"} <= {run.method for run in runs}
+
+
+def test_unknown_method_is_refused(tmp_path):
+    from attent.config import ConfigError
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"benchmark:\n  name: b\n  workloads:\n    - name: w\n      base: {REPO}/experiments/digits_vit.yaml\n"
+                   "      metric: eval_test_accuracy\n      methods: {full: {}, magic: {}}\n")
+    with pytest.raises(ConfigError, match="unknown method.*magic"):
+        load_benchmark(bad)
+    assert set(METHODS) >= {"full", "attent", "hard", "random", "infobatch", "class_weight", "gradnorm"}
+
+
+# --- the report on a known store ----------------------------------------------------------
+# method -> per seed: per-epoch (cumulative method cost, accuracy), samples back-propagated
+CURVES = {
+    "full": [([(10, 0.50), (20, 0.70), (30, 0.80)], 3000), ([(12, 0.55), (24, 0.72), (36, 0.78)], 3000)],
+    "attent": [([(5, 0.60), (10, 0.80), (15, 0.82)], 1500), ([(6, 0.50), (12, 0.70), (18, 0.75)], 1500)],
+    "random": [([(4, 0.40), (8, 0.50), (12, 0.60)], 1500), ([(4, 0.45), (8, 0.55), (12, 0.65)], 1500)],
+}
+
+
+def log_benchmark(uri: str) -> str:
+    client = MlflowClient(uri)
+    experiment_id = client.create_experiment("tta-known")
+    parent = client.create_run(experiment_id, tags={contract.TAG_ROLE: contract.ROLE_BENCHMARK}).info.run_id
+    for method, seeds in CURVES.items():
+        for seed, (curve, backpropagated) in enumerate(seeds):
+            run_id = client.create_run(experiment_id, tags={
+                contract.TAG_ROLE: contract.ROLE_TRIAL, contract.TAG_PARENT_RUN_ID: parent,
+                contract.TAG_BENCH_WORKLOAD: "vit", contract.TAG_BENCH_METHOD: method,
+                contract.TAG_BENCH_METRIC: "eval_test_accuracy", contract.TAG_LABEL: method}).info.run_id
+            metrics = [Metric(contract.SAMPLES_BACKPROPAGATED, backpropagated, 0, 3),
+                       Metric(contract.TIME_WALLCLOCK, 100 + curve[-1][0], 0, 3),
+                       Metric(contract.time_metric("scoring"), 2.0 if method == "attent" else 0.0, 0, 3)]
+            for step, (cost, accuracy) in enumerate(curve):
+                metrics += [Metric(contract.TIME_METHOD, cost, 0, step), Metric("eval_test_accuracy", accuracy, 0, step)]
+            client.log_batch(run_id, metrics=metrics, params=[Param(contract.PARAM_SEED, str(seed))])
+            client.set_terminated(run_id)
+    return parent
+
+
+def test_report_pairs_targets_by_seed_and_says_not_reached(tmp_path):
+    """Seed 0: AtteNT reaches full data's 0.80 at 10 s; seed 1: it ends at 0.75 < 0.78, not
+    reached. Random reaches neither. Full data reaches its own final at its end (30 s, 36 s).
+    Ideal saving 50 %; realized 1 - 15/30 = 50 % and 1 - 18/36 = 50 %."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    parent = log_benchmark(uri)
+    [result], found_parent = analyse(MlflowClient(uri), "tta-known")
+    assert found_parent == parent and not result.lower
+    by = result.summary.set_index("method")
+    assert list(by.index) == ["full", "attent", "random"]
+    assert by.loc["attent", "reached"] == 1 and by.loc["attent", "reach"] == 10
+    assert by.loc["random", "reached"] == 0 and math.isnan(by.loc["random", "reach"])
+    assert by.loc["full", "reached"] == 2 and by.loc["full", "reach"] == 33
+    assert by.loc["attent", "ideal"] == pytest.approx(0.5) and by.loc["attent", "realized"] == pytest.approx(0.5)
+    assert by.loc["attent", "efficiency"] == pytest.approx(1.0)
+    assert by.loc["attent", "final"] == pytest.approx(0.785) and by.loc["attent", "scoring"] == 2.0
+    assert "does not reach the full-data final eval_test_accuracy in 1 of 2 seeds" in result.verdict[0]
+    assert result.verdict[1].endswith("attent 0.7850, random 0.6250.")
+
+    out = build_time_to_accuracy_report("tta-known", tracking_uri=uri, out_dir=tmp_path / "report")
+    text = (out / "time_to_accuracy.md").read_text()
+    assert "| random | random | 0.6250 ± 0.0354 | not reached |" in text
+    assert "10.0 ± 0.0 (1/2 seeds; rest not reached)" in text
+    assert (out / "vit.csv").exists() and len(list((out / "figures").glob("*.png"))) == 2
+    client = MlflowClient(uri)
+    logged = {a.path for a in client.list_artifacts(parent, "report")}
+    assert "report/time_to_accuracy.md" in logged and client.get_run(parent).info.status == "FINISHED"
+
+
+def test_time_to_target_reads_lower_is_better_curves():
+    import pandas as pd
+    curve = pd.DataFrame({"cost": [1.0, 2.0, 3.0], "value": [3.0, 2.0, 1.5]})
+    assert time_to_target(curve, 2.0, lower=True) == 2.0
+    assert math.isnan(time_to_target(curve, 1.0, lower=True))
+    assert time_to_target(curve, 2.5, lower=False) == 1.0
+
+
+# --- one real benchmark ------------------------------------------------------------------
+@pytest.mark.slow
+def test_attent_bench_runs_one_at_a_time_into_mlflow_and_reports(tmp_path):
+    """`attent bench` on digits: full data and AtteNT, one seed, real Ray and MLflow. Every run
+    is a child of the benchmark's parent run, logs its start-up and teardown apart, checkpoints
+    only every 3rd epoch; the report and its figures land on disk and on the parent; a second
+    invocation keeps the finished runs."""
+    spec = tmp_path / "bench.yaml"
+    spec.write_text(f"""# attent bench bench.yaml
+benchmark:
+  name: tta-test
+  seeds: [0]
+  workloads:
+    - name: digits
+      base: {REPO}/experiments/digits_vit.yaml
+      overrides: {{train.epochs: 3, ray.num_workers: 1, ray.checkpoint_every: 3, train.eval_every: 1,
+                   ray.storage_path: {tmp_path}/ray_results}}
+      metric: eval_test_accuracy
+      methods: {{full: {{}}, attent: {{}}}}
+""")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    command = [sys.executable, "-m", "attent.cli", "bench", str(spec), f"mlflow.tracking_uri={uri}",
+               "--out", str(tmp_path / "reports")]
+    first = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=900)
+    assert first.returncode == 0, first.stderr[-3000:]
+    report = tmp_path / "reports" / "tta-test" / "time_to_accuracy.md"
+    assert "### digits: eval_test_accuracy" in report.read_text()
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("tta-test")
+    runs = client.search_runs([experiment.experiment_id], f"tags.`{contract.TAG_ROLE}` = 'trial'")
+    assert sorted(r.data.tags[contract.TAG_BENCH_METHOD] for r in runs) == ["attent", "full"]
+    for run in runs:
+        m = run.data.metrics
+        assert m[contract.TIME_STARTUP] >= m[contract.TIME_SETUP] > 0 and m[contract.TIME_TEARDOWN] > 0
+        assert m[contract.TIME_WORKER_START] > 0
+        checkpoints = list(Path(tmp_path, "ray_results", run.data.tags[contract.TAG_RUN_NAME]).glob("checkpoint_20*"))
+        assert len(checkpoints) == 1  # epochs 1 and 2 reported without one
+    parent = {r.data.tags[contract.TAG_PARENT_RUN_ID] for r in runs}.pop()
+    assert client.get_run(parent).data.tags[contract.TAG_ROLE] == contract.ROLE_BENCHMARK
+    assert any(a.path.endswith("figures") for a in client.list_artifacts(parent, "report"))
+    again = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert again.returncode == 0 and again.stdout.count("finished earlier, kept") == 2
