@@ -4,8 +4,8 @@ before its first epoch and after its last.
 The same work three ways, one at a time, one torch thread each (a Ray worker with one CPU gets
 OMP_NUM_THREADS=1), alternated ``--rounds`` times so slow drifts of the machine hit all alike:
 - bare: a single-process loop — the task's model, data and loss, AdamW, a shuffled DataLoader;
-- recipe: the engine's TrainingRecipe in this process (teacher, subset sampler, time split,
-  per-sample losses, learning-rate schedule), no Ray;
+- recipe: the engine's TrainingRecipe (teacher, subset sampler, time split, per-sample losses,
+  learning-rate schedule), no Ray — its epochs alternate with the bare loop's in one process;
 - ray: ``attent train`` on a local Ray: a Ray Train run with its MLflow logging and checkpoints.
 Per-epoch cost excludes evaluation (timed apart by the engine; the bare loop does none). The Ray
 run's epochs span its wall-clock minus start-up and teardown, so its per-epoch cost includes
@@ -39,8 +39,9 @@ def experiment(args, name: str):
         "mlflow.experiment=engine-overhead"]).resolved()
 
 
-def bare_epochs(args) -> list[float]:
-    """A plain loop on the same task, model, optimiser settings and batch size."""
+def bare_loop(args):
+    """A plain loop on the same task, model, optimiser settings and batch size; returns a
+    function that trains one epoch and returns its seconds."""
     import torch
     from torch.utils.data import DataLoader
 
@@ -54,8 +55,9 @@ def bare_epochs(args) -> list[float]:
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr)
     loader = DataLoader(data, batch_size=cfg.train.batch_size, shuffle=True, collate_fn=task.collate)
     model.train()
-    seconds, steps = [], len(loader) * cfg.train.epochs
-    for epoch in range(cfg.train.epochs):
+    steps = len(loader) * cfg.train.epochs
+
+    def epoch_seconds(epoch: int) -> float:
         start = time.perf_counter()
         for step, batch in enumerate(loader):
             for group in optimizer.param_groups:  # the same per-step schedule the engine runs
@@ -64,21 +66,31 @@ def bare_epochs(args) -> list[float]:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-        seconds.append(time.perf_counter() - start)
-    return seconds
+        return time.perf_counter() - start
+    return epoch_seconds
 
 
-def recipe_epochs(args) -> list[float]:
-    """The engine's recipe in this process: select, train one epoch, record (no Ray, no MLflow)."""
+def recipe_loop(args):
+    """The engine's recipe in this process: select, train one epoch, record (no Ray, no MLflow,
+    evaluation left out); returns a function that runs one epoch and returns its seconds."""
     from attent.engine.loop import TrainingRecipe, WorkerContext
     cfg = experiment(args, "recipe")
     recipe = TrainingRecipe(cfg, WorkerContext())
     recipe.setup()
-    seconds = []
-    for epoch in range(cfg.train.epochs):
-        row = recipe.run_epoch(epoch)
-        seconds.append(row["time_total_s"] - row["time_eval_s"] - sum(seconds))
-    return seconds
+
+    def epoch_seconds(epoch: int) -> float:
+        start = time.perf_counter()
+        checksum, _ = recipe.select(epoch)
+        recipe.record(epoch, recipe.train_one_epoch(epoch), {}, checksum)
+        return time.perf_counter() - start
+    return epoch_seconds
+
+
+def paired_epochs(args) -> tuple[list[float], list[float]]:
+    """Bare and recipe epochs alternated in one process (no process-level effects between them)."""
+    bare, recipe = bare_loop(args), recipe_loop(args)
+    pairs = [(bare(epoch), recipe(epoch)) for epoch in range(args.epochs)]
+    return [b for b, _ in pairs], [r for _, r in pairs]
 
 
 def ray_run(args, number: int) -> dict[str, float]:
@@ -99,10 +111,10 @@ def ray_run(args, number: int) -> dict[str, float]:
             "epochs_total": m[contract.TIME_TOTAL]}
 
 
-def in_subprocess(kind: str, args) -> list[float]:
-    """bare and recipe each in a fresh one-thread process: no state shared with the Ray driver."""
+def in_subprocess(args) -> list[list[float]]:
+    """bare and recipe in a fresh one-thread process: no state shared with the Ray driver."""
     import subprocess
-    out = subprocess.run([sys.executable, __file__, "--child", kind, "--epochs", str(args.epochs),
+    out = subprocess.run([sys.executable, __file__, "--child", "--epochs", str(args.epochs),
                           "--samples", str(args.samples), "--workdir", args.workdir],
                          capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -116,19 +128,19 @@ def main(argv=None) -> int:
     parser.add_argument("--checkpoint-every", type=int, default=1)
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--child", choices=["bare", "recipe"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         import torch
         torch.set_num_threads(1)
-        seconds = (bare_epochs if args.child == "bare" else recipe_epochs)(args)
-        print(json.dumps(seconds))
+        print(json.dumps(paired_epochs(args)))
         return 0
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="attent-overhead-")
     bare, recipe, ray = [], [], []
-    for number in range(args.rounds):  # alternated: bare, recipe, ray, bare, ...
-        bare += in_subprocess("bare", args)[1:]     # the first epoch warms allocators and caches
-        recipe += in_subprocess("recipe", args)[1:]
+    for number in range(args.rounds):  # alternated: (bare, recipe) pairs, ray, ...
+        bare_s, recipe_s = in_subprocess(args)
+        bare += bare_s[1:]       # the first epoch warms allocators and caches
+        recipe += recipe_s[1:]
         ray.append(ray_run(args, number))
         print(f"round {number + 1}/{args.rounds}: bare {statistics.median(bare):.2f} s/epoch, recipe "
               f"{statistics.median(recipe):.2f}, ray {ray[-1]['epoch']:.2f}", file=sys.stderr, flush=True)

@@ -23,8 +23,9 @@ from transformers import (
 from attent.tasks.llm.evaluation.generation import generate_greedy
 from attent.tasks.base import OptimizerSpec
 from attent.tasks.llm.config import LLMTaskConfig
+from attent.tasks.llm.evaluation.response_loss import response_loss_totals
 from attent.tasks.llm.model import smollm2_checkpoint_dir
-from attent.tasks.llm.task import LLMTask
+from attent.tasks.llm.task import LLMTask, response_token_loss
 
 DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
@@ -260,3 +261,66 @@ def test_evaluate_runs_gsm8k_and_humaneval_end_to_end(checkpoint, train_file, mo
     # rank 1 of 2 takes problems[:3][1::2], one problem; with no process group, counts stay local
     task.evaluate(model, rank=1, world_size=2, progress=messages.append)
     assert messages[-1].startswith("humaneval: pass@1") and messages[-1].endswith("/1)")
+
+
+def test_gsm8k_loss_is_the_token_weighted_loss_of_the_test_solutions_shared_over_ranks(
+        checkpoint, train_file, model):
+    if not (DATASETS / "gsm8k" / "test.jsonl").is_file():
+        pytest.skip(f"{DATASETS} not present")
+    task = make_task(checkpoint, train_file, data_dir=str(DATASETS), loss_chunk_tokens=16,
+                     eval={"benchmarks": ["gsm8k_loss"], "response_loss_limit": 5,
+                           "eval_batch_size": 2})
+    messages: list[str] = []
+    with torch.no_grad():
+        metrics = task.evaluate(model, rank=0, world_size=1, progress=messages.append)
+    assert set(metrics) == {"gsm8k_test_response_loss"}
+    assert messages[-1].startswith("gsm8k_loss: response loss") and "5 answers" in messages[-1]
+
+    # the test split's solutions, prepared exactly like GSM8K training examples
+    answers = task.gsm8k_test_answers()
+    assert len(answers) == 5
+    first = json.loads((DATASETS / "gsm8k" / "test.jsonl").read_text().splitlines()[0])
+    item = answers[0]
+    n_prompt = item["labels"].count(-100)
+    assert item["input_ids"][:n_prompt] == task.encode_prompt([first["question"]])
+    response = task.tokenizer.decode(item["input_ids"][n_prompt:])
+    assert "<<" in first["answer"] and "<<" not in response and "####" in response
+
+    # token-weighted: all response tokens' cross-entropy over the number of response tokens
+    loss_sum, tokens = 0.0, 0
+    with torch.no_grad():
+        for index in range(len(answers)):
+            batch = task.collate([answers[index]])
+            logits = model(input_ids=batch["input_ids"],
+                           attention_mask=batch["attention_mask"]).logits
+            n = int((batch["labels"][:, 1:] != -100).sum())
+            loss_sum += float(response_token_loss(logits, batch["labels"])[0]) * n
+            tokens += n
+    assert metrics["gsm8k_test_response_loss"] == pytest.approx(loss_sum / tokens, rel=1e-5)
+
+    # each rank scores every world_size-th solution; summed, the shards give the whole
+    shards = [response_loss_totals(model, answers, task.collate, batch_size=2, chunk_tokens=16,
+                                   rank=rank, world_size=2) for rank in (0, 1)]
+    assert [shard[2] for shard in shards] == [3, 2]  # solutions scored per rank
+    assert sum(shard[1] for shard in shards) == tokens
+    assert sum(shard[0] for shard in shards) == pytest.approx(loss_sum, rel=1e-5)
+
+
+def test_gsm8k_loss_covers_the_whole_test_split_by_default(checkpoint, train_file):
+    if not (DATASETS / "gsm8k" / "test.jsonl").is_file():
+        pytest.skip(f"{DATASETS} not present")
+    task = make_task(checkpoint, train_file, data_dir=str(DATASETS),
+                     eval={"benchmarks": ["gsm8k", "gsm8k_loss"], "eval_limit": None})
+    assert task.config.eval.response_loss_limit is None and task.config.eval.eval_limit is None
+    assert len(task.gsm8k_test_answers()) == 1319
+    assert len(task._benchmark("gsm8k").problems[:task.config.eval.eval_limit]) == 1319
+
+
+def test_a_batch_without_response_tokens_scores_zero_and_still_backpropagates(task, model):
+    batch = task.collate([task.train_dataset()[i] for i in range(2)])
+    batch["labels"][:] = -100
+    losses = task.per_sample_loss(model, batch)
+    assert losses.tolist() == [0.0, 0.0]
+    losses.sum().backward()  # a graph through every adapter, as DDP needs: zero gradients
+    grads = [p.grad for p in task.trainable_parameters(model)]
+    assert all(g is not None and not g.any() for g in grads)

@@ -16,7 +16,7 @@ from attent import contract
 from attent.benchmark import METHODS, load_benchmark
 from conftest import REPO
 
-SPECS = sorted((REPO / "benchmarks").glob("time_to_accuracy_*.yaml"))
+SPECS = sorted((REPO / "benchmarks").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", SPECS, ids=[p.stem for p in SPECS])
@@ -56,6 +56,15 @@ def test_unknown_method_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="unknown method.*magic"):
         load_benchmark(bad)
     assert set(METHODS) >= {"full", "attent", "hard", "random", "infobatch", "class_weight", "gradnorm"}
+
+
+def test_a_named_variant_of_a_method_adds_its_overrides():
+    spec, runs = load_benchmark(REPO / "benchmarks" / "mae_saving.yaml")
+    by_method = {run.method: run.experiment for run in runs}
+    stale, attent = by_method["attent+stale"], by_method["attent"]
+    assert stale.selection.rescore_stale and not attent.selection.rescore_stale
+    assert stale.selection.model_copy(update={"rescore_stale": False}) == attent.selection
+    assert stale.name == "mae-saving-multimae-attent-stale-s0"
 
 
 # --- the report on a known store ----------------------------------------------------------

@@ -52,7 +52,9 @@ class WorkloadSpec(BaseModel):
     variant: str = "vit"                        # AtteNT's preset for this workload: vit | llm
     overrides: dict[str, Any] = {}              # key.path -> value, for every method
     metric: str = Field(..., pattern=r"^eval_")  # per-epoch curve metric (logged every epoch)
-    methods: dict[str, dict[str, Any]]          # method name (a key of METHODS) -> extra overrides
+    # method name -> extra overrides; a name is a key of METHODS, or one with a "+suffix" for a
+    # variant of it (e.g. attent+stale: {selection.rescore_stale: true})
+    methods: dict[str, dict[str, Any]]
 
 
 class BenchmarkSpec(BaseModel):
@@ -87,7 +89,7 @@ def load_benchmark(path: str | Path, overrides: list[str] | None = None, *,
     cli = parse_overrides(overrides or [])
     runs = []
     for workload in spec.workloads:
-        unknown = sorted(set(workload.methods) - set(METHODS))
+        unknown = sorted(m for m in workload.methods if base_method(m) not in METHODS)
         if unknown:
             raise ConfigError(f"{path}: workload {workload.name!r}: unknown method(s) {unknown}; "
                               f"choose from {', '.join(METHODS)}")
@@ -102,13 +104,18 @@ def load_benchmark(path: str | Path, overrides: list[str] | None = None, *,
 def _experiment(spec: BenchmarkSpec, workload: WorkloadSpec, method: str, extra: dict[str, Any], seed: int,
                 base: dict[str, Any], cli: dict[str, Any], source: str) -> ExperimentConfig:
     meaning = {k: (v.format(variant=workload.variant) if isinstance(v, str) else v)
-               for k, v in METHODS[method].items()}
+               for k, v in METHODS[base_method(method)].items()}
     fixed = {"ray.cpus_per_worker": spec.threads, "mlflow.experiment": spec.name,
-             "name": f"{spec.name}-{workload.name}-{method}-s{seed}", "seed": seed}
+             "name": f"{spec.name}-{workload.name}-{method.replace('+', '-')}-s{seed}", "seed": seed}
     data = base
     for layer in (workload.overrides, meaning, extra, fixed):
         data = deep_merge(data, nest_keys(layer))
     return build_experiment(deep_merge(data, cli), source)
+
+
+def base_method(name: str) -> str:
+    """``attent+stale`` -> ``attent``: a named variant of a method."""
+    return name.split("+", 1)[0]
 
 
 def describe(spec: BenchmarkSpec, runs: list[BenchmarkRun]) -> str:

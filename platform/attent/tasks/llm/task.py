@@ -4,20 +4,24 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
 from attent.tasks.base import Batch, OptimizerSpec, Task
 from attent.tasks.llm.config import LLMTaskConfig
 from attent.tasks.llm.data import (
-    IGNORE_INDEX,
+    SOURCES,
     Example,
     SFTDataset,
     collate_right_padded,
     load_examples,
 )
-from attent.tasks.llm.evaluation.benchmarks import Benchmark, build_benchmark, run_benchmark
+from attent.tasks.llm.evaluation.benchmarks import (
+    Benchmark,
+    build_benchmark,
+    load_gsm8k_test,
+    run_benchmark,
+)
 from attent.tasks.llm.evaluation.mt_bench import (
     HFJudge,
     Judge,
@@ -25,22 +29,12 @@ from attent.tasks.llm.evaluation.mt_bench import (
     load_mt_bench_questions,
     run_mt_bench,
 )
+from attent.tasks.llm.evaluation.response_loss import run_response_loss
+from attent.tasks.llm.loss import response_loss, response_token_loss  # noqa: F401  (reference)
 from attent.tasks.llm.model import add_lora, load_causal_lm, load_tokenizer
 from attent.tasks.llm.prompts import encode_prompt, encode_response, resolve_style
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
-
-def response_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """FloatTensor[B]: mean next-token cross-entropy over each sample's labelled tokens.
-
-    Token t's logits predict label t+1; labels equal to IGNORE_INDEX (prompt, padding) carry no
-    loss, so a sample's score depends neither on its prompt length nor on the batch's padding.
-    """
-    targets = labels[:, 1:]
-    token_loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), targets.flatten(),
-                                 ignore_index=IGNORE_INDEX, reduction="none").view_as(targets)
-    return token_loss.sum(dim=1) / (targets != IGNORE_INDEX).sum(dim=1).clamp(min=1)
 
 
 class LLMTask(Task):
@@ -63,6 +57,7 @@ class LLMTask(Task):
         self._train: SFTDataset | None = None
         self._benchmarks: dict[str, Benchmark] = {}
         self._mt_bench_questions: list[Question] | None = None
+        self._gsm8k_test: SFTDataset | None = None
 
     # --- prompts ----------------------------------------------------------------------------
     def _templated(self, conversation: list[str]) -> list[str]:
@@ -125,9 +120,9 @@ class LLMTask(Task):
 
     # --- loss and evaluation ----------------------------------------------------------------
     def per_sample_loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                       use_cache=False).logits
-        return response_token_loss(logits, batch["labels"])
+        # = response_token_loss(model(...).logits, labels), without full-vocabulary logits
+        return response_loss(model, batch, chunk_tokens=self.config.loss_chunk_tokens,
+                             fused=self.config.fused_loss)
 
     def evaluate(self, model: nn.Module, *, rank: int, world_size: int,
                  progress: Callable[[str], None] | None = None) -> dict[str, float]:
@@ -138,12 +133,36 @@ class LLMTask(Task):
                 metrics.update(self.evaluate_mt_bench(model, rank=rank, world_size=world_size,
                                                       progress=progress))
                 continue
+            if name == "gsm8k_loss":
+                metrics.update(self.evaluate_response_loss(model, rank=rank,
+                                                           world_size=world_size,
+                                                           progress=progress))
+                continue
             metrics.update(run_benchmark(
                 self._benchmark(name), model, self.tokenizer, self.encode_prompt,
                 limit=cfg.eval_limit, max_new_tokens=cfg.max_new_tokens,
                 batch_size=cfg.eval_batch_size, rank=rank, world_size=world_size,
                 progress=progress))
         return metrics
+
+    def gsm8k_test_answers(self) -> SFTDataset:
+        """The first ``eval.response_loss_limit`` GSM8K test problems with their reference
+        solutions as responses, prepared exactly like GSM8K training examples."""
+        if self._gsm8k_test is None:
+            problems = load_gsm8k_test(self.data_dir)[:self.config.eval.response_loss_limit]
+            examples = [SOURCES["gsm8k"].to_example(problem) for problem in problems]
+            self._gsm8k_test = SFTDataset(examples, self.encode_example, self.config.max_length)
+        return self._gsm8k_test
+
+    def evaluate_response_loss(self, model: nn.Module, *, rank: int = 0, world_size: int = 1,
+                               progress: Callable[[str], None] | None = None) -> dict[str, float]:
+        """{"gsm8k_test_response_loss": mean response-token loss of the GSM8K test solutions}
+        (token-weighted, lower is better), this rank scoring every world_size-th solution."""
+        return run_response_loss("gsm8k", model, self.gsm8k_test_answers(), self.collate,
+                                 batch_size=self.config.eval.eval_batch_size,
+                                 chunk_tokens=self.config.loss_chunk_tokens,
+                                 fused=self.config.fused_loss, rank=rank, world_size=world_size,
+                                 progress=progress)
 
     def _benchmark(self, name: str) -> Benchmark:
         """Built once per task, so problems are loaded once across evaluations."""
