@@ -31,8 +31,9 @@ demo: setup
 test: setup
 	$(BIN)/pytest -q
 
+# The small time-to-accuracy benchmark (~40 min on 2 cores; needs `attent data scenes --out data/scenes`)
 bench: setup
-	$(BIN)/python benchmarks/selection_bench.py
+	$(BIN)/attent bench benchmarks/time_to_accuracy_small.yaml
 
 ui: setup
 	$(BIN)/attent ui

@@ -53,7 +53,10 @@ def load_benchmark(client: MlflowClient, experiment: str) -> tuple[pd.DataFrame,
     found = client.get_experiment_by_name(experiment)
     if found is None:
         raise ReportError(f"MLflow experiment {experiment!r} does not exist ({client.tracking_uri})")
-    frame = runs_frame(search_all_runs(client, found.experiment_id))
+    found_runs = search_all_runs(client, found.experiment_id)
+    frame = runs_frame(found_runs)
+    started = {run.info.run_id: run.info.start_time for run in found_runs}
+    frame = frame.assign(start_time=frame["run_id"].map(started)).sort_values("start_time", kind="stable")
     role = frame[f"tags.{contract.TAG_ROLE}"]
     parents = frame.loc[role.eq(contract.ROLE_BENCHMARK), "run_id"].tolist()
     if WORKLOAD not in frame:

@@ -24,11 +24,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from . import contract
-from .config import (ConfigError, ExperimentConfig, build_experiment, deep_merge, format_validation_error,
-                     nest_keys, parse_overrides, read_yaml)
+from .config import (ConfigError, ExperimentConfig, build_experiment, deep_merge,
+                     load_section, nest_keys, parse_overrides, read_yaml)
 
 _ATTENT = {"selection.preset": "{variant}"}
 # What each method means, as overrides on the workload's experiment ("{variant}": its preset).
@@ -79,13 +79,7 @@ def load_benchmark(path: str | Path, overrides: list[str] | None = None, *,
     methods run back to back, so slow drifts of the machine hit them alike). ``overrides``
     (key.path=value) apply to every run; ``name`` renames the benchmark (a fresh one)."""
     path = Path(path)
-    raw = read_yaml(path)
-    if set(raw) != {"benchmark"} or not isinstance(raw["benchmark"], dict):
-        raise ConfigError(f"{path}: a benchmark file has a single top-level key 'benchmark' holding a mapping")
-    try:
-        spec = BenchmarkSpec.model_validate({**raw["benchmark"], **({"name": name} if name else {})})
-    except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, f"{path} (benchmark)")) from None
+    spec = load_section(path, "benchmark", BenchmarkSpec, name=name)
     cli = parse_overrides(overrides or [])
     runs = []
     for workload in spec.workloads:
@@ -135,25 +129,29 @@ def run_benchmark(path: str | Path, overrides: list[str] | None = None, *, out_d
     spec, runs = load_benchmark(path, overrides, name=name)
     runs = [r.model_copy(update={"experiment": r.experiment.resolved()}) for r in runs]
     from .engine import preflight
-    for run in runs:  # every refusal before the first worker starts
-        preflight.check_experiment(run.experiment)
+    preflight.check_experiment(*[run.experiment for run in runs])  # every refusal before any worker starts
     print(describe(spec, runs), flush=True)
 
     from .engine.pipeline import run_pipeline
     from .engine.tracking import latest_run
     uri = runs[0].experiment.mlflow.tracking_uri
     parent = _parent_run(spec, uri)
-    for number, run in enumerate(runs, 1):
-        cfg = run.experiment
-        done = latest_run(cfg)
-        if done is not None and done.info.status == "FINISHED":
-            print(f"[bench] {number}/{len(runs)} {cfg.name}: finished earlier, kept", flush=True)
-            continue
-        print(f"[bench] {number}/{len(runs)} {cfg.name}", flush=True)
-        run_pipeline(cfg, checked=True, parent_run_id=parent, role=contract.ROLE_TRIAL,
-                     extra_tags={contract.TAG_BENCH_WORKLOAD: run.workload.name,
-                                 contract.TAG_BENCH_METHOD: run.method,
-                                 contract.TAG_BENCH_METRIC: run.workload.metric})
+    try:
+        for number, run in enumerate(runs, 1):
+            cfg = run.experiment
+            done = latest_run(cfg)
+            if done is not None and done.info.status == "FINISHED":
+                print(f"[bench] {number}/{len(runs)} {cfg.name}: finished earlier, kept", flush=True)
+                continue
+            print(f"[bench] {number}/{len(runs)} {cfg.name}", flush=True)
+            run_pipeline(cfg, checked=True, parent_run_id=parent, role=contract.ROLE_TRIAL,
+                         extra_tags={contract.TAG_BENCH_WORKLOAD: run.workload.name,
+                                     contract.TAG_BENCH_METHOD: run.method,
+                                     contract.TAG_BENCH_METRIC: run.workload.metric})
+    except BaseException:  # the parent says so; running the command again continues
+        from .engine.tracking import client_for
+        client_for(uri).set_terminated(parent, "FAILED")
+        raise
     from analysis.time_to_accuracy import build_time_to_accuracy_report
     return build_time_to_accuracy_report(spec.name, tracking_uri=uri, out_dir=Path(out_dir) / spec.name)
 
@@ -166,6 +164,7 @@ def _parent_run(spec: BenchmarkSpec, tracking_uri: str) -> str:
     found = client.search_runs([experiment_id], f"tags.`{contract.TAG_ROLE}` = '{contract.ROLE_BENCHMARK}'",
                                max_results=1, order_by=["attributes.start_time DESC"])
     if found:
+        client.update_run(found[0].info.run_id, status="RUNNING")
         return found[0].info.run_id
     run = client.create_run(experiment_id, run_name=spec.name, tags={contract.TAG_ROLE: contract.ROLE_BENCHMARK})
     client.log_dict(run.info.run_id, spec.model_dump(mode="json"), "benchmark.json")

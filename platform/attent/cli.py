@@ -73,8 +73,14 @@ def cmd_validate(args) -> int:
     """An experiment or a sweep file: parsed, every trial expanded and checked; nothing runs.
     The YAML is read before anything heavy is imported, so a bad file is refused at once."""
     from .config import load_experiment
+    from .config import read_yaml
     from .sweep import describe_sweep, is_sweep_file, load_sweep
-    if is_sweep_file(args.config):
+    if set(read_yaml(args.config)) == {"benchmark"}:
+        from .benchmark import describe, load_benchmark
+        spec, runs = load_benchmark(args.config, args.overrides)
+        configs = [run.experiment.resolved() for run in runs]
+        summary = describe(spec, runs)
+    elif is_sweep_file(args.config):
         sweep = load_sweep(args.config, args.overrides)
         configs = [cfg.resolved() for _, cfg in sweep.trials]
         summary = describe_sweep(sweep)
@@ -119,13 +125,9 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .benchmark import describe, load_benchmark, run_benchmark
+    from .benchmark import run_benchmark
     if args.dry_run:
-        spec, runs = load_benchmark(args.config, args.overrides)
-        from .engine.preflight import check_experiment
-        check_experiment(*[run.experiment.resolved() for run in runs])
-        print(describe(spec, runs))
-        return 0
+        return cmd_validate(args)
     out = run_benchmark(args.config, args.overrides, out_dir=args.out)
     print(f"\nreport: {out}/time_to_accuracy.md (CSV and figures beside it; also on the MLflow parent run)")
     return 0

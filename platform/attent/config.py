@@ -186,6 +186,19 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def load_section(path: str | Path, key: str, model: type[BaseModel], *, name: str | None = None):
+    """A file whose single top-level ``key`` (``sweep``, ``benchmark``) holds a mapping, validated
+    into ``model``; ``name`` replaces its ``name`` field."""
+    path = Path(path)
+    raw = read_yaml(path)
+    if set(raw) != {key} or not isinstance(raw[key], dict):
+        raise ConfigError(f"{path}: a {key} file has a single top-level key '{key}' holding a mapping")
+    try:
+        return model.model_validate({**raw[key], **({"name": name} if name else {})})
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, f"{path} ({key})")) from None
+
+
 def build_experiment(data: dict[str, Any], source: str = "config") -> ExperimentConfig:
     try:
         return ExperimentConfig.model_validate(data)

@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from .config import (ConfigError, ExperimentConfig, build_experiment, deep_merge, format_validation_error,
-                     nest_keys, parse_overrides, read_yaml)
+from .config import (ConfigError, ExperimentConfig, build_experiment, deep_merge,
+                     load_section, nest_keys, parse_overrides, read_yaml)
 from . import contract
 
 SWEEP_KEY_TAG = contract.TAG_SWEEP_KEY
@@ -54,13 +54,7 @@ class Sweep(BaseModel):
 def load_sweep(path: str | Path, overrides: list[str] | None = None, *, name: str | None = None) -> Sweep:
     """The sweep in ``path``; ``overrides`` apply to its base experiment, ``name`` renames it."""
     path = Path(path)
-    raw = read_yaml(path)
-    if set(raw) != {"sweep"} or not isinstance(raw["sweep"], dict):
-        raise ConfigError(f"{path}: a sweep file has a single top-level key 'sweep' holding a mapping")
-    try:
-        spec = SweepSpec.model_validate({**raw["sweep"], **({"name": name} if name else {})})
-    except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, f"{path} (sweep)")) from None
+    spec = load_section(path, "sweep", SweepSpec, name=name)
     cli_overrides = parse_overrides(overrides or [])
     base_data = deep_merge(read_yaml((path.parent / spec.base).resolve()),
                            deep_merge(nest_keys(spec.overrides), cli_overrides))

@@ -28,6 +28,9 @@ class TrainResult:
 check_experiment = preflight.check_experiment
 
 
+TRAIN_POLL_ENV, TRAIN_POLL_SECONDS = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25"
+
+
 def ensure_ray(cfg: ExperimentConfig) -> float:
     """Connect to ``ray.address`` / $RAY_ADDRESS, or start a local Ray; returns seconds spent."""
     if ray.is_initialized():
@@ -35,6 +38,12 @@ def ensure_ray(cfg: ExperimentConfig) -> float:
     start = time.perf_counter()
     if cfg.ray.address or os.environ.get("RAY_ADDRESS"):
         _use_cluster_token()
+    # Ray Train's controller polls its workers every 2 s by default, and a report after a
+    # checkpoint waits for that poll: short epochs paid ~0.5 s each and every run ~5 s more
+    # teardown (measured: 5.6 s -> 0.07 s of reports, 6.1 s -> 1.1 s of teardown at 0.25 s).
+    # A local Ray started here passes the setting to the controller; on a cluster, set it in the
+    # job's runtime env (README).
+    os.environ.setdefault(TRAIN_POLL_ENV, TRAIN_POLL_SECONDS)
     ray.init(address=cfg.ray.address, log_to_driver=True, configure_logging=True, logging_level="WARNING")
     return time.perf_counter() - start
 

@@ -30,7 +30,7 @@ from attent.tasks.llm.evaluation.mt_bench import (
     run_mt_bench,
 )
 from attent.tasks.llm.evaluation.response_loss import run_response_loss
-from attent.tasks.llm.loss import response_loss, response_token_loss  # noqa: F401  (reference)
+from attent.tasks.llm.loss import response_loss, response_token_loss  # noqa: F401  (reference, re-exported)
 from attent.tasks.llm.model import add_lora, load_causal_lm, load_tokenizer
 from attent.tasks.llm.prompts import encode_prompt, encode_response, resolve_style
 

@@ -270,6 +270,15 @@ def build_benchmark(name: str, *, folder: Path | None, code_timeout: float,
 
 
 # --- running ---------------------------------------------------------------------------------
+def all_reduce_sums(values: list[float], device: torch.device) -> list[float]:
+    """Sum float totals over ranks when torch.distributed is initialised."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return values
+    totals = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(totals)
+    return totals.tolist()
+
+
 def all_reduce_counts(correct: int, total: int, device: torch.device) -> tuple[int, int]:
     """Sum (correct, total) over ranks when torch.distributed is initialised."""
     if not (dist.is_available() and dist.is_initialized()):

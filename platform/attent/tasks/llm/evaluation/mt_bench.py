@@ -22,10 +22,10 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 import datasets
 import torch
-import torch.distributed as dist
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from attent.tasks.llm.evaluation.benchmarks import all_reduce_sums
 from attent.tasks.llm.evaluation.generation import generate_greedy
 from attent.tasks.llm.model import load_causal_lm, load_tokenizer
 from attent.tasks.llm.prompts import encode_prompt as encode_turns
@@ -161,14 +161,6 @@ def load_mt_bench_questions(path: str | Path | None = None, *, folder: Path | No
 
 
 # --- running ----------------------------------------------------------------------------------
-def _all_reduce_sums(values: list[float], device: torch.device) -> list[float]:
-    if not (dist.is_available() and dist.is_initialized()):
-        return values
-    totals = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(totals)
-    return totals.tolist()
-
-
 def _mean(total: float, count: float) -> float:
     return total / count if count else math.nan
 
@@ -213,7 +205,7 @@ def run_mt_bench(model: nn.Module, tokenizer: PreTrainedTokenizerBase,
         sums += [sum(rated), len(rated)]
     unparsed = sum(r is None for r in ratings)
     device = next(model.parameters()).device
-    sum1, n1, sum2, n2, unparsed, judged = _all_reduce_sums(
+    sum1, n1, sum2, n2, unparsed, judged = all_reduce_sums(
         [*sums, float(unparsed), float(len(ratings))], device)
     metrics = {"mt_bench_turn1": _mean(sum1, n1), "mt_bench_turn2": _mean(sum2, n2),
                "mt_bench_score": _mean(sum1 + sum2, n1 + n2),

@@ -11,20 +11,11 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.utils.data import Dataset
 
+from attent.tasks.llm.evaluation.benchmarks import all_reduce_sums
 from attent.tasks.llm.loss import FusedLoss, response_loss_sums
-
-
-def all_reduce_sums(values: list[float], device: torch.device) -> list[float]:
-    """Sum float totals over ranks when torch.distributed is initialised."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return values
-    totals = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(totals)
-    return totals.tolist()
 
 
 def response_loss_totals(model: nn.Module, dataset: Dataset,
