@@ -186,7 +186,7 @@ def mib(value: float | None) -> str:
     return "n/a" if value is None else f"{value / MiB:,.0f}"
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chunk-tokens", type=int, nargs="+",
                         default=[LLMTaskConfig.model_fields["loss_chunk_tokens"].default],
@@ -207,12 +207,11 @@ def main() -> None:
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--allocator", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.worker:
-        args.chunk_tokens = args.chunk_tokens[0]
-        args.out.write_text(json.dumps(measure(args)))
-        return
+    return parser.parse_args()
 
+
+def measure_all(args: argparse.Namespace) -> list[dict]:
+    """Every loss path, each in its own subprocess (and its allocator peak in another on CPU)."""
     cpu = args.device == "cpu"
     runs = [("full", args.chunk_tokens[0])] + [("chunked", c) for c in args.chunk_tokens]
     if args.gradient_checkpointing:
@@ -229,7 +228,13 @@ def main() -> None:
                         "chunked_gc": f"chunked ({chunk} tokens) + gradient checkpointing"}.get(method, method)
         results.append(row)
         print(f"measured {row['label']}", file=sys.stderr, flush=True)
+    return results
 
+
+def print_table(args: argparse.Namespace, results: list[dict]) -> None:
+    """The Markdown table: each path's peak, its ratio to full logits, and what it adds over the
+    transformer alone (minus body)."""
+    cpu = args.device == "cpu"
     full = results[0]
     body = next((row for row in results if row["method"] == "body"), None)
     metrics = [("rss_peak_bytes", "peak RSS - RSS before")] if cpu else [
@@ -263,6 +268,16 @@ def main() -> None:
         print("| " + " | ".join(cells) + " |")
     if cpu and not all(row.get("peak_reset") for row in results):
         print("\n(peak RSS could not be reset after loading: ru_maxrss may include the load)")
+
+
+def main() -> None:
+    args = parse_args()
+    if args.worker:
+        args.chunk_tokens = args.chunk_tokens[0]
+        args.out.write_text(json.dumps(measure(args)))
+        return
+    results = measure_all(args)
+    print_table(args, results)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({

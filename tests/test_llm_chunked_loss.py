@@ -5,7 +5,6 @@ without keeping full-vocabulary tensors for backward."""
 import importlib.util
 import json
 import socket
-from pathlib import Path
 
 import pytest
 import torch

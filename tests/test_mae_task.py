@@ -49,7 +49,7 @@ def test_scoring_is_deterministic_and_training_is_not(scene_root):
 
     def scores(round_: int) -> torch.Tensor:
         table = torch.full((60, 3), float("nan"))
-        for indices, losses in ScoringPass(r, round_)():
+        for indices, losses in ScoringPass(r, round_)(torch.arange(60)):
             table[indices] = losses
         return table
 
@@ -57,6 +57,10 @@ def test_scoring_is_deterministic_and_training_is_not(scene_root):
     assert not torch.isnan(first).any()
     assert torch.equal(first, scores(2))
     assert not torch.equal(first, scores(3))  # a new round draws new masks
+    # a pass over some samples (stale-only re-scoring) scores just those, to the same values
+    part = {int(i): loss for idx, losses in ScoringPass(r, 2)(torch.tensor([5, 17, 42]))
+            for i, loss in zip(idx, losses)}
+    assert sorted(part) == [5, 17, 42] and all(torch.equal(part[i], first[i]) for i in part)
     batch = r.task.collate([r.train_set[i] for i in range(8)])
     with torch.no_grad():
         assert not torch.equal(r.task.per_sample_loss(r.raw_model, batch),
