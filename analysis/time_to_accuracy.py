@@ -31,8 +31,7 @@ from attent import contract  # noqa: E402
 WORKLOAD = f"tags.{contract.TAG_BENCH_WORKLOAD}"
 METHOD = f"tags.{contract.TAG_BENCH_METHOD}"
 CURVE_METRIC = f"tags.{contract.TAG_BENCH_METRIC}"
-FULL = "full"
-REFERENCES = ("attent", "infobatch", "random")  # what the verdict ranks AtteNT against
+FULL, ATTENT = contract.METHOD_FULL, contract.METHOD_ATTENT  # benchmark methods named like the engine's
 OVERHEADS = {"scoring": contract.time_metric("scoring"), "selection": contract.time_metric("selection"),
              "eval": contract.time_metric("eval"), "checkpoint": contract.time_metric("checkpoint"),
              "start-up": contract.TIME_STARTUP, "teardown": contract.TIME_TEARDOWN}
@@ -114,7 +113,7 @@ def summarize(runs: pd.DataFrame, curves: pd.DataFrame, metric: str, lower: bool
             row[name], row[name + "_std"] = mean_std(group[column] if column in group else pd.Series(dtype=float))
         row["efficiency"] = row["realized"] / row["ideal"] if abs(row["ideal"]) > 1e-9 else math.nan
         rows.append(row)
-    order = {name: i for i, name in enumerate((FULL, "attent", "hard", "soft", "random", "infobatch"))}
+    order = {name: i for i, name in enumerate((FULL, ATTENT, "hard", "soft", "random", "infobatch"))}
     return pd.DataFrame(rows).sort_values("method", key=lambda s: s.map(lambda m: order.get(m, 99)),
                         kind="stable").reset_index(drop=True)
 
@@ -137,9 +136,9 @@ def verdict(summary: pd.DataFrame, workload: str, metric: str, lower: bool) -> l
     """Plain sentences: does AtteNT reach full data's final metric in less method time; how it
     ranks against InfoBatch and random at its budget."""
     by = summary.set_index("method")
-    if "attent" not in by.index or FULL not in by.index:
+    if ATTENT not in by.index or FULL not in by.index:
         return [f"{workload}: no AtteNT or no full-data runs, no verdict."]
-    a, f = by.loc["attent"], by.loc[FULL]
+    a, f = by.loc[ATTENT], by.loc[FULL]
     lines = []
     if a["reached"] == a["seeds"]:
         change = a["reach"] / f["cost"] - 1

@@ -33,8 +33,8 @@ from .config import (ConfigError, ExperimentConfig, build_experiment, deep_merge
 _ATTENT = {"selection.preset": "{variant}"}
 # What each method means, as overrides on the workload's experiment ("{variant}": its preset).
 METHODS: dict[str, dict[str, Any]] = {
-    "full": {"selection.preset": None, "selection.method": "full"},
-    "attent": _ATTENT,                                              # the paper's variant as is
+    contract.METHOD_FULL: {"selection.preset": None, "selection.method": "full"},
+    contract.METHOD_ATTENT: _ATTENT,                                # the paper's variant as is
     "hard": {**_ATTENT, "selection.strategy": "hard"},              # same schedules, top-k
     "soft": {**_ATTENT, "selection.strategy": "soft"},              # same schedules, Gumbel-top-k
     "random": {**_ATTENT, "selection.strategy": "random"},          # same budget, uniform subsets
