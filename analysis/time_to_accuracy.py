@@ -26,6 +26,7 @@ import pandas as pd  # noqa: E402
 from mlflow import MlflowClient  # noqa: E402
 
 from analysis.runs import ReportError, lower_is_better, runs_frame, search_all_runs  # noqa: E402
+from analysis.tables import percent_cell, ratio_cell, stat_cell  # noqa: E402
 from attent import contract  # noqa: E402
 
 WORKLOAD = f"tags.{contract.TAG_BENCH_WORKLOAD}"
@@ -177,25 +178,17 @@ def figures(result: WorkloadResult) -> dict[str, plt.Figure]:
     return {f"{name}_final_vs_cost": scatter, f"{name}_curves": curves}
 
 
-def _cell(mean: float, std: float, places: int = 1) -> str:
-    return "—" if mean != mean else f"{mean:.{places}f} ± {std:.{places}f}"
-
-
-def _percent(value: float) -> str:
-    return "—" if value != value else f"{value:.1%}"
-
-
 def markdown(result: WorkloadResult) -> str:
     m, places = result.metric, 4
     lines = [f"### {result.name}: {m} ({'lower' if result.lower else 'higher'} is better)", "",
              f"| method | selection | final {m} | time to full data's final (s) | method cost (s) | wall-clock (s) "
              "| ideal saving | realized saving | realized / ideal |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in result.summary.itertuples():
-        reach = _cell(r.reach, r.reach_std) if r.reached == r.seeds else \
-            ("not reached" if r.reached == 0 else f"{_cell(r.reach, r.reach_std)} ({r.reached}/{r.seeds} seeds; rest not reached)")
-        lines.append(f"| {r.method} | {r.label} | {_cell(r.final, r.final_std, places)} | {reach} | "
-                     f"{_cell(r.cost, r.cost_std)} | {_cell(r.wallclock, r.wallclock_std)} | {_percent(r.ideal)} | "
-                     f"{_percent(r.realized)} | {'—' if r.efficiency != r.efficiency else f'{r.efficiency:.2f}'} |")
+        reach = stat_cell(r.reach, r.reach_std, 1) if r.reached == r.seeds else \
+            ("not reached" if r.reached == 0 else f"{stat_cell(r.reach, r.reach_std, 1)} ({r.reached}/{r.seeds} seeds; rest not reached)")
+        lines.append(f"| {r.method} | {r.label} | {stat_cell(r.final, r.final_std, places)} | {reach} | "
+                     f"{stat_cell(r.cost, r.cost_std, 1)} | {stat_cell(r.wallclock, r.wallclock_std, 1)} | {percent_cell(r.ideal)} | "
+                     f"{percent_cell(r.realized)} | {ratio_cell(r.efficiency)} |")
     lines += ["", "Overheads (s, mean over seeds): " + "; ".join(OVERHEADS), "",
               "| method | " + " | ".join(OVERHEADS) + " |", "|---|" + "---:|" * len(OVERHEADS)]
     for r in result.summary.to_dict("records"):
@@ -205,7 +198,7 @@ def markdown(result: WorkloadResult) -> str:
     if extras:
         lines += ["", "| method | " + " | ".join(extras) + " |", "|---|" + "---:|" * len(extras)]
         for r in result.summary.to_dict("records"):
-            lines.append(f"| {r['method']} | " + " | ".join(_cell(r[c], r[c + '_std'], 4) for c in extras) + " |")
+            lines.append(f"| {r['method']} | " + " | ".join(stat_cell(r[c], r[c + '_std'], 4) for c in extras) + " |")
     return "\n".join(lines + ["", *(f"- {line}" for line in result.verdict)])
 
 
