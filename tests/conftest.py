@@ -2,6 +2,7 @@
 session, the repository's paths, and a scratch MLflow SQLite store per test."""
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -71,3 +72,20 @@ def stop_ray_processes(temp_dir: Path) -> None:
 @pytest.fixture
 def mlflow_uri(tmp_path) -> str:
     return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+@contextlib.contextmanager
+def start_tracking_server(backend_uri: str, artifacts: Path):
+    """`attent server` on 127.0.0.1 (a SQL backend, proxied artifact store) in its own process
+    group, its URL yielded once /health answers; stopped with its workers afterwards."""
+    from attent import server
+    port = free_port()
+    proc = subprocess.Popen([str(BIN / "attent"), "server", "--backend-store-uri", backend_uri,
+                             "--artifacts-destination", str(artifacts), "--port", str(port), "--workers", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        server.wait_ready(url, proc)
+        yield url
+    finally:
+        server.stop(proc)

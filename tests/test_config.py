@@ -25,6 +25,9 @@ def test_every_shipped_yaml_parses_and_names_its_command(path):
     if "sweep" in data:  # sweep files wrap a base experiment
         from attent.sweep import load_sweep
         load_sweep(path)
+    elif "teach" in data:  # the theory lab's experiment (attent theory)
+        from attent.theory.config import load
+        load(path)
     else:
         load_experiment(path)
 

@@ -1,6 +1,9 @@
-"""The MLflow dashboard (`attent ui`) on 127.0.0.1, opened in a real headless Chromium."""
+"""The MLflow dashboard (`attent ui`) over real engine runs, opened in a real headless Chromium;
+and what each real run records besides its metrics: its datasets and system metrics."""
 from __future__ import annotations
 
+import dataclasses
+import json
 import shutil
 import subprocess
 import time
@@ -9,37 +12,98 @@ import urllib.request
 import mlflow
 import pytest
 
-from attent.engine.tracking import ensure_experiment
+from attent import contract
+from attent.config import build_experiment
+from attent.engine import dashboard as views, tracking
 from conftest import BIN, free_port
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not (shutil.which("chromium") and shutil.which("chromedriver")),
-                                 reason="needs Debian's chromium and chromium-driver (.ci/run installs them)")]
+slow = pytest.mark.slow
+needs_chromium = pytest.mark.skipif(not (shutil.which("chromium") and shutil.which("chromedriver")),
+                                    reason="needs Debian's chromium and chromium-driver (.ci/run installs them)")
+SWEEP = "dash-sweep"
+VIEWS_MENU = "mlflow.experiment_page.saved_views.trigger"  # MLflow UI's "Views" button
+TRIALS = {"t00-s0": {"selection": {"preset": "vit", "strategy": "hard"}},  # AtteNT, hard selection
+          "t01-s0": {"selection": {"method": "full"}}}                     # the full-data baseline
 
 
-@pytest.fixture
-def sweep_store(tmp_path):
-    """A store laid out as `attent sweep` writes it: a parent run and two child trials."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+@pytest.fixture(scope="module")
+def sweep_store(ray_cluster, tmp_path_factory):
+    """A store as `attent sweep` writes it, from real engine runs: a sweep parent and two trial
+    runs trained by `train()` (digits, 2 epochs) as its children."""
+    from attent.engine.launch import train
+    root = tmp_path_factory.mktemp("dash")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
     client = mlflow.MlflowClient(uri)
-    experiment_id = ensure_experiment(client, "dash-sweep", uri)
-    parent = client.create_run(experiment_id, run_name="dash-sweep-parent",
-                               tags={"attent.role": "sweep", "attent.sweep": "dash-sweep"})
-    children = []
-    for i, strategy in enumerate(["hard", "soft"]):
-        child = client.create_run(experiment_id, run_name=f"dash-trial-{strategy}",
-                                  tags={"mlflow.parentRunId": parent.info.run_id, "attent.role": "trial"})
-        for epoch in range(3):
-            client.log_metric(child.info.run_id, "eval_test_accuracy", 0.61 + 0.1 * epoch + 0.01 * i, step=epoch)
-        client.set_terminated(child.info.run_id)
-        children.append(child.info.run_id)
-    client.set_terminated(parent.info.run_id)
-    return uri, experiment_id, children
+    experiment_id = tracking.ensure_experiment(client, SWEEP, uri)
+    parent = client.create_run(experiment_id, run_name=SWEEP, tags={
+        contract.TAG_ROLE: contract.ROLE_SWEEP, contract.TAG_SWEEP: SWEEP})
+    runs = {}
+    for trial, overrides in TRIALS.items():
+        cfg = build_experiment({
+            "name": f"{SWEEP}-{trial}", "seed": 0, **overrides,
+            "task": {"name": "vision", "dataset": "digits", "model": {"preset": "vit_tiny_cpu", "patch_size": 2}},
+            "train": {"epochs": 2, "batch_size": 64},
+            "ray": {"num_workers": 1, "storage_path": str(root / "ray")},
+            "mlflow": {"tracking_uri": uri, "experiment": SWEEP}})
+        result = train(cfg, parent_run_id=parent.info.run_id, role=contract.ROLE_TRIAL,
+                       extra_tags={contract.TAG_SWEEP: SWEEP, contract.TAG_TRIAL: trial})
+        runs[cfg.name] = client.get_run(result.run_id)
+    tracking.finish_run(uri, parent.info.run_id, ok=True)  # as the sweep ends: the view is refreshed
+    return uri, experiment_id, runs
 
 
-@pytest.fixture
+@slow
+def test_each_real_run_records_its_datasets_and_system_metrics(sweep_store):
+    uri, _, runs = sweep_store
+    for run in runs.values():
+        inputs = {i.dataset.name: i for i in run.inputs.dataset_inputs}
+        assert set(inputs) == {"digits-train", "digits-test"}
+        for name, context, samples in (("digits-train", contract.DATASET_TRAIN, 1438),
+                                       ("digits-test", contract.DATASET_EVAL, 359)):
+            dataset = inputs[name].dataset
+            assert {(t.key, t.value) for t in inputs[name].tags} == {(contract.DATASET_CONTEXT_TAG, context)}
+            assert len(dataset.digest) == 8 and json.loads(dataset.profile) == {"num_samples": samples}
+            assert json.loads(dataset.source)["uri"].endswith("digits.csv.gz")
+        # one monitor on the one node; its last sample is logged when the run's workers end
+        cpu = mlflow.MlflowClient(uri).get_metric_history(
+            run.info.run_id, contract.system_metric(0, "cpu_utilization_percentage"))
+        assert cpu and all(0 <= m.value <= 100 for m in cpu)
+        assert run.data.metrics[contract.system_metric(0, "system_memory_usage_megabytes")] > 0
+    first, second = runs.values()  # the same data: the same digests
+    assert {i.dataset.digest for i in first.inputs.dataset_inputs} == \
+        {i.dataset.digest for i in second.inputs.dataset_inputs}
+
+
+@slow
+def test_training_view_lists_every_run_flat_with_the_key_metrics(sweep_store):
+    uri, experiment_id, _ = sweep_store
+    view = views.saved_training_view(mlflow.MlflowClient(uri), experiment_id)
+    key = ["eval_test_accuracy", "eval_test_loss", *contract.KEY_METRICS]
+    assert [c for c in view["selectedColumns"] if c.startswith("metrics.")] == [f"metrics.`{m}`" for m in key]
+    assert view["orderByKey"] != "attributes.start_time"  # any other sort lists child runs flat
+    charts = {(c["metricSectionId"], c["metricKey"]) for c in view["compareRunCharts"]}
+    assert {(views.KEY_SECTION, m) for m in key} <= charts
+    assert (views.SYSTEM_SECTION, contract.system_metric(0, "cpu_utilization_percentage")) in charts
+
+
+def test_dataset_inputs_say_where_the_data_comes_from(tmp_path):
+    from attent.tasks.llm.data import training_source
+    mirror = tmp_path / "gsm8k" / "train.jsonl"
+    mirror.parent.mkdir()
+    mirror.write_text("{}\n")
+    assert training_source("gsm8k", tmp_path) == (str(mirror), contract.DATASET_SOURCE_LOCAL)
+    assert training_source("gsm8k", None) == ("openai/gsm8k", contract.DATASET_SOURCE_HUB)
+    described = contract.DatasetDescription("gsm8k-train", "openai/gsm8k", contract.DATASET_TRAIN, 7,
+                                            "abc", contract.DATASET_SOURCE_HUB)
+    hub = tracking.dataset_input(described).dataset
+    assert hub.source_type == "hugging_face" and json.loads(hub.source)["path"] == "openai/gsm8k"
+    other = tracking.dataset_input(dataclasses.replace(described, fingerprint="abd")).dataset
+    assert other.digest != hub.digest  # other content, other digest
+
+
+@pytest.fixture(scope="module")
 def dashboard(sweep_store):
-    uri, experiment_id, children = sweep_store
+    uri, experiment_id, runs = sweep_store
     port = free_port()
     proc = subprocess.Popen([str(BIN / "attent"), "ui", "--tracking-uri", uri, "--port", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -52,7 +116,7 @@ def dashboard(sweep_store):
         except OSError:
             assert proc.poll() is None and time.time() < deadline, "the MLflow UI did not come up"
             time.sleep(1)
-    yield url, experiment_id, children
+    yield url, uri, experiment_id, runs
     proc.terminate()
     proc.wait(timeout=30)
 
@@ -63,31 +127,61 @@ def browser():
     from selenium.webdriver.chrome.service import Service
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium")
+    # wide: the runs table renders only the columns in view
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--no-first-run", "--window-size=1400,1000"):
+                "--no-first-run", "--window-size=2400,1000"):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    driver.implicitly_wait(60)  # elements appear as the UI loads
     yield driver
     driver.quit()
 
 
+def page_text(driver) -> str:
+    return driver.find_element("tag name", "body").text
+
+
 def wait_for_text(driver, *texts, timeout=90):
     from selenium.webdriver.support.ui import WebDriverWait
-    WebDriverWait(driver, timeout).until(lambda d: all(t in d.find_element("tag name", "body").text for t in texts))
+    WebDriverWait(driver, timeout).until(lambda d: all(t in page_text(d) for t in texts))
 
 
-def test_dashboard_shows_sweep_parent_and_children_with_metrics(dashboard, browser):
-    url, experiment_id, children = dashboard
-    assert url.startswith("http://127.0.0.1:")
-    browser.get(f"{url}/#/experiments/{experiment_id}/runs")
-    wait_for_text(browser, "dash-sweep", "dash-sweep-parent", "3 matching runs")
-    # Child runs are folded under their parent: unfold it with the [+] in the parent's name cell.
-    toggles = [b for b in browser.find_elements("css selector", "[role=row] button[data-component-id*='runnamecell']")
-               if b.is_displayed()]
-    assert len(toggles) == 1
-    toggles[0].click()
-    wait_for_text(browser, "dash-trial-hard", "dash-trial-soft")
+@slow
+@needs_chromium
+def test_dashboard_opens_the_trials_with_their_key_metrics(dashboard, browser):
+    url, uri, experiment_id, runs = dashboard
+    links = dict(views.dashboard_links(uri, url))  # what `attent ui` prints
+    assert links[SWEEP] == views.training_view_url(url, experiment_id)
+    key = ["eval_test_accuracy", *contract.KEY_METRICS]
+    browser.get(links[SWEEP])
+    # the training runs, every trial listed (not folded under the sweep), no clicks
+    wait_for_text(browser, SWEEP, *runs, *key, "3 matching runs")
+    text = page_text(browser)
+    assert "Token Usage" not in text and "Traces\n0" not in text  # not the GenAI overview
+    for run in runs.values():
+        assert str(int(run.data.metrics[contract.SAMPLES_BACKPROPAGATED])) in text
+        assert run.data.tags[contract.TAG_LABEL] in text
+    # a trial's page: its parent, its training set and system metrics
+    run = runs[f"{SWEEP}-t00-s0"]
+    train_set = next(i.dataset for i in run.inputs.dataset_inputs if i.dataset.name == "digits-train")
+    browser.get(f"{url}/#/experiments/{experiment_id}/runs/{run.info.run_id}")
+    wait_for_text(browser, "Parent run", SWEEP, f"digits-train ({train_set.digest})",
+                  contract.system_metric(0, "cpu_utilization_percentage"))
 
-    browser.get(f"{url}/#/experiments/{experiment_id}/runs/{children[1]}")
-    wait_for_text(browser, "dash-trial-soft", "eval_test_accuracy", "0.82", "Parent run", "dash-sweep-parent")
+    browser.get(views.training_view_url(url, experiment_id, charts=True))
+    wait_for_text(browser, "Key metrics", "Per epoch", "System metrics", *key)
+
+
+@slow
+@needs_chromium
+def test_without_the_link_the_view_is_two_clicks_away(dashboard, browser):
+    url, _, experiment_id, runs = dashboard
+    browser.get(f"{url}/#/experiments/{experiment_id}")
+    # MLflow 3.17 opens on its GenAI pages until "Model training" is clicked (then remembered);
+    # a JavaScript click: the GenAI overview's first-visit popover covers the page
+    switch = browser.find_element("xpath", "//div[@role='button'][normalize-space()='Model training']")
+    browser.execute_script("arguments[0].click()", switch)
+    browser.find_element("css selector", f"button[data-component-id='{VIEWS_MENU}']").click()
+    browser.find_element("xpath", f"//*[text()='{views.TRAINING_VIEW_NAME}']").click()
+    wait_for_text(browser, *runs, *contract.KEY_METRICS)

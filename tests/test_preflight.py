@@ -126,6 +126,15 @@ def test_fit_counts_are_per_node():
     assert preflight.fit_count({"CPU": 1, "accel": 1}, {"CPU": 8}) == 0
 
 
+def test_room_follows_the_placement_strategy():
+    nodes = [{"CPU": 4}, {"CPU": 1}, {"CPU": 0}]
+    assert preflight.room(3, {"CPU": 1}, nodes, "PACK") >= 3
+    assert preflight.room(3, {"CPU": 1}, nodes, "SPREAD") >= 3
+    assert preflight.room(3, {"CPU": 1}, nodes, "STRICT_SPREAD") == 2  # one per node, two nodes can host
+    assert preflight.room(5, {"CPU": 1}, nodes, "STRICT_PACK") == 4    # all on the largest node
+    assert preflight.room(2, {"CPU": 2}, [], "PACK") == 0
+
+
 # Shapes as Ray 2.60's v1 monitor wrote them (`__autoscaling_status`), for a hand-started head
 # (read-only provider) and one started with --autoscaling-config.
 READONLY_STATUS = {"autoscaler_report": {
@@ -316,3 +325,12 @@ def test_cluster_with_an_autoscaler_waits_visibly(tmp_path):
     assert "[attent] waiting for resources: ray.num_workers=8 workers need 8 CPU in all" in proc.stderr
     assert "The autoscaler (autoscaler v1; node types ray.head.default) can add nodes" in proc.stderr
     assert "lower ray.num_workers to at most 2" in proc.stderr
+
+
+@pytest.mark.slow
+def test_strict_spread_on_a_local_ray_is_refused(tmp_path, short_ray_tmp):
+    proc, _ = attent(["validate", DIGITS, "ray.num_workers=2", "ray.cpus_per_worker=0.5",
+                      "ray.placement_strategy=STRICT_SPREAD"], tmp_path, {"RAY_TMPDIR": short_ray_tmp})
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "STRICT_SPREAD puts each of the ray.num_workers=2 workers on its own node" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,4 +1,4 @@
-"""The `attent` command: train, validate, demo, sweep, bench, report, ui, downstream, data."""
+"""The `attent` command: train, validate, demo, sweep, bench, downstream, theory, report, ui, server, data."""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +12,19 @@ USAGE_ERROR = 2
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="attent", description="AtteNT experiments on Ray and MLflow.")
     sub = parser.add_subparsers(dest="command", required=True)
+    add_run_commands(sub)
+    add_service_commands(sub)
+    args = parser.parse_args(argv)
+    from .config import ConfigError
+    try:
+        return COMMANDS[args.command](args)
+    except (ConfigError, FileNotFoundError, ValueError) as exc:
+        print(f"attent {args.command}: error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
 
+
+def add_run_commands(sub) -> None:
+    """Commands that run or check experiments."""
     p = sub.add_parser("train", help="run one experiment (local Ray, or the cluster at $RAY_ADDRESS)")
     p.add_argument("config", help="experiment YAML, e.g. experiments/fashion_mnist_vit.yaml")
     p.add_argument("overrides", nargs="*", help="key.path=value overrides, e.g. train.epochs=3")
@@ -35,6 +47,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="list and check the runs, start nothing")
     p.add_argument("overrides", nargs="*", help="key.path=value for every run")
 
+    p = sub.add_parser("downstream", help="run an experiment's downstream jobs on a finished training run")
+    p.add_argument("config", help="the pretraining experiment YAML (its downstream: section)")
+    p.add_argument("--run-id", required=True, help="MLflow run id of the pretraining run")
+    p.add_argument("overrides", nargs="*")
+
+    p = sub.add_parser("theory", help="theory lab: closed-form gradient check and Algorithm 1's teaching experiment")
+    p.add_argument("config", help="theory YAML, e.g. experiments/theory_teaching.yaml")
+    p.add_argument("overrides", nargs="*", help="key.path=value, e.g. teach.lr=0.25 seeds=[0,1]")
+    p.add_argument("--out", default=None, help="also write summary.md, summary.json and figures/ here")
+
+
+def add_service_commands(sub) -> None:
+    """Commands that read results, serve the tracking store or make data."""
     p = sub.add_parser("report", help="tables and figures of an MLflow experiment")
     p.add_argument("--experiment", required=True)
     p.add_argument("--out", default="reports")
@@ -45,10 +70,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=5000)
 
-    p = sub.add_parser("downstream", help="run an experiment's downstream jobs on a finished training run")
-    p.add_argument("config", help="the pretraining experiment YAML (its downstream: section)")
-    p.add_argument("--run-id", required=True, help="MLflow run id of the pretraining run")
-    p.add_argument("overrides", nargs="*")
+    from . import server  # standard library only: the defaults below live there
+    p = sub.add_parser("server", help="the MLflow tracking server concurrent trials and cluster nodes share")
+    p.add_argument("--backend-store-uri", default=None,
+                   help="SQL database: default $MLFLOW_TRACKING_URI if SQL, else sqlite:///mlflow.db here; "
+                        "postgresql+psycopg2://user@host/db for a cluster")
+    p.add_argument("--artifacts-destination", default=server.DEFAULT_ARTIFACTS,
+                   help="where uploaded artifacts land (default ./mlartifacts; s3://... works)")
+    p.add_argument("--host", default=server.DEFAULT_HOST,
+                   help="default 127.0.0.1; this node's private IP to serve the cluster (0.0.0.0: every interface)")
+    p.add_argument("--port", type=int, default=server.DEFAULT_PORT)
+    p.add_argument("--workers", type=int, default=server.DEFAULT_WORKERS,
+                   help="server processes (default 4, as MLflow's)")
+    p.add_argument("--allowed-hosts", default=None,
+                   help="Host headers accepted (default: localhost, private IPs, this machine's names)")
 
     p = sub.add_parser("data", help="generate offline data sets")
     data = p.add_subparsers(dest="data_command", required=True)
@@ -59,14 +94,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=32, help="image side in pixels (32-64 tested)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=None, help="processes (default: all CPUs)")
-
-    args = parser.parse_args(argv)
-    from .config import ConfigError
-    try:
-        return COMMANDS[args.command](args)
-    except (ConfigError, FileNotFoundError, ValueError) as exc:
-        print(f"attent {args.command}: error: {exc}", file=sys.stderr)
-        return USAGE_ERROR
 
 
 def cmd_validate(args) -> int:
@@ -120,8 +147,8 @@ def cmd_demo(args) -> int:
 
 def cmd_sweep(args) -> int:
     from .sweep import run_sweep
-    run_sweep(args.config, resume=args.resume, overrides=args.overrides)
-    return 0
+    results = run_sweep(args.config, resume=args.resume, overrides=args.overrides)
+    return 1 if any(r.error is not None for r in results) else 0  # scripts see failed trials
 
 
 def cmd_bench(args) -> int:
@@ -149,8 +176,31 @@ def cmd_ui(args) -> int:
     uri = _tracking_uri(args.tracking_uri)
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
                "--host", args.host, "--port", str(args.port), "--workers", "1"]
-    print(f"MLflow dashboard: http://{args.host}:{args.port}  (store {uri}; Ctrl-C stops it)", flush=True)
+    base = f"http://{args.host}:{args.port}"
+    print(f"MLflow dashboard: {base}  (store {uri}; Ctrl-C stops it)", flush=True)
+    print_dashboard_links(uri, base)
     os.execv(sys.executable, command)
+
+
+def print_dashboard_links(uri: str, base: str) -> None:
+    """Each experiment's training view: MLflow 3.17 opens on its GenAI pages without the link."""
+    from .engine.dashboard import dashboard_links
+    for name, link in dashboard_links(uri, base):
+        print(f"  {name}: {link}", flush=True)
+
+
+def cmd_server(args) -> int:
+    """`mlflow server` over a SQL store with proxied artifacts; refuses a file store or a taken port."""
+    from . import server
+    env = os.environ.get("MLFLOW_TRACKING_URI")  # the server never serves itself: an http URI here is skipped
+    backend = _tracking_uri(args.backend_store_uri or (env if server.is_sql_uri(env) else server.DEFAULT_BACKEND))
+    spec = server.ServerSpec(backend, server.resolve_artifacts(args.artifacts_destination, Path.cwd()),
+                             args.host, args.port, args.workers, args.allowed_hosts)
+    server.check_spec(spec)
+    print(f"MLflow tracking server: export MLFLOW_TRACKING_URI={spec.url}  (store {backend}; artifacts "
+          f"{spec.artifacts_destination}; Ctrl-C stops it)", flush=True)
+    command = server.server_command(spec)
+    os.execv(command[0], command)
 
 
 def cmd_downstream(args) -> int:
@@ -169,6 +219,12 @@ def cmd_downstream(args) -> int:
     return 0
 
 
+def cmd_theory(args) -> int:
+    """`attent theory FILE`: the theory lab (attent.theory), into MLflow."""
+    from .theory.__main__ import run_cli
+    return run_cli(args.config, args.overrides, out=args.out)
+
+
 def cmd_data(args) -> int:
     """`attent data scenes`: render the offline multi-modal scenes (trimesh + Embree)."""
     from .tasks.mae.scenes import write_dataset
@@ -180,7 +236,7 @@ def cmd_data(args) -> int:
 
 
 COMMANDS = {"train": cmd_train, "validate": cmd_validate, "demo": cmd_demo, "sweep": cmd_sweep, "bench": cmd_bench,
-            "report": cmd_report, "ui": cmd_ui, "downstream": cmd_downstream, "data": cmd_data}
+            "report": cmd_report, "ui": cmd_ui, "server": cmd_server, "downstream": cmd_downstream, "theory": cmd_theory, "data": cmd_data}
 
 if __name__ == "__main__":
     sys.exit(main())

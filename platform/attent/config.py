@@ -53,6 +53,8 @@ class RayConfig(BaseModel):
     max_failures: int = Field(1, ge=-1)      # worker-group restarts from the latest checkpoint
     checkpoints_to_keep: int = Field(2, ge=1)
     checkpoint_every: int = Field(1, ge=1)   # epochs between checkpoints (the last epoch always saves)
+    # how Ray places the workers: PACK fills a node first; SPREAD/STRICT_SPREAD put them on different nodes
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
 
 
 class MLflowConfig(BaseModel):
@@ -67,6 +69,20 @@ class FaultConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     fail_once_after_epoch: Optional[int] = Field(None, ge=0)  # a worker dies once after this epoch's checkpoint
     fail_rank: int = Field(0, ge=0)
+
+
+class AntkConfig(BaseModel):
+    """Empirical ANTK tracking: the kernel K_ij = <grad f(x_i), grad f(x_j)> over the trainable
+    parameters on a fixed probe set, at chosen epochs, on rank 0, timed apart from training
+    (``attent/engine/antk.py``; f is the task's ``kernel_output``). Changes nothing trained."""
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = False                      # compute kernels at the chosen epochs
+    probe_size: int = Field(10, ge=2)          # training samples in the probe set (fixed for the run)
+    every: int = Field(1, ge=1)                # epochs between kernels (the first and last epoch always)
+    heatmap_epochs: Optional[list[int]] = None  # epochs (1-based, as the log counts) drawn as heatmaps; None: first, middle, last
+    sample_chunk: int = Field(4, ge=1)         # probe samples per vmap call: bounds activation memory
+    param_chunk: int = Field(4_000_000, ge=1)  # parameters per Jacobian block: memory ~ probe x block, not probe x all
+    seed: int = 0                              # picks the probe samples (the same for every run seed)
 
 
 class DownstreamJob(BaseModel):
@@ -89,12 +105,20 @@ class ExperimentConfig(BaseModel):
     ray: RayConfig = RayConfig()
     mlflow: MLflowConfig = MLflowConfig()
     fault: FaultConfig = FaultConfig()
+    antk: AntkConfig = AntkConfig()      # empirical-kernel tracking on a probe set (no effect on training)
     downstream: list[DownstreamJob] = []  # jobs run on the trained weights afterwards (pretraining tasks)
 
     @model_validator(mode="after")
     def _fault_rank_exists(self) -> "ExperimentConfig":
         if self.fault.fail_rank >= self.ray.num_workers:
             raise ValueError(f"fault.fail_rank={self.fault.fail_rank} but ray.num_workers={self.ray.num_workers}")
+        return self
+
+    @model_validator(mode="after")
+    def _antk_heatmap_epochs_exist(self) -> "ExperimentConfig":
+        wrong = [e for e in self.antk.heatmap_epochs or [] if not 1 <= e <= self.train.epochs]
+        if wrong:
+            raise ValueError(f"antk.heatmap_epochs {wrong} outside the run's epochs 1..{self.train.epochs}")
         return self
 
     @model_validator(mode="after")

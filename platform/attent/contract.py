@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 # --- tags -----------------------------------------------------------------------------------
@@ -37,6 +38,9 @@ TAG_BENCH_METRIC = "attent.benchmark.metric"      # and the per-epoch metric its
 
 ROLE_RUN, ROLE_TRIAL, ROLE_SWEEP, ROLE_DOWNSTREAM = "run", "trial", "sweep", "downstream"
 ROLE_BENCHMARK = "benchmark"                    # a benchmark's parent run (its report's artifacts)
+ROLE_THEORY, ROLE_THEORY_RUN = "theory", "theory_run"  # theory lab: parent run, one method × seed run
+TAG_THEORY_METHOD = "attent.theory.method"      # theory lab runs: greedy | random | full
+TAG_THEORY_SEED = "attent.theory.seed"
 TRAINING_ROLES = (ROLE_RUN, ROLE_TRIAL)
 NONE = "none"                                   # tag value where a dimension does not apply
 METHOD_ATTENT = "attent"                        # TAG_METHOD values analysis singles out
@@ -63,6 +67,7 @@ SUBSET_CHECKSUM = "subset_checksum"
 NUM_TRAIN_SAMPLES = "num_train_samples"
 OPTIMIZER_STEPS = "optimizer_steps"
 GRAD_ACCUMULATION = "grad_accumulation"
+RESTORED_AT_EPOCH = "restored_at_epoch"         # a worker group (re)started from a checkpoint: its first epoch (step = it)
 
 # Time split (seconds, cumulative over epochs). What selection changes is the method's cost:
 # training + scoring + selection. Evaluation, checkpointing and start-up are reported apart.
@@ -101,6 +106,16 @@ TIME_STARTUP = "time_startup_s"                 # before the first epoch: Ray in
 TIME_TEARDOWN = "time_teardown_s"               # after the last epoch: final logs, checkpoint, shutdown
 TIME_RAY_OVERHEAD = "time_ray_overhead_s"       # wall-clock minus the epochs
 
+# Empirical ANTK tracking (``antk:``, engine/antk.py): kernels on a fixed probe set, rank 0.
+TIME_ANTK = "time_antk_s"                       # cumulative kernel time: not in time_total_s nor time_method_s
+ANTK_DRIFT_CONSECUTIVE = "antk_drift_consecutive"  # per tracked epoch: ||K_e - K_prev||_F / ||K_prev||_F
+ANTK_DRIFT_TO_FINAL = "antk_drift_to_final"     # at the end, step = tracked epoch: ||K_e - K_T||_F / ||K_T||_F
+ANTK_ALIGNMENT_TO_FINAL = "antk_alignment_to_final"  # at the end, step = tracked epoch: <K_e, K_T>_F / (|K_e| |K_T|)
+ANTK_PARAMETERS = "antk_parameters"             # trainable parameters the kernel spans (LoRA only for LLMs)
+ANTK_KERNELS_ARTIFACT = "antk/kernels.npz"      # epochs (0-based) [T], kernels [T, N, N], probe indices [N], seconds [T]
+ANTK_HEATMAP_FIGURE = "figures/antk_kernels.png"  # heatmaps at antk.heatmap_epochs
+ANTK_DRIFT_FIGURE = "figures/antk_drift.png"    # drift to the final kernel and between kernels, per epoch
+
 def method_cost(metrics: Mapping[str, float]) -> float:
     """A run's (or epoch's) method cost from its metrics: ``time_method_s``, or for runs logged
     before it existed the sum of its parts; NaN where neither was logged."""
@@ -118,6 +133,54 @@ SAMPLE_SAVING = "sample_saving"                 # 1 - back-propagated / (N x epo
 MEAN_SELECTED_RATIO = "mean_selected_ratio"     # mean over epochs of selected_ratio
 MAX_SELECTED_RATIO = "max_selected_ratio"
 
+# What the dashboard shows first for every training run, after its downstream metrics
+# (``is_downstream_metric``): the method's cost, the samples it trained on, the saving.
+KEY_METRICS = (TIME_METHOD, SAMPLES_BACKPROPAGATED, SAMPLE_SAVING)
+CURVE_METRICS = (TRAIN_LOSS, SELECTED_RATIO)    # per epoch, charted beside the eval_* curves
+# MLflow's system metrics monitor, one per Ray node: system/node_<node rank>/<name>
+SYSTEM_METRICS_PREFIX = "system/"
+# charted first: CPU and GPU utilisation, system and GPU memory (cpu_utilization_percentage, gpu_0_...)
+SYSTEM_METRICS_FIRST = ("utilization_percentage", "memory_usage_megabytes")  # name endings
+
+
+def is_downstream_metric(name: str) -> bool:
+    """A run's own evaluation (``eval_*``) or a downstream job's (``downstream.*``)."""
+    return name.startswith(EVAL_PREFIX) or name.startswith(DOWNSTREAM_PREFIX)
+
+
+def system_metric(node_rank: int, name: str) -> str:
+    """``system_metric(0, "cpu_utilization_percentage")`` -> ``system/node_0/cpu_utilization_percentage``."""
+    return f"{SYSTEM_METRICS_PREFIX}{system_node_id(node_rank)}/{name}"
+
+
+def system_node_id(node_rank: int) -> str:
+    """The node part of system metric names, as MLflow's UI groups them (``node_<rank>``)."""
+    return f"node_{node_rank}"
+
+
+# --- datasets (MLflow run inputs) -------------------------------------------------------------
+DATASET_CONTEXT_TAG = "mlflow.data.context"     # MLflow's input tag: what the run used the data for
+DATASET_TRAIN, DATASET_EVAL = "train", "eval"   # its values here
+DATASET_SOURCE_LOCAL, DATASET_SOURCE_HUB = "local", "hugging_face"  # MLflow's source types
+
+
+@dataclass(frozen=True)
+class DatasetDescription:
+    """One dataset a run reads, recorded as an MLflow run input (``Task.describe_data``)."""
+    name: str                # e.g. "digits-train"
+    source: str              # where it comes from: a folder or file, or a hub name
+    context: str             # DATASET_TRAIN or DATASET_EVAL
+    num_samples: int
+    fingerprint: str = ""    # hash of the content where cheap; "" = of the fields above only
+    source_type: str = DATASET_SOURCE_LOCAL  # or DATASET_SOURCE_HUB
+
+
+# --- experiment tags the MLflow UI reads ------------------------------------------------------
+TAG_EXPERIMENT_KIND = "mlflow.experimentKind"   # earlier MLflow 3 UIs open the experiment by it
+EXPERIMENT_KIND_TRAINING = "custom_model_development"
+TAG_SHARED_VIEW_PREFIX = "mlflow.sharedViewState."  # + key: a runs-page view, opened by ?viewStateShareKey=key
+TRAINING_VIEW_KEY = "attent-training"           # the dashboard's view of training runs
+
 # --- run identity ---------------------------------------------------------------------------
 # Config keys (flattened, prefix match on whole dot-separated parts) that do not change what is
 # trained: seeds are averaged over, the rest is plumbing. Every other field is the identity.
@@ -125,9 +188,11 @@ IDENTITY_EXCLUDED = (
     "name", "seed",
     "mlflow",                                   # tracking URI, experiment, artifact options
     "ray.address", "ray.storage_path", "ray.max_failures", "ray.checkpoints_to_keep",
+    "ray.placement_strategy",
     "fault",                                    # failure injection replays identical metrics
     "selection.preset",                         # its effect is in the fields it fills
     "task.data_dir",                            # where an offline mirror lives
+    "antk",                                     # kernel tracking observes, trains nothing
 )
 
 

@@ -18,10 +18,12 @@ per trial (linked by the parent run id, which works across Ray processes).
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -95,9 +97,11 @@ def describe_sweep(sweep: Sweep) -> str:
     return "\n".join(lines)
 
 
-def run_trial(config: dict[str, Any]) -> None:
+def run_trial(config: dict[str, Any], tracking_uri: Optional[str] = None) -> None:
     """The Tune function trainable: one trial = one Train run = one MLflow child run (plus its
-    downstream jobs, children of that run)."""
+    downstream jobs, children of that run). ``tracking_uri``: the sweep's own tracking server,
+    which replaces the trial's SQLite store (given apart from the config, so that a resumed
+    sweep's new server reaches the restored trials too)."""
     trial = config["trial"]
     from ray import tune
     from ray.tune.integration.ray_train import TuneReportCallback
@@ -105,6 +109,8 @@ def run_trial(config: dict[str, Any]) -> None:
     from .engine.pipeline import run_downstream, run_pipeline
     from .engine.tracking import latest_run
     cfg = ExperimentConfig.model_validate(trial["experiment"])
+    if tracking_uri:
+        cfg = cfg.model_copy(update={"mlflow": cfg.mlflow.model_copy(update={"tracking_uri": tracking_uri})})
     done = latest_run(cfg)
     if done is not None and done.info.status == "FINISHED":
         # Finished, but the driver died before Tune saved that: finish its downstream jobs and
@@ -120,6 +126,9 @@ def run_trial(config: dict[str, Any]) -> None:
 
 
 TRIAL_DRIVER_RESOURCES = {"memory": 256 * 1024 ** 2}  # an idle Python process; its workers ask for CPUs
+SWEEP_SERVER_LOG = "mlflow-server.log"  # beside the SQLite file: the sweep's own tracking server's output
+# Set to log concurrent trials straight into SQLite, without the sweep's server (to measure what it loses).
+DIRECT_SQLITE_ENV = "ATTENT_SWEEP_DIRECT_SQLITE"
 
 
 def run_sweep(path: str | Path, *, resume: bool = False, overrides: list[str] | None = None,
@@ -136,11 +145,13 @@ def run_sweep(path: str | Path, *, resume: bool = False, overrides: list[str] | 
     _check_resume(tune_path, sweep.spec.name, resume)
     ensure_ray(base)  # before the parent run: the cluster check needs Ray
     preflight.check_cluster_resources(*(cfg for _, cfg in trials), driver=TRIAL_DRIVER_RESOURCES)
-    parent_id = _parent_run(base, sweep.spec.name, str(tune_path))
+    parent_id = _parent_run(base, sweep.spec.name, str(tune_path))  # creates the experiment, store-side
     ok = False
     try:
         start = time.perf_counter()
-        results = _tuner(sweep, trials, parent_id, tune_path, resume).fit()
+        concurrency = _concurrency(sweep)
+        with _trial_tracking(base, concurrency) as tracking_uri:
+            results = _tuner(sweep, trials, parent_id, tune_path, resume, concurrency, tracking_uri).fit()
         failed = [r for r in results if r.error is not None]
         ok = not failed
         elapsed = time.perf_counter() - start
@@ -163,22 +174,63 @@ def _check_resume(tune_path: Path, name: str, resume: bool) -> None:
                           "or rename the sweep")
 
 
-def _tuner(sweep: Sweep, trials: list[tuple[str, ExperimentConfig]], parent_id: str, tune_path: Path,
-           resume: bool):
-    """The Tune grid of trials (one per trial id), new or restored from ``tune_path``."""
+def _concurrency(sweep: Sweep) -> int:
+    """Trials at a time: max_concurrent, else as many as the cluster's CPUs hold."""
     import ray
+    per_trial = sweep.base.ray.num_workers * sweep.base.ray.cpus_per_worker
+    return sweep.spec.max_concurrent or max(1, int(ray.cluster_resources().get("CPU", 1) // per_trial))
+
+
+@contextlib.contextmanager
+def _trial_tracking(base: ExperimentConfig, concurrency: int) -> Iterator[Optional[str]]:
+    """Concurrent trials on a SQLite store log through a tracking server started here over that
+    file, for the sweep's duration: SQLite refuses a writer while another holds its lock
+    ("database is locked", which loses that write), the server's client retries (README,
+    benchmarks/results/tracking_load.md). Yields its URL; None when no server is needed."""
+    from . import server
+    uri = base.mlflow.tracking_uri
+    direct = os.environ.get(DIRECT_SQLITE_ENV, "").strip().lower() in ("1", "true", "yes")
+    if concurrency <= 1 or not uri.startswith("sqlite:") or direct:
+        yield None
+        return
+    _refuse_sqlite_across_nodes(uri)
+    database = Path(uri.split("?", 1)[0][len("sqlite:///"):])
+    spec = server.ServerSpec(uri, str(database.parent / server.DEFAULT_ARTIFACTS), port=server.free_port(),
+                             workers=1)  # one process on the sweep's machine: its threads serve the trials
+    log = database.parent / SWEEP_SERVER_LOG
+    print(f"[attent] {concurrency} concurrent trials on SQLite: they log through a tracking server on "
+          f"{spec.url} over {database} (log {log}); `attent server` serves several sweeps", flush=True)
+    with server.serving(spec, log) as url:
+        yield url
+
+
+def _refuse_sqlite_across_nodes(uri: str) -> None:
+    """A SQLite file lives on one machine: trials on other nodes cannot reach it."""
+    import ray
+    if not ray.is_initialized():  # no cluster to span
+        return
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    if len(nodes) > 1:
+        raise ConfigError(f"mlflow.tracking_uri {uri} is a SQLite file on this machine, but the Ray cluster "
+                          f"has {len(nodes)} nodes whose trials must all reach it: run `attent server --host "
+                          f"<this node's private IP>` here (add --backend-store-uri postgresql://… for a lasting store) and set "
+                          f"mlflow.tracking_uri (or $MLFLOW_TRACKING_URI) to the URL it prints")
+
+
+def _tuner(sweep: Sweep, trials: list[tuple[str, ExperimentConfig]], parent_id: str, tune_path: Path,
+           resume: bool, concurrency: int, tracking_uri: Optional[str] = None):
+    """The Tune grid of trials (one per trial id), new or restored from ``tune_path``."""
     from ray import tune
     param_space = {"trial": tune.grid_search([
         {"id": tid, "experiment": cfg.model_dump(mode="json"), "parent_run_id": parent_id,
          "sweep": sweep.spec.name} for tid, cfg in trials])}
     # The trial driver needs no CPU (its Train workers ask for theirs), but Tune refuses an
     # empty request: it reserves the memory of an idle Python process instead.
-    trainable = tune.with_resources(run_trial, TRIAL_DRIVER_RESOURCES)
+    trainable = tune.with_resources(tune.with_parameters(run_trial, tracking_uri=tracking_uri),
+                                    TRIAL_DRIVER_RESOURCES)
     if resume:
         return tune.Tuner.restore(str(tune_path), trainable=trainable, resume_unfinished=True,
                                   resume_errored=True, param_space=param_space)
-    per_trial = sweep.base.ray.num_workers * sweep.base.ray.cpus_per_worker
-    concurrency = sweep.spec.max_concurrent or max(1, int(ray.cluster_resources().get("CPU", 1) // per_trial))
     print(f"[attent] sweep {sweep.spec.name}: {len(trials)} trials, up to {concurrency} at a time; "
           f"MLflow parent run {parent_id}", flush=True)
     return tune.Tuner(

@@ -48,5 +48,33 @@ def training_figures(history: list[dict[str, float]], selections, label: str) ->
     return figs
 
 
+def antk_figures(epochs: list[int], kernels: list, drift: dict[str, list[float]],
+                 heatmap_epochs: list[int]) -> dict[str, "plt.Figure"]:
+    """The probe-set kernels at ``heatmap_epochs`` (0-based, each with its own colour scale: the
+    kernel's scale grows as it settles) and the drift per tracked epoch, keyed by artifact file."""
+    from .. import contract
+    figs = {}
+    shown = [(e, k) for e, k in zip(epochs, kernels) if e in heatmap_epochs]
+    fig, axes = plt.subplots(1, len(shown), figsize=(4 * len(shown), 3.6), squeeze=False)
+    for ax, (epoch, kernel) in zip(axes[0], shown):
+        image = ax.imshow(kernel.numpy(), cmap="viridis")
+        fig.colorbar(image, ax=ax, fraction=0.046)
+        ax.set(title=f"after epoch {epoch + 1}", xlabel="probe sample", ylabel="probe sample")
+    fig.suptitle("Empirical ANTK on the probe set")
+    fig.tight_layout()
+    figs[contract.ANTK_HEATMAP_FIGURE] = fig
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    x = [e + 1 for e in epochs]
+    ax.plot(x, drift["to_final"], marker="o", label="‖K_e − K_final‖ / ‖K_final‖")
+    ax.plot(x[1:], drift["step"][1:], marker="s", label="‖K_e − K_previous‖ / ‖K_previous‖")
+    ax.plot(x, drift["alignment_to_final"], marker="^", linestyle="--", label="alignment with K_final")
+    ax.set(xlabel="epoch", ylabel="relative Frobenius distance / alignment", title="Kernel drift")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.legend()
+    figs[contract.ANTK_DRIFT_FIGURE] = fig
+    return figs
+
+
 def close(figure) -> None:
     plt.close(figure)

@@ -82,7 +82,8 @@ def train(cfg: ExperimentConfig, *, parent_run_id: str | None = None, role: str 
             train_loop_config={"config": cfg.model_dump(mode="json"), "run_id": run_id,
                                "tracking_uri": cfg.mlflow.tracking_uri, "fit_started_unix": time.time()},
             scaling_config=ScalingConfig(num_workers=cfg.ray.num_workers, use_gpu=cfg.ray.use_gpu,
-                                         resources_per_worker=resources),
+                                         resources_per_worker=resources,
+                                         placement_strategy=cfg.ray.placement_strategy),
             run_config=RunConfig(
                 name=cfg.name, storage_path=cfg.ray.storage_path, callbacks=callbacks,
                 failure_config=FailureConfig(max_failures=cfg.ray.max_failures),
@@ -115,6 +116,7 @@ def _driver_metrics(cfg: ExperimentConfig, run_id: str, wallclock: float, ray_in
     now = int(time.time() * 1000)
     values = {contract.TIME_WALLCLOCK: wallclock, contract.TIME_RAY_INIT: ray_init_s,
               contract.TIME_STARTUP: startup, contract.TIME_TEARDOWN: teardown_s,
-              # Ray's fixed cost: everything the driver waited for that was not an epoch
-              contract.TIME_RAY_OVERHEAD: wallclock - float(metrics.get(contract.TIME_TOTAL, 0.0))}
+              # Ray's fixed cost: everything the driver waited for that was not an epoch (nor a kernel)
+              contract.TIME_RAY_OVERHEAD: wallclock - float(metrics.get(contract.TIME_TOTAL, 0.0))
+              - float(metrics.get(contract.TIME_ANTK, 0.0))}
     return [Metric(k, v, now, 0) for k, v in values.items()]

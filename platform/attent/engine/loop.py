@@ -27,7 +27,7 @@ from ..config import ExperimentConfig
 from ..selection import SubsetSampler, Teacher, shard_indices, training_progress
 from ..tasks import build_task
 from ..tasks.base import Batch, OptimizerSpec, Task
-from . import checkpoint
+from . import antk, checkpoint
 from .counters import RunCounters
 from .lr import lr_factor
 
@@ -126,12 +126,15 @@ class TrainingRecipe:
         self.loader = DataLoader(self.train_set, batch_size=cfg.train.batch_size,
                                  collate_fn=self.task.collate, num_workers=cfg.train.loader_workers,
                                  sampler=SubsetSampler(self.teacher, ctx.rank, ctx.world_size, seed=cfg.seed))
+        self.antk = antk.tracker_for(cfg, self.task, self.raw_model, ctx.rank, ctx.device)  # None unless antk.enabled, rank 0
 
     def restore(self, saved: dict[str, Any]) -> None:
         checkpoint.load_trainable_state(self.raw_model, saved["model"])
         self.optimizer.load_state_dict(saved["optimizer"])
         self.teacher.load_state_dict(saved["teacher"])
         self.counters = RunCounters(**saved["progress"])
+        if self.antk and antk.STATE_KEY in saved:  # the kernels of the epochs before the checkpoint
+            self.antk.load_state_dict(saved[antk.STATE_KEY])
         self.ctx.log(f"resumed from checkpoint after epoch {self.counters.next_epoch}")
 
     def amp(self):
@@ -262,6 +265,8 @@ class TrainingRecipe:
         if epoch + 1 == self.cfg.train.epochs:
             log_final(self.logger, self.counters, self.teacher, len(self.train_set), self.cfg)
             self.export()
+            if self.antk:
+                self.antk.log_final(self.logger)
 
     def save(self, epoch: int, row: dict[str, float]) -> None:
         """Report the epoch through Ray Train (a barrier: every rank reports), with a checkpoint
@@ -275,7 +280,8 @@ class TrainingRecipe:
             if self.ctx.rank == 0 and due:
                 tmp = checkpoint.save({"model": checkpoint.trainable_state(self.raw_model),
                                        "optimizer": self.optimizer.state_dict(),
-                                       "teacher": self.teacher.state_dict(), "progress": asdict(self.counters)})
+                                       "teacher": self.teacher.state_dict(), "progress": asdict(self.counters),
+                                       **({antk.STATE_KEY: self.antk.state_dict()} if self.antk else {})})
             report = {k: v for k, v in row.items() if v == v}
             if last:
                 report[EPOCHS_ENDED_UNIX] = self.epochs_ended
@@ -302,12 +308,21 @@ class TrainingRecipe:
 
 
 def train_loop_per_worker(payload: dict[str, Any]) -> None:
-    """Ray Train's entry point on every rank."""
+    """Ray Train's entry point on every rank: the run, while each node's local rank 0 samples
+    the node's system metrics (CPU, memory, GPUs) into the MLflow run."""
+    import time
+    started = time.perf_counter(), time.time()  # taken first: the monitor's start is no start-up of ours
+    with node_system_metrics(payload):
+        run_worker(payload, *started)
+
+
+def run_worker(payload: dict[str, Any], start: float, entered: float) -> None:
+    """One rank's run: set-up or restore, then the epochs. ``start`` and ``entered``: when the
+    rank entered Ray Train's entry point (perf_counter, unix time)."""
     import time
 
     import ray.train
     import ray.train.torch
-    start, entered = time.perf_counter(), time.time()
     # Tasks that read MLflow artifacts (a downstream job's pretrained weights) use the run's store.
     os.environ["MLFLOW_TRACKING_URI"] = payload["tracking_uri"]
     cfg = ExperimentConfig.model_validate(payload["config"])
@@ -323,16 +338,22 @@ def train_loop_per_worker(payload: dict[str, Any]) -> None:
     if restored:
         with restored.as_directory() as directory:
             recipe.restore(checkpoint.load(directory))
+        if logger:  # a restart after a failure, or a re-run resuming: visible on the run
+            logger.log_metrics({contract.RESTORED_AT_EPOCH: recipe.counters.next_epoch},
+                               step=recipe.counters.next_epoch)
     elif logger:
         logger.log_metrics({contract.TIME_SETUP: time.perf_counter() - start,
                             # the driver's clock: one machine, or nodes kept in sync by NTP
                             contract.TIME_WORKER_START: max(0.0, entered - payload["fit_started_unix"]),
                             contract.NUM_TRAIN_SAMPLES: len(recipe.train_set),
                             contract.GRAD_ACCUMULATION: recipe.accumulation})
+        logger.log_datasets(recipe.task.describe_data())  # once per run: a restart restores instead
     ctx.log(f"{cfg.name}: {len(recipe.train_set)} samples, {ctx.world_size} worker(s) on {ctx.device}, "
             f"selection {cfg.selection.label(cfg.train.epochs)}, {cfg.train.epochs} epochs")
     for epoch in range(recipe.counters.next_epoch, cfg.train.epochs):
         row = recipe.run_epoch(epoch)
+        if recipe.antk:  # after the epoch's time split: the kernel's time is its own (time_antk_s)
+            row.update(recipe.antk.track(epoch))
         recipe.epochs_ended = time.time()
         recipe.log(epoch, row)
         recipe.save(epoch, row)
@@ -369,6 +390,23 @@ def quiet_ray_train_reports() -> None:
     outside the 'ray.train' hierarchy that LoggingConfig controls; our epoch lines say it better."""
     from ray.train.v2._internal.execution import context
     logging.getLogger(context.__file__).setLevel(logging.WARNING)
+
+
+@contextlib.contextmanager
+def node_system_metrics(payload: dict[str, Any]) -> Iterator[None]:
+    """MLflow's system metrics monitor of this node, run by its local rank 0 (one per node,
+    named by the node's rank) while the body runs, stopped after it whether it failed or not."""
+    import ray.train
+    context = ray.train.get_context()
+    monitor = None
+    if context.get_local_rank() == 0:  # one rank per node imports MLflow for it
+        from .tracking import start_system_metrics, stop_system_metrics
+        monitor = start_system_metrics(payload["tracking_uri"], payload["run_id"], context.get_node_rank())
+    try:
+        yield
+    finally:
+        if monitor is not None:
+            stop_system_metrics(monitor)
 
 
 def to_device(batch: Batch, device: torch.device) -> Batch:

@@ -16,6 +16,7 @@ from mlflow.entities import Metric
 from .. import contract
 from ..config import DownstreamJob, ExperimentConfig, flatten
 from .launch import TrainResult, train
+from .dashboard import add_to_training_view
 from .tracking import client_for, latest_run
 
 
@@ -47,8 +48,10 @@ def run_downstream(cfg: ExperimentConfig, pretraining_run_id: str) -> dict[str, 
         finals.update({contract.downstream_metric(job.name, k[len(contract.EVAL_PREFIX):]): float(v)
                        for k, v in metrics.items() if k.startswith(contract.EVAL_PREFIX)})
     now = int(time.time() * 1000)
-    client_for(cfg.mlflow.tracking_uri).log_batch(
-        pretraining_run_id, metrics=[Metric(k, v, now, cfg.train.epochs) for k, v in finals.items()])
+    client = client_for(cfg.mlflow.tracking_uri)
+    client.log_batch(pretraining_run_id, metrics=[Metric(k, v, now, cfg.train.epochs) for k, v in finals.items()])
+    # the dashboard's training view gains the downstream.* columns now, not at the next run
+    add_to_training_view(client, client.get_run(pretraining_run_id).info.experiment_id, finals)
     return finals
 
 

@@ -185,13 +185,24 @@ def fit_count(bundle: dict[str, float], resources: dict[str, float]) -> float:
     return count
 
 
-def _shapes(cfgs: Iterable) -> list[tuple[int, dict[str, float]]]:
-    """(num_workers, bundle) of each distinct trial shape, largest request first."""
-    seen: dict[tuple, tuple[int, dict[str, float]]] = {}
+def _shapes(cfgs: Iterable) -> list[tuple[int, dict[str, float], str]]:
+    """(num_workers, bundle, placement strategy) of each distinct trial shape, largest request first."""
+    seen: dict[tuple, tuple[int, dict[str, float], str]] = {}
     for cfg in cfgs:
-        bundle = worker_bundle(cfg)
-        seen.setdefault((cfg.ray.num_workers, tuple(sorted(bundle.items()))), (cfg.ray.num_workers, bundle))
+        n, bundle, strategy = cfg.ray.num_workers, worker_bundle(cfg), cfg.ray.placement_strategy
+        seen.setdefault((n, tuple(sorted(bundle.items())), strategy), (n, bundle, strategy))
     return sorted(seen.values(), key=lambda s: -s[0] * sum(s[1].values()))
+
+
+def room(n: int, bundle: dict[str, float], nodes: list[dict[str, float]], strategy: str) -> float:
+    """How many of n workers the nodes can host under Ray's placement strategy: STRICT_SPREAD
+    puts at most one on a node, STRICT_PACK all on one node."""
+    per_node = [min(fit_count(bundle, node), n) for node in nodes]
+    if strategy == "STRICT_SPREAD":
+        return sum(min(count, 1) for count in per_node)
+    if strategy == "STRICT_PACK":
+        return max(per_node, default=0)
+    return sum(per_node)
 
 
 def _fmt(resources: dict[str, float]) -> str:
@@ -253,7 +264,12 @@ def check_local_resources(*cfgs) -> None:
     if not cfgs:
         return
     have = local_resources()
-    for n, bundle in _shapes(cfgs):
+    for n, bundle, strategy in _shapes(cfgs):
+        if strategy == "STRICT_SPREAD" and n > 1:
+            raise PreflightError(
+                f"ray.placement_strategy=STRICT_SPREAD puts each of the ray.num_workers={n} workers on its own "
+                "node, but the local Ray this run would start (no ray.address or $RAY_ADDRESS is set) is one "
+                "node; use SPREAD or PACK, or point ray.address at a Ray cluster with that many nodes")
         bundle = {k: v for k, v in bundle.items() if k not in _LOCAL_ANYWAY}
         fits = fit_count(bundle, have)
         if fits >= n:
@@ -295,8 +311,8 @@ def check_cluster_resources(*cfgs, driver: Optional[dict[str, float]] = None, ou
     out = out or sys.stderr
     nodes = [dict(n.get("Resources") or {}) for n in ray.nodes() if n.get("Alive")]
     scaler, looked_up = None, False  # looked up once (it may wait for the monitor's status)
-    for n, bundle in _shapes(cfgs):
-        fits = sum(min(fit_count(bundle, node), n) for node in nodes)
+    for n, bundle, strategy in _shapes(cfgs):
+        fits = room(n, bundle, nodes, strategy)
         driver_fits = driver is None or any(fit_count(driver, node) >= 1 for node in nodes)
         if fits >= n and driver_fits:
             continue

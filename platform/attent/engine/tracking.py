@@ -3,6 +3,7 @@ status); rank 0 of the workers writes metrics and artifacts into it by run id, w
 across Ray processes and machines."""
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
@@ -13,10 +14,13 @@ from typing import Any, Iterable
 import yaml
 
 from mlflow.entities import Metric, Param, RunStatus
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from .. import contract
 from ..config import ExperimentConfig, flatten
+from ..server import DEFAULT_ARTIFACTS
+from .dashboard import add_to_training_view, write_training_view
 
 RUN_KEY_TAG = contract.TAG_RUN_KEY  # storage path + name: identifies a run across resumes
 
@@ -35,16 +39,19 @@ def ensure_experiment(client: MlflowClient, name: str, tracking_uri: str) -> str
         return experiment.experiment_id
     location = None
     if tracking_uri.startswith("sqlite:///"):
-        location = Path(tracking_uri[len("sqlite:///"):]).parent.joinpath("mlartifacts").as_uri()
+        location = Path(tracking_uri[len("sqlite:///"):]).parent.joinpath(DEFAULT_ARTIFACTS).as_uri()
     try:
-        # The kind tag makes MLflow 3's UI open the experiment on its training runs, not GenAI traces.
-        return client.create_experiment(name, artifact_location=location,
-                                        tags={"mlflow.experimentKind": "custom_model_development"})
+        # The kind tag opened the experiment on its training runs in earlier MLflow 3 UIs; 3.17's
+        # asks its GenAI / Model training switch instead (training_view_url sets that).
+        experiment_id = client.create_experiment(name, artifact_location=location, tags={
+            contract.TAG_EXPERIMENT_KIND: contract.EXPERIMENT_KIND_TRAINING})
     except Exception:  # another process created it first
         experiment = client.get_experiment_by_name(name)
         if experiment is None:
             raise
         return experiment.experiment_id
+    write_training_view(client, experiment_id, [])
+    return experiment_id
 
 
 def git_commit() -> str:
@@ -110,8 +117,14 @@ def start_or_resume_run(cfg: ExperimentConfig, *, role: str = "run", parent_run_
 
 
 def finish_run(tracking_uri: str, run_id: str, ok: bool) -> None:
-    client_for(tracking_uri).set_terminated(run_id, status=RunStatus.to_string(
-        RunStatus.FINISHED if ok else RunStatus.FAILED))
+    """End the run; the dashboard's training view then shows its metrics too."""
+    client = client_for(tracking_uri)
+    client.set_terminated(run_id, status=RunStatus.to_string(RunStatus.FINISHED if ok else RunStatus.FAILED))
+    try:
+        run = client.get_run(run_id)
+        add_to_training_view(client, run.info.experiment_id, run.data.metrics)
+    except MlflowException as error:  # a view is no reason to fail a finished run
+        print(f"[attent] could not refresh the dashboard's training view: {error}", flush=True)
 
 
 def yaml_dump(cfg: ExperimentConfig) -> str:
@@ -140,6 +153,79 @@ class RunLogger:
     def log_figure(self, figure, artifact_file: str) -> None:
         self.client.log_figure(self.run_id, figure, artifact_file)
 
+    def log_datasets(self, datasets: Iterable[contract.DatasetDescription], attempts: int = 3) -> None:
+        """The run's datasets as MLflow run inputs (logging one again changes nothing). Two runs
+        inserting the same dataset at once collide in MLflow's check-then-insert (a 400 through a
+        server, which its client does not retry): the retry finds the row and links it."""
+        inputs = [dataset_input(d) for d in datasets]
+        for attempt in range(attempts):
+            try:
+                return self.client.log_inputs(self.run_id, datasets=inputs)
+            except MlflowException as error:
+                if attempt + 1 == attempts or not DATASET_INSERT_RACE.search(str(error)):
+                    raise
+                time.sleep(0.5 * (attempt + 1))
+
+
+# what SQLite and PostgreSQL say when two runs insert the same dataset row at once
+DATASET_INSERT_RACE = re.compile(r"UNIQUE constraint failed: datasets|dataset_pk|UniqueViolation")
+
+
+def dataset_input(described: contract.DatasetDescription):
+    """A dataset as MLflow records a run's input: name, digest (of the content's fingerprint, or
+    of the description), source (an ``mlflow.data`` source), the sample count as its profile,
+    and what the run used it for as the input's context tag."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+    if described.source_type == contract.DATASET_SOURCE_HUB:
+        from mlflow.data.huggingface_dataset_source import HuggingFaceDatasetSource
+        source = HuggingFaceDatasetSource(described.source)
+    else:  # MLflow's local-file source (a generated class, found by its type)
+        from mlflow.data.dataset_source_registry import get_dataset_source_from_json
+        source = get_dataset_source_from_json(json.dumps({"uri": described.source}), "local")
+    identity = [described.name, described.source, described.num_samples, described.fingerprint]
+    digest = hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:8]  # 8 digits, as MLflow's own
+    dataset = Dataset(name=described.name, digest=digest, source_type=described.source_type,
+                      source=source.to_json(), profile=json.dumps({"num_samples": described.num_samples}))
+    return DatasetInput(dataset, tags=[InputTag(contract.DATASET_CONTEXT_TAG, described.context)])
+
+
+# --- system metrics ---------------------------------------------------------------------------
+# Short runs take tens of seconds: sample every 2 s (MLflow's default, 10 s, would give a few
+# points). $MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL overrides it, as MLflow documents.
+SYSTEM_METRICS_INTERVAL_S = 2.0
+
+
+def start_system_metrics(tracking_uri: str, run_id: str, node_rank: int):
+    """MLflow's system metrics monitor (CPU, memory, disk, network; GPUs when nvidia-ml-py is
+    installed) sampling this node into the run as ``system/node_<rank>/...``, in a thread, until
+    ``finish()`` or the run ends. A resumed run continues its steps. None when
+    $MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING is set false."""
+    import logging
+
+    from mlflow.environment_variables import MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING
+    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+    if MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING.is_set() and not MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING.get():
+        return None
+    # its start/stop and "no GPU" lines are INFO, once per run and node: the epochs say more
+    logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
+    monitor = SystemMetricsMonitor(run_id, sampling_interval=SYSTEM_METRICS_INTERVAL_S,
+                                   samples_before_logging=1, resume_logging=True,
+                                   node_id=contract.system_node_id(node_rank), tracking_uri=tracking_uri)
+    monitor.start()
+    return monitor
+
+
+def stop_system_metrics(monitor) -> None:
+    """Stop the monitor and log one last sample: MLflow's ``finish()`` drops the sample it was
+    collecting, so a run shorter than the interval would have none."""
+    try:
+        monitor.finish()
+        monitor.collect_metrics()
+        monitor.publish_metrics(monitor.aggregate_metrics())
+        monitor.mlflow_logger.flush()
+    except Exception as error:  # best effort, as MLflow's monitor itself: never fails a run
+        print(f"[attent] system metrics: the last sample was not logged ({error})", flush=True)
+
 
 def metric_name(name: str) -> str:
     """MLflow accepts letters, digits, _ - . / and spaces: 'humaneval_pass@1' -> 'humaneval_pass_at_1'."""
@@ -157,3 +243,4 @@ def _is_number(value: Any) -> bool:
         return value is not None and float(value) == float(value)  # drops NaN
     except (TypeError, ValueError):
         return False
+

@@ -77,6 +77,17 @@ class Task(abc.ABC):
         """LongTensor[N] of group ids (class, modality) for group-weight baselines, or None."""
         return None
 
+    def describe_data(self) -> list:
+        """The datasets this run reads (``attent.contract.DatasetDescription``: name, source,
+        train or eval, size, a content fingerprint), recorded once as the MLflow run's inputs.
+        By default the training set, named after the task, its source the task's code; tasks
+        that read files or hub datasets say which."""
+        import inspect
+
+        from attent.contract import DATASET_TRAIN, DatasetDescription
+        return [DatasetDescription(f"{self.name}-train", inspect.getfile(type(self)), DATASET_TRAIN,
+                                   len(self.train_dataset()))]
+
     # --- model ------------------------------------------------------------------------------
     @abc.abstractmethod
     def build_model(self) -> nn.Module:
@@ -108,6 +119,16 @@ class Task(abc.ABC):
         random masks seeds them by (sample index, round), so a sample's score does not depend
         on its batch and one round's scores compare like with like."""
         return self.per_sample_loss(model, batch)
+
+    def kernel_output(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """FloatTensor[B]: the scalar f(x) per sample whose parameter gradient builds the
+        engine's empirical kernel (``antk:``), K_ij = <df(x_i)/dθ, df(x_j)/dθ>. Called under
+        ``torch.func`` (vmap over samples, a batch of one each; eval mode; parameters swapped in
+        by ``functional_call``), so it must be deterministic and free of random ops and
+        data-dependent Python control flow (``.item()``, ``if tensor``, ``nonzero``). Default:
+        the per-sample loss, summed over loss components; tasks that draw masks override it."""
+        losses = self.per_sample_loss(model, batch)
+        return losses if losses.ndim == 1 else losses.sum(dim=1)
 
     def export(self, model: nn.Module) -> dict[str, Any] | None:
         """What a downstream job loads from this run (e.g. the encoder's weights and shape),

@@ -6,6 +6,7 @@ The light parts (``SOURCES``, file readers, the mirror folder) live in
 """
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any, Callable
 
@@ -13,6 +14,7 @@ import datasets
 import torch
 from torch.utils.data import Dataset
 
+from attent.contract import DATASET_SOURCE_HUB, DATASET_SOURCE_LOCAL
 from attent.tasks.llm.sources import (  # noqa: F401  (re-exported)
     LOCAL_SUFFIXES,
     SOURCES,
@@ -60,6 +62,25 @@ def load_examples(dataset: str, *, folder: Path | None, prompt_field: str, respo
         return [source.to_example(r) for r in load_source_records(source, folder, hub_repo)[:limit]]
     records = read_records(dataset)[:limit]
     return [Example(str(r[prompt_field]), str(r[response_field])) for r in records]
+
+
+def training_source(dataset: str, folder: Path | None) -> tuple[str, str]:
+    """(where a training set's examples come from, its MLflow source type): a named set's mirror
+    file, else its hub name; a dataset file's path."""
+    if dataset in SOURCES:
+        path = local_file(folder, SOURCES[dataset].local_stem)
+        if path is None:
+            return SOURCES[dataset].hub_path, DATASET_SOURCE_HUB
+        return str(path.resolve()), DATASET_SOURCE_LOCAL
+    return str(Path(dataset).expanduser().resolve()), DATASET_SOURCE_LOCAL
+
+
+def fingerprint(examples: list[Example]) -> str:
+    """A hash of the examples' text (prompt, response, group), in order."""
+    digest = hashlib.sha256()
+    for example in examples:
+        digest.update("\x1f".join(example).encode() + b"\x1e")
+    return digest.hexdigest()
 
 
 # --- tokenisation ---------------------------------------------------------------------------

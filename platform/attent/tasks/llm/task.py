@@ -1,12 +1,14 @@
 """LoRA instruction fine-tuning of a causal LM, scored per sample for AtteNT."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+from attent.contract import DATASET_TRAIN, DatasetDescription
 from attent.tasks.base import Batch, OptimizerSpec, Task
 from attent.tasks.llm.config import LLMTaskConfig
 from attent.tasks.llm.data import (
@@ -14,7 +16,9 @@ from attent.tasks.llm.data import (
     Example,
     SFTDataset,
     collate_right_padded,
+    fingerprint,
     load_examples,
+    training_source,
 )
 from attent.tasks.llm.evaluation.benchmarks import (
     Benchmark,
@@ -90,6 +94,16 @@ class LLMTask(Task):
     def collate(self, items: list[dict[str, Any]]) -> Batch:
         return collate_right_padded(items, self.tokenizer.pad_token_id)
 
+    def describe_data(self) -> list[DatasetDescription]:
+        """The training examples (after ``train_limit``): a named set's mirror file or hub name,
+        or the dataset file."""
+        dataset = self.config.dataset
+        examples = self.train_dataset().examples
+        source, source_type = training_source(dataset, self.data_dir)
+        name = dataset if dataset in SOURCES else Path(dataset).stem
+        return [DatasetDescription(f"{name}-train", source, DATASET_TRAIN, len(examples),
+                                   fingerprint(examples), source_type)]
+
     def group_labels(self) -> torch.Tensor | None:
         """MetaMathQA's augmentation type (GSM_Rephrased, MATH_SV, ...) as group ids."""
         groups = [example.group for example in self.train_dataset().examples]
@@ -123,6 +137,15 @@ class LLMTask(Task):
         # = response_token_loss(model(...).logits, labels), without full-vocabulary logits
         return response_loss(model, batch, chunk_tokens=self.config.loss_chunk_tokens,
                              fused=self.config.fused_loss)
+
+    def kernel_output(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """The mean log-likelihood of the sample's response tokens (minus its loss), through
+        the LoRA adapters, the only trainable parameters. Full logits and no attention mask:
+        ``response_loss`` selects tokens with ``nonzero`` and the mask makes Hugging Face branch
+        on data, neither of which vmap allows; batches are right-padded, so causal attention
+        never lets a real token see padding and the value is the same."""
+        logits = model(input_ids=batch["input_ids"], use_cache=False).logits
+        return -response_token_loss(logits, batch["labels"])
 
     def evaluate(self, model: nn.Module, *, rank: int, world_size: int,
                  progress: Callable[[str], None] | None = None) -> dict[str, float]:

@@ -13,6 +13,7 @@ uint8 / uint16 tensors; large ones are decoded per item.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,6 +26,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.transforms import InterpolationMode, RandomResizedCrop
 
+from ...contract import DATASET_EVAL, DATASET_TRAIN, DatasetDescription
 from ..vision.data import stratified_subset
 from .files import MODALITIES, SPLITS, read_metadata, scan_root
 
@@ -247,3 +249,24 @@ def load_multimodal(root: str | os.PathLike, *, modalities: tuple[str, ...] = MO
         stored = decode_all(paths, fmt) if _want_cache(cache, len(paths), fmt) else None
         datasets.append(MultiModalDataset(paths, labels, fmt, augment=augmented, cache=stored))
     return MultiModalSplits(datasets[0], datasets[1], classes, semseg)
+
+
+# --- what a run records of its data (MLflow run inputs) --------------------------------------
+
+def fingerprint(dataset: MultiModalDataset) -> str:
+    """A hash of a split's files (each sample's path per modality, in order) and scene labels;
+    the files are not read again."""
+    digest = hashlib.sha256()
+    for sample in dataset.paths:
+        digest.update("|".join(str(sample[m]) for m in sorted(sample)).encode() + b"\n")
+    digest.update(dataset.labels.numpy())
+    return digest.hexdigest()
+
+
+def describe_splits(splits: MultiModalSplits, root: str | os.PathLike) -> list[DatasetDescription]:
+    """The train and test splits (after any limits) as a run's inputs, named after the root."""
+    root = Path(root).expanduser().resolve()
+    return [DatasetDescription(f"{root.name}-{split}", str(root / split), context, len(dataset),
+                               fingerprint(dataset))
+            for split, context, dataset in (("train", DATASET_TRAIN, splits.train),
+                                            ("test", DATASET_EVAL, splits.test))]

@@ -70,6 +70,9 @@ class DownstreamTask(Task):
     def group_labels(self) -> torch.Tensor:
         return self.splits.train.labels
 
+    def describe_data(self) -> list[contract.DatasetDescription]:
+        return data.describe_splits(self.splits, self.config.data_path)
+
     def build_model(self) -> nn.Module:
         typical_depth = self._typical_depth()
         model = seeded_init(self.seed, lambda: DownstreamModel(self.spec, self.target, self.outputs,

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from attent.contract import DatasetDescription
 from attent.tasks.base import (Batch, OptimizerSpec, Task, evaluation_chunks, seeded_init,
                                sum_over_ranks)
 from attent.tasks.mae import data, masking
@@ -21,6 +22,7 @@ from attent.tasks.mae.losses import reconstruction_losses, standardize_depth
 from attent.tasks.mae.model import MaskedAutoencoder
 
 EVAL_ROUND = -1  # the seeded masks of evaluation: the same for every evaluation of a run
+KERNEL_MASK_INDEX = 2**32 - 1  # kernel_output's masks: seeded by (seed, this, round 0), no real sample's
 
 
 def load_splits(config, modalities: tuple[str, ...], *, augment: bool) -> data.MultiModalSplits:
@@ -64,6 +66,9 @@ class MaskedPretrainingTask(Task):
     def group_labels(self) -> torch.Tensor:
         return self.splits.train.labels  # scene classes: the class-weight baseline's groups
 
+    def describe_data(self) -> list[DatasetDescription]:
+        return data.describe_splits(self.splits, self.config.data_path)
+
     def build_model(self) -> nn.Module:
         return seeded_init(self.seed, lambda: MaskedAutoencoder(self.spec))
 
@@ -79,6 +84,14 @@ class MaskedPretrainingTask(Task):
 
     def score(self, model: nn.Module, batch: Batch, round_: int) -> torch.Tensor:
         return self._losses(model, batch, self._seeded(batch["index"], round_, model))
+
+    def kernel_output(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """The sample's score (its reconstruction losses summed over modalities) under one mask
+        shared by every sample, seeded by the run's seed: one deterministic function f for all
+        inputs, as a kernel needs, drawn outside the vmapped sample (no random op inside)."""
+        sentinel = torch.full((len(batch["index"]),), KERNEL_MASK_INDEX)
+        losses = self._losses(model, batch, self._seeded(sentinel, 0, model))
+        return losses if losses.ndim == 1 else losses.sum(dim=1)
 
     def _seeded(self, indices: torch.Tensor, round_: int, model: nn.Module) -> masking.Masks:
         return masking.seeded_masks(indices.cpu(), round_, seed=self.seed, modalities=len(self.modalities),

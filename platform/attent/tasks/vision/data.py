@@ -8,6 +8,7 @@ uint8 and normalised per item: 60k Fashion-MNIST images take 47 MB and load in w
 from __future__ import annotations
 
 import gzip
+import hashlib
 import os
 from dataclasses import dataclass
 from functools import partial
@@ -233,3 +234,28 @@ def load_image_folder(root: str | os.PathLike, *, img_size: int, in_chans: int =
     train, test = stratified_split(labels, test_fraction, seed)
     full = dataset(paths, labels)
     return ImageSplits(full.select(train), full.select(test), classes)
+
+
+# --- what a run records of its data (MLflow run inputs) --------------------------------------
+
+def data_source(dataset: str, data_path: str | os.PathLike | None) -> str:
+    """Where a dataset's files are: sklearn's digits file, the Fashion-MNIST idx folder, the
+    image folder."""
+    if dataset == "digits":
+        import sklearn.datasets
+        return str(Path(sklearn.datasets.__file__).parent / "data" / "digits.csv.gz")
+    if dataset == "fashion_mnist":
+        return str(find_fashion_mnist(data_path).resolve())
+    return str(Path(data_path).expanduser().resolve())
+
+
+def fingerprint(dataset: ImageDataset) -> str:
+    """A hash of a dataset's content: its images (in memory; Fashion-MNIST's 47 MB hash in about
+    0.1 s) or, for a folder, its files' paths, and its labels."""
+    digest = hashlib.sha256()
+    if isinstance(dataset, TensorImageDataset):
+        digest.update(dataset.images.contiguous().numpy())
+    else:
+        digest.update("\n".join(map(str, dataset.paths)).encode())
+    digest.update(dataset.labels.numpy())
+    return digest.hexdigest()

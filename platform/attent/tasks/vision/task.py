@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attent.contract import DATASET_EVAL, DATASET_TRAIN, DatasetDescription
 from attent.tasks.base import (Batch, OptimizerSpec, Task, evaluation_chunks, seeded_init,
                                sum_over_ranks)
 from attent.tasks.vision import data
@@ -48,6 +49,14 @@ class VisionTask(Task):
     def group_labels(self) -> torch.Tensor:
         return self.splits.train.labels
 
+    def describe_data(self) -> list[DatasetDescription]:
+        """The train and test splits (after any limits), from where their images were read."""
+        source = data.data_source(self.config.dataset, self.config.data_path)
+        return [DatasetDescription(f"{self.config.dataset}-{split}", source, context, len(images),
+                                   data.fingerprint(images))
+                for split, context, images in (("train", DATASET_TRAIN, self.splits.train),
+                                               ("test", DATASET_EVAL, self.splits.test))]
+
     def build_model(self) -> nn.Module:
         return seeded_init(self.seed, lambda: build_vit(self.config.vit_config(self.splits.num_classes)))
 
@@ -60,6 +69,14 @@ class VisionTask(Task):
         logits = model(batch["image"].to(device, non_blocking=True))
         return F.cross_entropy(logits.float(), batch["label"].to(device, non_blocking=True),
                                reduction="none", label_smoothing=self.config.label_smoothing)
+
+    def kernel_output(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """The logit of the true class: a model output, as the NTK's f is. Not the loss, whose
+        gradient is the logits' weighted by the softmax's errors, so its kernel shrinks as the
+        model fits and would read as drift."""
+        device = next(model.parameters()).device
+        logits = model(batch["image"].to(device)).float()
+        return logits.gather(1, batch["label"].to(device)[:, None]).squeeze(1)
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, *, rank: int, world_size: int,

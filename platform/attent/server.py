@@ -1,0 +1,198 @@
+"""`attent server`: one MLflow tracking server that every trial, worker and machine logs
+through, over HTTP, into a SQL database (PostgreSQL for a cluster; SQLite for one machine).
+
+The server owns the database and the artifacts: clients send metrics, params and artifact
+uploads over HTTP (``--serve-artifacts``, MLflow's default, proxies them into
+``--artifacts-destination``), so workers on other machines need no shared file system and no
+database driver, and MLflow's client retries a refused or failed request instead of dropping it.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import ipaddress
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional
+from urllib.parse import urlsplit
+
+DEFAULT_BACKEND = "sqlite:///mlflow.db"
+DEFAULT_ARTIFACTS = "mlartifacts"
+DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 5000
+DEFAULT_WORKERS = 4             # MLflow's own default: requests of concurrent trials in parallel
+SQL_DIALECTS = ("sqlite", "postgresql", "mysql", "mssql")  # what MLflow's SQLAlchemy store takes
+READY_TIMEOUT_S = 120.0         # a first start migrates a fresh database (PostgreSQL: ~10 s)
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    backend_store_uri: str      # SQL database URI (absolute sqlite:////… path, postgresql+psycopg2://…)
+    artifacts_destination: str  # where proxied artifact uploads land (directory or s3://…)
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    workers: int = DEFAULT_WORKERS
+    allowed_hosts: Optional[str] = None  # None: allowed_hosts_for(host)
+
+    @property
+    def url(self) -> str:
+        """The MLFLOW_TRACKING_URI clients use (a wildcard bind is reached by this machine's name)."""
+        host = socket.getfqdn() if self.host in WILDCARD_HOSTS else self.host
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
+
+
+def is_sql_uri(uri: Optional[str]) -> bool:
+    """A SQLAlchemy database URI (``postgresql+psycopg2://`` counts as ``postgresql``)."""
+    scheme = urlsplit(uri or "").scheme.lower()
+    return scheme.split("+", 1)[0] in SQL_DIALECTS
+
+
+def check_backend(uri: str) -> None:
+    """Refuse a backend that is no SQL database: MLflow's file store (``./mlruns``, ``file:``)
+    has no transactions, so concurrent writers can overwrite each other's files."""
+    if not is_sql_uri(uri):
+        raise ValueError(f"--backend-store-uri {uri} is a file store, not a SQL database: concurrent "
+                         f"trials would write it without transactions. Give sqlite:///mlflow.db (one "
+                         f"machine) or postgresql+psycopg2://user@host/db (a cluster)")
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Refuse a port another process listens on, or an address that is not this machine's."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise ValueError(f"port {port} on {host} is taken (another `attent server`/`attent ui` "
+                                 f"or MLflow?); stop it or pass --port N") from None
+            raise ValueError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); pass --host with "
+                             f"an address of this machine, 127.0.0.1 or 0.0.0.0") from None
+
+
+def allowed_hosts_for(host: str) -> list[str]:
+    """Host headers the server accepts: MLflow's defaults (localhost, private IPs, any port),
+    plus, when it listens beyond loopback, this machine's names and the bound address itself,
+    so workers that reach it as http://<hostname>:PORT or a public IP are not answered 403."""
+    from mlflow.server.security_utils import get_default_allowed_hosts
+    allowed = list(get_default_allowed_hosts())
+    if _is_loopback(host):
+        return allowed
+    names = {socket.gethostname(), socket.getfqdn()}
+    if host not in WILDCARD_HOSTS:
+        names.add(f"[{host}]" if ":" in host else host)
+    for name in sorted(n for n in names if n):
+        allowed += [name, f"{name}:*"]
+    return allowed
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def server_command(spec: ServerSpec) -> list[str]:
+    """The `mlflow server` command line; artifacts are proxied (clients upload over HTTP)."""
+    allowed = spec.allowed_hosts or ",".join(allowed_hosts_for(spec.host))
+    return [sys.executable, "-m", "mlflow", "server",
+            "--backend-store-uri", spec.backend_store_uri,
+            "--serve-artifacts", "--artifacts-destination", spec.artifacts_destination,
+            "--host", spec.host, "--port", str(spec.port), "--workers", str(spec.workers),
+            "--allowed-hosts", allowed]
+
+
+def resolve_artifacts(destination: str, base: Path) -> str:
+    """A local artifacts directory made absolute (so the server's cwd does not matter);
+    URIs (s3://, gs://, file://) unchanged."""
+    if "://" in destination or destination.startswith("mlflow-artifacts:"):
+        return destination
+    return str((base / destination).resolve())
+
+
+def check_spec(spec: ServerSpec) -> None:
+    """Everything refused before the server starts, each with its fix."""
+    check_backend(spec.backend_store_uri)
+    if spec.workers < 1:
+        raise ValueError(f"--workers {spec.workers}: give at least 1")
+    check_port_free(spec.host, spec.port)
+
+
+def free_port(host: str = DEFAULT_HOST) -> int:
+    """A port nothing listens on now (the OS picks it)."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+def start(spec: ServerSpec, log_path: Path, *, die_with_parent: bool = False) -> subprocess.Popen:
+    """Start the server in its own process group (output to ``log_path``); wait_ready next.
+    ``die_with_parent``: the kernel stops it if this process dies, even by SIGKILL (Linux)."""
+    check_spec(spec)
+    prctl = _prctl() if die_with_parent else None
+    # In the child before exec: SIGTERM when the parent dies (PR_SET_PDEATHSIG = 1 survives exec);
+    # prctl is looked up here, so the child only makes the call (no import after fork).
+    on_start = (lambda: prctl(1, signal.SIGTERM)) if prctl else None
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(server_command(spec), stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, preexec_fn=on_start)
+
+
+def _prctl():
+    """libc's prctl, or None where there is none (not Linux: the caller's finally still stops it)."""
+    try:
+        import ctypes
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def stop(process: subprocess.Popen, timeout: float = 30.0) -> None:
+    """Stop the server and its worker processes (its whole process group)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+@contextlib.contextmanager
+def serving(spec: ServerSpec, log_path: Path) -> Iterator[str]:
+    """A server for the duration of a ``with`` block (stopped with this process at the latest);
+    yields its URL once it answers."""
+    process = start(spec, log_path, die_with_parent=True)
+    try:
+        wait_ready(spec.url, process)
+        yield spec.url
+    finally:
+        stop(process)
+
+
+def wait_ready(url: str, process: Optional[subprocess.Popen] = None,
+               timeout: float = READY_TIMEOUT_S) -> None:
+    """Return once ``<url>/health`` answers; raise if ``process`` exits or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"the MLflow server exited with code {process.returncode} before it answered")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2):
+                return
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.5)
+    raise RuntimeError(f"the MLflow server at {url} did not answer within {timeout:g}s")

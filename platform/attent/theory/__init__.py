@@ -1,0 +1,11 @@
+"""The theory lab: the paper's single attention layer, its closed-form gradients, its empirical
+attention neural tangent kernel (ANTK), and the teaching experiment of Algorithm 1.
+
+    learner.py    f_θ(S) = softmax(Q Kᵀ/√d) V, with the masked and cross-attention variants
+    gradients.py  ∂f/∂W^V, ∂f/∂W^Q_(:,i), ∂f/∂W^K_(:,i) with the importance scalars ω, vs autograd
+    kernel.py     empirical_kernel(model_or_fn, params, inputs): the ANTK of any model; drift
+    teaching.py   greedy (Algorithm 1) vs random vs full teaching of a random target attention layer
+    report.py     summary tables and figures;  experiment.py  MLflow logging;  config.py  settings
+
+Run it: ``python -m attent.theory experiments/theory_teaching.yaml [key.path=value ...]``.
+"""
