@@ -120,3 +120,12 @@ def test_a_trial_finished_before_tune_saved_it_is_not_trained_again(ray_cluster,
     assert parent.info.status == "FINISHED"
     for trial, metrics in first.items():
         assert second[trial]["eval_test_accuracy"] == pytest.approx(metrics["eval_test_accuracy"])
+
+
+def test_storage_uris_keep_their_scheme(tmp_path):
+    from attent.sweep import _exists, sweep_location
+    assert sweep_location("s3://bucket/ray_results/", "abl") == "s3://bucket/ray_results/abl"
+    assert sweep_location(str(tmp_path), "abl") == f"{tmp_path}/abl"
+    (tmp_path / "abl").mkdir()
+    assert _exists(f"file://{tmp_path}/abl") and _exists(str(tmp_path / "abl"))
+    assert not _exists(f"file://{tmp_path}/other") and not _exists(str(tmp_path / "other"))

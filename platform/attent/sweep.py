@@ -141,11 +141,11 @@ def run_sweep(path: str | Path, *, resume: bool = False, overrides: list[str] | 
     base = sweep.base.resolved()
     trials = [(tid, cfg.resolved()) for tid, cfg in sweep.trials]
     preflight.check_experiment(*(cfg for _, cfg in trials))  # store, resources, data: before Ray starts
-    tune_path = Path(base.ray.storage_path) / sweep.spec.name
+    tune_path = sweep_location(base.ray.storage_path, sweep.spec.name)
     _check_resume(tune_path, sweep.spec.name, resume)
     ensure_ray(base)  # before the parent run: the cluster check needs Ray
     preflight.check_cluster_resources(*(cfg for _, cfg in trials), driver=TRIAL_DRIVER_RESOURCES)
-    parent_id = _parent_run(base, sweep.spec.name, str(tune_path))  # creates the experiment, store-side
+    parent_id = _parent_run(base, sweep.spec.name, tune_path)  # creates the experiment, store-side
     ok = False
     try:
         start = time.perf_counter()
@@ -165,11 +165,11 @@ def run_sweep(path: str | Path, *, resume: bool = False, overrides: list[str] | 
         tracking.finish_run(base.mlflow.tracking_uri, parent_id, ok)
 
 
-def _check_resume(tune_path: Path, name: str, resume: bool) -> None:
+def _check_resume(tune_path: str, name: str, resume: bool) -> None:
     from ray import tune
-    if resume and not tune.Tuner.can_restore(str(tune_path)):
+    if resume and not tune.Tuner.can_restore(tune_path):
         raise ConfigError(f"nothing to resume at {tune_path}: run the sweep without --resume first")
-    if not resume and tune_path.exists():
+    if not resume and _exists(tune_path):
         raise ConfigError(f"{tune_path} already holds sweep {name!r}: pass --resume to continue it, "
                           "or rename the sweep")
 
@@ -217,7 +217,21 @@ def _refuse_sqlite_across_nodes(uri: str) -> None:
                           f"mlflow.tracking_uri (or $MLFLOW_TRACKING_URI) to the URL it prints")
 
 
-def _tuner(sweep: Sweep, trials: list[tuple[str, ExperimentConfig]], parent_id: str, tune_path: Path,
+def sweep_location(storage_path: str, name: str) -> str:
+    """Where Tune keeps the sweep: a string join, as Path() would fold the '//' of s3:// or gs://."""
+    return f"{storage_path.rstrip('/')}/{name}"
+
+
+def _exists(location: str) -> bool:
+    """Whether a local path or a storage URI (s3://, gs://: pyarrow's file systems, as Tune's) exists."""
+    if "://" not in location:
+        return Path(location).exists()
+    from pyarrow import fs
+    filesystem, path = fs.FileSystem.from_uri(location)
+    return filesystem.get_file_info(path).type != fs.FileType.NotFound
+
+
+def _tuner(sweep: Sweep, trials: list[tuple[str, ExperimentConfig]], parent_id: str, tune_path: str,
            resume: bool, concurrency: int, tracking_uri: Optional[str] = None):
     """The Tune grid of trials (one per trial id), new or restored from ``tune_path``."""
     from ray import tune
@@ -229,7 +243,7 @@ def _tuner(sweep: Sweep, trials: list[tuple[str, ExperimentConfig]], parent_id: 
     trainable = tune.with_resources(tune.with_parameters(run_trial, tracking_uri=tracking_uri),
                                     TRIAL_DRIVER_RESOURCES)
     if resume:
-        return tune.Tuner.restore(str(tune_path), trainable=trainable, resume_unfinished=True,
+        return tune.Tuner.restore(tune_path, trainable=trainable, resume_unfinished=True,
                                   resume_errored=True, param_space=param_space)
     print(f"[attent] sweep {sweep.spec.name}: {len(trials)} trials, up to {concurrency} at a time; "
           f"MLflow parent run {parent_id}", flush=True)
@@ -238,7 +252,7 @@ def _tuner(sweep: Sweep, trials: list[tuple[str, ExperimentConfig]], parent_id: 
         tune_config=tune.TuneConfig(max_concurrent_trials=concurrency,
                                     trial_dirname_creator=lambda t: t.config["trial"]["id"],
                                     trial_name_creator=lambda t: t.config["trial"]["id"]),
-        run_config=tune.RunConfig(name=sweep.spec.name, storage_path=str(tune_path.parent), verbose=1))
+        run_config=tune.RunConfig(name=sweep.spec.name, storage_path=tune_path.rsplit("/", 1)[0], verbose=1))
 
 
 def _parent_run(base: ExperimentConfig, name: str, key: str) -> str:
