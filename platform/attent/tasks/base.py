@@ -15,6 +15,11 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+# How a task describes the data it reads (recorded as the MLflow run's inputs): part of the
+# task interface, so task packages import it from here.
+from attent.contract import (DATASET_EVAL, DATASET_SOURCE_HUB, DATASET_SOURCE_LOCAL,  # noqa: F401
+                             DATASET_TRAIN, DatasetDescription)
+
 Batch = dict[str, Any]
 ParamGroup = dict[str, Any]  # a torch.optim parameter group: {"params": [...], "weight_decay": ...}
 
@@ -77,14 +82,12 @@ class Task(abc.ABC):
         """LongTensor[N] of group ids (class, modality) for group-weight baselines, or None."""
         return None
 
-    def describe_data(self) -> list:
-        """The datasets this run reads (``attent.contract.DatasetDescription``: name, source,
+    def describe_data(self) -> list[DatasetDescription]:
+        """The datasets this run reads (``DatasetDescription``: name, source,
         train or eval, size, a content fingerprint), recorded once as the MLflow run's inputs.
         By default the training set, named after the task, its source the task's code; tasks
         that read files or hub datasets say which."""
         import inspect
-
-        from attent.contract import DATASET_TRAIN, DatasetDescription
         return [DatasetDescription(f"{self.name}-train", inspect.getfile(type(self)), DATASET_TRAIN,
                                    len(self.train_dataset()))]
 

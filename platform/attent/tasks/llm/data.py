@@ -14,7 +14,7 @@ import datasets
 import torch
 from torch.utils.data import Dataset
 
-from attent.contract import DATASET_SOURCE_HUB, DATASET_SOURCE_LOCAL
+from attent.tasks.base import DATASET_SOURCE_HUB, DATASET_SOURCE_LOCAL
 from attent.tasks.llm.sources import (  # noqa: F401  (re-exported)
     LOCAL_SUFFIXES,
     SOURCES,

@@ -8,8 +8,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from attent.contract import DATASET_TRAIN, DatasetDescription
-from attent.tasks.base import Batch, OptimizerSpec, Task
+from attent.tasks.base import DATASET_TRAIN, Batch, DatasetDescription, OptimizerSpec, Task
 from attent.tasks.llm.config import LLMTaskConfig
 from attent.tasks.llm.data import (
     SOURCES,

@@ -26,7 +26,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.transforms import InterpolationMode, RandomResizedCrop
 
-from ...contract import DATASET_EVAL, DATASET_TRAIN, DatasetDescription
+from ..base import DATASET_EVAL, DATASET_TRAIN, DatasetDescription
 from ..vision.data import stratified_subset
 from .files import MODALITIES, SPLITS, read_metadata, scan_root
 

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from attent.contract import DatasetDescription
+from attent.tasks.base import DatasetDescription
 from attent.tasks.base import (Batch, OptimizerSpec, Task, evaluation_chunks, seeded_init,
                                sum_over_ranks)
 from attent.tasks.mae import data, masking

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attent.contract import DATASET_EVAL, DATASET_TRAIN, DatasetDescription
+from attent.tasks.base import DATASET_EVAL, DATASET_TRAIN, DatasetDescription
 from attent.tasks.base import (Batch, OptimizerSpec, Task, evaluation_chunks, seeded_init,
                                sum_over_ranks)
 from attent.tasks.vision import data
