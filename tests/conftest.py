@@ -17,6 +17,15 @@ BIN = Path(sys.executable).parent
 # `ray start` in Ray 2.60 turns on token auth; Ray reads the mode once, at import, so set it
 # before any test module imports ray.
 os.environ["RAY_AUTH_MODE"] = "token"
+# ... and with the mode set, `ray start` refuses to run without a token: on a machine that never
+# made one (`ray get-auth-token --generate`), the session uses its own, never written to ~/.ray.
+if not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
+        or (Path.home() / ".ray" / "auth_token").is_file()):
+    import secrets
+    import tempfile
+    _token = Path(tempfile.mkdtemp(prefix="attent-ray-token-")) / "auth_token"
+    _token.write_text(secrets.token_hex(32))
+    os.environ["RAY_AUTH_TOKEN_PATH"] = str(_token)
 # One BLAS/OpenMP thread per process: tests run beside Ray workers on 2 cores, and oversubscribed
 # OpenMP threads made the LLM tests 5-10x slower.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
