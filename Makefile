@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 FASHION_MNIST := /usr/share/datasets/fashion-mnist
 
-.PHONY: setup data demo test bench ui server
+.PHONY: setup data demo test test-fast bench ui server
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,13 @@ demo: setup
 
 test: setup
 	$(BIN)/pytest -q
+
+# The inner loop: unit, property and single-process tests on real data and models; no Ray, no
+# MLflow server, no browser (the tests marked slow are the rest of `make test`), on two
+# pytest-xdist workers. (`make test` stays one process: Ray's tests beside another worker
+# oversubscribed the 2 cores and slowed down more than they gained.)
+test-fast: setup
+	$(BIN)/pytest -q -m "not slow" -n 2
 
 # The small time-to-accuracy benchmark (~40 min on 2 cores; needs `attent data scenes --out data/scenes`)
 bench: setup

@@ -8,13 +8,12 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.runs import (FULL_METHOD, METHOD, METHOD_COST, RATIO_KIND, RATIO_START,
+from analysis.runs import (METHOD, METHOD_COST, RATIO_KIND, RATIO_START,
                            SELECTED_RATIO, STRATEGY_NAMES, config_names, is_full, strategy_names)
 from attent import contract
 
 STRATEGY_COLORS = {STRATEGY_NAMES[contract.NONE]: "black", STRATEGY_NAMES["random"]: "tab:gray",
                    STRATEGY_NAMES["hard"]: "tab:blue", STRATEGY_NAMES["soft"]: "tab:orange"}
-LOSS_HISTORY = contract.TRAIN_LOSS
 COST_PART_HISTORIES = [contract.time_metric(part) for part in contract.METHOD_TIME_PARTS]
 
 
@@ -82,7 +81,7 @@ def training_time_figure(runs: pd.DataFrame) -> Figure | None:
 def loss_curves_figure(runs: pd.DataFrame, histories: pd.DataFrame) -> Figure | None:
     """One panel per strategy, a mean-over-seeds train-loss curve per configuration in it; the
     full-data baseline is drawn dashed in every panel for reference."""
-    loss = histories[histories["key"].eq(LOSS_HISTORY)].merge(
+    loss = histories[histories["key"].eq(contract.TRAIN_LOSS)].merge(
         runs.assign(config=config_names(runs), strategy=strategy_names(runs),
                     full=is_full(runs))[["run_id", "config", "strategy", "full"]], on="run_id")
     if loss.empty:
@@ -111,7 +110,7 @@ def time_to_reach_baseline(runs: pd.DataFrame, histories: pd.DataFrame,
     ``metric`` first reaches the full-data baseline's final value (mean over its seeds), as
     mean/std over the seeds that reached it, ``n`` of them and ``runs`` in all. Empty when there
     is no baseline."""
-    target = runs.loc[runs[METHOD].eq(FULL_METHOD), f"metrics.{metric}"].mean()
+    target = runs.loc[runs[METHOD].eq(contract.METHOD_FULL), f"metrics.{metric}"].mean()
     if pd.isna(target):
         return pd.DataFrame(columns=["config", "strategy", "mean", "std", "n", "runs"])
     by_epoch = histories.pivot_table(index=["run_id", "step"], columns="key", values="value")

@@ -51,8 +51,6 @@ NUMERIC_COLUMNS = (SEED, RATIO_START, METHOD_COST, *METHOD_COST_PARTS, SELECTED_
 CONTRACT_COLUMNS = (TASK, METHOD, STRATEGY, RATIO_SCHEDULE, INTERVAL_SCHEDULE, LABEL, ROLE,
                     IDENTITY, PARENT_RUN_ID, RATIO_KIND, *NUMERIC_COLUMNS)
 
-FULL_METHOD = contract.METHOD_FULL  # the no-selection baseline every table compares against
-ATTENT_METHOD = contract.METHOD_ATTENT
 MISSING = "—"  # how tables and figures show a value nobody logged
 # Per-epoch histories the figures read (plus the primary downstream metric).
 HISTORY_KEYS = (contract.TRAIN_LOSS, contract.TIME_TOTAL, contract.TIME_METHOD,
@@ -191,14 +189,14 @@ def lower_is_better(metric_name: str) -> bool:
 
 # --- naming runs for humans ----------------------------------------------------------------
 STRATEGY_NAMES = {"random": "Random", "hard": "Hard", "soft": "Soft", contract.NONE: "No selection"}
-METHOD_NAMES = {ATTENT_METHOD: "AtteNT", "class_weight": "Class weight",
+METHOD_NAMES = {contract.METHOD_ATTENT: "AtteNT", "class_weight": "Class weight",
                 "group_weight": "Group weight", "gradnorm": "GradNorm", "infobatch": "InfoBatch",
-                "random": "Random subset", FULL_METHOD: "Full data"}
+                "random": "Random subset", contract.METHOD_FULL: "Full data"}
 SHORT_PREFIX = "selection."  # dropped from field names in labels: temperature=0.5
 
 
 def is_full(runs: pd.DataFrame) -> pd.Series:
-    return runs[METHOD].eq(FULL_METHOD)
+    return runs[METHOD].eq(contract.METHOD_FULL)
 
 
 def label_names(runs: pd.DataFrame) -> pd.Series:

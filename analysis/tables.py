@@ -18,7 +18,7 @@ from itertools import product
 
 import pandas as pd
 
-from analysis.runs import (ATTENT_METHOD, FULL_METHOD, IDENTITY, INTERVAL_SCHEDULE, LABEL, METHOD,
+from analysis.runs import (IDENTITY, INTERVAL_SCHEDULE, LABEL, METHOD,
                            METHOD_NAMES, MISSING, RATIO_KIND, RATIO_SCHEDULE, RATIO_START,
                            SHORT_PREFIX, STRATEGY, STRATEGY_NAMES, config_details, label_names,
                            downstream_metrics, is_full, lower_is_better, metric, param,
@@ -27,9 +27,7 @@ from attent import contract
 
 COST = contract.TIME_METHOD  # the time column: training + scoring + selection
 EVAL_TIME = contract.time_metric("eval")
-SELECTED = contract.MEAN_SELECTED_RATIO
-BACKPROPAGATED = contract.SAMPLES_BACKPROPAGATED
-RUN_METRICS = (COST, EVAL_TIME, SELECTED, BACKPROPAGATED)  # summarized in every table
+RUN_METRICS = (COST, EVAL_TIME, contract.MEAN_SELECTED_RATIO, contract.SAMPLES_BACKPROPAGATED)  # summarized in every table
 
 COST_CHANGE = "cost_change_pct"  # method cost vs the full-data row's, in %
 IDEAL_SAVING = "ideal_saving"  # 1 - samples back-propagated / the full-data row's
@@ -40,11 +38,11 @@ BUDGET_TOLERANCE = 0.02  # relative difference of mean selected ratios still cal
 BUDGET_MARK = "†"
 CONFIG_HEADER = "Config"  # the fields telling apart configurations that share a layout row
 
-BASELINE_NAME = METHOD_NAMES[FULL_METHOD]
+BASELINE_NAME = METHOD_NAMES[contract.METHOD_FULL]
 PAPER_STRATEGIES = ("random", "hard", "soft")
 PAPER_RATIOS = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4)  # below the 100 % full-data row
-COMPARISON_METHODS = (ATTENT_METHOD, "class_weight", "group_weight", "gradnorm", "infobatch",
-                      "random", FULL_METHOD)
+COMPARISON_METHODS = (contract.METHOD_ATTENT, "class_weight", "group_weight", "gradnorm", "infobatch",
+                      "random", contract.METHOD_FULL)
 SCHEDULE_KINDS = ("fixed", "incremental", "cosine")
 
 Row = tuple[str, ...]
@@ -128,7 +126,7 @@ def compare_with_baseline(stats: pd.DataFrame, baseline_of_row: list[int | None]
         return pd.Series([math.nan if b is None else stats.at[b, column] for b in baseline_of_row],
                          index=stats.index, dtype=float)
     cost_ratio = stats[f"{COST}_mean"] / of_baseline(f"{COST}_mean")
-    ideal = 1.0 - stats[f"{BACKPROPAGATED}_mean"] / of_baseline(f"{BACKPROPAGATED}_mean")
+    ideal = 1.0 - stats[f"{contract.SAMPLES_BACKPROPAGATED}_mean"] / of_baseline(f"{contract.SAMPLES_BACKPROPAGATED}_mean")
     realized = 1.0 - cost_ratio
     return stats.assign(**{COST_CHANGE: (cost_ratio - 1.0) * 100.0, IDEAL_SAVING: ideal,
                            REALIZED_SAVING: realized,
@@ -139,13 +137,13 @@ def budget_differs(stats: pd.DataFrame, methods: pd.Series, context: dict[int, t
     """Rows of other methods (not AtteNT, not full data) whose mean selected ratio lies more
     than BUDGET_TOLERANCE (relative) away from every AtteNT row's of the same training context:
     another training budget."""
-    ratio = stats[f"{SELECTED}_mean"]
-    attent = [row for row in stats.index[methods.eq(ATTENT_METHOD)] if ratio[row] == ratio[row]]
+    ratio = stats[f"{contract.MEAN_SELECTED_RATIO}_mean"]
+    attent = [row for row in stats.index[methods.eq(contract.METHOD_ATTENT)] if ratio[row] == ratio[row]]
 
     def differs(row: int) -> bool:
         references = [ratio[a] for a in attent if context.get(a) == context.get(row)]
         return bool(references) and min(abs(ratio[row] / r - 1.0) for r in references) > BUDGET_TOLERANCE
-    others = methods.notna() & ~methods.isin([ATTENT_METHOD, FULL_METHOD])
+    others = methods.notna() & ~methods.isin([contract.METHOD_ATTENT, contract.METHOD_FULL])
     return others & pd.Series([differs(row) for row in stats.index], index=stats.index)
 
 
@@ -153,7 +151,7 @@ def budget_notes(stats: pd.DataFrame, methods: pd.Series) -> list[str]:
     if not stats[BUDGET_DIFFERS].any():
         return []
     references = ", ".join(f"{r:.3f}" for r in
-                           stats.loc[methods.eq(ATTENT_METHOD), f"{SELECTED}_mean"].dropna())
+                           stats.loc[methods.eq(contract.METHOD_ATTENT), f"{contract.MEAN_SELECTED_RATIO}_mean"].dropna())
     return [f"{BUDGET_MARK} Budget differs: mean selected ratio more than "
             f"{BUDGET_TOLERANCE:.0%} (relative) away from AtteNT's ({references}); "
             "not a same-budget comparison."]
@@ -216,7 +214,7 @@ def schedule_order(schedules: pd.Series) -> list[str]:
 def ablation_table(runs: pd.DataFrame, name: str = "ablation") -> Table:
     """Table 3: ratio schedule x interval schedule x strategy, plus the no-selection row."""
     headers = ["Ratio schedule", "Interval schedule", "Strategy"]
-    attent = runs[runs[METHOD].eq(ATTENT_METHOD)]
+    attent = runs[runs[METHOD].eq(contract.METHOD_ATTENT)]
     baseline: Row = (MISSING, MISSING, BASELINE_NAME)
     keyed = pd.concat([
         runs[is_full(runs)].assign(**dict(zip(headers, baseline))),
@@ -233,7 +231,7 @@ def ablation_table(runs: pd.DataFrame, name: str = "ablation") -> Table:
 def ratio_table(runs: pd.DataFrame, name: str = "ratio") -> Table:
     """Table 5: fixed sample ratios 100 % (full data), 90 %, ..., 40 %."""
     headers = ["Sample ratio", "Strategy", "Interval schedule"]
-    fixed = runs[runs[METHOD].eq(ATTENT_METHOD) & runs[RATIO_KIND].eq("fixed")]
+    fixed = runs[runs[METHOD].eq(contract.METHOD_ATTENT) & runs[RATIO_KIND].eq("fixed")]
     baseline: Row = (f"100% ({BASELINE_NAME.lower()})", MISSING, MISSING)
     keyed = pd.concat([
         runs[is_full(runs)].assign(**dict(zip(headers, baseline))),
@@ -262,9 +260,9 @@ def comparison_table(runs: pd.DataFrame, name: str = "comparison") -> Table:
 def with_without_table(runs: pd.DataFrame, name: str = "with_without") -> Table:
     """Tables 1/2: training with vs without AtteNT."""
     without = "w/o AtteNT"
-    runs = runs[runs[METHOD].isin([ATTENT_METHOD, FULL_METHOD])]
+    runs = runs[runs[METHOD].isin([contract.METHOD_ATTENT, contract.METHOD_FULL])]
     keyed = runs.assign(Setting=("w/ " + method_names(runs)).where(~is_full(runs), without))
-    attent_rows = sorted(set(keyed.loc[runs[METHOD].eq(ATTENT_METHOD), "Setting"]))
+    attent_rows = sorted(set(keyed.loc[runs[METHOD].eq(contract.METHOD_ATTENT), "Setting"]))
     rows = [(without,), *((setting,) for setting in attent_rows or ["w/ AtteNT"])]
     return build_table(name, "With vs without AtteNT", keyed, ["Setting"], rows, (without,),
                        downstream_metrics(keyed))
@@ -287,7 +285,7 @@ TABLE_BUILDERS = {"ablation": ablation_table, "ratio": ratio_table,
 
 def applicable_kinds(runs: pd.DataFrame) -> list[str]:
     """The layouts the runs present fill; ``summary`` when none does."""
-    attent = runs[runs[METHOD].eq(ATTENT_METHOD)]
+    attent = runs[runs[METHOD].eq(contract.METHOD_ATTENT)]
     methods = set(runs[METHOD].dropna())
     schedule_configs = pd.DataFrame({"ratio": attent[RATIO_SCHEDULE].map(schedule_kind),
                                      "interval": attent[INTERVAL_SCHEDULE],
@@ -296,8 +294,8 @@ def applicable_kinds(runs: pd.DataFrame) -> list[str]:
     kinds = [kind for kind, applies in [
         ("ablation", len(schedule_configs.drop_duplicates()) >= 2),
         ("ratio", len(fixed_ratios) >= 2),
-        ("comparison", bool(methods - {ATTENT_METHOD, FULL_METHOD})),
-        ("with_without", methods == {ATTENT_METHOD, FULL_METHOD} and attent[LABEL].nunique() <= 1),
+        ("comparison", bool(methods - {contract.METHOD_ATTENT, contract.METHOD_FULL})),
+        ("with_without", methods == {contract.METHOD_ATTENT, contract.METHOD_FULL} and attent[LABEL].nunique() <= 1),
     ] if applies]
     return kinds or ["summary"]
 
@@ -385,7 +383,7 @@ def cell_text(table: Table) -> tuple[pd.DataFrame, pd.DataFrame]:
     for header, column, render in SAVING_COLUMNS:
         cells[header] = stats[column].map(render)
     cells[SELECTED_HEADER] = [selected_cell(r, bool(d)) for r, d in
-                              zip(stats[f"{SELECTED}_mean"], stats[BUDGET_DIFFERS])]
+                              zip(stats[f"{contract.MEAN_SELECTED_RATIO}_mean"], stats[BUDGET_DIFFERS])]
     cells[EVAL_HEADER] = stat_cells(stats, EVAL_TIME, 1)
     best = pd.DataFrame(False, index=cells.index, columns=cells.columns)
     best[COST_HEADER] = best_rows(table, COST)
@@ -442,7 +440,7 @@ def to_csv(table: Table) -> str:
     stats, frame = table.stats, table.labels.copy()
     frame["n"] = stats["n"]
     mark = {True: "*", False: ""}
-    for name in (COST, EVAL_TIME, SELECTED, BACKPROPAGATED, *table.metrics):
+    for name in (COST, EVAL_TIME, contract.MEAN_SELECTED_RATIO, contract.SAMPLES_BACKPROPAGATED, *table.metrics):
         frame[f"{name}_mean"] = stats[f"{name}_mean"]
         frame[f"{name}_std"] = stats[f"{name}_std"]
         if name == COST or name in table.metrics:

@@ -46,7 +46,7 @@ def bare_loop(args):
     from torch.utils.data import DataLoader
 
     from attent.engine.lr import lr_factor
-    from attent.tasks import build_task
+    from attent.tasks.registry import build_task
     cfg = experiment(args, "bare")
     torch.manual_seed(cfg.seed)
     task = build_task(cfg.task, seed=cfg.seed)
@@ -73,7 +73,7 @@ def bare_loop(args):
 def recipe_loop(args):
     """The engine's recipe in this process: select, train one epoch, record (no Ray, no MLflow,
     evaluation left out); returns a function that runs one epoch and returns its seconds."""
-    from attent.engine.loop import TrainingRecipe, WorkerContext
+    from attent.engine.recipe import TrainingRecipe, WorkerContext
     cfg = experiment(args, "recipe")
     recipe = TrainingRecipe(cfg, WorkerContext())
     recipe.setup()
@@ -98,7 +98,7 @@ def ray_run(args, number: int) -> dict[str, float]:
     from mlflow import MlflowClient
 
     from attent import contract
-    from attent.engine.launch import train
+    from attent.engine.driver import train
     cfg = experiment(args, f"engine-overhead-{os.getpid()}-{number}")
     result = train(cfg)
     m = MlflowClient(cfg.mlflow.tracking_uri).get_run(result.run_id).data.metrics

@@ -1,6 +1,6 @@
 """Wall-clock of the selection functions on one CPU core, and how it grows with N.
 
-Times ``attent.selection.select`` for each strategy (hard, soft, random) at N = 1e6 ... 1e8 scores
+Times ``attent.selection.strategies.select`` for each strategy (hard, soft, random) at N = 1e6 ... 1e8 scores
 and k = ratio * N, next to a bare ``torch.topk(scores, k)`` of the same size for scale. Each cell
 is the median of ``--repeats`` timed calls after one untimed warm-up call. The CPU seconds of this
 process are kept beside the wall-clock, split into user (the computation) and system (mostly
@@ -33,10 +33,10 @@ import numpy as np
 import torch
 
 try:
-    from attent.selection import core, select
+    from attent.selection import strategies, topk
 except ImportError:  # run from a checkout without installing the package
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "platform"))
-    from attent.selection import core, select
+    from attent.selection import strategies, topk
 
 GOAL_SECONDS = 1.0   # per strategy at 100M scores
 GOAL_N = 100_000_000
@@ -92,7 +92,7 @@ def bench(sizes, ratios, repeats, seed=0) -> list[dict]:
             row = {"n": n, "k": k, "ratio": ratio, "detail": {}}
             for strategy in STRATEGIES:
                 g = torch.Generator().manual_seed(seed)
-                t = median_seconds(lambda: select(scores, k, strategy, generator=g), repeats)
+                t = median_seconds(lambda: strategies.select(scores, k, strategy, generator=g), repeats)
                 row[strategy], row["detail"][strategy] = t["wall"], t
             t = median_seconds(lambda: torch.topk(scores, k), repeats)
             row["torch.topk"], row["detail"]["torch.topk"] = t["wall"], t
@@ -130,15 +130,15 @@ def scaling(rows) -> list[dict]:
 
 
 def profile(n: int, ratio: float, repeats: int, seed=0) -> dict[str, dict[str, float]]:
-    """Median seconds of each step of ``select`` at size n (the code paths core.py takes there)."""
+    """Median seconds of each step of ``select`` at size n (the code paths topk.py takes there)."""
     k = max(1, round(ratio * n))
     g = torch.Generator().manual_seed(seed)
     scores = torch.rand(n, generator=torch.Generator().manual_seed(seed)) * 10.0
     tiny = torch.finfo(torch.float32).tiny
     values = scores.numpy()
-    streams = core._streams(n, scores) and core._uniform_bits_match()
+    streams = topk.streams(n, scores) and topk.uniform_bits_match()
     if streams:
-        uniform = core._uniform_f32(n, g, tiny)
+        uniform = topk.uniform_f32(n, g, tiny)
     else:
         uniform = torch.rand(n, generator=g).clamp_(min=tiny).numpy()
     noise = uniform.copy()
@@ -146,23 +146,23 @@ def profile(n: int, ratio: float, repeats: int, seed=0) -> dict[str, dict[str, f
     work = np.empty_like(uniform)
     refill = {"uniform": lambda: np.copyto(work, uniform), "noise": lambda: np.copyto(work, noise)}
     steps = {
-        "check scores (aminmax: finite, 1-D)": (lambda: core._check_scores(scores), None),
+        "check scores (aminmax: finite, 1-D)": (lambda: strategies.check_scores(scores), None),
         "before: Gumbel noise, _gumbel (rand + clamp + 2 logs + neg)":
-            (lambda: core._gumbel(n, g, scores.dtype, scores.device), None),
+            (lambda: topk.gumbel(n, g, scores.dtype, scores.device), None),
         "  (its torch.rand alone)": (lambda: torch.rand(n, generator=g), None),
         "noise bits: int32 random_(0, 2**24), same stream (_uniform_bits)":
-            (lambda: core._uniform_bits(n, g), None),
+            (lambda: topk.uniform_bits(n, g), None),
         "uniform float32: bits * 2**-24, clamped, in place (_uniform_f32)":
-            (lambda: core._uniform_f32(n, g, tiny), None),
+            (lambda: topk.uniform_f32(n, g, tiny), None),
         "Gumbel: log_, neg_, log_ over the whole tensor (in place)":
             (lambda: torch.from_numpy(work).log_().neg_().log_(), refill["uniform"]),
         "threshold pass, soft: keys = scores - T*(-G) fused (_threshold_blocks)":
-            (lambda: core._threshold_blocks(work, k, values), refill["noise"]),
+            (lambda: topk.threshold_blocks(work, k, values), refill["noise"]),
         "threshold pass, hard (_threshold_blocks on the scores)":
-            (lambda: core._threshold_blocks(values, k), None),
+            (lambda: topk.threshold_blocks(values, k), None),
         "  (for comparison: kthvalue over all N)": (lambda: torch.kthvalue(scores, n - k + 1), None),
         "threshold + index pass, hard (_top_k_blocks on the scores)":
-            (lambda: core._top_k_blocks(values, k), None),
+            (lambda: topk.top_k_blocks(values, k), None),
     }
     if not streams:  # small or unsupported input: select takes the whole-tensor path
         steps = {name: step for name, step in steps.items()

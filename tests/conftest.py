@@ -37,9 +37,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def poll_train_workers_often() -> None:
+    """What ``attent train`` sets for the local Ray it starts (and cluster.yaml for a cluster):
+    Ray Train's controller polls its workers every 0.25 s, not 2 s, so a run's reports after a
+    checkpoint and its teardown do not wait ~5 s. Ray processes started after this inherit it."""
+    from attent.engine.driver import TRAIN_POLL_ENV, TRAIN_POLL_SECONDS
+    os.environ.setdefault(TRAIN_POLL_ENV, TRAIN_POLL_SECONDS)
+
+
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory):
     """A local Ray head node bound to 127.0.0.1, with the job server for ``ray job submit``."""
+    poll_train_workers_often()
     port, dashboard = free_port(), free_port()
     temp = Path("/tmp") / f"ray-attent-{os.getpid()}"
     cmd = [str(BIN / "ray"), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
@@ -78,6 +87,35 @@ def stop_ray_processes(temp_dir: Path) -> None:
     psutil.wait_procs(mine, timeout=30)
 
 
+@pytest.fixture(scope="session")
+def reference_runs(ray_cluster, tmp_path_factory):
+    """(name, variant) -> that reference run (``shared_runs``), trained on first use, once per
+    session."""
+    import shared_runs
+    root = tmp_path_factory.mktemp("reference")
+    trained = {}
+
+    def get(name: str, variant: str = "") -> shared_runs.TrainedRun:
+        if (name, variant) not in trained:
+            cfg = shared_runs.reference_experiment(name, root, variant)
+            trained[name, variant] = shared_runs.train_run(cfg, root / "read")
+        return trained[name, variant]
+    return get
+
+
+@pytest.fixture(scope="session")
+def restarted_reference(reference_runs):
+    """The reference AtteNT soft run, killed after epoch 2 and restarted, tracking kernels."""
+    return reference_runs("digits-soft", "restarted")
+
+
+@pytest.fixture(scope="session")
+def digits_sweeps(ray_cluster, tmp_path_factory):
+    """The two small digits sweeps (``shared_runs``), run once per session on first use."""
+    import shared_runs
+    return shared_runs.run_digits_sweeps(tmp_path_factory.mktemp("sweeps"))
+
+
 @pytest.fixture
 def mlflow_uri(tmp_path) -> str:
     return f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -98,3 +136,15 @@ def start_tracking_server(backend_uri: str, artifacts: Path):
         yield url
     finally:
         server.stop(proc)
+
+
+RAY_FIXTURES = {"ray_cluster", "reference_runs", "restarted_reference", "digits_sweeps"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """The fast tier (`-m "not slow"`, `make test-fast`) starts no Ray: a test that uses the
+    session's Ray must say it is slow."""
+    unmarked = [item.nodeid for item in items
+                if RAY_FIXTURES & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("slow")]
+    if unmarked:
+        raise pytest.UsageError(f"tests using Ray without the slow marker: {unmarked}")

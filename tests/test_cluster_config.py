@@ -23,7 +23,7 @@ from ray.autoscaler._private.util import prepare_config, validate_config
 
 from attent.cli import main as attent_main
 from attent.config import RayConfig
-from attent.engine.preflight import fit_count, worker_bundle
+from attent.engine.preflight.resources import fit_count, worker_bundle
 
 REPO = Path(__file__).resolve().parents[1]
 AWS, LOCAL = "cluster.yaml", "cluster-local.yaml"
@@ -33,7 +33,7 @@ COMMAND_LISTS = ("initialization_commands", "setup_commands", "head_setup_comman
                  "worker_setup_commands", "head_start_ray_commands", "worker_start_ray_commands")
 ARCHIVE = re.compile(r"attent-([0-9a-f]{40})\.tar\.gz")
 WILDCARDS = {"0.0.0.0", "::", "[::]", ""}
-TRAIN_POLL = "0.25"  # README / engine.launch: Train's worker poll, set cluster-wide here
+TRAIN_POLL = "0.25"  # README / engine.driver: Train's worker poll, set cluster-wide here
 DRIVER_PACKAGES = {"psycopg2": {"psycopg2", "psycopg2-binary"}, "psycopg": {"psycopg", "psycopg[binary]"}}
 
 

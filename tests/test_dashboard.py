@@ -12,44 +12,27 @@ import urllib.request
 import mlflow
 import pytest
 
+import shared_runs
 from attent import contract
-from attent.config import build_experiment
 from attent.engine import dashboard as views, tracking
 from conftest import BIN, free_port
 
 slow = pytest.mark.slow
 needs_chromium = pytest.mark.skipif(not (shutil.which("chromium") and shutil.which("chromedriver")),
                                     reason="needs Debian's chromium and chromium-driver (.ci/run installs them)")
-SWEEP = "dash-sweep"
+SWEEP = shared_runs.ABLATION_SWEEP
 VIEWS_MENU = "mlflow.experiment_page.saved_views.trigger"  # MLflow UI's "Views" button
-TRIALS = {"t00-s0": {"selection": {"preset": "vit", "strategy": "hard"}},  # AtteNT, hard selection
-          "t01-s0": {"selection": {"method": "full"}}}                     # the full-data baseline
 
 
 @pytest.fixture(scope="module")
-def sweep_store(ray_cluster, tmp_path_factory):
-    """A store as `attent sweep` writes it, from real engine runs: a sweep parent and two trial
-    runs trained by `train()` (digits, 2 epochs) as its children."""
-    from attent.engine.launch import train
-    root = tmp_path_factory.mktemp("dash")
-    uri = f"sqlite:///{root / 'mlflow.db'}"
+def sweep_store(digits_sweeps):
+    """A store `attent sweep` wrote from real engine runs: the ablation sweep (``shared_runs``),
+    its parent run and four trials (digits, 2 epochs)."""
+    uri = digits_sweeps.tracking_uri
     client = mlflow.MlflowClient(uri)
-    experiment_id = tracking.ensure_experiment(client, SWEEP, uri)
-    parent = client.create_run(experiment_id, run_name=SWEEP, tags={
-        contract.TAG_ROLE: contract.ROLE_SWEEP, contract.TAG_SWEEP: SWEEP})
-    runs = {}
-    for trial, overrides in TRIALS.items():
-        cfg = build_experiment({
-            "name": f"{SWEEP}-{trial}", "seed": 0, **overrides,
-            "task": {"name": "vision", "dataset": "digits", "model": {"preset": "vit_tiny_cpu", "patch_size": 2}},
-            "train": {"epochs": 2, "batch_size": 64},
-            "ray": {"num_workers": 1, "storage_path": str(root / "ray")},
-            "mlflow": {"tracking_uri": uri, "experiment": SWEEP}})
-        result = train(cfg, parent_run_id=parent.info.run_id, role=contract.ROLE_TRIAL,
-                       extra_tags={contract.TAG_SWEEP: SWEEP, contract.TAG_TRIAL: trial})
-        runs[cfg.name] = client.get_run(result.run_id)
-    tracking.finish_run(uri, parent.info.run_id, ok=True)  # as the sweep ends: the view is refreshed
-    return uri, experiment_id, runs
+    experiment_id = client.get_experiment_by_name(SWEEP).experiment_id
+    trials = client.search_runs([experiment_id], f"tags.`{contract.TAG_ROLE}` = '{contract.ROLE_TRIAL}'")
+    return uri, experiment_id, {run.info.run_name: run for run in trials}
 
 
 @slow
@@ -58,8 +41,8 @@ def test_each_real_run_records_its_datasets_and_system_metrics(sweep_store):
     for run in runs.values():
         inputs = {i.dataset.name: i for i in run.inputs.dataset_inputs}
         assert set(inputs) == {"digits-train", "digits-test"}
-        for name, context, samples in (("digits-train", contract.DATASET_TRAIN, 1438),
-                                       ("digits-test", contract.DATASET_EVAL, 359)):
+        for name, context, samples in (("digits-train", contract.DATASET_TRAIN, shared_runs.SWEEP_TRAIN_SAMPLES),
+                                       ("digits-test", contract.DATASET_EVAL, shared_runs.SWEEP_TEST_SAMPLES)):
             dataset = inputs[name].dataset
             assert {(t.key, t.value) for t in inputs[name].tags} == {(contract.DATASET_CONTEXT_TAG, context)}
             assert len(dataset.digest) == 8 and json.loads(dataset.profile) == {"num_samples": samples}
@@ -69,9 +52,8 @@ def test_each_real_run_records_its_datasets_and_system_metrics(sweep_store):
             run.info.run_id, contract.system_metric(0, "cpu_utilization_percentage"))
         assert cpu and all(0 <= m.value <= 100 for m in cpu)
         assert run.data.metrics[contract.system_metric(0, "system_memory_usage_megabytes")] > 0
-    first, second = runs.values()  # the same data: the same digests
-    assert {i.dataset.digest for i in first.inputs.dataset_inputs} == \
-        {i.dataset.digest for i in second.inputs.dataset_inputs}
+    digests = [{i.dataset.digest for i in run.inputs.dataset_inputs} for run in runs.values()]
+    assert len(digests) == 4 and all(d == digests[0] for d in digests)  # the same data: the same digests
 
 
 @slow
@@ -156,7 +138,7 @@ def test_dashboard_opens_the_trials_with_their_key_metrics(dashboard, browser):
     key = ["eval_test_accuracy", *contract.KEY_METRICS]
     browser.get(links[SWEEP])
     # the training runs, every trial listed (not folded under the sweep), no clicks
-    wait_for_text(browser, SWEEP, *runs, *key, "3 matching runs")
+    wait_for_text(browser, SWEEP, *runs, *key, f"{len(runs) + 1} matching runs")  # the trials and the sweep
     text = page_text(browser)
     assert "Token Usage" not in text and "Traces\n0" not in text  # not the GenAI overview
     for run in runs.values():

@@ -14,7 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from attent.tasks.llm.data import SOURCES, load_examples
+from attent.tasks.llm.data import load_examples
+from attent.tasks.llm.sources import SOURCES
 from attent.tasks.llm.evaluation.benchmarks import MATH, MATH_SUBJECTS, load_math_test
 from attent.tasks.llm.evaluation.mt_bench import load_mt_bench_questions
 from attent.tasks.llm.sources import read_records

@@ -21,11 +21,12 @@ from transformers import (
 )
 
 from attent.tasks.llm.evaluation.generation import generate_greedy
-from attent.tasks.base import OptimizerSpec
+from attent.tasks.task import OptimizerSpec
 from attent.tasks.llm.config import LLMTaskConfig
 from attent.tasks.llm.evaluation.response_loss import response_loss_totals
 from attent.tasks.llm.model import smollm2_checkpoint_dir
-from attent.tasks.llm.task import LLMTask, response_token_loss
+from attent.tasks.llm.loss import response_token_loss
+from attent.tasks.llm.task import LLMTask
 
 DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"

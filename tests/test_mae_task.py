@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from attent.config import build_experiment
-from attent.engine.loop import ScoringPass, TrainingRecipe, WorkerContext
-from attent.tasks import build_task
+from attent.engine.recipe import ScoringPass, TrainingRecipe, WorkerContext
+from attent.tasks.registry import build_task
 from attent.tasks.mae import scenes
 from attent.tasks.mae.downstream import layer_of
 
@@ -159,7 +159,7 @@ downstream:
 
 
 def test_a_downstream_job_is_named_after_its_weights_and_settings(scene_root):
-    from attent.engine.pipeline import job_experiment
+    from attent.engine.driver import job_experiment
     cfg = build_experiment({"name": "pre", "task": {"name": "multimae", "data_path": str(scene_root)},
                             "train": {"epochs": 1},
                             "downstream": [{"name": "depth", "task": {"target": "depth"}, "train": {"epochs": 1}},

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from attent.engine import preflight
-from attent.engine.preflight import PreflightError
+from attent.config import PreflightError
+from attent.engine.preflight import resources, store
 from conftest import BIN, REPO, free_port, stop_ray_processes
 
 DIGITS = str(REPO / "experiments/digits_vit.yaml")
@@ -52,8 +52,8 @@ def serve(status: int):
 def test_a_server_that_answers_health_passes():
     server = serve(200)
     try:
-        preflight.check_tracking(f"http://127.0.0.1:{server.server_port}")
-        preflight.check_tracking(f"http://127.0.0.1:{server.server_port}/")
+        store.check_tracking(f"http://127.0.0.1:{server.server_port}")
+        store.check_tracking(f"http://127.0.0.1:{server.server_port}/")
     finally:
         server.shutdown()
 
@@ -62,7 +62,7 @@ def test_a_gateway_error_is_refused():
     server = serve(503)
     try:
         with pytest.raises(PreflightError, match="HTTP 503"):
-            preflight.check_tracking(f"http://127.0.0.1:{server.server_port}")
+            store.check_tracking(f"http://127.0.0.1:{server.server_port}")
     finally:
         server.shutdown()
 
@@ -71,7 +71,7 @@ def test_a_closed_port_is_refused_at_once_naming_the_fix():
     port = free_port()  # bound then released: nothing listens there
     start = time.monotonic()
     with pytest.raises(PreflightError) as err:
-        preflight.check_tracking(f"http://user:s3cret@127.0.0.1:{port}")
+        store.check_tracking(f"http://user:s3cret@127.0.0.1:{port}")
     elapsed = time.monotonic() - start
     msg = str(err.value)
     assert isinstance(err.value, ValueError)  # the CLI's one-line error, exit 2
@@ -88,20 +88,20 @@ def test_a_server_that_never_answers_is_refused_after_the_timeout():
         listener.listen(8)
         start = time.monotonic()
         with pytest.raises(PreflightError, match="no answer"):
-            preflight.check_tracking(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout=1.0)
+            store.check_tracking(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout=1.0)
         assert time.monotonic() - start < 30
 
 
 def test_sqlite_store_checks_touch_nothing(tmp_path):
     db = tmp_path / "mlflow.db"
-    preflight.check_tracking(f"sqlite:///{db}")
+    store.check_tracking(f"sqlite:///{db}")
     assert not db.exists()  # checked, not created
     with pytest.raises(PreflightError, match=r"does not exist; create it \(`mkdir -p"):
-        preflight.check_tracking(f"sqlite:///{tmp_path / 'missing' / 'mlflow.db'}")
+        store.check_tracking(f"sqlite:///{tmp_path / 'missing' / 'mlflow.db'}")
     with pytest.raises(PreflightError, match="is a directory"):
-        preflight.check_tracking(f"sqlite:///{tmp_path}")
-    preflight.check_tracking("postgresql://user@db.example/mlflow")  # left to MLflow
-    preflight.check_tracking("databricks")
+        store.check_tracking(f"sqlite:///{tmp_path}")
+    store.check_tracking("postgresql://user@db.example/mlflow")  # left to MLflow
+    store.check_tracking("databricks")
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
@@ -111,7 +111,7 @@ def test_sqlite_store_in_a_read_only_directory_is_refused(tmp_path):
     ro.chmod(0o555)
     try:
         with pytest.raises(PreflightError, match="not writable"):
-            preflight.check_tracking(f"sqlite:///{ro / 'mlflow.db'}")
+            store.check_tracking(f"sqlite:///{ro / 'mlflow.db'}")
     finally:
         ro.chmod(0o755)
 
@@ -119,20 +119,20 @@ def test_sqlite_store_in_a_read_only_directory_is_refused(tmp_path):
 # ---------------------------------------------------------------------------- resources (unit)
 
 def test_fit_counts_are_per_node():
-    assert preflight.fit_count({"CPU": 1}, {"CPU": 2}) == 2
-    assert preflight.fit_count({"CPU": 0.5}, {"CPU": 2}) == 4
-    assert preflight.fit_count({"CPU": 4}, {"CPU": 2}) == 0  # fits no 2-CPU node, whatever their number
-    assert preflight.fit_count({"CPU": 1, "GPU": 1}, {"CPU": 8, "GPU": 2}) == 2
-    assert preflight.fit_count({"CPU": 1, "accel": 1}, {"CPU": 8}) == 0
+    assert resources.fit_count({"CPU": 1}, {"CPU": 2}) == 2
+    assert resources.fit_count({"CPU": 0.5}, {"CPU": 2}) == 4
+    assert resources.fit_count({"CPU": 4}, {"CPU": 2}) == 0  # fits no 2-CPU node, whatever their number
+    assert resources.fit_count({"CPU": 1, "GPU": 1}, {"CPU": 8, "GPU": 2}) == 2
+    assert resources.fit_count({"CPU": 1, "accel": 1}, {"CPU": 8}) == 0
 
 
 def test_room_follows_the_placement_strategy():
     nodes = [{"CPU": 4}, {"CPU": 1}, {"CPU": 0}]
-    assert preflight.room(3, {"CPU": 1}, nodes, "PACK") >= 3
-    assert preflight.room(3, {"CPU": 1}, nodes, "SPREAD") >= 3
-    assert preflight.room(3, {"CPU": 1}, nodes, "STRICT_SPREAD") == 2  # one per node, two nodes can host
-    assert preflight.room(5, {"CPU": 1}, nodes, "STRICT_PACK") == 4    # all on the largest node
-    assert preflight.room(2, {"CPU": 2}, [], "PACK") == 0
+    assert resources.room(3, {"CPU": 1}, nodes, "PACK") >= 3
+    assert resources.room(3, {"CPU": 1}, nodes, "SPREAD") >= 3
+    assert resources.room(3, {"CPU": 1}, nodes, "STRICT_SPREAD") == 2  # one per node, two nodes can host
+    assert resources.room(5, {"CPU": 1}, nodes, "STRICT_PACK") == 4    # all on the largest node
+    assert resources.room(2, {"CPU": 2}, [], "PACK") == 0
 
 
 # Shapes as Ray 2.60's v1 monitor wrote them (`__autoscaling_status`), for a hand-started head
@@ -146,20 +146,20 @@ AUTOSCALING_STATUS = {"autoscaler_report": {
 
 
 def test_v1_status_tells_an_autoscaler_from_the_read_only_monitor():
-    assert preflight.autoscaler_from_v1_status(json.dumps(READONLY_STATUS)) is None
-    assert preflight.autoscaler_from_v1_status(None) is None
-    scaler = preflight.autoscaler_from_v1_status(json.dumps(AUTOSCALING_STATUS).encode())
+    assert resources.autoscaler_from_v1_status(json.dumps(READONLY_STATUS)) is None
+    assert resources.autoscaler_from_v1_status(None) is None
+    scaler = resources.autoscaler_from_v1_status(json.dumps(AUTOSCALING_STATUS).encode())
     assert scaler is not None and scaler.node_types == ["ray.head.default"]
     assert scaler.max_workers({"CPU": 1}) is None  # v1 does not publish its limits
 
 
 def test_published_node_groups_bound_what_an_autoscaler_can_reach():
-    scaler = preflight.Autoscaler("cluster config in the GCS", groups=[
+    scaler = resources.Autoscaler("cluster config in the GCS", groups=[
         ("head", {"CPU": 2}, 1), ("cpu", {"CPU": 2}, 3), ("gpu", {"CPU": 4, "GPU": 1}, 0)])
     assert scaler.max_workers({"CPU": 1}) == 8
     assert scaler.max_workers({"CPU": 4}) == 0  # the only 4-CPU group may have no node
     assert scaler.max_workers({"CPU": 1, "GPU": 1}) == 0
-    unbounded = preflight.Autoscaler("x", groups=[("cpu", {"CPU": 2}, -1)], max_resources={"CPU": 10})
+    unbounded = resources.Autoscaler("x", groups=[("cpu", {"CPU": 2}, -1)], max_resources={"CPU": 10})
     assert unbounded.max_workers({"CPU": 1}) == 10
 
 
@@ -268,7 +268,7 @@ def test_cluster_without_autoscaler_refuses_before_any_worker(ray_cluster, tmp_p
     assert "attent train: error: ray.num_workers=8 workers need 8 CPU in all (1 CPU each)" in err
     assert "has 2 CPU on 1 node(s), room for 2 such worker(s)" in err
     assert "no autoscaler that could add nodes" in err
-    assert "lower ray.num_workers to at most 2" in err and preflight.WAIT_ENV in err
+    assert "lower ray.num_workers to at most 2" in err and resources.WAIT_ENV in err
     assert train_controllers(ray_cluster["dashboard"]) == controllers  # Ray Train never started
     assert not db.exists()
     print(f"refused in {elapsed:.1f}s")
@@ -290,10 +290,11 @@ FAKE_AUTOSCALING = {
 CHECK_ON_CLUSTER = """
 import sys, ray
 from attent.config import load_experiment
-from attent.engine import launch, preflight
+from attent.engine.driver import ensure_ray
+from attent.engine.preflight.resources import check_cluster_resources
 cfg = load_experiment(sys.argv[1], ["ray.num_workers=8"]).resolved()
-launch.ensure_ray(cfg)
-preflight.check_cluster_resources(cfg)
+ensure_ray(cfg)
+check_cluster_resources(cfg)
 print("CHECK RETURNED", flush=True)
 """
 

@@ -1,64 +1,31 @@
-"""End to end: real tiny sweeps through the engine (Ray Tune + Train on the session's Ray
-cluster, MLflow in SQLite), then ``analysis.report.build_report`` on what they logged.
+"""End to end: the two small digits sweeps (``shared_runs``: Ray Tune + Train on the session's
+Ray cluster, MLflow in SQLite), then ``analysis.report.build_report`` on what they logged.
 
-Two sweeps on 300 digits, 2 epochs each, 7 trials in all: fixed sample ratios 80 and 50 % plus
-full data (the paper's Table 5); and the ablation (Table 3): full data, the incremental ratio
-schedule at two soft-selection temperatures (they share a label and must not be averaged
-together) and the cosine schedule. What the
-tables need from the engine is the MLflow contract (``attent.contract``): if the engine does not
-log one of its names, the first test says which.
+Fixed sample ratios 80 and 50 % plus full data (the paper's Table 5); and the ablation (Table 3):
+full data, the incremental ratio schedule at two soft-selection temperatures (they share a label
+and must not be averaged together) and the cosine schedule. What the tables need from the
+engine is the MLflow contract (``attent.contract``): if the engine does not log one of its names,
+the first test says which.
 """
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
-import yaml
 from mlflow import MlflowClient
 
 from analysis.report import Report, build_report
 from attent import contract
-from attent.sweep import run_sweep
-from conftest import REPO
+from shared_runs import ABLATION_SWEEP, RATIO_SWEEP
 
 pytestmark = pytest.mark.slow
 
-RATIO_SWEEP = "e2e-ratio"
-ABLATION_SWEEP = "e2e-ablation"
-FULL = {"selection.preset": None, "selection.method": "full"}
-
-
-def write_sweep(tmp_path: Path, uri: str, name: str, sweep: dict) -> Path:
-    """A sweep over the digits experiment shrunk to seconds per trial."""
-    overrides = {"train.epochs": 2, "task.train_limit": 300, "task.test_limit": 100,
-                 "ray.num_workers": 1, "ray.storage_path": str(tmp_path / "ray_results"),
-                 "mlflow.tracking_uri": uri, **sweep.pop("overrides", {})}
-    spec = {"name": name, "base": str(REPO / "experiments" / "digits_vit.yaml"),
-            "overrides": overrides, "seeds": [0], "max_concurrent": 2, **sweep}
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"sweep": spec}, sort_keys=False, allow_unicode=True))
-    return path
-
 
 @pytest.fixture(scope="module")
-def store(ray_cluster, tmp_path_factory) -> tuple[str, dict[str, Report]]:
-    """(tracking URI, report per sweep): both sweeps run, then each sweep's own MLflow
-    experiment reported."""
-    root = tmp_path_factory.mktemp("e2e")
-    uri = f"sqlite:///{root / 'mlflow.db'}"
-    ratio = write_sweep(root, uri, RATIO_SWEEP, {
-        "overrides": {"selection.strategy": "hard",
-                      "selection.interval": {"kind": "fixed", "start": 1}},
-        "grid": {"selection.ratio": [{"kind": "fixed", "start": r} for r in (0.8, 0.5)]},
-        "trials": [FULL]})
-    ablation = write_sweep(root, uri, ABLATION_SWEEP, {  # the ViT preset: incremental ratio
-        "grid": {"selection.temperature": [0.5, 2.0]},
-        "trials": [FULL, {"selection.ratio": {"kind": "cosine", "start": 0.2, "end": 0.8}}]})
-    for path in (ratio, ablation):
-        results = run_sweep(path)
-        assert all(result.error is None for result in results), [r.error for r in results]
-    return uri, {name: build_report(name, tracking_uri=uri, out_dir=root / "reports")
+def store(digits_sweeps) -> tuple[str, dict[str, Report]]:
+    """(tracking URI, report per sweep): each sweep's own MLflow experiment reported."""
+    uri = digits_sweeps.tracking_uri
+    return uri, {name: build_report(name, tracking_uri=uri, out_dir=digits_sweeps.root / "reports")
                  for name in (RATIO_SWEEP, ABLATION_SWEEP)}
 
 

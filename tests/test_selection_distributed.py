@@ -15,7 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, DistributedSampler
 
-from attent.selection import SelectionConfig, SubsetSampler, Teacher, shard_indices
+from attent.selection.config import SelectionConfig
+from attent.selection.sampler import SubsetSampler, shard_indices
+from attent.selection.teacher import Teacher
 from attent.selection.distributed import all_gather_observations, is_distributed
 
 N, EPOCHS = 101, 5

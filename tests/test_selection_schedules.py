@@ -8,10 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from attent.selection import (
-    METHODS, PRESETS, IntervalConfig, IntervalSchedule, RatioConfig, RatioSchedule, SelectionConfig,
-    cosine, fixed, incremental, training_progress,
-)
+from attent.selection.config import METHODS, PRESETS, IntervalConfig, RatioConfig, SelectionConfig
+from attent.selection.schedules import (IntervalSchedule, RatioSchedule, cosine, fixed, incremental,
+                                        training_progress)
 
 ratios = st.floats(1e-6, 1.0, allow_nan=False)
 progress = st.floats(0.0, 1.0, allow_nan=False)

@@ -6,7 +6,10 @@ import math
 import pytest
 import torch
 
-from attent.selection import SelectionConfig, SubsetSampler, Teacher, budget
+from attent.selection.config import SelectionConfig
+from attent.selection.sampler import SubsetSampler
+from attent.selection.strategies import budget
+from attent.selection.teacher import Teacher
 
 
 def gen(seed: int) -> torch.Generator:

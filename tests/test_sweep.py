@@ -9,6 +9,7 @@ import time
 import mlflow
 import pytest
 
+import shared_runs
 from attent.sweep import load_sweep, run_sweep
 from conftest import BIN, REPO
 
@@ -23,7 +24,8 @@ sweep:
   base: {REPO / 'experiments/digits_vit.yaml'}
   overrides:
     train.epochs: {epochs}
-    task.train_limit: 600
+    task.train_limit: 300
+    task.test_limit: 100
     ray.storage_path: {tmp_path / 'ray_results'}
     mlflow.tracking_uri: '{mlflow_uri}'
     mlflow.experiment: sweep-test
@@ -60,17 +62,24 @@ def test_a_sweep_is_its_own_mlflow_experiment():
     assert {c.mlflow.experiment for _, c in sweep.trials} == {"ablation-digits"}  # not the base's digits-vit
 
 
-def test_four_trial_sweep_logs_parent_and_children(ray_cluster, tmp_path, mlflow_uri):
-    results = run_sweep(write_sweep(tmp_path, mlflow_uri, "four", [0, 1], 2))
+def test_four_trial_sweep_logs_parent_and_children(digits_sweeps):
+    """The ablation sweep (``shared_runs``): a grid of two temperatures plus two extra trials,
+    two at a time on the session's Ray."""
+    results = digits_sweeps.results[shared_runs.ABLATION_SWEEP]
     assert len(results) == 4 and all(r.error is None for r in results)
-    assert all(r.metrics["epoch"] == 1 for r in results)  # Train's reports reached Tune
+    assert all(r.metrics["epoch"] == 2 for r in results)  # Train's reports reached Tune
 
-    client, parent, kids = children(mlflow_uri, "four")
+    client = mlflow.MlflowClient(digits_sweeps.tracking_uri)
+    experiment = client.get_experiment_by_name(shared_runs.ABLATION_SWEEP)  # a sweep is its own experiment
+    parent, = client.search_runs([experiment.experiment_id], "tags.`attent.role` = 'sweep'")
+    kids = client.search_runs([experiment.experiment_id], "tags.`attent.role` = 'trial'")
     assert parent.info.status == "FINISHED" and parent.data.metrics["trials_failed"] == 0
     assert len(kids) == 4 and {k.info.status for k in kids} == {"FINISHED"}
     assert {k.data.tags["mlflow.parentRunId"] for k in kids} == {parent.info.run_id}
-    assert sorted((k.data.tags["attent.strategy"], k.data.params["seed"]) for k in kids) == \
-        [("hard", "0"), ("hard", "1"), ("soft", "0"), ("soft", "1")]
+    assert sorted((k.data.tags["attent.trial"], k.data.tags["attent.method"], k.data.params["selection.temperature"],
+                   k.data.params["selection.ratio.kind"]) for k in kids) == [
+        ("t00-s0", "attent", "0.5", "incremental"), ("t01-s0", "attent", "2.0", "incremental"),
+        ("t02-s0", "full", "1.0", "fixed"), ("t03-s0", "attent", "1.0", "cosine")]
     assert all("eval_test_accuracy" in k.data.metrics for k in kids)
 
 
@@ -103,21 +112,26 @@ def test_interrupted_sweep_resumes_only_unfinished_trials(ray_cluster, tmp_path,
         assert client.get_run(run_id).info.end_time == end_time
 
 
-def test_a_trial_finished_before_tune_saved_it_is_not_trained_again(ray_cluster, tmp_path, mlflow_uri):
+def test_a_trial_finished_before_tune_saved_it_is_not_trained_again(digits_sweeps):
     """The driver can die after a trial's MLflow run FINISHED but before Tune persisted that; the
-    rerun trial reports the recorded metrics instead of training into a second MLflow run."""
+    rerun trial reports the recorded metrics instead of training into a second MLflow run. The
+    ratio sweep (``shared_runs``) again, with Tune's state gone and MLflow's kept."""
     import shutil
-    path = write_sweep(tmp_path, mlflow_uri, "replayed", [0], 2)
-    first = {r.config["trial"]["id"]: r.metrics for r in run_sweep(path)}
-    client, _, kids = children(mlflow_uri, "replayed")
-    ended = {k.info.run_id: k.info.end_time for k in kids}
-    assert len(ended) == 2
+    name = shared_runs.RATIO_SWEEP
+    first = {r.config["trial"]["id"]: r.metrics for r in digits_sweeps.results[name]}
+    client = mlflow.MlflowClient(digits_sweeps.tracking_uri)
+    experiment = client.get_experiment_by_name(name)
+    trials = "tags.`attent.role` = 'trial'"
+    ended = {k.info.run_id: k.info.end_time for k in client.search_runs([experiment.experiment_id], trials)}
+    assert len(ended) == 3
 
-    shutil.rmtree(tmp_path / "ray_results" / "replayed")   # Tune's state lost; MLflow's kept
-    second = {r.config["trial"]["id"]: r.metrics for r in run_sweep(path)}
-    client, parent, kids = children(mlflow_uri, "replayed")
+    shutil.rmtree(digits_sweeps.root / "ray_results" / name)   # Tune's state lost; MLflow's kept
+    second = {r.config["trial"]["id"]: r.metrics for r in run_sweep(digits_sweeps.root / f"{name}.yaml")}
+    kids = client.search_runs([experiment.experiment_id], trials)
     assert {k.info.run_id: k.info.end_time for k in kids} == ended   # no new run, none re-ended
+    parent, = client.search_runs([experiment.experiment_id], "tags.`attent.role` = 'sweep'")
     assert parent.info.status == "FINISHED"
+    assert set(second) == set(first)
     for trial, metrics in first.items():
         assert second[trial]["eval_test_accuracy"] == pytest.approx(metrics["eval_test_accuracy"])
 

@@ -12,7 +12,7 @@ from torch import nn
 from attent.config import ConfigError
 from attent.theory.config import load
 from attent.theory.gradients import GradientCase, gradient_check
-from attent.theory.kernel import brute_force_kernel, empirical_kernel, kernel_drift
+from attent.engine.kernel import brute_force_kernel, empirical_kernel, kernel_drift
 from attent.theory.learner import AttentionLearner, attend
 from attent.theory.teaching import choose, make_problem
 

@@ -135,7 +135,7 @@ def test_time_to_target_reads_lower_is_better_curves():
 
 # --- one real benchmark ------------------------------------------------------------------
 @pytest.mark.slow
-def test_attent_bench_runs_one_at_a_time_into_mlflow_and_reports(tmp_path):
+def test_attent_bench_runs_one_at_a_time_into_mlflow_and_reports(ray_cluster, tmp_path):
     """`attent bench` on digits: full data and AtteNT, one seed, real Ray and MLflow. Every run
     is a child of the benchmark's parent run, logs its start-up and teardown apart, checkpoints
     only every 3rd epoch; the report and its figures land on disk and on the parent; a second
@@ -149,7 +149,7 @@ benchmark:
     - name: digits
       base: {REPO}/experiments/digits_vit.yaml
       overrides: {{train.epochs: 3, ray.num_workers: 1, ray.checkpoint_every: 3, train.eval_every: 1,
-                   ray.storage_path: {tmp_path}/ray_results}}
+                   task.train_limit: 400, task.test_limit: 100, ray.storage_path: {tmp_path}/ray_results}}
       metric: eval_test_accuracy
       methods: {{full: {{}}, attent: {{}}}}
 """)

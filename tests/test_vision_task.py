@@ -12,8 +12,7 @@ import torch.nn.functional as F
 from pydantic import ValidationError
 from torch.utils.data import DataLoader
 
-from attent.tasks.vision.config import PRESETS, vit_config
-from attent.tasks.vision.model import build_vit
+from attent.tasks.vit import PRESETS, build_vit, vit_config
 from attent.tasks.vision.config import VisionTaskConfig
 from attent.tasks.vision.task import VisionTask
 

@@ -27,8 +27,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import contract
-from .config import (ConfigError, ExperimentConfig, build_experiment, deep_merge,
-                     load_section, nest_keys, parse_overrides, read_yaml)
+from .config import (ConfigError, ExperimentConfig, build_experiment, load_section, nest_keys,
+                     parse_overrides, read_yaml)
+from .selection.config import deep_merge
 
 _ATTENT = {"selection.preset": "{variant}"}
 # What each method means, as overrides on the workload's experiment ("{variant}": its preset).
@@ -128,11 +129,11 @@ def run_benchmark(path: str | Path, overrides: list[str] | None = None, *, out_d
     """Every run of the benchmark, one at a time, then its report; returns the report folder."""
     spec, runs = load_benchmark(path, overrides, name=name)
     runs = [r.model_copy(update={"experiment": r.experiment.resolved()}) for r in runs]
-    from .engine import preflight
-    preflight.check_experiment(*[run.experiment for run in runs])  # every refusal before any worker starts
+    from .engine.preflight import check_experiment
+    check_experiment(*[run.experiment for run in runs])  # every refusal before any worker starts
     print(describe(spec, runs), flush=True)
 
-    from .engine.pipeline import run_pipeline
+    from .engine.driver import run_pipeline
     from .engine.tracking import latest_run
     uri = runs[0].experiment.mlflow.tracking_uri
     parent = _parent_run(spec, uri)
@@ -144,7 +145,7 @@ def run_benchmark(path: str | Path, overrides: list[str] | None = None, *, out_d
                 print(f"[bench] {number}/{len(runs)} {cfg.name}: finished earlier, kept", flush=True)
                 continue
             print(f"[bench] {number}/{len(runs)} {cfg.name}", flush=True)
-            run_pipeline(cfg, checked=True, parent_run_id=parent, role=contract.ROLE_TRIAL,
+            run_pipeline(cfg, parent_run_id=parent, role=contract.ROLE_TRIAL,
                          extra_tags={contract.TAG_BENCH_WORKLOAD: run.workload.name,
                                      contract.TAG_BENCH_METHOD: run.method,
                                      contract.TAG_BENCH_METRIC: run.workload.metric})

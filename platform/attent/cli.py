@@ -128,8 +128,8 @@ def cmd_train(args) -> int:
     cfg = load_experiment(args.config, args.overrides).resolved()
     from .engine.preflight import check_experiment
     check_experiment(cfg)  # refuse before Ray (and torch) is even imported
-    from .engine.pipeline import run_pipeline
-    pipeline = run_pipeline(cfg, checked=True)
+    from .engine.driver import run_pipeline
+    pipeline = run_pipeline(cfg)
     result, m = pipeline.training, pipeline.training.metrics
     evals = ", ".join(f"{k[5:]} {v:.4f}" for k, v in m.items() if k.startswith("eval_"))
     print(f"\n{cfg.name}: {evals}; {m.get('time_total_s', float('nan')):.1f}s training, "
@@ -212,7 +212,7 @@ def cmd_downstream(args) -> int:
         raise ConfigError(f"{args.config} has no downstream: section")
     from .engine.preflight import check_experiment
     check_experiment(cfg)
-    from .engine.pipeline import run_downstream
+    from .engine.driver import run_downstream
     finals = run_downstream(cfg, args.run_id)
     for name, value in finals.items():
         print(f"  {name}: {value:.4f}")

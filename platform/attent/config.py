@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .selection.config import SelectionConfig, merge_nested
+from .selection.config import SelectionConfig, deep_merge
 from .tasks.registry import config_classes
 
 # The `task:` section: one of the registered tasks' configs, chosen by its `name`.
@@ -23,6 +23,11 @@ TaskConfig = Annotated[Union[config_classes()], Field(discriminator="name")]
 
 class ConfigError(ValueError):
     """A config that cannot run, with a message saying what to change."""
+
+
+class PreflightError(ValueError):
+    """A run that cannot succeed here (the tracking store, the resources), refused before any
+    worker or MLflow run exists, with a message naming the fix (``engine.preflight``)."""
 
 
 class TrainConfig(BaseModel):
@@ -192,9 +197,6 @@ def nest_keys(flat: dict[str, Any]) -> dict[str, Any]:
                 raise ConfigError(f"{key!r} conflicts with another setting of {part!r}")
         node[leaf] = value
     return nested
-
-
-deep_merge = merge_nested  # YAML file, sweep overrides and CLI overrides merge like presets
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:

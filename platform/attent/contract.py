@@ -116,6 +116,7 @@ ANTK_KERNELS_ARTIFACT = "antk/kernels.npz"      # epochs (0-based) [T], kernels 
 ANTK_HEATMAP_FIGURE = "figures/antk_kernels.png"  # heatmaps at antk.heatmap_epochs
 ANTK_DRIFT_FIGURE = "figures/antk_drift.png"    # drift to the final kernel and between kernels, per epoch
 
+
 def method_cost(metrics: Mapping[str, float]) -> float:
     """A run's (or epoch's) method cost from its metrics: ``time_method_s``, or for runs logged
     before it existed the sum of its parts; NaN where neither was logged."""

@@ -27,11 +27,10 @@ from typing import Any, Iterator, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .config import (ConfigError, ExperimentConfig, build_experiment, deep_merge,
-                     load_section, nest_keys, parse_overrides, read_yaml)
+from .config import (ConfigError, ExperimentConfig, build_experiment, load_section, nest_keys,
+                     parse_overrides, read_yaml)
+from .selection.config import deep_merge
 from . import contract
-
-SWEEP_KEY_TAG = contract.TAG_SWEEP_KEY
 
 
 class SweepSpec(BaseModel):
@@ -106,7 +105,7 @@ def run_trial(config: dict[str, Any], tracking_uri: Optional[str] = None) -> Non
     from ray import tune
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    from .engine.pipeline import run_downstream, run_pipeline
+    from .engine.driver import run_downstream, run_pipeline
     from .engine.tracking import latest_run
     cfg = ExperimentConfig.model_validate(trial["experiment"])
     if tracking_uri:
@@ -134,17 +133,19 @@ DIRECT_SQLITE_ENV = "ATTENT_SWEEP_DIRECT_SQLITE"
 def run_sweep(path: str | Path, *, resume: bool = False, overrides: list[str] | None = None,
               name: str | None = None):
     """Run (or, with ``resume``, finish) a sweep: checks, Ray, the MLflow parent run, then Tune."""
-    from .engine import preflight, tracking
-    from .engine.launch import ensure_ray
+    from .engine import tracking
+    from .engine.driver import ensure_ray
+    from .engine.preflight import check_experiment
+    from .engine.preflight.resources import check_cluster_resources
 
     sweep = load_sweep(path, overrides, name=name)
     base = sweep.base.resolved()
     trials = [(tid, cfg.resolved()) for tid, cfg in sweep.trials]
-    preflight.check_experiment(*(cfg for _, cfg in trials))  # store, resources, data: before Ray starts
+    check_experiment(*(cfg for _, cfg in trials))  # store, resources, data: before Ray starts
     tune_path = sweep_location(base.ray.storage_path, sweep.spec.name)
     _check_resume(tune_path, sweep.spec.name, resume)
     ensure_ray(base)  # before the parent run: the cluster check needs Ray
-    preflight.check_cluster_resources(*(cfg for _, cfg in trials), driver=TRIAL_DRIVER_RESOURCES)
+    check_cluster_resources(*(cfg for _, cfg in trials), driver=TRIAL_DRIVER_RESOURCES)
     parent_id = _parent_run(base, sweep.spec.name, tune_path)  # creates the experiment, store-side
     ok = False
     try:
@@ -260,12 +261,12 @@ def _parent_run(base: ExperimentConfig, name: str, key: str) -> str:
     from .engine import tracking
     client = tracking.client_for(base.mlflow.tracking_uri)
     experiment_id = tracking.ensure_experiment(client, base.mlflow.experiment, base.mlflow.tracking_uri)
-    found = client.search_runs([experiment_id], filter_string=f"tags.`{SWEEP_KEY_TAG}` = '{key}'",
+    found = client.search_runs([experiment_id], filter_string=f"tags.`{contract.TAG_SWEEP_KEY}` = '{key}'",
                                max_results=1)
     if found:
         client.update_run(found[0].info.run_id, status="RUNNING")
         return found[0].info.run_id
-    tags = {contract.TAG_ROLE: contract.ROLE_SWEEP, contract.TAG_SWEEP: name, SWEEP_KEY_TAG: key,
+    tags = {contract.TAG_ROLE: contract.ROLE_SWEEP, contract.TAG_SWEEP: name, contract.TAG_SWEEP_KEY: key,
             contract.TAG_RUN_NAME: name, contract.TAG_TASK: base.task.name,
             contract.TAG_GIT_COMMIT: tracking.git_commit()}
     run = client.create_run(experiment_id, run_name=name, tags=tags)

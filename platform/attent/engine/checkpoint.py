@@ -11,8 +11,6 @@ from torch import nn
 
 from .. import contract
 
-STATE_FILE = contract.CHECKPOINT_STATE_FILE
-
 
 def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
     trainable = {name for name, p in model.named_parameters() if p.requires_grad}
@@ -33,9 +31,9 @@ def save(state: dict[str, Any]) -> tempfile.TemporaryDirectory:
     """Write the state to a fresh temporary directory (kept alive by the returned handle
     until Ray Train has persisted it)."""
     tmp = tempfile.TemporaryDirectory(prefix="attent-ckpt-")
-    torch.save(state, Path(tmp.name) / STATE_FILE)
+    torch.save(state, Path(tmp.name) / contract.CHECKPOINT_STATE_FILE)
     return tmp
 
 
 def load(directory: str | Path) -> dict[str, Any]:
-    return torch.load(Path(directory) / STATE_FILE, map_location="cpu", weights_only=False)
+    return torch.load(Path(directory) / contract.CHECKPOINT_STATE_FILE, map_location="cpu", weights_only=False)

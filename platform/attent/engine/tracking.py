@@ -22,8 +22,6 @@ from ..config import ExperimentConfig, flatten
 from ..server import DEFAULT_ARTIFACTS
 from .dashboard import add_to_training_view, write_training_view
 
-RUN_KEY_TAG = contract.TAG_RUN_KEY  # storage path + name: identifies a run across resumes
-
 
 def client_for(tracking_uri: str) -> MlflowClient:
     return MlflowClient(tracking_uri=tracking_uri)
@@ -77,7 +75,7 @@ def run_tags(cfg: ExperimentConfig, role: str) -> dict[str, str]:
         contract.TAG_IDENTITY: contract.identity_hash(flatten(cfg)),
         contract.TAG_ROLE: role,
         contract.TAG_GIT_COMMIT: git_commit(),
-        RUN_KEY_TAG: f"{cfg.ray.storage_path}/{cfg.name}",
+        contract.TAG_RUN_KEY: f"{cfg.ray.storage_path}/{cfg.name}",
         contract.TAG_RUN_NAME: cfg.name,
     }
 
@@ -89,7 +87,7 @@ def latest_run(cfg: ExperimentConfig):
     if experiment is None:
         return None
     key = f"{cfg.ray.storage_path}/{cfg.name}"
-    found = client.search_runs([experiment.experiment_id], filter_string=f"tags.`{RUN_KEY_TAG}` = '{key}'",
+    found = client.search_runs([experiment.experiment_id], filter_string=f"tags.`{contract.TAG_RUN_KEY}` = '{key}'",
                                order_by=["attribute.start_time DESC"], max_results=1)
     return found[0] if found else None
 
@@ -243,4 +241,3 @@ def _is_number(value: Any) -> bool:
         return value is not None and float(value) == float(value)  # drops NaN
     except (TypeError, ValueError):
         return False
-

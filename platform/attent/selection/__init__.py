@@ -1,40 +1,10 @@
-"""AtteNT sample selection: pure selection functions, schedules, the teacher, and its sampler.
+"""AtteNT sample selection, usable in any PyTorch loop (no Ray, MLflow or task imported here):
 
-    teacher = Teacher(len(train_set), SelectionConfig(preset="vit"), total_epochs=E, seed=0)
-    loader = DataLoader(train_set, sampler=SubsetSampler(teacher, rank, world_size), ...)
-    for epoch in range(E):
-        teacher.begin_epoch(epoch, score_fn)       # may score everything and re-select
-        for batch in loader:
-            losses = per_sample_loss(model, batch)  # FloatTensor[B]
-            teacher.observe(batch["index"], losses)
-            (losses * teacher.loss_weights[batch["index"]]).mean().backward()
-        teacher.end_epoch()
+    strategies  select(scores, k, "hard" | "soft" | "random"), budget, weighted draws
+    topk        the exact O(N) top-k and the noise streams behind them
+    methods     one unit per method (AtteNT, full data, random subset, InfoBatch, ...)
+    teacher     Teacher: the score table, schedules and state around a method
+    schedules   ratio and interval schedules over training progress
+    sampler     SubsetSampler: a rank's shard of the teacher's subset
+    config      SelectionConfig: the ``selection:`` section (pydantic only)
 """
-from __future__ import annotations
-
-import importlib
-
-# Names resolved on first use: `attent validate` reads configs (pydantic only) without paying
-# for torch, which the selection functions, the teacher and the sampler need.
-_EXPORTS = {
-    "config": ("METHODS", "PRESETS", "IntervalConfig", "RatioConfig", "SelectionConfig"),
-    "core": ("STRATEGIES", "budget", "select", "weighted_sample"),
-    "sampler": ("SubsetSampler", "shard_indices"),
-    "schedules": ("IntervalSchedule", "RatioSchedule", "check_ratio", "cosine", "fixed", "incremental",
-                  "training_progress"),
-    "teacher": ("SelectionRecord", "Teacher"),
-}
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name: str):
-    if name not in _MODULE_OF:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_MODULE_OF[name]}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__

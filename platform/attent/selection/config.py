@@ -21,14 +21,14 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def merge_nested(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     """``update`` over ``base``, section by section: a preset's ``ratio: {kind, start, end}``
     keeps ``kind`` and ``start`` when the user sets only ``ratio.end``. Anything but a mapping
     (a value, a list, a config object) replaces what it lands on."""
     merged = dict(base)
     for key, value in update.items():
         inner = merged.get(key)
-        merged[key] = merge_nested(inner, value) if isinstance(value, dict) and isinstance(inner, dict) else value
+        merged[key] = deep_merge(inner, value) if isinstance(value, dict) and isinstance(inner, dict) else value
     return merged
 
 
@@ -100,7 +100,7 @@ class SelectionConfig(BaseModel):
         if isinstance(data, dict) and data.get("preset") is not None:
             if data["preset"] not in PRESETS:
                 raise ValueError(f"unknown selection preset {data['preset']!r}; choose {', '.join(PRESETS)}")
-            data = merge_nested(PRESETS[data["preset"]], data)
+            data = deep_merge(PRESETS[data["preset"]], data)
         return data
 
     @model_validator(mode="after")

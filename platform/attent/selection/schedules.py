@@ -15,7 +15,6 @@ import math
 from dataclasses import dataclass
 
 
-
 def check_ratio(ratio: float) -> float:
     if not (isinstance(ratio, (int, float)) and 0.0 < ratio <= 1.0):
         raise ValueError(f"selection ratio must lie in (0, 1], got {ratio!r}")
@@ -89,7 +88,6 @@ def training_progress(epoch: int, total_epochs: int, fraction: float = 0.0) -> f
     if total_epochs < 1:
         raise ValueError(f"total_epochs must be >= 1, got {total_epochs}")
     return min(1.0, max(0.0, (epoch + fraction) / total_epochs))
-
 
 
 def _check_progress(progress: float) -> float:

@@ -1,6 +1,7 @@
 """The AtteNT teacher: a score table over the training set and the decision, at epoch
-boundaries, of which samples the learner sees next. Stateful but thin: the choices themselves
-are the pure functions in ``core`` and ``baselines``."""
+boundaries, of which samples the learner sees next. Stateful but thin: each method's choice is
+its unit in ``methods``; the teacher keeps the table, the schedules, the generator, the state
+and the agreement of ranks."""
 from __future__ import annotations
 
 import math
@@ -10,11 +11,11 @@ from typing import Callable, Iterable
 
 import torch
 
-from . import baselines
 from .config import SelectionConfig
-from .core import budget, select, weighted_sample
 from .distributed import all_gather_observations
+from .methods import METHODS, Pool
 from .schedules import training_progress
+from .strategies import budget
 
 # A scoring pass: given the (global) indices to score, yields (indices, losses) for this rank's share.
 ScoreFn = Callable[[torch.Tensor], Iterable[tuple[torch.Tensor, torch.Tensor]]]
@@ -57,19 +58,9 @@ class Teacher:
             raise ValueError("the training set is empty: nothing to select from")
         if total_epochs < 1:
             raise ValueError(f"total_epochs must be >= 1, got {total_epochs}")
-        # Loss components (modalities) are the groups of group_weight and GradNorm when a task has
-        # several: their weights scale each component's loss; the subset is uniform at the budget.
-        self.component_mode = config.method in ("group_weight", "gradnorm") and components > 1
-        if config.method in ("class_weight", "group_weight", "gradnorm") and not self.component_mode:
-            if groups is None or groups.numel() != num_samples:
-                raise ValueError(f"method {config.method} needs one group label (class) per sample, "
-                                 "or a task with several loss components (modalities)")
         self.config, self.num_samples, self.total_epochs = config, num_samples, total_epochs
-        self.groups = None if groups is None else groups.long().cpu()
-        self.num_groups = components if self.component_mode else 0 if groups is None else int(self.groups.max()) + 1
-        if self.component_mode and config.method == "group_weight" and len(config.group_weights) != components:
-            raise ValueError(f"group_weights has {len(config.group_weights)} entries for {components} "
-                             f"loss components (modalities)")
+        self.method = METHODS[config.method](config, num_samples=num_samples, total_epochs=total_epochs,
+                                             groups=groups, components=components)
         self.scores = torch.full((num_samples,), float("nan"))
         self.trained = torch.zeros(num_samples, dtype=torch.bool)  # observed in training since the last selection
         self._scoring = False  # inside a scoring pass: its observations are not training forwards
@@ -78,11 +69,9 @@ class Teacher:
         self.subset = torch.arange(num_samples)
         self.loss_weights = torch.ones(num_samples)
         self.epoch = 0
-        self.next_selection = math.inf if config.method == "full" else config.warmup_epochs
+        self.next_selection = config.warmup_epochs if self.method.selects else math.inf
         self.history: list[SelectionRecord] = []
         self.seconds = {"scoring": 0.0, "selection": 0.0}  # cumulative, for the time split
-        self.group_weights = torch.ones(max(self.num_groups, 1), dtype=torch.float64)
-        self.initial_group_losses = torch.full((max(self.num_groups, 1),), float("nan"), dtype=torch.float64)
         self._pending: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     # --- observations -----------------------------------------------------------------------
@@ -126,9 +115,7 @@ class Teacher:
     def needs_scoring(self, epoch: int) -> bool:
         """A full scoring pass is due: a loss-driven re-selection with rescoring on, or with
         samples never scored yet."""
-        loss_driven = (self.config.method == "attent" and self.config.strategy != "random") or \
-            self.config.method == "gradnorm"
-        return loss_driven and self.is_selection_epoch(epoch) and (
+        return self.method.needs_scores and self.is_selection_epoch(epoch) and (
             self.config.rescore or bool(torch.isnan(self.scores).any()))
 
     def begin_epoch(self, epoch: int, score_fn: ScoreFn | None = None) -> torch.Tensor:
@@ -174,72 +161,23 @@ class Teacher:
 
     def _reselect(self, epoch: int) -> None:
         start = time.perf_counter()
-        cfg, p = self.config, training_progress(epoch, self.total_epochs)
-        ratio = cfg.ratio_schedule(p)
-        k = budget(self.num_samples, ratio)
-        weights = torch.ones(self.num_samples)
-        if cfg.method == "attent" or cfg.method == "random":
-            scores = torch.zeros(self.num_samples) if cfg.strategy == "random" else self._filled_scores()
-            subset = select(scores, k, cfg.strategy, temperature=cfg.temperature, generator=self.generator)
-        elif cfg.method == "class_weight":
-            subset = weighted_sample(baselines.class_balanced_weights(self.groups), k, generator=self.generator)
-        elif cfg.method == "group_weight":
-            group_w = torch.tensor(cfg.group_weights, dtype=torch.float64)
-            if self.component_mode:
-                self.group_weights = group_w * (group_w.numel() / group_w.sum())
-            subset = self._group_budget(group_w, k)
-        elif cfg.method == "gradnorm":
-            losses = self._group_losses()
-            self.initial_group_losses = torch.where(torch.isnan(self.initial_group_losses), losses,
-                                                    self.initial_group_losses)
-            self.group_weights = baselines.gradnorm_update(
-                self.group_weights, losses, self.initial_group_losses,
-                alpha=cfg.gradnorm_alpha, step=cfg.gradnorm_step)
-            subset = self._group_budget(self.group_weights, k)
-        elif cfg.method == "infobatch":
-            ratio = 1.0
-            if epoch < math.ceil((1 - cfg.infobatch_final) * self.total_epochs):
-                subset, weights = baselines.infobatch_prune(self.scores, cfg.infobatch_prune,
-                                                            generator=self.generator)
-            else:  # annealing: the final epochs see all data, unweighted
-                subset = torch.arange(self.num_samples)
-        else:
-            raise ValueError(f"unknown selection method {cfg.method!r}")
-        self.subset, self.loss_weights = subset, weights
-        interval = 1 if cfg.method == "infobatch" else cfg.interval_schedule(p)
-        self.next_selection = epoch + interval
+        p = training_progress(epoch, self.total_epochs)
+        ratio = self.config.ratio_schedule(p)
+        pool = Pool(self.scores, self.component_scores, self.generator)
+        pick = self.method.pick(pool, epoch, budget(self.num_samples, ratio))
+        self.subset = pick.subset
+        self.loss_weights = torch.ones(self.num_samples) if pick.loss_weights is None else pick.loss_weights
+        self.next_selection = epoch + (pick.interval or self.config.interval_schedule(p))
         self.trained.zero_()  # a new interval begins
         self.seconds["selection"] += time.perf_counter() - start
+        ratio = ratio if pick.ratio is None else pick.ratio
         self.history.append(self._record(epoch, ratio, time.perf_counter() - start))
-
-    def _filled_scores(self) -> torch.Tensor:
-        # Samples never scored rank with the highest observed loss: unseen data is worth seeing.
-        scored = ~torch.isnan(self.scores)
-        if not scored.any():
-            return torch.zeros(self.num_samples)
-        return torch.where(scored, self.scores, self.scores[scored].max())
 
     @property
     def component_weights(self) -> torch.Tensor:
         """Weight of each loss component in the training loss (mean 1; all 1 outside the group
         baselines on a task with components)."""
-        if not self.component_mode:
-            return torch.ones(self.component_scores.shape[1])
-        return self.group_weights.float()
-
-    def _group_losses(self) -> torch.Tensor:
-        """Mean latest loss of each group: per component, or per group of samples."""
-        if self.component_mode:
-            return self.component_scores.double().nanmean(dim=0)
-        return baselines.group_mean_losses(self.scores, self.groups, self.num_groups)
-
-    def _group_budget(self, group_weights: torch.Tensor, k: int) -> torch.Tensor:
-        if self.component_mode:  # every sample holds every component: a uniform subset
-            return self._weighted_budget(torch.ones(self.num_samples), k)
-        return self._weighted_budget(baselines.group_sample_weights(self.groups, group_weights), k)
-
-    def _weighted_budget(self, weights: torch.Tensor, k: int) -> torch.Tensor:
-        return weighted_sample(weights, min(k, int((weights > 0).sum())), generator=self.generator)
+        return self.method.component_weights()
 
     def _record(self, epoch: int, ratio: float, seconds: float) -> SelectionRecord:
         scored = self.scores[~torch.isnan(self.scores)]
@@ -266,8 +204,7 @@ class Teacher:
             "loss_weights": self.loss_weights.clone(), "epoch": self.epoch,
             "next_selection": self.next_selection, "seconds": dict(self.seconds),
             "trained": self.trained.clone(),
-            "group_weights": self.group_weights.clone(),
-            "initial_group_losses": self.initial_group_losses.clone(),
+            **self.method.state_dict(),
             "history": [(r.summary(), r.indices) for r in self.history],
         }
 
@@ -283,7 +220,6 @@ class Teacher:
         if "trained" in state:  # checkpoints from before stale-only re-scoring lack it
             self.trained = state["trained"].clone()
         self.seconds = dict(state["seconds"])
-        self.group_weights = state["group_weights"].clone()
-        self.initial_group_losses = state["initial_group_losses"].clone()
+        self.method.load_state_dict(state)
         self.history = [SelectionRecord(**summary, indices=idx) for summary, idx in state["history"]]
         self._pending = []

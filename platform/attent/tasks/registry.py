@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING
 
-from .spec import TaskConfig
+from .config import TaskConfig
 
 if TYPE_CHECKING:
-    from .base import Task
+    from .task import Task
 
 
 @dataclass(frozen=True)

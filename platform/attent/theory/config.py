@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError, deep_merge, parse_overrides, read_yaml
+from ..config import ConfigError, parse_overrides, read_yaml
+from ..selection.config import deep_merge
 
 METHODS = ("greedy", "random", "full")
 

@@ -36,7 +36,7 @@ from ..engine.tracking import client_for, ensure_experiment, git_commit
 from . import report
 from .config import TheoryConfig, flatten
 from .gradients import gradient_check, gradient_table
-from .kernel import kernel_drift
+from ..engine.kernel import kernel_drift
 from .teaching import RunRecord, run_all
 
 TASK_THEORY = "theory"              # attent.task of the lab's runs

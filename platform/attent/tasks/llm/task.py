@@ -8,7 +8,8 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from attent.tasks.base import DATASET_TRAIN, Batch, DatasetDescription, OptimizerSpec, Task
+from attent.contract import DATASET_TRAIN, DatasetDescription
+from attent.tasks.task import Batch, OptimizerSpec, Task
 from attent.tasks.llm.config import LLMTaskConfig
 from attent.tasks.llm.data import (
     SOURCES,
@@ -33,7 +34,7 @@ from attent.tasks.llm.evaluation.mt_bench import (
     run_mt_bench,
 )
 from attent.tasks.llm.evaluation.response_loss import run_response_loss
-from attent.tasks.llm.loss import response_loss, response_token_loss  # noqa: F401  (reference, re-exported)
+from attent.tasks.llm.loss import response_loss, response_token_loss
 from attent.tasks.llm.model import add_lora, load_causal_lm, load_tokenizer
 from attent.tasks.llm.prompts import encode_prompt, encode_response, resolve_style
 

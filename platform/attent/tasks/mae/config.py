@@ -16,8 +16,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from attent.tasks.mae import files
-from attent.tasks.spec import TaskConfig, is_relative_path
-from attent.tasks.vision.config import PRESETS
+from attent.tasks.config import TaskConfig, is_relative_path
+from attent.tasks.vit import PRESETS
 
 Modality = Literal["rgb", "depth", "semseg"]
 Target = Literal["classification", "semseg", "depth"]
@@ -61,7 +61,7 @@ class MaskedModelConfig(BaseModel):
     """Encoder (a ViT preset of the vision task, with overrides) and the light decoders."""
     model_config = ConfigDict(extra="forbid")
 
-    preset: str = "vit_tiny_cpu"  # encoder shape, a name in attent.tasks.vision.config.PRESETS
+    preset: str = "vit_tiny_cpu"  # encoder shape, a name in attent.tasks.vit.PRESETS
     patch_size: int | None = Field(None, gt=0)  # overrides the preset's patch size (pixels)
     embed_dim: int | None = Field(None, gt=0)  # overrides the preset's token width
     depth: int | None = Field(None, gt=0)  # overrides the preset's number of encoder blocks

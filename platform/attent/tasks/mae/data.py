@@ -26,9 +26,10 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.transforms import InterpolationMode, RandomResizedCrop
 
-from ..base import DATASET_EVAL, DATASET_TRAIN, DatasetDescription
-from ..vision.data import stratified_subset
-from .files import MODALITIES, SPLITS, read_metadata, scan_root
+from attent.contract import DATASET_EVAL, DATASET_TRAIN, DatasetDescription
+from attent.tasks.task import stratified_subset
+
+from attent.tasks.mae.files import MODALITIES, SPLITS, read_metadata, scan_root
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

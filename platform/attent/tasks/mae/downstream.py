@@ -16,14 +16,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from attent import contract
-from attent.tasks.base import (Batch, OptimizerSpec, ParamGroup, Task, decay_groups,
+from attent.tasks.task import (Batch, OptimizerSpec, ParamGroup, Task, decay_groups,
                                evaluation_chunks, seeded_init)
 from attent.tasks.mae import data
 from attent.tasks.mae.config import MLFLOW_ARTIFACT_SCHEMES, DownstreamTaskConfig
 from attent.tasks.mae.metrics import build_metrics
 from attent.tasks.mae.model import IGNORE_INDEX, DownstreamModel, rgb_encoder_state
 from attent.tasks.mae.task import load_splits
-
 
 
 def resolve_pretrained(source: str) -> Path:

@@ -13,8 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from attent.tasks.base import DatasetDescription
-from attent.tasks.base import (Batch, OptimizerSpec, Task, evaluation_chunks, seeded_init,
+from attent.contract import DatasetDescription
+from attent.tasks.task import (Batch, OptimizerSpec, Task, evaluation_chunks, seeded_init,
                                sum_over_ranks)
 from attent.tasks.mae import data, masking
 from attent.tasks.mae.config import MaskedPretrainingConfig

@@ -22,10 +22,11 @@ import torch.nn.functional as F
 from PIL import Image
 from torch.utils.data import Dataset
 
-from .files import (DIGITS_STATS, DOWNLOAD_ROOT, FASHION_MNIST_CLASSES, FASHION_MNIST_STATS,  # noqa: F401
-                    IMAGE_FOLDER_STATS, IMAGE_SUFFIXES, NATIVE_IMG_SIZE, check_image_folder,
-                    ensure_fashion_mnist, find_fashion_mnist, has_train_test, idx_file, scan_classes)
+from attent.tasks.task import stratified_subset
 
+from attent.tasks.vision.files import (DIGITS_STATS, FASHION_MNIST_CLASSES, FASHION_MNIST_STATS, IMAGE_FOLDER_STATS,
+                    check_image_folder, ensure_fashion_mnist, find_fashion_mnist, has_train_test, idx_file,
+                    scan_classes)
 
 
 # --- items and batches ----------------------------------------------------------------------
@@ -131,26 +132,6 @@ class ImageSplits:
 
 # --- stratified sampling --------------------------------------------------------------------
 
-def stratified_subset(labels: torch.Tensor, n: int, seed: int, what: str = "n") -> torch.Tensor:
-    """Sorted indices of n samples drawn at random, every class within one of its share.
-
-    Each class's samples, shuffled, get evenly spaced keys (rank + 0.5) / class_count in (0, 1);
-    the n smallest keys take about n * class_count / N of every class.
-    """
-    if not 0 < n <= len(labels):
-        raise ValueError(f"{what}={n} must be between 1 and the {len(labels)} available images; "
-                         f"lower it, or set it to null to use them all")
-    perm = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))
-    shuffled = labels[perm]
-    counts = torch.bincount(shuffled)
-    by_class = torch.argsort(shuffled, stable=True)
-    starts = torch.cumsum(counts, 0) - counts
-    rank = torch.empty_like(perm)
-    rank[by_class] = torch.arange(len(labels)) - starts[shuffled[by_class]]
-    keys = (rank + 0.5) / counts[shuffled]
-    return perm[torch.argsort(keys, stable=True)[:n]].sort().values
-
-
 def stratified_split(labels: torch.Tensor, test_fraction: float,
                      seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(train indices, test indices), each class split test_fraction into test."""
@@ -161,14 +142,6 @@ def stratified_split(labels: torch.Tensor, test_fraction: float,
 
 
 # --- Fashion-MNIST --------------------------------------------------------------------------
-
-def download_fashion_mnist(root: Path = DOWNLOAD_ROOT) -> Path:
-    """Download with torchvision into root/FashionMNIST/raw and return that folder."""
-    from torchvision.datasets import FashionMNIST
-    for train in (True, False):
-        FashionMNIST(str(root), train=train, download=True)
-    return find_fashion_mnist(root)
-
 
 def read_idx(path: Path) -> np.ndarray:
     """An idx file (optionally gzipped) as a uint8 array of its stored shape."""

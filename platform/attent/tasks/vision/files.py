@@ -73,6 +73,7 @@ def find_fashion_mnist(path: str | os.PathLike | None = None) -> Path:
         f"{FASHION_MNIST_DEBIAN_DIRS[0]}); set data_path or ${FASHION_MNIST_ENV} to a folder "
         f"holding them; or set `download: true` in the task config to fetch them with torchvision.")
 
+
 def ensure_fashion_mnist(path: str | os.PathLike | None = None, download: bool = False) -> Path:
     """find_fashion_mnist, downloading into path (or DOWNLOAD_ROOT) if missing and allowed."""
     try:
@@ -80,8 +81,15 @@ def ensure_fashion_mnist(path: str | os.PathLike | None = None, download: bool =
     except FileNotFoundError:
         if not download:
             raise
-        from .data import download_fashion_mnist
         return download_fashion_mnist(Path(path).expanduser() if path else DOWNLOAD_ROOT)
+
+
+def download_fashion_mnist(root: Path = DOWNLOAD_ROOT) -> Path:
+    """Download with torchvision into root/FashionMNIST/raw and return that folder."""
+    from torchvision.datasets import FashionMNIST
+    for train in (True, False):
+        FashionMNIST(str(root), train=train, download=True)
+    return find_fashion_mnist(root)
 
 
 # --- image folders --------------------------------------------------------------------------

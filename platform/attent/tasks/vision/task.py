@@ -8,12 +8,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attent.tasks.base import DATASET_EVAL, DATASET_TRAIN, DatasetDescription
-from attent.tasks.base import (Batch, OptimizerSpec, Task, evaluation_chunks, seeded_init,
+from attent.contract import DATASET_EVAL, DATASET_TRAIN, DatasetDescription
+from attent.tasks.task import (Batch, OptimizerSpec, Task, evaluation_chunks, seeded_init,
                                sum_over_ranks)
 from attent.tasks.vision import data
 from attent.tasks.vision.config import VisionTaskConfig
-from attent.tasks.vision.model import build_vit
+from attent.tasks.vit import build_vit
 
 
 def load_splits(config: VisionTaskConfig) -> data.ImageSplits:

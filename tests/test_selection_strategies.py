@@ -13,8 +13,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attent.selection import STRATEGIES, budget, select, weighted_sample
-from attent.selection import core
+from attent.selection import topk
+from attent.selection.strategies import STRATEGIES, budget, select, weighted_sample
 
 FAST = settings(deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow])
 
@@ -110,20 +110,20 @@ def make_layout(layout: str, n: int, stride: int, seed: int) -> torch.Tensor:
 def test_sampled_threshold_path_is_exact(layout, n, seed, frac):
     """With a small sample size the bracketing path (normally only for N > 1M) runs on small N;
     it must return the exact top-k for every layout, including ones where the bracket misses."""
-    old, core._SAMPLE = core._SAMPLE, 256  # paths switch at N > 16 * 256 = 4096
+    old, topk.SAMPLE = topk.SAMPLE, 256  # paths switch at N > 16 * 256 = 4096
     try:
-        keys = make_layout(layout, n, n // core._SAMPLE, seed)
+        keys = make_layout(layout, n, n // topk.SAMPLE, seed)
         k = min(n, max(1, round(frac * n)))
-        assert torch.equal(core._kth_largest(keys, k), torch.sort(keys, descending=True).values[k - 1])
+        assert torch.equal(topk.kth_largest(keys, k), torch.sort(keys, descending=True).values[k - 1])
         assert torch.equal(select(keys, k, "hard"), reference_top_k(keys, k))
     finally:
-        core._SAMPLE = old
+        topk.SAMPLE = old
 
 
 def test_sampled_threshold_uses_the_band_and_falls_back(monkeypatch):
     """The bracket narrows the exact search for ordinary data, and falls back to a full
     search (still exact) when the strided sample misrepresents the data."""
-    monkeypatch.setattr(core, "_SAMPLE", 4096)  # paths switch at N > 65536
+    monkeypatch.setattr(topk, "SAMPLE", 4096)  # paths switch at N > 65536
     calls = []
     real = torch.kthvalue
 
@@ -145,7 +145,7 @@ def test_sampled_threshold_uses_the_band_and_falls_back(monkeypatch):
 
 def test_hard_large_input_with_ties_above_one_million():
     """The real sampled path (N > 16 * 2**16) with heavy ties."""
-    n = 16 * core._SAMPLE + 12_345
+    n = 16 * topk.SAMPLE + 12_345
     scores = torch.randint(0, 50, (n,), generator=gen(3)).float()
     order = torch.sort(scores, descending=True, stable=True).indices
     for k in (7_777, n // 2 + 1):
@@ -159,7 +159,7 @@ def whole_tensor_keys(scores, strategy, temperature, generator):
     if strategy == "hard":
         return scores
     if strategy == "soft":
-        noise = core._gumbel(scores.numel(), generator, scores.dtype, scores.device)
+        noise = topk.gumbel(scores.numel(), generator, scores.dtype, scores.device)
         return noise.mul_(temperature).add_(scores)
     return torch.rand(scores.numel(), generator=generator)
 
@@ -168,15 +168,15 @@ def test_uniform_bits_reproduce_torch_rand():
     """The integer kernel the streamed soft and random paths draw from gives torch.rand's values
     and leaves the generator where torch.rand leaves it (odd sizes, across refills of the
     Mersenne Twister's 624-word state)."""
-    assert core._uniform_bits_match()  # on this torch build the streamed paths are the ones in use
+    assert topk.uniform_bits_match()  # on this torch build the streamed paths are the ones in use
     tiny = torch.finfo(torch.float32).tiny
     for n in (1, 2, 623, 624, 625, 1251, 100_003, 300_001):
         g, reference = gen(n), gen(n)
         expected = torch.rand(n, generator=reference)
-        bits = core._uniform_bits(n, g)
+        bits = topk.uniform_bits(n, g)
         assert torch.equal(torch.from_numpy(bits).float() * 2.0 ** -24, expected)
         assert torch.equal(g.get_state(), reference.get_state())
-        assert torch.equal(torch.from_numpy(core._uniform_f32(n, g, tiny)),
+        assert torch.equal(torch.from_numpy(topk.uniform_f32(n, g, tiny)),
                            torch.rand(n, generator=reference).clamp_(min=tiny))
         assert torch.equal(g.get_state(), reference.get_state())
 
@@ -187,8 +187,8 @@ def test_streamed_selection_equals_whole_tensor_path(monkeypatch):
     the same random numbers: selection histories replay across the change. Scores on a 0.01 grid
     make ties common (and the 24-bit uniform keys of ``random`` tie too)."""
     streamed = []
-    real = core._top_k_blocks
-    monkeypatch.setattr(core, "_top_k_blocks", lambda *a, **kw: streamed.append(1) or real(*a, **kw))
+    real = topk.top_k_blocks
+    monkeypatch.setattr(topk, "top_k_blocks", lambda *a, **kw: streamed.append(1) or real(*a, **kw))
     n = 2_000_003
     scores = torch.randint(0, 1000, (n,), generator=gen(5)).float() * 0.01
     for strategy, temperature in [("hard", 1.0), ("soft", 1.0), ("soft", 0.3), ("random", 1.0)]:
@@ -207,7 +207,7 @@ def test_streamed_selection_equals_whole_tensor_path(monkeypatch):
 def test_streamed_default_generator_float64_views_and_weights():
     """The streamed paths with the global generator, float64 and non-contiguous scores, and
     weighted_sample's float64 keys with -inf for zero weights."""
-    n = 16 * core._SAMPLE + 4_321
+    n = 16 * topk.SAMPLE + 4_321
     scores = torch.randn(n, generator=gen(2))
     for strategy in ("soft", "random"):
         with torch.random.fork_rng():
@@ -220,7 +220,7 @@ def test_streamed_default_generator_float64_views_and_weights():
     assert torch.equal(select(wide[::2], 1234, "hard"), reference_top_k(wide[::2], 1234))
     weights = torch.rand(n, generator=gen(6), dtype=torch.float64)
     weights[::3] = 0.0
-    keys = torch.log(weights) + core._gumbel(n, gen(8), torch.float64, weights.device)
+    keys = torch.log(weights) + topk.gumbel(n, gen(8), torch.float64, weights.device)
     assert torch.equal(weighted_sample(weights, n // 2, generator=gen(8)), reference_top_k(keys, n // 2))
 
 
@@ -231,8 +231,8 @@ def test_streamed_blocks_exact_for_every_layout(layout, strategy, n, block, seed
     """With a small sample and small blocks the streamed passes run on small N, across many block
     boundaries: exact for every layout and strategy, including heavy ties (tie blocks found from
     the band) and brackets that miss (ties searched block by block)."""
-    old = core._SAMPLE, core._BLOCK
-    core._SAMPLE, core._BLOCK = 256, block  # streamed at N > 16 * 256 = 4096
+    old = topk.SAMPLE, topk.BLOCK
+    topk.SAMPLE, topk.BLOCK = 256, block  # streamed at N > 16 * 256 = 4096
     try:
         scores = make_layout(layout, n, n // 256, seed)
         k = min(n, max(1, round(frac * n)))
@@ -240,7 +240,7 @@ def test_streamed_blocks_exact_for_every_layout(layout, strategy, n, block, seed
         got = select(scores, k, strategy, temperature=0.5, generator=gen(seed))
         assert torch.equal(got, reference_top_k(keys, k))
     finally:
-        core._SAMPLE, core._BLOCK = old
+        topk.SAMPLE, topk.BLOCK = old
 
 
 # --- output format, all strategies ------------------------------------------------------------

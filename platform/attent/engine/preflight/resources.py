@@ -1,32 +1,18 @@
-"""Checks that refuse a run before anything starts, each naming its fix.
-
-* ``check_tracking``: the MLflow store answers (a short HTTP probe of ``<uri>/health``, never
-  MLflow's client, which retries an unreachable server for minutes) or, for SQLite, can be
-  written. Nothing is created: an existing store stays untouched.
-* ``check_local_resources``: before a local Ray is started, the workers fit this machine.
-* ``check_cluster_resources``: once connected to a cluster, the workers fit its nodes; if not,
-  an autoscaler that can add nodes makes it a visible wait, anything else a refusal.
-
-A refusal is a ``PreflightError`` (a ``ValueError``: the CLI prints it as
-``attent <cmd>: error: ...`` and exits 2).
-"""
+"""Preflight of compute resources. Before a local Ray is started: the workers fit this machine.
+Once connected to a cluster: the workers fit its nodes; if not, an autoscaler that can add nodes
+makes it a visible wait, anything else a refusal."""
 from __future__ import annotations
 
 import json
 import math
 import os
-import ssl
 import sys
-import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Iterable, Optional
-from urllib.parse import urlsplit
+from typing import Iterable, Optional
 
-TRACKING_PROBE_TIMEOUT_S = 5.0
+from ...config import PreflightError
+
 # Set to wait for nodes that will join a cluster without an autoscaler (someone runs `ray start`).
 WAIT_ENV = "ATTENT_WAIT_FOR_RESOURCES"
 # The v1 autoscaler's monitor writes its status every few seconds; a cluster this young may not
@@ -35,142 +21,8 @@ AUTOSCALER_STATUS_WAIT_S = 10.0
 _EPS = 1e-9
 
 
-class PreflightError(ValueError):
-    """A run that cannot succeed, refused before any worker or MLflow run exists."""
-
-
-def check_experiment(*cfgs) -> None:
-    """Everything that can be refused before Ray starts, for one run or a sweep's trials
-    (resolved ExperimentConfigs): the MLflow store, resources, data files (once per distinct
-    task section). Imports no torch; Ray only to size a local cluster."""
-    for uri in dict.fromkeys(cfg.mlflow.tracking_uri for cfg in cfgs):
-        check_tracking(uri)  # seconds, not MLflow's minutes of retries
-    check_local_resources(*cfgs)  # a local Ray that could never host the workers
-    tasks = [cfg.task for cfg in cfgs] + [  # downstream jobs' data (weights come later)
-        cfg.downstream_experiment(job, pretrained=None).resolved().task for cfg in cfgs for job in cfg.downstream]
-    for task in {task.model_dump_json(): task for task in tasks}.values():
-        task.check_data()
-
-
-# --------------------------------------------------------------------------------------------
-# MLflow tracking store
-# --------------------------------------------------------------------------------------------
-
-def check_tracking(uri: str | None, *, timeout: float = TRACKING_PROBE_TIMEOUT_S) -> None:
-    """Refuse a tracking URI that cannot work: an HTTP(S) server that does not answer within
-    ``timeout`` seconds, or a SQLite file whose directory is missing or read-only. Other
-    schemes (databricks, postgresql, ...) are left to MLflow."""
-    uri = uri or os.environ.get("MLFLOW_TRACKING_URI")
-    if not uri:
-        return
-    scheme = urlsplit(uri).scheme.lower()
-    if scheme in ("http", "https"):
-        _check_http(uri, timeout)
-    elif scheme == "sqlite":
-        _check_sqlite(uri)
-    elif scheme in ("", "file"):
-        path = Path(urlsplit(uri).path if scheme == "file" else uri)
-        _check_writable_dir(_nearest_existing(path), uri, "the MLflow file store")
-
-
-_FIX_URI = ("or set mlflow.tracking_uri (or $MLFLOW_TRACKING_URI) to a reachable server or to a "
-            "local store such as sqlite:///mlflow.db")
-
-
-def _check_http(uri: str, timeout: float) -> None:
-    parts = urlsplit(uri)
-    host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
-    netloc = f"[{host}]" if ":" in host else host  # credentials never go into the probe or a message
-    base = f"{parts.scheme}://{netloc}:{port}{parts.path.rstrip('/')}"
-    problem = _probe(base + "/health", timeout)
-    if problem is None:
-        return
-    if host in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):
-        start = (f"start it (`mlflow server --host 127.0.0.1 --port {port} --backend-store-uri "
-                 f"sqlite:///mlflow.db`, or `attent ui --port {port}`)")
-    else:
-        start = f"start the server on {host} (`mlflow server --host 0.0.0.0 --port {port}` there)"
-    raise PreflightError(f"MLflow tracking server {base} is unreachable ({problem}); nothing was run "
-                         f"or recorded. Fix: {start}, {_FIX_URI}")
-
-
-def _probe(url: str, timeout: float) -> Optional[str]:
-    """None if a server answers ``url``; else what went wrong. Any HTTP answer but a gateway
-    error counts: a server behind auth or a prefix may refuse /health but is there. The request
-    runs in a thread so that a slow DNS lookup cannot outlast ``timeout`` either."""
-    result: list[Optional[str]] = []
-
-    def attempt() -> None:
-        try:
-            with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=timeout):
-                result.append(None)
-        except urllib.error.HTTPError as exc:
-            result.append(f"it answered HTTP {exc.code}" if exc.code in (502, 503, 504) else None)
-        except urllib.error.URLError as exc:
-            # A TLS complaint comes from a server that is there: its certificates are MLflow's
-            # business ($MLFLOW_TRACKING_SERVER_CERT_PATH, $MLFLOW_TRACKING_INSECURE_TLS).
-            result.append(None if isinstance(exc.reason, ssl.SSLError) else _reason(exc.reason))
-        except Exception as exc:  # socket.timeout, ConnectionResetError, http.client errors...
-            result.append(_reason(exc))
-
-    thread = threading.Thread(target=attempt, name="attent-tracking-probe", daemon=True)
-    thread.start()
-    thread.join(timeout + 1.0)
-    return result[0] if result else f"no answer within {timeout:g}s"
-
-
-def _reason(exc: Any) -> str:
-    if isinstance(exc, ConnectionRefusedError):
-        return "connection refused"
-    if isinstance(exc, TimeoutError) or "timed out" in str(exc):
-        return "no answer within the probe's timeout"
-    return str(getattr(exc, "strerror", None) or exc) or type(exc).__name__
-
-
-def _check_sqlite(uri: str) -> None:
-    raw = uri.split("?", 1)[0]
-    path = raw[len("sqlite:///"):] if raw.startswith("sqlite:///") else raw[len("sqlite://"):]
-    if not path or path == ":memory:":
-        return
-    db = Path(path)
-    if db.exists():
-        if db.is_dir():
-            raise PreflightError(f"MLflow store {uri}: {db} is a directory, not a database file; "
-                                 f"point mlflow.tracking_uri (or $MLFLOW_TRACKING_URI) at a file, "
-                                 f"e.g. sqlite:///{db}/mlflow.db")
-        if not os.access(db, os.R_OK | os.W_OK):
-            raise PreflightError(f"MLflow store {uri}: {db} is not writable by this user; fix its "
-                                 f"permissions or set mlflow.tracking_uri (or $MLFLOW_TRACKING_URI) "
-                                 f"to sqlite:///<a writable path>/mlflow.db")
-    parent = db.parent
-    if not parent.is_dir():
-        raise PreflightError(f"MLflow store {uri}: directory {parent} does not exist; create it "
-                             f"(`mkdir -p {parent}`) or set mlflow.tracking_uri (or "
-                             f"$MLFLOW_TRACKING_URI) to sqlite:///<an existing directory>/mlflow.db")
-    # SQLite writes its journal beside the database, so the directory must be writable too.
-    _check_writable_dir(parent, uri, "the MLflow store")
-
-
-def _nearest_existing(path: Path) -> Path:
-    path = path.absolute()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
-def _check_writable_dir(directory: Path, uri: str, what: str) -> None:
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise PreflightError(f"{what} {uri}: directory {directory} is not writable by this user; fix "
-                             f"its permissions or set mlflow.tracking_uri (or $MLFLOW_TRACKING_URI) to "
-                             f"sqlite:///<a writable path>/mlflow.db")
-
-
-# --------------------------------------------------------------------------------------------
-# Resources
-# --------------------------------------------------------------------------------------------
-
 def worker_bundle(cfg) -> dict[str, float]:
-    """What one Train worker asks Ray for (as engine.launch builds its ScalingConfig)."""
+    """What one Train worker asks Ray for (the ScalingConfig engine.driver builds)."""
     bundle = {"CPU": cfg.ray.cpus_per_worker, **(cfg.ray.resources_per_worker or {})}
     if cfg.ray.use_gpu:
         bundle["GPU"] = 1
@@ -216,7 +68,7 @@ def _total(n: int, bundle: dict[str, float]) -> dict[str, float]:
 
 
 def will_start_local_ray(cfg) -> bool:
-    """True when engine.launch.ensure_ray would start a fresh local Ray: none is connected, no
+    """True when engine.driver.ensure_ray would start a fresh local Ray: none is connected, no
     ray.address / $RAY_ADDRESS, and no cluster recorded by `ray start` for ray.init to join."""
     if "ray" in sys.modules and sys.modules["ray"].is_initialized():
         return False
@@ -307,7 +159,7 @@ def check_cluster_resources(*cfgs, driver: Optional[dict[str, float]] = None, ou
     resource bundle one more process needs besides the workers (a Tune trial's driver)."""
     import ray
     if not ray.is_initialized():
-        raise RuntimeError("check_cluster_resources needs a connected Ray (engine.launch.ensure_ray)")
+        raise RuntimeError("check_cluster_resources needs a connected Ray (engine.driver.ensure_ray)")
     out = out or sys.stderr
     nodes = [dict(n.get("Resources") or {}) for n in ray.nodes() if n.get("Alive")]
     scaler, looked_up = None, False  # looked up once (it may wait for the monitor's status)

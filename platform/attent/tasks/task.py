@@ -15,10 +15,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-# How a task describes the data it reads (recorded as the MLflow run's inputs): part of the
-# task interface, so task packages import it from here.
-from attent.contract import (DATASET_EVAL, DATASET_SOURCE_HUB, DATASET_SOURCE_LOCAL,  # noqa: F401
-                             DATASET_TRAIN, DatasetDescription)
+from attent.contract import DATASET_TRAIN, DatasetDescription
 
 Batch = dict[str, Any]
 ParamGroup = dict[str, Any]  # a torch.optim parameter group: {"params": [...], "weight_decay": ...}
@@ -169,3 +166,23 @@ def seeded_init(seed: int, build: Callable[[], nn.Module]) -> nn.Module:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return build()
+
+
+def stratified_subset(labels: torch.Tensor, n: int, seed: int, what: str = "n") -> torch.Tensor:
+    """Sorted indices of n samples drawn at random, every class within one of its share.
+
+    Each class's samples, shuffled, get evenly spaced keys (rank + 0.5) / class_count in (0, 1);
+    the n smallest keys take about n * class_count / N of every class.
+    """
+    if not 0 < n <= len(labels):
+        raise ValueError(f"{what}={n} must be between 1 and the {len(labels)} available images; "
+                         f"lower it, or set it to null to use them all")
+    perm = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))
+    shuffled = labels[perm]
+    counts = torch.bincount(shuffled)
+    by_class = torch.argsort(shuffled, stable=True)
+    starts = torch.cumsum(counts, 0) - counts
+    rank = torch.empty_like(perm)
+    rank[by_class] = torch.arange(len(labels)) - starts[shuffled[by_class]]
+    keys = (rank + 0.5) / counts[shuffled]
+    return perm[torch.argsort(keys, stable=True)[:n]].sort().values

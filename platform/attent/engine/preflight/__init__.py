@@ -1,0 +1,27 @@
+"""Checks that refuse a run before anything starts, each naming its fix:
+
+* ``store``: the MLflow tracking store answers or, for SQLite, can be written;
+* ``resources``: the workers fit this machine (before a local Ray starts) or the connected
+  cluster (after ``ray.init``, or an autoscaler that can add the nodes, announced as a wait).
+
+A refusal is a ``config.PreflightError`` (a ``ValueError``: the CLI prints it as
+``attent <cmd>: error: ...`` and exits 2). Nothing here imports torch; Ray only to size a local
+cluster, so the CLI refuses before importing the engine.
+"""
+from __future__ import annotations
+
+from .resources import check_local_resources
+from .store import check_tracking
+
+
+def check_experiment(*cfgs) -> None:
+    """Everything that can be refused before Ray starts, for one run or a sweep's trials
+    (resolved ExperimentConfigs): the MLflow store, resources, data files (once per distinct
+    task section)."""
+    for uri in dict.fromkeys(cfg.mlflow.tracking_uri for cfg in cfgs):
+        check_tracking(uri)  # seconds, not MLflow's minutes of retries
+    check_local_resources(*cfgs)  # a local Ray that could never host the workers
+    tasks = [cfg.task for cfg in cfgs] + [  # downstream jobs' data (weights come later)
+        cfg.downstream_experiment(job, pretrained=None).resolved().task for cfg in cfgs for job in cfg.downstream]
+    for task in {task.model_dump_json(): task for task in tasks}.values():
+        task.check_data()

@@ -1,0 +1,214 @@
+"""One unit per selection method: what a re-selection picks, and how it weighs the picked samples.
+
+Each method answers ``pick(pool, epoch, k)`` with a ``Pick``; the Teacher owns everything around
+it (the score table, the ratio and interval schedules, the random generator, checkpoints and the
+agreement of ranks). A new method is a class here and one line in ``METHODS``; its name goes in
+``config.METHODS`` and its knobs in ``SelectionConfig``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from . import baselines
+from .config import METHODS as METHOD_NAMES, SelectionConfig
+from .strategies import select, weighted_sample
+
+
+@dataclass
+class Pool:
+    """What a method sees at a re-selection (shared tensors: read, never write)."""
+    scores: torch.Tensor             # [N] latest loss of every sample; NaN: never scored
+    component_scores: torch.Tensor   # [N, C] the same per loss component (C = 1 without components)
+    generator: torch.Generator       # the teacher's: every rank draws the same subset
+
+    def filled_scores(self) -> torch.Tensor:
+        """Scores with never-scored samples ranked at the highest observed loss (unseen data is
+        worth seeing); all zeros before any score."""
+        scored = ~torch.isnan(self.scores)
+        if not scored.any():
+            return torch.zeros(self.scores.numel())
+        return torch.where(scored, self.scores, self.scores[scored].max())
+
+
+@dataclass
+class Pick:
+    """A re-selection's outcome."""
+    subset: torch.Tensor                      # ascending indices of the samples trained on
+    loss_weights: torch.Tensor | None = None  # [N] per-sample loss weights; None: all 1
+    ratio: float | None = None                # the ratio recorded; None: the scheduled one
+    interval: int | None = None               # epochs it holds; None: the interval schedule's
+
+
+class SelectionMethod:
+    """A method's decision at each re-selection. ``components``: loss components of the task
+    (modalities), 0 or 1 when it has none."""
+    name: ClassVar[str]
+    needs_scores = False  # re-selecting reads fresh losses: a scoring pass is due
+    selects = True        # False: trains on all data, never re-selects
+
+    def __init__(self, config: SelectionConfig, *, num_samples: int, total_epochs: int,
+                 groups: torch.Tensor | None, components: int):
+        self.config, self.num_samples, self.total_epochs = config, num_samples, total_epochs
+        self.components = max(components, 1)
+
+    def pick(self, pool: Pool, epoch: int, k: int) -> Pick:
+        raise NotImplementedError
+
+    def component_weights(self) -> torch.Tensor:
+        """[C] weight of each loss component in the training loss (mean 1)."""
+        return torch.ones(self.components)
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+class FullData(SelectionMethod):
+    """Every sample, every epoch: the baseline without selection."""
+    name = "full"
+    selects = False
+
+
+class AtteNT(SelectionMethod):
+    """The paper's teacher: hard (top-k), soft (Gumbel-top-k) or random k of the latest losses."""
+    name = "attent"
+
+    @property
+    def needs_scores(self) -> bool:
+        return self.config.strategy != "random"
+
+    def pick(self, pool: Pool, epoch: int, k: int) -> Pick:
+        random = self.config.strategy == "random"
+        scores = torch.zeros(self.num_samples) if random else pool.filled_scores()
+        return Pick(select(scores, k, self.config.strategy, temperature=self.config.temperature,
+                           generator=pool.generator))
+
+
+class RandomSubset(AtteNT):
+    """k uniform samples at the same ratio and interval schedules (the config forces strategy
+    random): the control that isolates what loss-driven choice adds."""
+    name = "random"
+
+
+class ClassWeight(SelectionMethod):
+    """k samples drawn with probability 1 / their class's frequency: every class gets equal mass."""
+    name = "class_weight"
+
+    def __init__(self, config, *, num_samples, total_epochs, groups, components):
+        super().__init__(config, num_samples=num_samples, total_epochs=total_epochs, groups=groups,
+                         components=components)
+        self.groups = require_groups(config, groups, num_samples)
+
+    def pick(self, pool: Pool, epoch: int, k: int) -> Pick:
+        return Pick(weighted_sample(baselines.class_balanced_weights(self.groups), k, generator=pool.generator))
+
+
+class GroupWeighted(SelectionMethod):
+    """Base of the methods that weigh groups: with several loss components (modalities) the
+    weights scale the components in the training loss and the subset is uniform at the budget;
+    else each group of samples (class) receives its weight's share of the budget."""
+
+    def __init__(self, config, *, num_samples, total_epochs, groups, components):
+        super().__init__(config, num_samples=num_samples, total_epochs=total_epochs, groups=groups,
+                         components=components)
+        self.per_component = components > 1
+        self.groups = None if self.per_component else require_groups(config, groups, num_samples)
+        num_groups = components if self.per_component else int(self.groups.max()) + 1
+        self.weights = torch.ones(num_groups, dtype=torch.float64)
+
+    def component_weights(self) -> torch.Tensor:
+        return self.weights.float() if self.per_component else super().component_weights()
+
+    def state_dict(self) -> dict:
+        return {"group_weights": self.weights.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.weights = state["group_weights"].clone()
+
+
+class GroupWeight(GroupWeighted):
+    """Fixed weights per group, e.g. modalities 1:2:2 (``selection.group_weights``)."""
+    name = "group_weight"
+
+    def __init__(self, config, *, num_samples, total_epochs, groups, components):
+        super().__init__(config, num_samples=num_samples, total_epochs=total_epochs, groups=groups,
+                         components=components)
+        if self.per_component and len(config.group_weights) != components:
+            raise ValueError(f"group_weights has {len(config.group_weights)} entries for {components} "
+                             f"loss components (modalities)")
+
+    def pick(self, pool: Pool, epoch: int, k: int) -> Pick:
+        weights = torch.tensor(self.config.group_weights, dtype=torch.float64)
+        if self.per_component:
+            self.weights = weights * (weights.numel() / weights.sum())
+        return Pick(group_budget(weights, self.groups, self.num_samples, k, pool.generator))
+
+
+class GradNorm(GroupWeighted):
+    """GradNorm-style group weights (Chen et al., 2018), updated at each re-selection from the
+    groups' mean losses against their first ones (``baselines.gradnorm_update``)."""
+    name = "gradnorm"
+    needs_scores = True
+
+    def __init__(self, config, *, num_samples, total_epochs, groups, components):
+        super().__init__(config, num_samples=num_samples, total_epochs=total_epochs, groups=groups,
+                         components=components)
+        self.initial_losses = torch.full_like(self.weights, float("nan"))
+
+    def pick(self, pool: Pool, epoch: int, k: int) -> Pick:
+        if self.per_component:
+            losses = pool.component_scores.double().nanmean(dim=0)
+        else:
+            losses = baselines.group_mean_losses(pool.scores, self.groups, self.weights.numel())
+        self.initial_losses = torch.where(torch.isnan(self.initial_losses), losses, self.initial_losses)
+        self.weights = baselines.gradnorm_update(self.weights, losses, self.initial_losses,
+                                                 alpha=self.config.gradnorm_alpha, step=self.config.gradnorm_step)
+        return Pick(group_budget(self.weights, self.groups, self.num_samples, k, pool.generator))
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "initial_group_losses": self.initial_losses.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.initial_losses = state["initial_group_losses"].clone()
+
+
+class InfoBatch(SelectionMethod):
+    """InfoBatch (Qin et al., 2024): each epoch, drop a random share of the below-mean-loss
+    samples and up-weight the kept ones; the final share of the epochs trains on all data."""
+    name = "infobatch"
+
+    def pick(self, pool: Pool, epoch: int, k: int) -> Pick:
+        cfg = self.config
+        if epoch < math.ceil((1 - cfg.infobatch_final) * self.total_epochs):
+            subset, weights = baselines.infobatch_prune(pool.scores, cfg.infobatch_prune, generator=pool.generator)
+        else:  # annealing: the final epochs see all data, unweighted
+            subset, weights = torch.arange(self.num_samples), None
+        return Pick(subset, weights, ratio=1.0, interval=1)
+
+
+def require_groups(config: SelectionConfig, groups: torch.Tensor | None, num_samples: int) -> torch.Tensor:
+    if groups is None or groups.numel() != num_samples:
+        raise ValueError(f"method {config.method} needs one group label (class) per sample, "
+                         "or a task with several loss components (modalities)")
+    return groups.long().cpu()
+
+
+def group_budget(group_weights: torch.Tensor, groups: torch.Tensor | None, num_samples: int, k: int,
+                 generator: torch.Generator) -> torch.Tensor:
+    """k samples, each group its share ``group_weights`` of them; uniform without groups (loss
+    components: every sample holds every component)."""
+    weights = torch.ones(num_samples) if groups is None else baselines.group_sample_weights(groups, group_weights)
+    return weighted_sample(weights, min(k, int((weights > 0).sum())), generator=generator)
+
+
+METHODS: dict[str, type[SelectionMethod]] = {
+    method.name: method for method in (AtteNT, FullData, RandomSubset, ClassWeight, GroupWeight, GradNorm, InfoBatch)}
+if set(METHODS) != set(METHOD_NAMES):
+    raise ImportError(f"selection methods {sorted(METHODS)} differ from config.METHODS {sorted(METHOD_NAMES)}")

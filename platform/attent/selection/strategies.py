@@ -1,0 +1,70 @@
+"""Which k of N samples the learner sees next: AtteNT's three strategies, and weighted draws for
+the baselines. Pure functions; the exact top-k and the noise streams are ``topk``'s."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .schedules import check_ratio
+from .topk import gumbel, gumbel_top_k, top_k, uniform_top_k
+
+STRATEGIES = ("hard", "soft", "random")
+
+
+def budget(num_samples: int, ratio: float) -> int:
+    """Number of samples a ratio keeps: round(ratio * N), at least 1."""
+    check_ratio(ratio)
+    return max(1, min(num_samples, round(ratio * num_samples)))
+
+
+def select(scores: torch.Tensor, k: int, strategy: str, *, temperature: float = 1.0,
+           generator: torch.Generator | None = None) -> torch.Tensor:
+    """k distinct indices of ``scores`` (1-D, finite), ascending.
+
+    - ``hard``: exactly the k largest scores; ties broken towards the lower index.
+    - ``soft``: Gumbel-top-k, k draws without replacement with probabilities proportional to
+      softmax(scores / T). T -> 0 gives ``hard``, T -> inf gives ``random``.
+    - ``random``: k uniform draws without replacement.
+    """
+    check_scores(scores)
+    scores = scores.detach()  # a choice of indices: never part of an autograd graph
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= scores.numel():
+        raise ValueError(f"k must be an integer in [1, {scores.numel()}] (the number of scores), got {k!r}")
+    if strategy == "hard":
+        return top_k(scores, k)
+    if strategy == "soft":
+        if not (math.isfinite(temperature) and temperature > 0):
+            raise ValueError(f"temperature must be a positive finite number, got {temperature!r}")
+        # argmax(s/T + G) == argmax(s + T*G) for T > 0: scaling the noise instead of the scores
+        # keeps tiny temperatures from overflowing. The noise goes in *before* any ordering;
+        # dividing already-perturbed keys by T (the authors' code) changes nothing.
+        return gumbel_top_k(scores, k, temperature, generator)
+    if strategy == "random":
+        return uniform_top_k(scores.numel(), k, generator, scores.device)
+    raise ValueError(f"unknown selection strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+
+
+def weighted_sample(weights: torch.Tensor, k: int, *,
+                    generator: torch.Generator | None = None) -> torch.Tensor:
+    """k distinct indices drawn without replacement with probability proportional to ``weights``
+    (successive draws, the Efraimidis-Spirakis / Gumbel-top-k scheme). Zero weights are never drawn."""
+    if weights.ndim != 1 or not torch.isfinite(weights).all() or (weights < 0).any():
+        raise ValueError("weights must be a 1-D tensor of finite, non-negative numbers")
+    positive = int((weights > 0).sum())
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= positive:
+        raise ValueError(f"k must be an integer in [1, {positive}] (the positive weights), got {k!r}")
+    noise = gumbel(weights.numel(), generator, torch.float64, weights.device)
+    return top_k(torch.log(weights.double()) + noise, k)
+
+
+def check_scores(scores: torch.Tensor) -> None:
+    if not isinstance(scores, torch.Tensor) or scores.ndim != 1 or scores.numel() == 0:
+        raise ValueError("scores must be a non-empty 1-D tensor")
+    if not scores.is_floating_point():
+        raise ValueError(f"scores must be floating point, got {scores.dtype}")
+    lowest, highest = torch.aminmax(scores.detach())  # one pass; NaN propagates, inf shows at an end
+    if not (math.isfinite(lowest) and math.isfinite(highest)):
+        bad = (~torch.isfinite(scores)).nonzero().squeeze(1)
+        raise ValueError(f"{bad.numel()} scores are NaN or infinite (first at indices "
+                         f"{bad[:5].tolist()}); check the per-sample losses")

@@ -1,0 +1,99 @@
+"""The code's structure, as the README draws it: imports point one way (cli -> sweep, benchmark ->
+engine -> tasks -> selection; analysis reads MLflow through the contract only), no module imports
+itself back through another, every task package is self-contained, and platform/ is no package
+(it would shadow the standard library's ``platform``, which Ray and torch import)."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+PLATFORM = REPO / "platform"
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path, name: str, modules: set[str]) -> set[str]:
+    """The project modules ``path`` imports, at its top or inside a function, by full name
+    (``from attent import contract`` imports ``attent.contract``, not the package)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([base] if base else []))
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
+    return {m for m in found if m in modules and m != name}
+
+
+def project_graph() -> dict[str, set[str]]:
+    """Module -> the project modules it imports (attent.* and analysis.*)."""
+    files = {module_name(p, PLATFORM): p for p in (PLATFORM / "attent").rglob("*.py")}
+    files |= {module_name(p, REPO): p for p in (REPO / "analysis").rglob("*.py")}
+    return {name: imports_of(path, name, set(files)) for name, path in files.items()}
+
+
+GRAPH = project_graph()
+
+
+def reaches(start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in GRAPH[todo.pop()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_no_module_imports_itself_back():
+    # A package's __init__ importing its own submodules is no cycle a reader follows; any other is.
+    cycles = sorted(name for name in GRAPH if name in reaches(name)
+                    and not all(m.startswith(name + ".") for m in GRAPH[name]))
+    assert cycles == []
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "attent" and len(parts) > 1 else parts[0]
+
+
+# what each part of the platform may import (besides itself)
+MAY_IMPORT = {
+    "selection": set(),
+    "tasks": {"contract"},
+    "engine": {"config", "contract", "selection", "tasks", "server"},
+    "theory": {"config", "contract", "engine", "selection"},
+    "analysis": {"contract"},
+}
+
+
+@pytest.mark.parametrize("part", sorted(MAY_IMPORT))
+def test_imports_point_one_way(part):
+    crossing = sorted(f"{name} -> {m}" for name in GRAPH if layer(name) == part
+                      for m in GRAPH[name] if layer(m) != part and layer(m) not in MAY_IMPORT[part])
+    assert crossing == []
+
+
+@pytest.mark.parametrize("task", ["llm", "mae", "vision"])
+def test_a_task_package_imports_only_itself_and_the_task_interface(task):
+    shared = {"attent.contract", "attent.tasks.task", "attent.tasks.config", "attent.tasks.vit"}
+    own = f"attent.tasks.{task}"
+    outside = sorted(f"{name} -> {m}" for name in GRAPH if name == own or name.startswith(own + ".")
+                     for m in GRAPH[name] if not (m == own or m.startswith(own + ".")) and m not in shared)
+    assert outside == []
+
+
+def test_platform_is_no_package():
+    assert not (PLATFORM / "__init__.py").exists()
