@@ -94,8 +94,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--experiment", default=str(REPO / "experiments/fashion_mnist_vit.yaml"))
     args = parser.parse_args()
+    here = os.getcwd()
     with tempfile.TemporaryDirectory() as tmp:
         driver = driver_path(args.experiment, Path(tmp))
+        os.chdir(here)
     worker = worker_path(args.experiment)
     # the worker's entry point (driver side of the boundary) calls into the recipe
     stack = driver.stack + ["<Ray Train: the worker's entry point>"] + worker.stack
