@@ -21,8 +21,8 @@ from mlflow.exceptions import MlflowException
 from analysis import figures
 from analysis.runs import (HISTORY_KEYS, TASK, ReportError, load_experiment_runs, load_histories,
                            primary_metric)
-from analysis.tables import (CONFIG_HEADER, TABLE_BUILDERS, Table, applicable_kinds, to_csv,
-                             to_latex, to_markdown)
+from analysis.render import to_csv, to_latex, to_markdown
+from analysis.tables import CONFIG_HEADER, TABLE_BUILDERS, Table, applicable_kinds
 
 ARTIFACT_PATH = "report"
 INDEX_FILE = "report.md"

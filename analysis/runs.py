@@ -85,10 +85,12 @@ def runs_frame(runs: list[Run]) -> pd.DataFrame:
     frame = pd.DataFrame([run_record(run) for run in runs])
     expected = ("run_id", "status", *CONTRACT_COLUMNS)
     frame = frame.reindex(columns=frame.columns.union(expected, sort=False))
-    texts = [c for c in frame.columns if c.startswith(("tags.", "params."))]
-    frame[texts] = frame[texts].astype(object)  # all-missing columns would otherwise be float
-    for column in NUMERIC_COLUMNS:
-        frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    # Built as one frame from a dict of columns: assigning columns one by one leaves a frame of
+    # hundreds of blocks (engine runs log hundreds of params), on which every later insert warns.
+    columns = {c: frame[c].astype(object) if c.startswith(("tags.", "params.")) else frame[c]
+               for c in frame.columns}  # text columns as object: all-missing ones would be float
+    columns.update({c: pd.to_numeric(columns[c], errors="coerce") for c in NUMERIC_COLUMNS})
+    frame = pd.DataFrame(columns, index=frame.index)
     frame[METHOD_COST] = method_cost(frame)
     return frame
 

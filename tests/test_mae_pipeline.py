@@ -11,7 +11,7 @@ import yaml
 from mlflow import MlflowClient
 
 from analysis.report import build_report
-from analysis.tables import to_markdown
+from analysis.render import to_markdown
 from attent import contract
 from attent.sweep import run_sweep
 from conftest import REPO

@@ -2,6 +2,8 @@
 torch: per-sample scores, deterministic scoring, modality groups, export and downstream load."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -170,3 +172,19 @@ def test_a_downstream_job_is_named_after_its_weights_and_settings(scene_root):
     assert job_experiment(cfg, cfg.downstream[0], "ffffff0123456789").name != same.name  # other weights
     changed = cfg.downstream[1].model_copy(update={"name": "depth"})
     assert job_experiment(cfg, changed, "abcdef0123456789").name != same.name  # other settings
+
+
+def test_knn_probe_of_the_rgb_encoder(scene_root):
+    """The k-NN probe reads the encoder's RGB tokens only: features do not change when depth and
+    semseg do, and a test set that is the training set is recognised by its 1-nearest neighbour."""
+    r = recipe(experiment(scene_root, task={"knn_neighbours": 5}))
+    task, model = r.task, r.raw_model.eval()
+    metrics = task.evaluate(model, rank=0, world_size=1)
+    assert 0.0 <= metrics["test_knn_accuracy"] <= 1.0
+    train = task.splits.train.without_augmentation()
+    features = task.rgb_features(model, train, 10)
+    assert features.shape[0] == 10 and torch.allclose(features.norm(dim=1), torch.ones(10))
+    # the training scenes as the test set, one neighbour: each finds itself
+    task.splits = dataclasses.replace(task.splits, test=train)
+    task.config = task.config.model_copy(update={"knn_neighbours": 1})
+    assert task.knn_accuracy(model) == 1.0

@@ -20,7 +20,8 @@ from analysis.figures import time_to_reach_baseline
 from analysis.report import build_report, main
 from analysis.runs import HISTORY_KEYS, load_experiment_runs, load_histories
 from analysis.runs import config_names, downstream_metrics, lower_is_better, primary_metric
-from analysis.tables import comparison_table, to_csv, to_markdown
+from analysis.render import to_csv, to_markdown
+from analysis.tables import comparison_table
 from attent import contract
 from attent.sweep import load_sweep
 from conftest import REPO

@@ -22,7 +22,7 @@ A finished run is not trained again: re-running the command after an interruptio
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -39,7 +39,12 @@ METHODS: dict[str, dict[str, Any]] = {
     "hard": {**_ATTENT, "selection.strategy": "hard"},              # same schedules, top-k
     "soft": {**_ATTENT, "selection.strategy": "soft"},              # same schedules, Gumbel-top-k
     "random": {**_ATTENT, "selection.strategy": "random"},          # same budget, uniform subsets
-    "infobatch": {"selection.preset": None, "selection.method": "infobatch"},  # its own budget
+    "infobatch": {"selection.preset": None, "selection.method": "infobatch"},  # its paper defaults, its own budget
+    # full data for round(AtteNT's mean planned ratio x E) epochs, its lr schedule over those epochs
+    contract.METHOD_FULL_EQUAL_COST: {"selection.preset": None, "selection.method": "full"},
+    # InfoBatch with the prune ratio that brings its mean kept ratio to AtteNT's budget, calibrated
+    # at run time from the same seed's `infobatch` run (which must be in the workload)
+    contract.METHOD_INFOBATCH_BUDGET: {"selection.preset": None, "selection.method": "infobatch"},
     "class_weight": {**_ATTENT, "selection.method": "class_weight"},
     "group_weight": {**_ATTENT, "selection.method": "group_weight"},  # needs selection.group_weights
     "gradnorm": {**_ATTENT, "selection.method": "gradnorm"},
@@ -53,6 +58,7 @@ class WorkloadSpec(BaseModel):
     variant: str = "vit"                        # AtteNT's preset for this workload: vit | llm
     overrides: dict[str, Any] = {}              # key.path -> value, for every method
     metric: str = Field(..., pattern=r"^eval_")  # per-epoch curve metric (logged every epoch)
+    seeds: Optional[list[int]] = Field(None, min_length=1)  # this workload's seeds; None: the benchmark's
     # method name -> extra overrides; a name is a key of METHODS, or one with a "+suffix" for a
     # variant of it (e.g. attent+stale: {selection.rescore_stale: true})
     methods: dict[str, dict[str, Any]]
@@ -72,6 +78,7 @@ class BenchmarkRun(BaseModel):
     workload: WorkloadSpec
     method: str
     experiment: ExperimentConfig
+    attent_budget: float                        # AtteNT's planned mean selected ratio on the workload
 
 
 def load_benchmark(path: str | Path, overrides: list[str] | None = None, *,
@@ -88,11 +95,20 @@ def load_benchmark(path: str | Path, overrides: list[str] | None = None, *,
         if unknown:
             raise ConfigError(f"{path}: workload {workload.name!r}: unknown method(s) {unknown}; "
                               f"choose from {', '.join(METHODS)}")
+        methods = {base_method(m) for m in workload.methods}
+        if contract.METHOD_INFOBATCH_BUDGET in methods and "infobatch" not in workload.methods:
+            raise ConfigError(f"{path}: workload {workload.name!r}: {contract.METHOD_INFOBATCH_BUDGET} is "
+                              "calibrated from the `infobatch` run of the same seed: add `infobatch: {}`")
         base = read_yaml((path.parent / workload.base).resolve())
-        for seed in spec.seeds:
-            for method, extra in workload.methods.items():
-                runs.append(BenchmarkRun(workload=workload, method=method, experiment=_experiment(
-                    spec, workload, method, extra, seed, base, cli, source=f"{path} {workload.name}/{method}")))
+        # a seed's methods in the file's order, calibrated ones after the runs they read
+        order = sorted(workload.methods, key=lambda m: base_method(m) == contract.METHOD_INFOBATCH_BUDGET)
+        for seed in workload.seeds or spec.seeds:
+            for method in order:
+                source = f"{path} {workload.name}/{method}"
+                runs.append(BenchmarkRun(
+                    workload=workload, method=method,
+                    experiment=_experiment(spec, workload, method, workload.methods[method], seed, base, cli, source),
+                    attent_budget=attent_budget(spec, workload, seed, base, cli, source)))
     return spec, runs
 
 
@@ -105,7 +121,38 @@ def _experiment(spec: BenchmarkSpec, workload: WorkloadSpec, method: str, extra:
     data = base
     for layer in (workload.overrides, meaning, extra, fixed):
         data = deep_merge(data, nest_keys(layer))
-    return build_experiment(deep_merge(data, cli), source)
+    data = deep_merge(data, cli)
+    if base_method(method) == contract.METHOD_FULL_EQUAL_COST:
+        attent = _experiment(spec, workload, contract.METHOD_ATTENT, workload.methods.get(contract.METHOD_ATTENT, {}),
+                             seed, base, cli, source)
+        epochs = attent.selection.mean_planned_ratio(attent.train.epochs) * attent.train.epochs
+        data = deep_merge(data, {"train": {"epochs": max(1, round(epochs))}})
+    return build_experiment(data, source)
+
+
+def attent_budget(spec: BenchmarkSpec, workload: WorkloadSpec, seed: int, base: dict[str, Any],
+                  cli: dict[str, Any], source: str) -> float:
+    """AtteNT's planned budget on the workload: its mean selected ratio over the epochs (with the
+    workload's `attent` overrides when it lists the method)."""
+    attent = _experiment(spec, workload, contract.METHOD_ATTENT, workload.methods.get(contract.METHOD_ATTENT, {}),
+                         seed, base, cli, source)
+    return attent.selection.mean_planned_ratio(attent.train.epochs)
+
+
+def calibrate_infobatch(run: BenchmarkRun, reference: ExperimentConfig, budget: float) -> ExperimentConfig:
+    """The run with the prune ratio that brings InfoBatch to ``budget``, from the kept ratios of
+    ``reference`` (the same seed's InfoBatch run at its defaults, finished)."""
+    from .engine.tracking import client_for, latest_run
+    from .selection.baselines import infobatch_prune_for_budget
+    done = latest_run(reference)
+    if done is None or done.info.status != "FINISHED":
+        raise ConfigError(f"{run.experiment.name}: the InfoBatch run it calibrates from ({reference.name}) did not finish")
+    history = client_for(reference.mlflow.tracking_uri).get_metric_history(done.info.run_id, contract.SELECTED_RATIO)
+    kept = [m.value for m in sorted(history, key=lambda m: m.step)]
+    sel = reference.selection
+    prune = infobatch_prune_for_budget(budget, kept, sel.infobatch_prune, reference.train.epochs, sel.infobatch_final)
+    cfg = run.experiment
+    return cfg.model_copy(update={"selection": cfg.selection.model_copy(update={"infobatch_prune": round(prune, 4)})})
 
 
 def base_method(name: str) -> str:
@@ -114,7 +161,7 @@ def base_method(name: str) -> str:
 
 
 def describe(spec: BenchmarkSpec, runs: list[BenchmarkRun]) -> str:
-    lines = [f"benchmark {spec.name!r}: {len(runs)} runs, {len(spec.seeds)} seed(s), "
+    lines = [f"benchmark {spec.name!r}: {len(runs)} runs, seeds {spec.seeds} unless a workload says, "
              f"{spec.threads} thread(s) per worker, one run at a time"]
     for run in runs:
         cfg = run.experiment
@@ -144,6 +191,12 @@ def run_benchmark(path: str | Path, overrides: list[str] | None = None, *, out_d
             if done is not None and done.info.status == "FINISHED":
                 print(f"[bench] {number}/{len(runs)} {cfg.name}: finished earlier, kept", flush=True)
                 continue
+            if base_method(run.method) == contract.METHOD_INFOBATCH_BUDGET:
+                reference = next(r.experiment for r in runs if r.workload is run.workload
+                                 and r.method == "infobatch" and r.experiment.seed == cfg.seed)
+                cfg = calibrate_infobatch(run, reference, run.attent_budget)
+                print(f"[bench] {cfg.name}: InfoBatch prune {cfg.selection.infobatch_prune:g} "
+                      f"for AtteNT's budget {run.attent_budget:.3f}", flush=True)
             print(f"[bench] {number}/{len(runs)} {cfg.name}", flush=True)
             run_pipeline(cfg, parent_run_id=parent, role=contract.ROLE_TRIAL,
                          extra_tags={contract.TAG_BENCH_WORKLOAD: run.workload.name,

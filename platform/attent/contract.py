@@ -45,6 +45,9 @@ TRAINING_ROLES = (ROLE_RUN, ROLE_TRIAL)
 NONE = "none"                                   # tag value where a dimension does not apply
 METHOD_ATTENT = "attent"                        # TAG_METHOD values analysis singles out
 METHOD_FULL = "full"                            # the no-selection baseline
+# benchmark-only method names (TAG_BENCH_METHOD values the time-to-accuracy report singles out)
+METHOD_FULL_EQUAL_COST = "full_equal_cost"      # full data for AtteNT's mean ratio x E epochs
+METHOD_INFOBATCH_BUDGET = "infobatch_budget"    # InfoBatch pruned to AtteNT's budget
 
 # --- params (flattened config keys that analysis reads) --------------------------------------
 PARAM_SEED = "seed"
@@ -62,8 +65,11 @@ PRETRAINED_FILE = "pretrained.pt"               # the file in it (a task's expor
 CHECKPOINT_STATE_FILE = "state.pt"              # the file in each of a run's Ray Train checkpoints
 SELECTED_RATIO = "selected_ratio"               # per epoch: share of the training set trained on
 SAMPLES_FORWARDED = "samples_forwarded"         # training + scoring forwards, all ranks
-SAMPLES_BACKPROPAGATED = "samples_backpropagated"
+SAMPLES_BACKPROPAGATED = "samples_backpropagated"  # distinct samples trained on, summed over epochs (padding excluded)
 SUBSET_CHECKSUM = "subset_checksum"
+# Per epoch, from the epoch's re-selection (carried over while a pick holds):
+SELECTION_HARDNESS = "selection_hardness"       # share of the pick in the hard top-k; uniform 0, hard 1
+SELECTION_OVERLAP = "selection_overlap"         # share of the pick that was in the previous pick
 NUM_TRAIN_SAMPLES = "num_train_samples"
 OPTIMIZER_STEPS = "optimizer_steps"
 GRAD_ACCUMULATION = "grad_accumulation"

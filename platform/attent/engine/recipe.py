@@ -211,7 +211,7 @@ class TrainingRecipe:
         loss_sum, seen, scored, *component_sums = all_reduce(
             [stats.loss_sum, stats.seen, stats.scored, *stats.component_sums], self.ctx)
         counters = self.counters
-        counters.samples_backpropagated += int(seen)
+        counters.samples_backpropagated += self.teacher.subset.numel()  # distinct: the padding that evens out ranks is not counted
         counters.samples_forwarded += int(seen + scored)
         counters.optimizer_steps += stats.steps
         counters.next_epoch = epoch + 1
@@ -220,9 +220,18 @@ class TrainingRecipe:
                contract.SAMPLES_FORWARDED: counters.samples_forwarded,
                contract.SAMPLES_BACKPROPAGATED: counters.samples_backpropagated,
                contract.SUBSET_CHECKSUM: checksum, **counters.time_metrics(), **evals,
-               **self.component_metrics(component_sums, seen)}
+               **self.component_metrics(component_sums, seen), **self.pick_metrics()}
         counters.history.append(row)
         return row
+
+    def pick_metrics(self) -> dict[str, float]:
+        """How hard the pick in force is and how much it shares with the one before (absent
+        without a pick, e.g. full data)."""
+        if not self.teacher.history:
+            return {}
+        last = self.teacher.history[-1]
+        return {name: value for name, value in ((contract.SELECTION_HARDNESS, last.hardness),
+                                                (contract.SELECTION_OVERLAP, last.overlap)) if value == value}
 
     def component_metrics(self, sums: list[float], seen: float) -> dict[str, float]:
         """Each loss component's mean training loss this epoch, and its weight in the loss."""

@@ -1,6 +1,8 @@
 """Pure functions behind the baseline sampling methods the paper compares AtteNT with."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -66,3 +68,24 @@ def infobatch_prune(scores: torch.Tensor, prune: float, *,
     dropped = well_learned & (torch.rand(scores.numel(), generator=generator) < prune)
     weights[well_learned & ~dropped] = 1.0 / (1.0 - prune)
     return (~dropped).nonzero().squeeze(1), weights
+
+
+def infobatch_pruned_epochs(epochs: int, final: float) -> int:
+    """Epochs InfoBatch prunes in: the first floor(δ·E), δ = 1 − ``final`` (its official code
+    prunes epoch e, counted from 1, while e <= δ·E); the rest train on all data."""
+    return math.floor((1.0 - final) * epochs + 1e-9)
+
+
+def infobatch_prune_for_budget(budget: float, kept: list[float], prune: float, epochs: int, final: float) -> float:
+    """The prune ratio at which InfoBatch's mean kept ratio over ``epochs`` is ``budget``, from a
+    run at ``prune`` that kept ``kept[e]`` of the data in epoch e. In each pruning epoch after the
+    first (which has no losses yet and keeps everything) it drops ``prune`` x the below-mean
+    share b_e = (1 − kept[e]) / prune; solving mean kept = budget for the prune ratio assumes the
+    same shares b_e. Capped at 0.99: a budget below InfoBatch's floor (every below-mean sample
+    dropped) cannot be met, and the report shows the budget reached."""
+    pruning = infobatch_pruned_epochs(epochs, final)
+    below = [(1.0 - k) / prune for k in kept[1:pruning]] if prune > 0 else []
+    if not below or sum(below) <= 0:
+        raise ValueError("the reference InfoBatch run pruned nothing: there is no below-mean share to calibrate from")
+    wanted = epochs * (1.0 - budget) / sum(below)
+    return min(max(wanted, 0.0), 0.99)

@@ -16,7 +16,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     "llm": dict(method="attent", strategy="hard", ratio=dict(kind="fixed", start=0.7),
                 interval=dict(kind="fixed", start=1), warmup_epochs=1, rescore=False),
     # Initial scoring pass, re-scoring at each (growing) interval, ratio 20%->80%, soft selection.
-    "vit": dict(method="attent", strategy="soft", ratio=dict(kind="incremental", start=0.2, end=0.8),
+    # Soft draws from standardized losses (T = 1: one standard deviation of loss is one unit of
+    # logit on every task; the paper gives no T nor scale); see the temperature sweep in the README.
+    "vit": dict(method="attent", strategy="soft", soft_logits="standardized", ratio=dict(kind="incremental", start=0.2, end=0.8),
                 interval=dict(kind="incremental", start=1, end=4), warmup_epochs=0, rescore=True),
 }
 
@@ -84,7 +86,8 @@ class SelectionConfig(BaseModel):
     strategy: Literal["hard", "soft", "random"] = "hard"  # attent: top-k, Gumbel-top-k, uniform
     ratio: RatioConfig = RatioConfig()               # fraction of the data selected, vs progress
     interval: IntervalConfig = IntervalConfig()      # epochs a selection is kept, vs progress
-    temperature: float = Field(1.0, gt=0, allow_inf_nan=False)  # soft: softmax(loss / T); T->0 hard, T->inf random
+    temperature: float = Field(1.0, gt=0, allow_inf_nan=False)  # soft: softmax(logits / T); T->0 hard, T->inf random
+    soft_logits: Literal["raw", "standardized", "log"] = "raw"  # soft: logits = loss | z-scored loss | log loss
     warmup_epochs: int = Field(0, ge=0)              # epochs on all data before the first selection
     rescore: bool = False                            # full scoring pass before each re-selection
     rescore_stale: bool = False                      # beyond the paper: re-score only samples not trained on this interval
@@ -138,6 +141,17 @@ class SelectionConfig(BaseModel):
             plan.append((epoch, self.ratio_schedule(progress)))
             epoch += self.interval_schedule(progress)
         return plan
+
+    def mean_planned_ratio(self, total_epochs: int) -> float:
+        """The mean over epochs of the share of the data the schedules select (1 in warm-up
+        epochs and without a ratio schedule): the budget a run plans to spend."""
+        plan = self.planned_ratios(total_epochs)
+        if not plan:
+            return 1.0
+        ratios = [1.0] * plan[0][0]
+        for (epoch, ratio), (until, _) in zip(plan, plan[1:] + [(total_epochs, None)]):
+            ratios += [ratio] * (min(until, total_epochs) - epoch)
+        return sum(ratios) / total_epochs
 
     def ratio_reached(self, total_epochs: int) -> float:
         """The largest ratio a run selects (1.0 when it trains on all data at some epoch)."""

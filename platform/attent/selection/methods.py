@@ -7,7 +7,6 @@ agreement of ranks). A new method is a class here and one line in ``METHODS``; i
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -15,7 +14,7 @@ import torch
 
 from . import baselines
 from .config import METHODS as METHOD_NAMES, SelectionConfig
-from .strategies import select, weighted_sample
+from .strategies import select, soft_logits, weighted_sample
 
 
 @dataclass
@@ -84,10 +83,13 @@ class AtteNT(SelectionMethod):
         return self.config.strategy != "random"
 
     def pick(self, pool: Pool, epoch: int, k: int) -> Pick:
-        random = self.config.strategy == "random"
-        scores = torch.zeros(self.num_samples) if random else pool.filled_scores()
-        return Pick(select(scores, k, self.config.strategy, temperature=self.config.temperature,
-                           generator=pool.generator))
+        cfg = self.config
+        if cfg.strategy == "random":
+            scores = torch.zeros(self.num_samples)
+        else:
+            scores = pool.filled_scores()
+            scores = soft_logits(scores, cfg.soft_logits) if cfg.strategy == "soft" else scores
+        return Pick(select(scores, k, cfg.strategy, temperature=cfg.temperature, generator=pool.generator))
 
 
 class RandomSubset(AtteNT):
@@ -181,12 +183,13 @@ class GradNorm(GroupWeighted):
 
 class InfoBatch(SelectionMethod):
     """InfoBatch (Qin et al., 2024): each epoch, drop a random share of the below-mean-loss
-    samples and up-weight the kept ones; the final share of the epochs trains on all data."""
+    samples and up-weight the kept ones; the epochs after the first floor(δ·E), δ = 1 − final,
+    train on all data (as its official code does)."""
     name = "infobatch"
 
     def pick(self, pool: Pool, epoch: int, k: int) -> Pick:
         cfg = self.config
-        if epoch < math.ceil((1 - cfg.infobatch_final) * self.total_epochs):
+        if epoch < baselines.infobatch_pruned_epochs(self.total_epochs, cfg.infobatch_final):
             subset, weights = baselines.infobatch_prune(pool.scores, cfg.infobatch_prune, generator=pool.generator)
         else:  # annealing: the final epochs see all data, unweighted
             subset, weights = torch.arange(self.num_samples), None

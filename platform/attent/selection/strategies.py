@@ -10,6 +10,7 @@ from .schedules import check_ratio
 from .topk import gumbel, gumbel_top_k, top_k, uniform_top_k
 
 STRATEGIES = ("hard", "soft", "random")
+SOFT_LOGITS = ("raw", "standardized", "log")
 
 
 def budget(num_samples: int, ratio: float) -> int:
@@ -43,6 +44,50 @@ def select(scores: torch.Tensor, k: int, strategy: str, *, temperature: float = 
     if strategy == "random":
         return uniform_top_k(scores.numel(), k, generator, scores.device)
     raise ValueError(f"unknown selection strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+
+
+def soft_logits(scores: torch.Tensor, kind: str) -> torch.Tensor:
+    """The logits Soft draws from, softmax(logits / T), made from per-sample scores:
+
+    - ``raw``: the scores themselves (T is in the scores' own units: the paper's form);
+    - ``standardized``: centred and divided by their standard deviation, so that T means the same
+      on every task and loss scale (an affine rescaling of the scores changes nothing);
+    - ``log``: log(score): a sample is drawn with probability proportional to score^(1/T)
+      (scores must be >= 0; a zero score is drawn last).
+    """
+    if kind == "raw":
+        return scores
+    if kind == "standardized":
+        scores = scores.double()
+        spread = scores.std() if scores.numel() > 1 else scores.new_tensor(0.0)
+        return (scores - scores.mean()) / spread if spread > 0 else torch.zeros_like(scores)
+    if kind == "log":
+        if (scores < 0).any():
+            raise ValueError("soft_logits 'log' needs non-negative scores (losses)")
+        return scores.double().clamp_min(torch.finfo(torch.float64).tiny).log()
+    raise ValueError(f"unknown soft logits {kind!r}; choose one of {', '.join(SOFT_LOGITS)}")
+
+
+def hardness(subset: torch.Tensor, scores: torch.Tensor) -> float:
+    """How hard a pick of k samples is: the share of it inside the k highest ``scores`` (the hard
+    pick), rescaled so that a uniform pick scores 0 in expectation and the hard pick 1. NaN when
+    the pick is every sample (nothing to choose)."""
+    n, k = scores.numel(), subset.numel()
+    if k >= n or k == 0:
+        return math.nan
+    inside = torch.zeros(n, dtype=torch.bool)
+    inside[top_k(scores.detach(), k)] = True
+    share = inside[subset].float().mean().item()
+    return (share - k / n) / (1 - k / n)
+
+
+def overlap(subset: torch.Tensor, previous: torch.Tensor | None, num_samples: int) -> float:
+    """Share of ``subset`` that was in the ``previous`` pick (NaN for the first pick)."""
+    if previous is None or subset.numel() == 0:
+        return math.nan
+    before = torch.zeros(num_samples, dtype=torch.bool)
+    before[previous] = True
+    return before[subset].float().mean().item()
 
 
 def weighted_sample(weights: torch.Tensor, k: int, *,

@@ -4,6 +4,7 @@ its unit in ``methods``; the teacher keeps the table, the schedules, the generat
 and the agreement of ranks."""
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -15,7 +16,7 @@ from .config import SelectionConfig
 from .distributed import all_gather_observations
 from .methods import METHODS, Pool
 from .schedules import training_progress
-from .strategies import budget
+from .strategies import budget, hardness, overlap
 
 # A scoring pass: given the (global) indices to score, yields (indices, losses) for this rank's share.
 ScoreFn = Callable[[torch.Tensor], Iterable[tuple[torch.Tensor, torch.Tensor]]]
@@ -35,12 +36,22 @@ class SelectionRecord:
     score_max: float
     selected_score_mean: float
     seconds: float
+    hardness: float = math.nan   # share of the pick in the hard top-k of the scores: uniform 0, hard 1
+    overlap: float = math.nan    # share of the pick that was in the previous pick
     indices: torch.Tensor | None = field(default=None, repr=False)
 
     def summary(self) -> dict:
         out = asdict(self)
         out.pop("indices")
         return out
+
+
+def stream_seed(seed: int, method: str, strategy: str) -> int:
+    """The seed of a teacher's random stream: independent per (seed, method, strategy), so that
+    Soft and Random of one seed do not share their draws (with near-equal losses a shared stream
+    made their subsets nearly identical). Stable across processes and Python versions."""
+    digest = hashlib.sha256(f"{seed}/{method}/{strategy}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
 class Teacher:
@@ -65,7 +76,7 @@ class Teacher:
         self.trained = torch.zeros(num_samples, dtype=torch.bool)  # observed in training since the last selection
         self._scoring = False  # inside a scoring pass: its observations are not training forwards
         self.component_scores = torch.full((num_samples, max(components, 1)), float("nan"))
-        self.generator = torch.Generator().manual_seed(seed)
+        self.generator = torch.Generator().manual_seed(stream_seed(seed, config.method, config.strategy))
         self.subset = torch.arange(num_samples)
         self.loss_weights = torch.ones(num_samples)
         self.epoch = 0
@@ -165,13 +176,14 @@ class Teacher:
         ratio = self.config.ratio_schedule(p)
         pool = Pool(self.scores, self.component_scores, self.generator)
         pick = self.method.pick(pool, epoch, budget(self.num_samples, ratio))
+        previous = self.history[-1].indices if self.history else None
         self.subset = pick.subset
         self.loss_weights = torch.ones(self.num_samples) if pick.loss_weights is None else pick.loss_weights
         self.next_selection = epoch + (pick.interval or self.config.interval_schedule(p))
         self.trained.zero_()  # a new interval begins
         self.seconds["selection"] += time.perf_counter() - start
         ratio = ratio if pick.ratio is None else pick.ratio
-        self.history.append(self._record(epoch, ratio, time.perf_counter() - start))
+        self.history.append(self._record(epoch, ratio, time.perf_counter() - start, previous))
 
     @property
     def component_weights(self) -> torch.Tensor:
@@ -179,8 +191,10 @@ class Teacher:
         baselines on a task with components)."""
         return self.method.component_weights()
 
-    def _record(self, epoch: int, ratio: float, seconds: float) -> SelectionRecord:
+    def _record(self, epoch: int, ratio: float, seconds: float, previous: torch.Tensor | None) -> SelectionRecord:
         scored = self.scores[~torch.isnan(self.scores)]
+        # hardness against the scores the pick was made from (never-scored ones ranked highest)
+        ranked = Pool(self.scores, self.component_scores, self.generator).filled_scores()
         chosen = self.scores[self.subset]
         chosen = chosen[~torch.isnan(chosen)]
         stat = (lambda t, f: float(f(t)) if t.numel() else float("nan"))
@@ -189,7 +203,9 @@ class Teacher:
             selected=self.subset.numel(), score_mean=stat(scored, torch.mean),
             score_std=stat(scored, torch.std) if scored.numel() > 1 else 0.0,
             score_min=stat(scored, torch.min), score_max=stat(scored, torch.max),
-            selected_score_mean=stat(chosen, torch.mean), seconds=seconds, indices=self.subset.clone())
+            selected_score_mean=stat(chosen, torch.mean), seconds=seconds,
+            hardness=hardness(self.subset, ranked) if scored.numel() else math.nan,
+            overlap=overlap(self.subset, previous, self.num_samples), indices=self.subset.clone())
 
     # --- checkpointing ----------------------------------------------------------------------
     def state_dict(self) -> dict:

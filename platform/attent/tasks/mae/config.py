@@ -125,6 +125,10 @@ class MultiModalDataConfig(TaskConfig):
 class MaskedPretrainingConfig(MultiModalDataConfig):
     """What mae and multimae share: masking, targets, and the downstream jobs they hand over to."""
     norm_pix_loss: bool = True  # RGB target: each patch's pixels standardised (MAE's better target)
+    # k-NN probe at each evaluation: the test scenes classified by their k nearest training scenes
+    # in the RGB encoder's mean-pooled features (cosine, similarity-weighted votes); 0: off
+    knn_neighbours: int = Field(0, ge=0)
+    knn_train_limit: int = Field(2000, gt=0)  # training scenes the probe compares with (the first ones)
 
     def modality_names(self) -> tuple[str, ...]:
         raise NotImplementedError

@@ -128,7 +128,34 @@ class MaskedPretrainingTask(Task):
         metrics = {"test_loss": sum(sums[:-1]) / count}
         if self.loss_components:
             metrics.update({f"test_loss_{m}": s / count for m, s in zip(self.modalities, sums)})
+        if self.config.knn_neighbours:
+            metrics["test_knn_accuracy"] = self.knn_accuracy(model)
         return metrics
+
+    def rgb_features(self, model: nn.Module, dataset: data.MultiModalDataset, count: int) -> torch.Tensor:
+        """Mean-pooled encoder features of the first ``count`` samples from their RGB tokens alone
+        (as the downstream jobs see them), L2-normalised: [count, D]."""
+        rgb = self.modalities.index("rgb") * self.spec.patches + torch.arange(self.spec.patches)
+        features = []
+        for start in range(0, count, self.config.eval_batch_size):
+            items = [dataset[i] for i in range(start, min(count, start + self.config.eval_batch_size))]
+            batch = {k: v.to(self._device(model)) for k, v in data.collate(items).items()}
+            visible = rgb.to(batch["index"].device).expand(len(items), -1)
+            features.append(model.encoder(encoder_inputs(batch, self.modalities), visible).float().mean(dim=1))
+        return nn.functional.normalize(torch.cat(features), dim=1)
+
+    def knn_accuracy(self, model: nn.Module) -> float:
+        """Top-1 accuracy of a k-NN probe of the encoder (every rank computes it whole: the sets
+        are small). Votes weighted by exp(similarity / 0.07), as in DINO's k-NN evaluation."""
+        memory_set = self.splits.train.without_augmentation()
+        memory = self.rgb_features(model, memory_set, min(len(memory_set), self.config.knn_train_limit))
+        labels = memory_set.labels[:memory.shape[0]].to(memory.device)
+        test = self.rgb_features(model, self.splits.test, len(self.splits.test))
+        similarity, neighbour = (test @ memory.T).topk(min(self.config.knn_neighbours, memory.shape[0]), dim=1)
+        votes = torch.zeros(test.shape[0], int(self.splits.train.labels.max()) + 1, device=test.device)
+        votes.scatter_add_(1, labels[neighbour], (similarity / 0.07).exp())
+        truth = self.splits.test.labels.to(test.device)
+        return float((votes.argmax(dim=1) == truth).float().mean())
 
     def export(self, model: nn.Module) -> dict[str, Any]:
         """The encoder's weights and shape, for downstream jobs."""

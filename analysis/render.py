@@ -1,0 +1,146 @@
+"""Rendering of ``analysis.tables``' tables: cell formatting (mean ± std, percentages, ratios,
+the budget mark) and the Markdown, LaTeX and CSV text of a ``Table``, best values marked.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from analysis.runs import MISSING
+from analysis.tables import (BUDGET_DIFFERS, BUDGET_MARK, COST, COST_CHANGE, EVAL_TIME,
+                             IDEAL_SAVING, REALIZED_SAVING, SAVING_RATIO, Table, best_rows)
+from attent import contract
+
+COST_HEADER = "Method cost (s)"
+EVAL_HEADER = "Eval (s)"
+SELECTED_HEADER = "Selected ratio"
+
+
+def metric_header(metric_name: str) -> str:
+    """``eval_accuracy`` -> ``accuracy``; a downstream job's ``downstream.semseg.miou`` ->
+    ``semseg miou``."""
+    if metric_name.startswith(contract.DOWNSTREAM_PREFIX):
+        return " ".join(metric_name.removeprefix(contract.DOWNSTREAM_PREFIX).split(".", 1))
+    return metric_name.removeprefix(contract.EVAL_PREFIX)
+
+
+def decimals(means: pd.Series) -> int:
+    """Downstream metrics: 4 decimals for fractions like accuracy, 2 for percent-scale values."""
+    return 4 if means.abs().max() < 10 else 2
+
+
+def stat_cell(mean: float, std: float, places: int) -> str:
+    if math.isnan(mean):
+        return MISSING
+    if math.isnan(std):  # a single seed has no spread
+        return f"{mean:.{places}f}"
+    return f"{mean:.{places}f} ± {std:.{places}f}"
+
+
+def stat_cells(stats: pd.DataFrame, metric_name: str, places: int) -> list[str]:
+    return [stat_cell(m, s, places)
+            for m, s in zip(stats[f"{metric_name}_mean"], stats[f"{metric_name}_std"])]
+
+
+def change_cell(change: float) -> str:
+    return MISSING if math.isnan(change) else f"{change:+.1f}%"
+
+
+def percent_cell(fraction: float) -> str:
+    return MISSING if math.isnan(fraction) else f"{fraction:.1%}"
+
+
+def ratio_cell(value: float) -> str:
+    return MISSING if math.isnan(value) else f"{value:.2f}"
+
+
+def selected_cell(ratio: float, differs: bool) -> str:
+    if math.isnan(ratio):
+        return MISSING
+    return f"{ratio:.3f} {BUDGET_MARK}" if differs else f"{ratio:.3f}"
+
+
+# Columns derived from the comparison with the full-data row: header, stats column, format.
+SAVING_COLUMNS = (("Δ cost vs full", COST_CHANGE, change_cell),
+                  ("Ideal saving", IDEAL_SAVING, percent_cell),
+                  ("Realized saving", REALIZED_SAVING, percent_cell),
+                  ("Realized / ideal", SAVING_RATIO, ratio_cell))
+
+
+def cell_text(table: Table) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Display strings (labels, n, cost and savings, selected ratio, evaluation time,
+    downstream metrics) and, per cell, whether it is best."""
+    stats = table.stats
+    cells = table.labels.astype(str)
+    cells["n"] = stats["n"].astype(str)
+    cells[COST_HEADER] = stat_cells(stats, COST, 1)
+    for header, column, render in SAVING_COLUMNS:
+        cells[header] = stats[column].map(render)
+    cells[SELECTED_HEADER] = [selected_cell(r, bool(d)) for r, d in
+                              zip(stats[f"{contract.MEAN_SELECTED_RATIO}_mean"], stats[BUDGET_DIFFERS])]
+    cells[EVAL_HEADER] = stat_cells(stats, EVAL_TIME, 1)
+    best = pd.DataFrame(False, index=cells.index, columns=cells.columns)
+    best[COST_HEADER] = best_rows(table, COST)
+    for name in table.metrics:
+        header = metric_header(name)
+        cells[header] = stat_cells(stats, name, decimals(stats[f"{name}_mean"]))
+        best[header] = best_rows(table, name)
+    return cells, best
+
+
+def to_markdown(table: Table) -> str:
+    """The table, then its footnotes (if any) after a blank line."""
+    cells, best = cell_text(table)
+    cells = cells.mask(best, cells.map("**{}**".format))
+    numeric = [c not in table.labels.columns for c in cells.columns]
+    lines = ["| " + " | ".join(cells.columns) + " |",
+             "|" + "|".join("---:" if right else ":---" for right in numeric) + "|"]
+    lines += ["| " + " | ".join(v.replace("|", "\\|") for v in row) + " |"
+              for row in cells.itertuples(index=False)]
+    return "\n".join([*lines, *([""] + table.notes if table.notes else [])])
+
+
+LATEX_REPLACEMENTS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
+                      "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
+                      "^": r"\textasciicircum{}", "±": r"$\pm$", "→": r"$\rightarrow$",
+                      "·": r"$\cdot$", "×": r"$\times$", "Δ": r"$\Delta$", "—": "---",
+                      BUDGET_MARK: r"\dag{}"}
+
+
+def latex_escape(text: str) -> str:
+    return "".join(LATEX_REPLACEMENTS.get(ch, ch) for ch in text)
+
+
+def to_latex(table: Table) -> str:
+    cells, best = cell_text(table)
+    escaped = cells.map(latex_escape)
+    cells = escaped.mask(best, escaped.map(r"\textbf{{{}}}".format))
+    align = "".join("l" if c in table.labels.columns else "r" for c in cells.columns)
+    body = [" & ".join(row) + r" \\" for row in cells.itertuples(index=False)]
+    reference = len(table.baseline_rows)
+    if reference and table.baseline_rows == list(range(reference)):
+        body.insert(reference, r"\midrule")  # rule under the reference rows, as in the paper
+    notes = [r"\par\smallskip\footnotesize " + latex_escape(note) for note in table.notes]
+    return "\n".join([
+        r"\begin{table}[t]", r"\centering", rf"\caption{{{latex_escape(table.title)}}}",
+        rf"\label{{tab:{table.name}}}", rf"\begin{{tabular}}{{{align}}}", r"\toprule",
+        " & ".join(latex_escape(c) for c in cells.columns) + r" \\", r"\midrule", *body,
+        r"\bottomrule", r"\end{tabular}", *notes, r"\end{table}", ""])
+
+
+def to_csv(table: Table) -> str:
+    """Numbers, not display strings: empty = missing, ``*`` in ``<metric>_best`` = best and in
+    ``budget_differs`` = another budget than AtteNT's."""
+    stats, frame = table.stats, table.labels.copy()
+    frame["n"] = stats["n"]
+    mark = {True: "*", False: ""}
+    for name in (COST, EVAL_TIME, contract.MEAN_SELECTED_RATIO, contract.SAMPLES_BACKPROPAGATED, *table.metrics):
+        frame[f"{name}_mean"] = stats[f"{name}_mean"]
+        frame[f"{name}_std"] = stats[f"{name}_std"]
+        if name == COST or name in table.metrics:
+            frame[f"{name}_best"] = best_rows(table, name).map(mark)
+    for _, column, _ in SAVING_COLUMNS:
+        frame[column] = stats[column]
+    frame[BUDGET_DIFFERS] = stats[BUDGET_DIFFERS].map(mark)
+    return frame.to_csv(index=False, float_format="%.10g")  # 10 digits hide float noise
