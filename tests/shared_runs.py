@@ -2,10 +2,10 @@
 session fixtures train them on first use, so every test stays independent of the order):
 
 - the reference runs: fixed seeds through the whole engine, their per-epoch numbers and subsets
-  recorded in ``reference_runs.json`` before the engine's redesign. A change that claims to
-  change no behaviour must reproduce them bit for bit where the same CPU kernels run (the record
-  names torch's CPU capability), to 1e-5 elsewhere. Variants of a reference run (a worker killed,
-  kernels tracked, two Ray nodes) must reproduce it too.
+  recorded in ``reference_runs.json``. A change that claims to change no behaviour must
+  reproduce them bit for bit where the same CPU kernels run (the record names torch's build, its
+  CPU capability and the processor model), to 1e-5 elsewhere. Variants of a reference run (a
+  worker killed, kernels tracked, two Ray nodes) must reproduce it too.
 - two small digits sweeps (Ray Tune + Train, MLflow in SQLite): sample ratios 80 / 50 % and full
   data (the paper's Table 5); and the ablation (Table 3): full data, the incremental schedule at
   two soft temperatures, the cosine schedule.
@@ -65,7 +65,21 @@ TIMED = "time_"  # per-epoch values that depend on the wall-clock: not compared
 
 
 def cpu_kernels() -> str:
-    return f"torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()}"
+    """What decides the CPU kernels' rounding: torch's build, its vector ISA and the processor
+    (oneDNN and MKL pick their blocking per CPU model: two AVX512 machines, one Intel and one AMD,
+    differed in the 8th digit)."""
+    return f"torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()}, {processor()}"
+
+
+def processor() -> str:
+    """The CPU's vendor, family and model (Linux), else what Python's platform module says."""
+    try:
+        fields = dict(map(str.strip, line.split(":", 1)) for line in Path("/proc/cpuinfo").read_text().splitlines()
+                      if ":" in line)
+        return " ".join(fields[k] for k in ("vendor_id", "cpu family", "model") if k in fields)
+    except OSError:
+        import platform
+        return platform.processor() or platform.machine()
 
 
 def reference_experiment(name: str, root: Path, variant: str = "") -> ExperimentConfig:

@@ -12,6 +12,7 @@ import importlib.util
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 
 import torch
@@ -105,4 +106,6 @@ def add_lora(model: PreTrainedModel, r: int, dropout: float) -> PeftModel:
     the transformer blocks (attention and MLP projections; not the LM head)."""
     config = LoraConfig(r=r, lora_alpha=r, lora_dropout=dropout, target_modules="all-linear",
                         task_type="CAUSAL_LM")
-    return get_peft_model(model, config)
+    with warnings.catch_warnings():  # peft probes transformers' deprecated is_gradient_checkpointing
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        return get_peft_model(model, config)
