@@ -79,7 +79,7 @@ def test_four_trial_sweep_logs_parent_and_children(digits_sweeps):
     assert sorted((k.data.tags["attent.trial"], k.data.tags["attent.method"], k.data.params["selection.temperature"],
                    k.data.params["selection.ratio.kind"]) for k in kids) == [
         ("t00-s0", "attent", "0.5", "incremental"), ("t01-s0", "attent", "2.0", "incremental"),
-        ("t02-s0", "full", "1.0", "fixed"), ("t03-s0", "attent", "1.0", "cosine")]
+        ("t02-s0", "full", "1.0", "fixed"), ("t03-s0", "attent", "4.0", "cosine")]
     assert all("eval_test_accuracy" in k.data.metrics for k in kids)
 
 
