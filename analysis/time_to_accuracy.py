@@ -193,11 +193,16 @@ def markdown(result: WorkloadResult) -> str:
         for r in result.temperatures.to_dict("records"):
             lines.append(f"| {r['method']} | {r['temperature']:g} | {q(r, 'hardness', 2)} "
                          f"| {q(r, 'final_metric', 4)} | {standing_cell(r)} |")
-    lines += ["", "Overheads (s, mean over seeds; not in the method cost except scoring and selection):", "",
-              "| method | " + " | ".join(name.removesuffix("_s") for name in OVERHEADS) + " |",
-              "|---|" + "---:|" * len(OVERHEADS)]
+    lines += ["", "Overheads (s, mean over seeds; not in the method cost except scoring and selection); the "
+              "share of the ideal saving (in full data's method cost) that scoring spent; the rank correlation "
+              "of training-forward and scoring-pass losses of the samples re-scored after training:", "",
+              "| method | " + " | ".join(name.removesuffix("_s") for name in OVERHEADS)
+              + " | scoring / ideal saving | score agreement |",
+              "|---|" + "---:|" * (len(OVERHEADS) + 2)]
     for r in result.summary.to_dict("records"):
-        lines.append(f"| {r['method']} | " + " | ".join(cell(r[k], math.nan, 1, 1) for k in OVERHEADS) + " |")
+        lines.append(f"| {r['method']} | " + " | ".join(cell(r[k], math.nan, 1, 1) for k in OVERHEADS)
+                     + f" | {percent_stat(r['scoring_share'], r['scoring_share_std'], r['scoring_share_n'])} "
+                     f"| {q(r, 'agreement', 2)} |")
     return "\n".join(lines)
 
 

@@ -44,9 +44,9 @@ REFERENCE, MATCHED, APART = "reference", "matched", "apart"
 # Per-run quantities, summarized per method as <name>, <name>_std and <name>_n.
 QUANTITIES = ("final_metric", "cost_to_target_s", "method_cost_s", "wallclock_s", "samples_backpropagated",
               "budget", "mean_selected_ratio", "ideal_saving", "realized_saving", "hardness", "overlap",
-              *OVERHEADS)
+              "agreement", "scoring_share", *OVERHEADS)
 CURVE_COLUMNS = ["workload", "method", "seed", "run_id", "epoch", "metric", "value", "method_cost_s",
-                 "selected_ratio", "samples_backpropagated", "hardness", "overlap"]
+                 "selected_ratio", "samples_backpropagated", "hardness", "overlap", "agreement"]
 
 
 @dataclass
@@ -166,10 +166,12 @@ def epoch_steps(client: MlflowClient, run: dict, steps: set[int]) -> list[int]:
 def load_curves(client: MlflowClient, runs: pd.DataFrame) -> pd.DataFrame:
     """Per run and epoch (1-based): the curve metric (NaN on epochs without an evaluation), the
     cumulative method cost, the selected ratio, the cumulative samples back-propagated and the
-    hardness and overlap of the pick in force (NaN without one, e.g. full data)."""
+    hardness and overlap of the pick in force and the agreement of training and scoring losses
+    at its scoring pass (NaN without one, e.g. full data)."""
     names = {"method_cost_s": contract.TIME_METHOD, "selected_ratio": contract.SELECTED_RATIO,
              "samples_backpropagated": contract.SAMPLES_BACKPROPAGATED,
-             "hardness": contract.SELECTION_HARDNESS, "overlap": contract.SELECTION_OVERLAP}
+             "hardness": contract.SELECTION_HARDNESS, "overlap": contract.SELECTION_OVERLAP,
+             "agreement": contract.SCORE_AGREEMENT}
     frames = []
     for run in runs.to_dict("records"):
         metric = str(run[CURVE_METRIC]).removeprefix("metrics.")
@@ -271,7 +273,9 @@ def time_to_target(curve: pd.DataFrame, target: float, lower: bool) -> float:
 def per_run_table(runs: pd.DataFrame, curves: pd.DataFrame, metric: str, target: float,
                   lower: bool) -> pd.DataFrame:
     """One row per run: its final metric, cost to the target, costs, savings against full data of
-    its seed, budget, and the mean hardness and overlap of its picks over epochs."""
+    its seed, budget, the mean hardness and overlap of its picks over epochs, the agreement of
+    training and scoring losses, and the share of its ideal saving (in full data's method cost)
+    that its scoring passes spent."""
     full = runs[runs[METHOD].eq(FULL)].set_index("seed")
     backprop, cost = f"metrics.{contract.SAMPLES_BACKPROPAGATED}", f"metrics.{contract.TIME_METHOD}"
 
@@ -304,6 +308,8 @@ def per_run_table(runs: pd.DataFrame, curves: pd.DataFrame, metric: str, target:
         "realized_over_ideal": realized / ideal.where(ideal.abs() > 1e-9),
         "hardness": runs["run_id"].map(by_run["hardness"].mean()).astype(float),
         "overlap": runs["run_id"].map(by_run["overlap"].mean()).astype(float),
+        "agreement": runs["run_id"].map(by_run["agreement"].mean()).astype(float),
+        "scoring_share": numeric(runs, f"metrics.{OVERHEADS['scoring_s']}") / (ideal * of_full(cost)).where(ideal > 1e-9),
         **{name: numeric(runs, f"metrics.{m}") for name, m in OVERHEADS.items()},
     }).reset_index(drop=True)
 

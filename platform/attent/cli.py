@@ -1,4 +1,5 @@
-"""The `attent` command: train, validate, demo, sweep, bench, downstream, theory, report, ui, server, data."""
+"""The `attent` command: train, validate, demo, sweep, bench, downstream, theory, report, ui, server, data,
+doctor."""
 from __future__ import annotations
 
 import argparse
@@ -9,18 +10,37 @@ from pathlib import Path
 USAGE_ERROR = 2
 
 
+FAILURE = 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="attent", description="AtteNT experiments on Ray and MLflow.")
+    parser.add_argument("--debug", action="store_true", help="print an error's whole traceback, not one line")
     sub = parser.add_subparsers(dest="command", required=True)
     add_run_commands(sub)
     add_service_commands(sub)
     args = parser.parse_args(argv)
-    from .config import ConfigError
     try:
         return COMMANDS[args.command](args)
-    except (ConfigError, FileNotFoundError, ValueError) as exc:
-        print(f"attent {args.command}: error: {exc}", file=sys.stderr)
-        return USAGE_ERROR
+    except KeyboardInterrupt:
+        print(f"attent {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 -- every failure ends in one line (and a log)
+        return report_error(args, exc)
+
+
+def report_error(args, exc: Exception) -> int:
+    """One line with the cause (and its fix, where the error names one); the traceback goes to a
+    log file, or to the screen with --debug. Bad input and faults that retrying cannot mend exit
+    2, anything else 1."""
+    import traceback
+    from .errors import describe, log_traceback
+    if args.debug:
+        traceback.print_exception(exc)
+    line, usage = describe(exc)
+    where = "" if args.debug or usage else f" (traceback: {log_traceback(args.command, exc)}; --debug shows it here)"
+    print(f"attent {args.command}: error: {line}{where}", file=sys.stderr)
+    return USAGE_ERROR if usage else FAILURE
 
 
 def add_run_commands(sub) -> None:
@@ -29,9 +49,16 @@ def add_run_commands(sub) -> None:
     p.add_argument("config", help="experiment YAML, e.g. experiments/fashion_mnist_vit.yaml")
     p.add_argument("overrides", nargs="*", help="key.path=value overrides, e.g. train.epochs=3")
 
-    p = sub.add_parser("validate", help="check an experiment YAML (and its data) without running it")
+    p = sub.add_parser("validate", help="check an experiment, sweep, benchmark or theory YAML (and its data) "
+                                         "without running it")
     p.add_argument("config")
     p.add_argument("overrides", nargs="*")
+    p.add_argument("--decode", action="store_true", help="also open every data file and name each unreadable one")
+
+    p = sub.add_parser("doctor", help="self-check of this node: CUDA/bf16, NCCL, Ray, tracking store, storage, "
+                                      "offline data")
+    p.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db")
+    p.add_argument("--storage-path", default="ray_results", help="where checkpoints go (ray.storage_path)")
 
     p = sub.add_parser("demo", help="full-data baseline vs AtteNT on real data, offline, a few minutes")
     p.add_argument("--workdir", default=".", help="where mlflow.db and ray_results/ go")
@@ -97,12 +124,22 @@ def add_service_commands(sub) -> None:
 
 
 def cmd_validate(args) -> int:
-    """An experiment or a sweep file: parsed, every trial expanded and checked; nothing runs.
-    The YAML is read before anything heavy is imported, so a bad file is refused at once."""
-    from .config import load_experiment
-    from .config import read_yaml
+    """An experiment, sweep, benchmark or theory file: parsed, every run expanded and checked;
+    nothing runs. The YAML is read before anything heavy is imported, so a bad file is refused at
+    once. ``--decode`` opens every data file as well."""
+    from .config import load_experiment, read_yaml
     from .sweep import describe_sweep, is_sweep_file, load_sweep
-    if set(read_yaml(args.config)) == {"benchmark"}:
+    data = read_yaml(args.config)
+    if {"problem", "teach"} & set(data):  # the theory lab's files (attent theory FILE)
+        from .theory.config import load
+        cfg = load(args.config, args.overrides)
+        from .engine.preflight.store import check_tracking
+        check_tracking(cfg.mlflow.tracking_uri)
+        print(f"{args.config}: OK — theory lab, {len(cfg.seeds)} seed(s), methods {list(cfg.teach.methods)}, "
+              f"{cfg.teach.max_iterations} iterations\nMLflow {cfg.mlflow.tracking_uri} (experiment "
+              f"{cfg.mlflow.experiment!r})")
+        return 0
+    if set(data) == {"benchmark"}:
         from .benchmark import describe, load_benchmark
         spec, runs = load_benchmark(args.config, args.overrides)
         configs = [run.experiment.resolved() for run in runs]
@@ -118,9 +155,36 @@ def cmd_validate(args) -> int:
                    f"{cfg.selection.label(cfg.train.epochs)}, {cfg.ray.num_workers} worker(s)")
     from .engine.preflight import check_experiment
     check_experiment(*configs)  # MLflow store, resources, data
+    if getattr(args, "decode", False):
+        decode_files(configs)
     print(f"{args.config}: OK — {summary}\nMLflow {configs[0].mlflow.tracking_uri} "
           f"(experiment {configs[0].mlflow.experiment!r})")
     return 0
+
+
+def decode_files(configs) -> None:
+    """Open every data file of the runs' tasks (once per distinct task data), with progress; a
+    DataError naming each unreadable file."""
+    from PIL import Image
+    from .tasks.config import DataError
+    tasks = {}
+    for cfg in configs:
+        for task in [cfg.task] + [cfg.downstream_experiment(job, pretrained=None).resolved().task for job in cfg.downstream]:
+            tasks.setdefault(task.model_dump_json(include={"name", "data_path", "dataset"}), task)
+    paths = list(dict.fromkeys(path for task in tasks.values() for path in task.data_files()))
+    bad, step = [], max(1, len(paths) // 10)
+    for number, (path, what) in enumerate(paths, 1):
+        try:
+            with Image.open(path) as image:
+                image.load()
+        except Exception as exc:  # noqa: BLE001 -- PIL raises many kinds for a broken file
+            bad.append(f"{path} ({what}: {type(exc).__name__}: {' '.join(str(exc).split())})")
+        if number % step == 0 or number == len(paths):
+            print(f"decoded {number}/{len(paths)} files, {len(bad)} unreadable", file=sys.stderr, flush=True)
+    if bad:
+        raise DataError(f"{len(bad)} of {len(paths)} data files cannot be read: {'; '.join(bad[:20])}"
+                        + (f"; and {len(bad) - 20} more" if len(bad) > 20 else "")
+                        + ". Fix: replace or delete them")
 
 
 def cmd_train(args) -> int:
@@ -219,6 +283,12 @@ def cmd_downstream(args) -> int:
     return 0
 
 
+def cmd_doctor(args) -> int:
+    """`attent doctor`: a self-check of this node, one line per check."""
+    from .doctor import run_checks
+    return run_checks(_tracking_uri(args.tracking_uri), Path(args.storage_path))
+
+
 def cmd_theory(args) -> int:
     """`attent theory FILE`: the theory lab (attent.theory), into MLflow."""
     from .theory.__main__ import run_cli
@@ -236,7 +306,8 @@ def cmd_data(args) -> int:
 
 
 COMMANDS = {"train": cmd_train, "validate": cmd_validate, "demo": cmd_demo, "sweep": cmd_sweep, "bench": cmd_bench,
-            "report": cmd_report, "ui": cmd_ui, "server": cmd_server, "downstream": cmd_downstream, "theory": cmd_theory, "data": cmd_data}
+            "report": cmd_report, "ui": cmd_ui, "server": cmd_server, "downstream": cmd_downstream, "theory": cmd_theory,
+            "data": cmd_data, "doctor": cmd_doctor}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -31,6 +31,7 @@ TAG_PARENT_RUN_ID = "mlflow.parentRunId"        # MLflow's own parent/child link
 TAG_RUN_NAME = "mlflow.runName"
 TAG_PRETRAINING_RUN = "attent.pretraining_run"  # downstream jobs: the pretraining run they fine-tune
 TAG_DOWNSTREAM_JOB = "attent.downstream_job"    # downstream jobs: the job's name (classification...)
+TAG_SKIPPED_CHECKPOINTS = "attent.skipped_checkpoints"  # unreadable checkpoints a restore passed over, and why
 
 TAG_BENCH_WORKLOAD = "attent.benchmark.workload"  # time-to-accuracy benchmark runs: their workload,
 TAG_BENCH_METHOD = "attent.benchmark.method"      # the method's name in the benchmark (attent, hard, ...)
@@ -70,6 +71,7 @@ SUBSET_CHECKSUM = "subset_checksum"
 # Per epoch, from the epoch's re-selection (carried over while a pick holds):
 SELECTION_HARDNESS = "selection_hardness"       # share of the pick in the hard top-k; uniform 0, hard 1
 SELECTION_OVERLAP = "selection_overlap"         # share of the pick that was in the previous pick
+SCORE_AGREEMENT = "selection_score_agreement"   # Spearman of training-forward vs scoring-pass losses
 NUM_TRAIN_SAMPLES = "num_train_samples"
 OPTIMIZER_STEPS = "optimizer_steps"
 GRAD_ACCUMULATION = "grad_accumulation"

@@ -2,6 +2,8 @@
 run stores its adapters, not the frozen base), optimiser, teacher, counters and history."""
 from __future__ import annotations
 
+import hashlib
+import posixpath
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -10,6 +12,7 @@ import torch
 from torch import nn
 
 from .. import contract
+from .faults import CheckpointError
 
 
 def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -27,13 +30,59 @@ def load_trainable_state(model: nn.Module, state: dict[str, torch.Tensor]) -> No
                            f"unexpected {unexpected[:5]}")
 
 
+DIGEST_SUFFIX = ".sha256"  # beside the state file: a checkpoint is checked when it is read
+
+
 def save(state: dict[str, Any]) -> tempfile.TemporaryDirectory:
-    """Write the state to a fresh temporary directory (kept alive by the returned handle
-    until Ray Train has persisted it)."""
+    """Write the state and its SHA-256 to a fresh temporary directory (kept alive by the returned
+    handle until Ray Train has persisted it)."""
     tmp = tempfile.TemporaryDirectory(prefix="attent-ckpt-")
-    torch.save(state, Path(tmp.name) / contract.CHECKPOINT_STATE_FILE)
+    path = Path(tmp.name) / contract.CHECKPOINT_STATE_FILE
+    torch.save(state, path)
+    path.with_name(path.name + DIGEST_SUFFIX).write_text(digest(path))
     return tmp
 
 
+def digest(path: Path) -> str:
+    sha = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()
+
+
 def load(directory: str | Path) -> dict[str, Any]:
-    return torch.load(Path(directory) / contract.CHECKPOINT_STATE_FILE, map_location="cpu", weights_only=False)
+    """The state of one checkpoint; CheckpointError when it is missing, altered or unreadable."""
+    path = Path(directory) / contract.CHECKPOINT_STATE_FILE
+    recorded = path.with_name(path.name + DIGEST_SUFFIX)
+    if not path.is_file():
+        raise CheckpointError(f"no {path.name}")
+    if recorded.is_file() and recorded.read_text().strip() != digest(path):  # older checkpoints have none
+        raise CheckpointError(f"{path.name} differs from its recorded SHA-256 (altered or truncated)")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # unpickling, zip and I/O errors of a damaged file
+        raise CheckpointError(f"{path.name} does not load ({type(exc).__name__}: {exc})") from exc
+
+
+def load_newest_intact(latest) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """The state of the newest readable checkpoint, from Ray Train's latest one (``latest``, a
+    ``ray.train.Checkpoint``) back through the older ones beside it; and the (path, why) of each
+    checkpoint skipped. CheckpointError, naming them and the fix, when none can be read."""
+    import pyarrow.fs
+    from ray.train import Checkpoint
+    folder = posixpath.dirname(latest.path.rstrip("/"))
+    listed = latest.filesystem.get_file_info(pyarrow.fs.FileSelector(folder))
+    older = sorted((info.path for info in listed if info.type == pyarrow.fs.FileType.Directory
+                    and posixpath.basename(info.path).startswith("checkpoint_") and info.path != latest.path),
+                   reverse=True)  # Ray names them checkpoint_<timestamp>: newest first
+    skipped = []
+    for path in [latest.path, *older]:
+        try:
+            with Checkpoint(path, filesystem=latest.filesystem).as_directory() as directory:
+                return load(directory), skipped
+        except (CheckpointError, OSError) as exc:
+            skipped.append((path, str(exc)))
+    raise CheckpointError(
+        f"no checkpoint of this run can be read: {'; '.join(f'{p}: {why}' for p, why in skipped)}. Fix: restore "
+        f"them from a copy, or delete {folder} to train the run from the start")

@@ -1,7 +1,7 @@
 """A run on Ray Train, recorded in MLflow: the driver's side (connect to Ray, open or resume the
 MLflow run, start the TorchTrainer, close the run, then any downstream jobs) and the worker's
-entry point around the recipe (system metrics, per-epoch logs and checkpoints, final artifacts,
-fault injection).
+entry point around the recipe (system metrics, per-epoch logs and checkpoints, final artifacts).
+How a run meets faults (deterministic failures, a dead driver, injected failures): ``faults``.
 
 What ``attent train`` and every sweep or benchmark trial run: ``run_pipeline(cfg)``. The checks
 that refuse a run before anything starts (``preflight.check_experiment``) are the caller's, so
@@ -29,7 +29,7 @@ from ray.train.torch import TorchTrainer
 
 from .. import contract
 from ..config import DownstreamJob, ExperimentConfig, flatten
-from . import checkpoint, figures
+from . import checkpoint, faults, figures
 from .dashboard import add_to_training_view
 from .preflight.resources import check_cluster_resources, worker_bundle
 from .recipe import TrainingRecipe, WorkerContext
@@ -71,16 +71,24 @@ def train(cfg: ExperimentConfig, *, parent_run_id: str | None = None, role: str 
     and storage path resumes from the latest checkpoint into the same MLflow run. ``callbacks``:
     Ray Train's (a sweep trial's ``TuneReportCallback``)."""
     cfg = cfg.resolved()
+    with faults.run_lock(cfg):  # a second driver of this run refuses while this one lives
+        return _train(cfg, parent_run_id, role, extra_tags, callbacks)
+
+
+def _train(cfg: ExperimentConfig, parent_run_id: str | None, role: str, extra_tags: dict[str, str] | None,
+           callbacks: list | None) -> TrainResult:
     ray_init_s = ensure_ray(cfg)  # before the MLflow run: the cluster check needs Ray
     check_cluster_resources(cfg)
     run_id, resumed = start_or_resume_run(cfg, role=role, parent_run_id=parent_run_id, extra_tags=extra_tags)
+    faults.clear_fatal(cfg)  # a failure noted by an earlier attempt is not this one's
     ok = False
     start = time.perf_counter() - ray_init_s  # the wall-clock still counts Ray's start-up
     try:
         trainer = TorchTrainer(
             train_loop_per_worker,
             train_loop_config={"config": cfg.model_dump(mode="json"), "run_id": run_id,
-                               "tracking_uri": cfg.mlflow.tracking_uri, "fit_started_unix": time.time()},
+                               "tracking_uri": cfg.mlflow.tracking_uri, "fit_started_unix": time.time(),
+                               "driver": faults.driver_identity()},
             scaling_config=ScalingConfig(num_workers=cfg.ray.num_workers, use_gpu=cfg.ray.use_gpu,
                                          resources_per_worker=worker_bundle(cfg),
                                          placement_strategy=cfg.ray.placement_strategy),
@@ -93,7 +101,16 @@ def train(cfg: ExperimentConfig, *, parent_run_id: str | None = None, role: str 
                 logging_config=LoggingConfig(log_level="WARNING"),
                 worker_runtime_env={"env_vars": {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}}),
         )
-        result = trainer.fit()
+        try:
+            result = trainer.fit()
+        except Exception:
+            fault = faults.take_fatal(cfg)  # a deterministic failure a worker noted: one line, not Ray's traceback
+            if fault:
+                raise fault from None
+            raise
+        fault = faults.take_fatal(cfg)  # the restarted workers stopped at once on the note
+        if fault:
+            raise fault
         wallclock, teardown = time.perf_counter() - start, time.time()
         metrics = dict(result.metrics or {})
         teardown -= metrics.pop(EPOCHS_ENDED_UNIX, teardown)
@@ -216,6 +233,18 @@ def train_loop_per_worker(payload: dict[str, Any]) -> None:
     # Tasks that read MLflow artifacts (a downstream job's pretrained weights) use the run's store.
     os.environ["MLFLOW_TRACKING_URI"] = payload["tracking_uri"]
     cfg = ExperimentConfig.model_validate(payload["config"])
+    faults.watch_driver(payload.get("driver"))
+    if faults.recorded_fatal(cfg):  # a restart after a failure that would only repeat: stop, the driver says why
+        return
+    try:
+        train_run(payload, cfg, started, entered)
+    except faults.NOT_RETRYABLE as error:
+        faults.record_fatal(cfg, error)
+        raise
+
+
+def train_run(payload: dict[str, Any], cfg: ExperimentConfig, started: float, entered: float) -> None:
+    """Set-up or restore, then the epochs (``train_loop_per_worker``'s body)."""
     context = ray.train.get_context()
     ctx = WorkerContext(context.get_world_rank(), context.get_world_size(), ray.train.torch.get_device())
     # Ray Train logs every report at INFO under a logger named after its file, outside the
@@ -228,11 +257,15 @@ def train_loop_per_worker(payload: dict[str, Any]) -> None:
         recipe.setup(wrap_model=ray.train.torch.prepare_model)
         restored = ray.train.get_checkpoint()
         if restored:
-            with restored.as_directory() as directory:
-                recipe.restore(checkpoint.load(directory))
+            state, skipped = checkpoint.load_newest_intact(restored)
+            for path, why in skipped:
+                ctx.log(f"skipped checkpoint {path}: {why}")
+            recipe.restore(state)
             if logger:  # a restart after a failure, or a re-run resuming: visible on the run
                 logger.log_metrics({contract.RESTORED_AT_EPOCH: recipe.counters.next_epoch},
                                    step=recipe.counters.next_epoch)
+                if skipped:
+                    logger.set_tag(contract.TAG_SKIPPED_CHECKPOINTS, "; ".join(f"{p}: {why}" for p, why in skipped))
         elif logger:
             logger.log_metrics({contract.TIME_SETUP: time.perf_counter() - started,
                                 # the driver's clock: one machine, or nodes kept in sync by NTP
@@ -253,7 +286,7 @@ def train_loop_per_worker(payload: dict[str, Any]) -> None:
                 if epoch + 1 == cfg.train.epochs:
                     log_final(logger, recipe)
             report(recipe, epoch, row, epochs_ended)
-            maybe_fail(cfg, epoch, ctx.rank)
+            faults.maybe_fail(cfg, epoch, ctx.rank)
 
 
 @contextlib.contextmanager
@@ -327,17 +360,3 @@ def log_final(logger: RunLogger, recipe: TrainingRecipe) -> None:
             logger.log_files([path], contract.PRETRAINED_ARTIFACT)
     if recipe.antk:
         recipe.antk.log_final(logger)
-
-
-def maybe_fail(cfg: ExperimentConfig, epoch: int, rank: int) -> None:
-    """Fault injection: die once (a marker file remembers) after the given epoch's checkpoint."""
-    fault = cfg.fault
-    if fault.fail_once_after_epoch is None or epoch != fault.fail_once_after_epoch or rank != fault.fail_rank:
-        return
-    marker = Path(cfg.ray.storage_path) / cfg.name / f".injected-failure-epoch{epoch}"
-    if marker.exists():
-        return
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.touch()
-    print(f"[attent] fault injection: rank {rank} exits after epoch {epoch + 1}", flush=True)
-    os._exit(1)

@@ -231,7 +231,8 @@ class TrainingRecipe:
             return {}
         last = self.teacher.history[-1]
         return {name: value for name, value in ((contract.SELECTION_HARDNESS, last.hardness),
-                                                (contract.SELECTION_OVERLAP, last.overlap)) if value == value}
+                                                (contract.SELECTION_OVERLAP, last.overlap),
+                                                (contract.SCORE_AGREEMENT, last.score_agreement)) if value == value}
 
     def component_metrics(self, sums: list[float], seen: float) -> dict[str, float]:
         """Each loss component's mean training loss this epoch, and its weight in the loss."""

@@ -3,6 +3,7 @@ status); rank 0 of the workers writes metrics and artifacts into it by run id, w
 across Ray processes and machines."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -24,7 +25,22 @@ from .dashboard import add_to_training_view, write_training_view
 
 
 def client_for(tracking_uri: str) -> MlflowClient:
+    if tracking_uri.startswith("sqlite:"):
+        open_sqlite_store(tracking_uri)
     return MlflowClient(tracking_uri=tracking_uri)
+
+
+@functools.lru_cache(maxsize=None)
+def open_sqlite_store(tracking_uri: str) -> None:
+    """This process's first use of a SQLite store, under a file lock beside it: MLflow creates and
+    migrates the schema on first use, and two processes doing so at once into a new file left it
+    unreadable. Later uses in the process skip the lock."""
+    from filelock import FileLock
+    path = tracking_uri.split("?", 1)[0].removeprefix("sqlite:///").removeprefix("sqlite://")
+    if not path or path == ":memory:":
+        return
+    with FileLock(f"{path}.lock", timeout=300):
+        MlflowClient(tracking_uri=tracking_uri).search_experiments(max_results=1)
 
 
 def ensure_experiment(client: MlflowClient, name: str, tracking_uri: str) -> str:
@@ -140,6 +156,9 @@ class RunLogger:
         batch = [Metric(metric_name(k), float(v), now, step or 0) for k, v in metrics.items() if _is_number(v)]
         for i in range(0, len(batch), 1000):
             self.client.log_batch(self.run_id, metrics=batch[i:i + 1000])
+
+    def set_tag(self, key: str, value: str) -> None:
+        self.client.set_tag(self.run_id, key, value[:5000])  # MLflow's tag value limit
 
     def log_json(self, obj: Any, artifact_file: str) -> None:
         self.client.log_dict(self.run_id, obj, artifact_file)

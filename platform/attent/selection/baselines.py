@@ -5,6 +5,8 @@ import math
 
 import torch
 
+from .schedules import epochs_before_annealing
+
 
 def group_counts(groups: torch.Tensor, num_groups: int | None = None) -> torch.Tensor:
     return torch.bincount(groups, minlength=num_groups or 0).double()
@@ -73,7 +75,7 @@ def infobatch_prune(scores: torch.Tensor, prune: float, *,
 def infobatch_pruned_epochs(epochs: int, final: float) -> int:
     """Epochs InfoBatch prunes in: the first floor(δ·E), δ = 1 − ``final`` (its official code
     prunes epoch e, counted from 1, while e <= δ·E); the rest train on all data."""
-    return math.floor((1.0 - final) * epochs + 1e-9)
+    return epochs_before_annealing(epochs, final)
 
 
 def infobatch_prune_for_budget(budget: float, kept: list[float], prune: float, epochs: int, final: float) -> float:

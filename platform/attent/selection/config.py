@@ -5,7 +5,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .schedules import IntervalSchedule, RatioSchedule, training_progress
+from .schedules import IntervalSchedule, RatioSchedule, epochs_before_annealing, training_progress
 
 METHODS = ("attent", "full", "random", "class_weight", "group_weight", "gradnorm", "infobatch")
 
@@ -92,6 +92,10 @@ class SelectionConfig(BaseModel):
     warmup_epochs: int = Field(0, ge=0)              # epochs on all data before the first selection
     rescore: bool = False                            # full scoring pass before each re-selection
     rescore_stale: bool = False                      # beyond the paper: re-score only samples not trained on this interval
+    rescore_fraction: float = Field(1.0, gt=0, le=1)  # beyond the paper: share of the samples due a score that a pass re-scores
+    reweight: bool = False                           # beyond the paper: loss weights k/(N pi_i), an unbiased gradient (soft, random)
+    anneal: float = Field(0.0, ge=0, lt=1)           # beyond the paper: final share of the epochs on all data
+    stratify: bool = False                           # beyond the paper: pick within each class, its share of the budget
     group_weights: Optional[list[float]] = None      # group_weight: weight per group (e.g. 1:2:2)
     gradnorm_alpha: float = Field(1.5, ge=0, allow_inf_nan=False)  # gradnorm: strength of the rate balancing
     gradnorm_step: float = Field(0.5, gt=0, le=1)    # gradnorm: how far weights move per update
@@ -116,7 +120,18 @@ class SelectionConfig(BaseModel):
         if self.group_weights is not None and (not self.group_weights or min(self.group_weights) < 0
                                                or sum(self.group_weights) <= 0):
             raise ValueError("group_weights must be non-negative with a positive sum")
+        if self.reweight and self.method == "attent" and self.strategy == "hard":
+            raise ValueError("selection.reweight needs a sample drawn at random (strategy soft or random): "
+                             "hard top-k never picks some samples, so no weight makes its gradient unbiased")
+        if (self.reweight or self.stratify) and self.method not in ("attent", "random"):
+            raise ValueError(f"selection.reweight and selection.stratify apply to methods attent and random, "
+                             f"not {self.method}")
         return self
+
+    def selecting_epochs(self, total_epochs: int) -> int:
+        """Epochs in which the schedules pick subsets: all but the last ``anneal`` share, which train
+        on all data (the first floor((1 - anneal) E), as InfoBatch's annealing counts)."""
+        return epochs_before_annealing(total_epochs, self.anneal) if self.anneal else total_epochs
 
     @property
     def ratio_schedule(self) -> RatioSchedule:
@@ -137,7 +152,7 @@ class SelectionConfig(BaseModel):
         if not self.uses_ratio_schedule:
             return []
         plan, epoch = [], self.warmup_epochs
-        while epoch < total_epochs:
+        while epoch < self.selecting_epochs(total_epochs):
             progress = training_progress(epoch, total_epochs)
             plan.append((epoch, self.ratio_schedule(progress)))
             epoch += self.interval_schedule(progress)
@@ -150,14 +165,16 @@ class SelectionConfig(BaseModel):
         if not plan:
             return 1.0
         ratios = [1.0] * plan[0][0]
-        for (epoch, ratio), (until, _) in zip(plan, plan[1:] + [(total_epochs, None)]):
-            ratios += [ratio] * (min(until, total_epochs) - epoch)
+        end = self.selecting_epochs(total_epochs)
+        for (epoch, ratio), (until, _) in zip(plan, plan[1:] + [(end, None)]):
+            ratios += [ratio] * (min(until, end) - epoch)
+        ratios += [1.0] * (total_epochs - end)  # annealing: all data
         return sum(ratios) / total_epochs
 
     def ratio_reached(self, total_epochs: int) -> float:
         """The largest ratio a run selects (1.0 when it trains on all data at some epoch)."""
         plan = self.planned_ratios(total_epochs)
-        trains_on_all = not plan or plan[0][0] > 0
+        trains_on_all = not plan or plan[0][0] > 0 or self.selecting_epochs(total_epochs) < total_epochs
         return max([ratio for _, ratio in plan] + ([1.0] if trains_on_all else []))
 
     def label(self, total_epochs: int | None = None) -> str:
@@ -175,4 +192,8 @@ class SelectionConfig(BaseModel):
             reached = max(r for _, r in plan)
             if abs(reached - self.ratio.end) > 5e-3:
                 ratio = f"{ratio[:-1]}, reached {reached:.2g})"
-        return f"{head} · {ratio} · {self.interval_schedule.describe()}"
+        beyond = [text for on, text in ((self.rescore_stale, "stale-only scoring"),
+                                        (self.rescore_fraction < 1, f"scoring {self.rescore_fraction:.0%}"),
+                                        (self.reweight, "reweighted"), (self.stratify, "per class"),
+                                        (self.anneal, f"anneal {self.anneal:.1%}")) if on]
+        return " · ".join([head, ratio, self.interval_schedule.describe(), *beyond])

@@ -14,7 +14,8 @@ import torch
 
 from . import baselines
 from .config import METHODS as METHOD_NAMES, SelectionConfig
-from .strategies import select, soft_logits, weighted_sample
+from .strategies import (inclusion_probabilities, select, soft_logits, soft_weights, systematic_sample,
+                         weighted_sample)
 
 
 @dataclass
@@ -75,8 +76,16 @@ class FullData(SelectionMethod):
 
 
 class AtteNT(SelectionMethod):
-    """The paper's teacher: hard (top-k), soft (Gumbel-top-k) or random k of the latest losses."""
+    """The paper's teacher: hard (top-k), soft (Gumbel-top-k) or random k of the latest losses.
+    Beyond the paper: ``stratify`` picks within each class (its share of k), ``reweight`` draws
+    with known inclusion probabilities pi_i and weighs each pick k / (N pi_i), so that the
+    expected gradient of the subset's mean loss is the full data's."""
     name = "attent"
+
+    def __init__(self, config, *, num_samples, total_epochs, groups, components):
+        super().__init__(config, num_samples=num_samples, total_epochs=total_epochs, groups=groups,
+                         components=components)
+        self.groups = require_groups(config, groups, num_samples) if config.stratify else None
 
     @property
     def needs_scores(self) -> bool:
@@ -85,11 +94,27 @@ class AtteNT(SelectionMethod):
     def pick(self, pool: Pool, epoch: int, k: int) -> Pick:
         cfg = self.config
         if cfg.strategy == "random":
-            scores = torch.zeros(self.num_samples)
+            keys = torch.zeros(self.num_samples)
         else:
-            scores = pool.filled_scores()
-            scores = soft_logits(scores, cfg.soft_logits) if cfg.strategy == "soft" else scores
-        return Pick(select(scores, k, cfg.strategy, temperature=cfg.temperature, generator=pool.generator))
+            keys = pool.filled_scores()
+            keys = soft_logits(keys, cfg.soft_logits) if cfg.strategy == "soft" else keys
+        if not (cfg.stratify or cfg.reweight):  # the paper's pick
+            return Pick(select(keys, k, cfg.strategy, temperature=cfg.temperature, generator=pool.generator))
+        strata = class_quotas(self.groups, k) if cfg.stratify else [(torch.arange(self.num_samples), k)]
+        weights = torch.ones(self.num_samples) if cfg.reweight else None
+        chosen = []
+        for members, quota in strata:
+            if cfg.reweight:  # a draw whose inclusion probabilities are known exactly
+                size = soft_weights(keys[members], cfg.temperature) if cfg.strategy == "soft" \
+                    else torch.ones(members.numel(), dtype=torch.float64)
+                pi = inclusion_probabilities(size, quota)
+                local = systematic_sample(pi, pool.generator)
+                weights[members[local]] = (k / (self.num_samples * pi[local])).float()
+            else:
+                local = select(keys[members], quota, cfg.strategy, temperature=cfg.temperature,
+                               generator=pool.generator)
+            chosen.append(members[local])
+        return Pick(torch.cat(chosen).sort().values, weights)
 
 
 class RandomSubset(AtteNT):
@@ -201,6 +226,18 @@ def require_groups(config: SelectionConfig, groups: torch.Tensor | None, num_sam
         raise ValueError(f"method {config.method} needs one group label (class) per sample, "
                          "or a task with several loss components (modalities)")
     return groups.long().cpu()
+
+
+def class_quotas(groups: torch.Tensor, k: int) -> list[tuple[torch.Tensor, int]]:
+    """(members, quota) per class: k shared in proportion to the classes' sizes, rounded by the
+    largest remainders (ties to the lower class id) so that the quotas sum to k."""
+    counts = torch.bincount(groups).double()
+    exact = counts * k / counts.sum()
+    quotas = exact.floor().long()
+    remainders = (exact - quotas).tolist()
+    for c in sorted(range(len(remainders)), key=lambda c: (-remainders[c], c))[:k - int(quotas.sum())]:
+        quotas[c] += 1
+    return [((groups == c).nonzero().squeeze(1), int(q)) for c, q in enumerate(quotas.tolist()) if q > 0]
 
 
 def group_budget(group_weights: torch.Tensor, groups: torch.Tensor | None, num_samples: int, k: int,

@@ -94,3 +94,9 @@ def _check_progress(progress: float) -> float:
     if not 0.0 <= progress <= 1.0:
         raise ValueError(f"progress must lie in [0, 1], got {progress!r}")
     return float(progress)
+
+
+def epochs_before_annealing(total_epochs: int, final: float) -> int:
+    """Epochs before a final share ``final`` of the run trains on all data: floor((1 - final) E),
+    as InfoBatch's official code counts (it prunes epoch e, from 1, while e <= (1 - final) E)."""
+    return math.floor((1.0 - final) * total_epochs + 1e-9)

@@ -90,6 +90,55 @@ def overlap(subset: torch.Tensor, previous: torch.Tensor | None, num_samples: in
     return before[subset].float().mean().item()
 
 
+def soft_weights(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """softmax(logits / T) up to a constant, in float64, floored at the smallest positive double
+    so that every sample keeps a chance (a reweighted draw needs pi_i > 0 to weigh 1 / pi_i)."""
+    logits = logits.double()
+    return ((logits - logits.max()) / temperature).exp().clamp_min(torch.finfo(torch.float64).tiny)
+
+
+def inclusion_probabilities(weights: torch.Tensor, k: int) -> torch.Tensor:
+    """pi_i = min(1, c * w_i) with sum(pi) = k: inclusion proportional to size, capped at 1 (the
+    capped samples are always drawn and the rest share the remaining k). Needs k <= the number of
+    positive weights."""
+    w = weights.double()
+    positive = int((w > 0).sum())
+    if not 1 <= k <= positive:
+        raise ValueError(f"k must lie in [1, {positive}] (the positive weights), got {k}")
+    certain = torch.zeros(w.numel(), dtype=torch.bool)
+    while True:
+        free = ~certain & (w > 0)
+        scale = (k - int(certain.sum())) / w[free].sum()
+        newly = free & (scale * w >= 1)
+        if not newly.any():
+            return torch.where(certain, torch.ones_like(w), scale * w)
+        certain |= newly
+
+
+def systematic_sample(pi: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """A draw of exactly k = sum(pi) distinct indices in which index i is included with probability
+    pi_i exactly (0 <= pi_i <= 1): systematic sampling over a random order (Madow, 1949). Each
+    sample owns a stretch of length pi_i of [0, k); k points spaced 1 apart from a uniform start
+    pick the owners. Ascending indices."""
+    k = round(float(pi.sum()))
+    order = torch.randperm(pi.numel(), generator=generator)
+    ends = torch.cumsum(pi.double()[order], 0)
+    ends *= k / ends[-1]  # the exact total, so the last point falls inside
+    points = torch.rand((), generator=generator, dtype=torch.float64) + torch.arange(k, dtype=torch.float64)
+    owners = torch.searchsorted(ends, points, right=True).clamp_max(pi.numel() - 1)
+    return order[owners].sort().values
+
+
+def rank_correlation(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Spearman's rank correlation of two 1-D tensors (NaN for fewer than 3 pairs or a constant)."""
+    if a.numel() < 3:
+        return math.nan
+    ranks = [x.double().argsort().argsort().double() for x in (a, b)]
+    ranks = [r - r.mean() for r in ranks]
+    spread = float(ranks[0].norm() * ranks[1].norm())
+    return float((ranks[0] * ranks[1]).sum()) / spread if spread > 0 else math.nan
+
+
 def weighted_sample(weights: torch.Tensor, k: int, *,
                     generator: torch.Generator | None = None) -> torch.Tensor:
     """k distinct indices drawn without replacement with probability proportional to ``weights``

@@ -16,7 +16,7 @@ from .config import SelectionConfig
 from .distributed import all_gather_observations
 from .methods import METHODS, Pool
 from .schedules import training_progress
-from .strategies import budget, hardness, overlap
+from .strategies import budget, hardness, overlap, rank_correlation
 
 # A scoring pass: given the (global) indices to score, yields (indices, losses) for this rank's share.
 ScoreFn = Callable[[torch.Tensor], Iterable[tuple[torch.Tensor, torch.Tensor]]]
@@ -38,6 +38,9 @@ class SelectionRecord:
     seconds: float
     hardness: float = math.nan   # share of the pick in the hard top-k of the scores: uniform 0, hard 1
     overlap: float = math.nan    # share of the pick that was in the previous pick
+    # rank correlation of training-forward and scoring-pass losses over the samples both gave
+    # (trained on in the interval before, then re-scored): whether mixing the two is sound
+    score_agreement: float = math.nan
     indices: torch.Tensor | None = field(default=None, repr=False)
 
     def summary(self) -> dict:
@@ -81,6 +84,8 @@ class Teacher:
         self.loss_weights = torch.ones(num_samples)
         self.epoch = 0
         self.next_selection = config.warmup_epochs if self.method.selects else math.inf
+        self.selecting_epochs = config.selecting_epochs(total_epochs)  # then annealing: all data
+        self.score_agreement = math.nan  # of the latest scoring pass
         self.history: list[SelectionRecord] = []
         self.seconds = {"scoring": 0.0, "selection": 0.0}  # cumulative, for the time split
         self._pending: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -121,7 +126,7 @@ class Teacher:
 
     # --- the epoch boundary -----------------------------------------------------------------
     def is_selection_epoch(self, epoch: int) -> bool:
-        return epoch >= self.next_selection
+        return self.next_selection <= epoch < self.selecting_epochs
 
     def needs_scoring(self, epoch: int) -> bool:
         """A full scoring pass is due: a loss-driven re-selection with rescoring on, or with
@@ -140,6 +145,8 @@ class Teacher:
             self.score(score_fn)
         if self.is_selection_epoch(epoch):
             self._reselect(epoch)
+        elif epoch >= self.selecting_epochs and self.subset.numel() < self.num_samples:
+            self._anneal(epoch)
         return self.subset
 
     def end_epoch(self) -> None:
@@ -149,22 +156,33 @@ class Teacher:
         """Run a scoring pass: ``score_fn(indices)`` yields (indices, losses) for this rank's share
         of ``indices`` — every sample, or with ``rescore_stale`` only the stale ones."""
         start = time.perf_counter()
+        training_losses, trained = self.scores.clone(), self.trained.clone()
+        indices = self.stale_indices()
         self._scoring = True
         try:
-            for indices, losses in score_fn(self.stale_indices()):
-                self.observe(indices, losses)
+            for batch_indices, losses in score_fn(indices):
+                self.observe(batch_indices, losses)
             self.sync()
         finally:
             self._scoring = False
+        both = indices[trained[indices] & ~torch.isnan(training_losses[indices])]
+        self.score_agreement = rank_correlation(training_losses[both], self.scores[both])
         self.seconds["scoring"] += time.perf_counter() - start
 
     def stale_indices(self) -> torch.Tensor:
-        """The samples a scoring pass scores. With ``rescore_stale`` (beyond the paper): only those
-        whose latest score predates the current interval (or that were never scored); samples
-        trained on since the last re-selection keep the loss of their latest training forward."""
-        if not self.config.rescore_stale:
-            return torch.arange(self.num_samples)
-        return (~self.trained | torch.isnan(self.scores)).nonzero().squeeze(1)
+        """The samples a scoring pass scores: all of them, as in the paper, or (beyond it)
+        - with ``rescore_stale``, only those not trained on since the last re-selection: the
+          others keep the loss of their latest training forward;
+        - with ``rescore_fraction`` < 1, a random share of those due (never-scored samples
+          always): the others keep their latest score."""
+        cfg = self.config
+        due = (~self.trained | torch.isnan(self.scores)) if cfg.rescore_stale else torch.ones(self.num_samples, dtype=torch.bool)
+        if cfg.rescore_fraction < 1:
+            known = (due & ~torch.isnan(self.scores)).nonzero().squeeze(1)
+            keep = round(cfg.rescore_fraction * known.numel())
+            due[known] = False
+            due[known[torch.randperm(known.numel(), generator=self.generator)[:keep]]] = True
+        return due.nonzero().squeeze(1)
 
     @property
     def selected_ratio(self) -> float:
@@ -184,6 +202,13 @@ class Teacher:
         self.seconds["selection"] += time.perf_counter() - start
         ratio = ratio if pick.ratio is None else pick.ratio
         self.history.append(self._record(epoch, ratio, time.perf_counter() - start, previous))
+        self.score_agreement = math.nan  # belongs to this pick's scoring pass
+
+    def _anneal(self, epoch: int) -> None:
+        """The final ``anneal`` share of the epochs: all data, unweighted (beyond the paper)."""
+        previous = self.subset
+        self.subset, self.loss_weights = torch.arange(self.num_samples), torch.ones(self.num_samples)
+        self.history.append(self._record(epoch, 1.0, 0.0, previous))
 
     @property
     def component_weights(self) -> torch.Tensor:
@@ -205,7 +230,8 @@ class Teacher:
             score_min=stat(scored, torch.min), score_max=stat(scored, torch.max),
             selected_score_mean=stat(chosen, torch.mean), seconds=seconds,
             hardness=hardness(self.subset, ranked) if scored.numel() else math.nan,
-            overlap=overlap(self.subset, previous, self.num_samples), indices=self.subset.clone())
+            overlap=overlap(self.subset, previous, self.num_samples), score_agreement=self.score_agreement,
+            indices=self.subset.clone())
 
     # --- checkpointing ----------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -8,6 +8,17 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 
+class DataError(ValueError):
+    """A data file that cannot be read. Deterministic: reading it again fails again, so the
+    engine records it and does not restart the workers for it. The message names the file."""
+
+
+def unreadable(path: Path | str, what: str, cause: BaseException) -> DataError:
+    """The error for a file that does not decode, naming it and the fix."""
+    return DataError(f"{path}: cannot read this {what} ({type(cause).__name__}: {cause}). Fix: replace or "
+                     "delete the file; `attent validate <experiment> --decode` lists every unreadable one")
+
+
 def is_relative_path(value: object) -> bool:
     """A local path that is not absolute yet (URLs and non-strings are not)."""
     return isinstance(value, str) and "://" not in value and not Path(value).expanduser().is_absolute()
@@ -26,6 +37,11 @@ class TaskConfig(BaseModel):
     def check_data(self) -> None:
         """Raise FileNotFoundError / ValueError, naming the fix, when the data cannot be read.
         Runs on the driver before Ray starts; keep it fast and light on imports."""
+
+    def data_files(self) -> list[tuple[Path, str]]:
+        """(path, what it holds) of every data file a run decodes, for ``attent validate --decode``
+        to open each (empty: nothing stored as files, e.g. a packed or hub data set)."""
+        return []
 
     def with_absolute_paths(self, base: Path) -> "TaskConfig":
         local = {key: str((base / value).resolve()) for key in self.path_fields

@@ -1,8 +1,9 @@
 """Checks that refuse a run before anything starts, each naming its fix:
 
-* ``store``: the MLflow tracking store answers or, for SQLite, can be written;
-* ``resources``: the workers fit this machine (before a local Ray starts) or the connected
-  cluster (after ``ray.init``, or an autoscaler that can add the nodes, announced as a wait).
+* ``store``: the MLflow tracking store answers and its API accepts us or, for SQLite, can be written;
+* ``resources``: the Ray address answers; the workers fit this machine (before a local Ray
+  starts) or the connected cluster (after ``ray.init``, or an autoscaler that can add the nodes,
+  announced as a wait).
 
 A refusal is a ``config.PreflightError`` (a ``ValueError``: the CLI prints it as
 ``attent <cmd>: error: ...`` and exits 2). Nothing here imports torch; Ray only to size a local
@@ -10,7 +11,7 @@ cluster, so the CLI refuses before importing the engine.
 """
 from __future__ import annotations
 
-from .resources import check_local_resources
+from .resources import check_local_resources, check_ray_address
 from .store import check_tracking
 
 
@@ -20,6 +21,7 @@ def check_experiment(*cfgs) -> None:
     task section)."""
     for uri in dict.fromkeys(cfg.mlflow.tracking_uri for cfg in cfgs):
         check_tracking(uri)  # seconds, not MLflow's minutes of retries
+    check_ray_address(*cfgs)  # seconds, not ray.init's minutes of retries
     check_local_resources(*cfgs)  # a local Ray that could never host the workers
     tasks = [cfg.task for cfg in cfgs] + [  # downstream jobs' data (weights come later)
         cfg.downstream_experiment(job, pretrained=None).resolved().task for cfg in cfgs for job in cfg.downstream]

@@ -109,6 +109,37 @@ def local_resources() -> dict[str, float]:
 _LOCAL_ANYWAY = ("memory", "object_store_memory")
 
 
+RAY_PROBE_TIMEOUT_S = 5.0  # ray.init retries an unreachable address for ~14 minutes
+
+
+def check_ray_address(*cfgs, timeout: float = RAY_PROBE_TIMEOUT_S) -> None:
+    """Refuse a ray.address / $RAY_ADDRESS that no process answers (``probe_ray_address``)."""
+    for address in dict.fromkeys(c.ray.address or os.environ.get("RAY_ADDRESS") for c in cfgs):
+        probe_ray_address(address, timeout)
+
+
+def probe_ray_address(address: str | None, timeout: float = RAY_PROBE_TIMEOUT_S) -> None:
+    """A PreflightError, naming the fix, unless a process answers ``address`` (host:port, or
+    ray://host:port) within ``timeout`` seconds: one line, instead of Ray's warnings for minutes.
+    None, "auto" and "local" are not probed."""
+    import socket
+    if not address or address in ("auto", "local"):
+        return
+    host, _, port = address.split("://", 1)[-1].rstrip("/").rpartition(":")
+    if not host or not port.isdigit():
+        raise PreflightError(f"ray.address {address!r} is not host:port (or ray://host:port); fix ray.address "
+                             "or $RAY_ADDRESS, or unset both to start a local Ray")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        why = "connection refused" if isinstance(exc, ConnectionRefusedError) else \
+            f"no answer within {timeout:g}s" if isinstance(exc, TimeoutError) else str(exc.strerror or exc)
+        raise PreflightError(
+            f"the Ray cluster at {address} is unreachable ({why}); nothing was run or recorded. Fix: start it "
+            f"(`ray start --head --port {port}` on {host}), point ray.address or $RAY_ADDRESS at a running "
+            "cluster's GCS address, or unset both to start a local Ray") from None
+
+
 def check_local_resources(*cfgs) -> None:
     """Before Ray starts: refuse workers that a local Ray on this machine can never host.
     Does nothing when the run will join a cluster (checked after connecting instead)."""

@@ -1,6 +1,7 @@
 """Preflight of the MLflow tracking store: it answers (a short HTTP probe of ``<uri>/health``,
-never MLflow's client, which retries an unreachable server for minutes) or, for SQLite, can be
-written. Nothing is created: an existing store stays untouched."""
+never MLflow's client, which retries an unreachable server for minutes) and its API accepts our
+Host header (one read-only API call), or, for SQLite, can be written. Nothing is created: an
+existing store stays untouched."""
 from __future__ import annotations
 
 import os
@@ -45,6 +46,13 @@ def _check_http(uri: str, timeout: float) -> None:
     base = f"{parts.scheme}://{netloc}:{port}{parts.path.rstrip('/')}"
     problem = _probe(base + "/health", timeout)
     if problem is None:
+        refused = _host_refused(base + API_PROBE, timeout)
+        if refused:
+            raise PreflightError(
+                f"MLflow tracking server {base} answers /health but refuses its API: it does not accept the "
+                f"Host header {refused!r} (MLflow's guard against DNS rebinding answered HTTP 403); nothing was "
+                f"run or recorded. Fix: restart the server accepting that name, `attent server --allowed-hosts "
+                f"{refused}` (or `mlflow server --allowed-hosts {refused}`), or use the address it accepts")
         return
     if host in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):
         start = (f"start it (`mlflow server --host 127.0.0.1 --port {port} --backend-store-uri "
@@ -78,6 +86,32 @@ def _probe(url: str, timeout: float) -> Optional[str]:
     thread.start()
     thread.join(timeout + 1.0)
     return result[0] if result else f"no answer within {timeout:g}s"
+
+
+API_PROBE = "/api/2.0/mlflow/experiments/search?max_results=1"  # the cheapest call through MLflow's API
+HOST_REFUSED = "Invalid Host header"  # MLflow 3's 403 body when its --allowed-hosts lacks the name
+
+
+def _host_refused(url: str, timeout: float) -> Optional[str]:
+    """The Host header a server's API refuses with MLflow's host check (HTTP 403), else None.
+    Any other answer, authentication refusals included, is MLflow's client's to handle."""
+    result: list[Optional[str]] = []
+    host = urlsplit(url).netloc
+
+    def attempt() -> None:
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=timeout):
+                result.append(None)
+        except urllib.error.HTTPError as exc:
+            body = exc.read(512).decode("utf-8", "replace") if exc.code == 403 else ""
+            result.append(host if HOST_REFUSED in body else None)
+        except Exception:  # unreachable now: /health answered; MLflow's client will say more
+            result.append(None)
+
+    thread = threading.Thread(target=attempt, name="attent-tracking-api-probe", daemon=True)
+    thread.start()
+    thread.join(timeout + 1.0)
+    return result[0] if result else None
 
 
 def _reason(exc: Any) -> str:

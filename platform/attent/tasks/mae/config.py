@@ -114,6 +114,12 @@ class MultiModalDataConfig(TaskConfig):
     def modalities_needed(self) -> tuple[str, ...]:
         raise NotImplementedError
 
+    def data_files(self) -> list[tuple[Path, str]]:
+        root = Path(self.data_path).expanduser()
+        return [(root / split / modality / relative, f"{modality} image")
+                for split, samples in files.scan_root(root, modalities=self.modalities_needed()).items()
+                for sample in samples for modality, relative in sample.items()]
+
     def check_data(self) -> None:
         files.check_multimodal_root(self.data_path, modalities=self.modalities_needed())
         if self.num_semseg_classes is None and "semseg" in self.modalities_needed() and \

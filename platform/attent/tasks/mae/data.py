@@ -27,6 +27,7 @@ from torch.utils.data import Dataset
 from torchvision.transforms import InterpolationMode, RandomResizedCrop
 
 from attent.contract import DATASET_EVAL, DATASET_TRAIN, DatasetDescription
+from attent.tasks.config import DataError, unreadable
 from attent.tasks.task import stratified_subset
 
 from attent.tasks.mae.files import MODALITIES, SPLITS, read_metadata, scan_root
@@ -55,15 +56,18 @@ class Format:
 
 def _pixels(path: Path, modality: str) -> np.ndarray:
     """A file's pixels as uint8 [H, W, 3] (rgb), uint16 [H, W] (depth) or uint8 [H, W] (semseg)."""
-    with Image.open(path) as img:
-        if modality == "rgb":
-            return np.array(img.convert("RGB"))
-        if modality == "depth" and img.mode not in DEPTH_MODES:
-            raise ValueError(f"{path}: depth must be an integer PNG (16-bit), not mode {img.mode}")
-        values = np.asarray(img).astype(np.int64)  # 'P' semseg: palette indices, not colours
+    try:
+        with Image.open(path) as img:
+            if modality == "rgb":
+                return np.array(img.convert("RGB"))
+            if modality == "depth" and img.mode not in DEPTH_MODES:
+                raise DataError(f"{path}: depth must be an integer PNG (16-bit), not mode {img.mode}")
+            values = np.asarray(img).astype(np.int64)  # 'P' semseg: palette indices, not colours
+    except (OSError, SyntaxError, Image.DecompressionBombError) as exc:  # PIL's errors for broken files
+        raise unreadable(path, f"{modality} image", exc) from exc
     top = 65535 if modality == "depth" else 255
     if values.ndim != 2 or values.min() < 0 or values.max() > top:
-        raise ValueError(f"{path}: {modality} must be one channel of values 0..{top}, "
+        raise DataError(f"{path}: {modality} must be one channel of values 0..{top}, "
                          f"got shape {values.shape} and range {values.min()}..{values.max()}")
     return values.astype(np.uint16 if modality == "depth" else np.uint8)
 
@@ -79,7 +83,7 @@ def decode(path: Path, modality: str, fmt: Format) -> torch.Tensor:
     if modality == "semseg" and fmt.num_semseg_classes is not None:
         bad = (t >= fmt.num_semseg_classes) & (t != IGNORE_INDEX)
         if bad.any():
-            raise ValueError(f"{path}: semseg ids {sorted(set(t[bad].tolist()))[:5]} are not below "
+            raise DataError(f"{path}: semseg ids {sorted(set(t[bad].tolist()))[:5]} are not below "
                              f"num_semseg_classes={fmt.num_semseg_classes} (nor {IGNORE_INDEX}, ignore)")
     return t.contiguous()
 

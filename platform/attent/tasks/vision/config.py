@@ -2,6 +2,7 @@
 without importing torch or timm)."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -88,6 +89,13 @@ class VisionTaskConfig(TaskConfig):
     def vit_config(self, num_classes: int) -> ViTConfig:
         return vit_config(self.model.preset, img_size=self.image_size, in_chans=self.in_chans,
                           num_classes=num_classes, **self.model.overrides())
+
+    def data_files(self) -> list[tuple[Path, str]]:
+        if self.dataset != "image_folder":
+            return []  # digits and Fashion-MNIST are packed arrays, checked when loaded
+        root = files.check_image_folder(self.data_path)
+        folders = [root / "train", root / "test"] if files.has_train_test(root) else [root]
+        return [(Path(path), "image") for folder in folders for path in files.scan_classes(folder)[1]]
 
     def check_data(self) -> None:
         """Raise FileNotFoundError saying how to get the data if it is missing (downloads

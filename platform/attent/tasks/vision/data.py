@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torch.utils.data import Dataset
 
+from attent.tasks.config import unreadable
 from attent.tasks.task import stratified_subset
 
 from attent.tasks.vision.files import (DIGITS_STATS, FASHION_MNIST_CLASSES, FASHION_MNIST_STATS, IMAGE_FOLDER_STATS,
@@ -94,8 +95,11 @@ class ImageFolderDataset(Dataset):
         return len(self.labels)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        with Image.open(self.paths[i]) as img:
-            pixels = np.atleast_3d(np.array(img.convert("L" if self.in_chans == 1 else "RGB")))
+        try:
+            with Image.open(self.paths[i]) as img:
+                pixels = np.atleast_3d(np.array(img.convert("L" if self.in_chans == 1 else "RGB")))
+        except (OSError, SyntaxError, Image.DecompressionBombError) as exc:  # PIL's errors for broken files
+            raise unreadable(self.paths[i], "image", exc) from exc
         chw = torch.from_numpy(pixels).permute(2, 0, 1)
         image = to_model_input(chw, self._mean, self._std, self.img_size)
         return {"index": i, "image": image, "label": int(self.labels[i])}

@@ -1,0 +1,157 @@
+"""Faults a run meets, and how it meets them:
+
+- **deterministic failures** (an unreadable data file, no intact checkpoint): retrying only spends
+  Ray Train's restart budget on the same error. The worker that meets one writes it to the run's
+  storage folder (``FATAL_FILE``) before it fails; a restarted worker that finds the note stops at
+  once, and the driver raises it as a ``RunFault``: one line, naming the file and the fix;
+- **a driver that dies** (SIGKILL, a closed laptop): workers on its machine stop within a second
+  (``watch_driver``), so no orphaned training goes on logging into its MLflow run; and a second
+  driver of the same run refuses while one is alive (``run_lock``);
+- **injected failures** (``fault:`` in a config) to exercise restarts.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+from ..config import ExperimentConfig
+from ..tasks.config import DataError
+
+FATAL_FILE = ".attent-fatal.json"  # in <storage_path>/<name>/: a deterministic failure, for the driver
+LOCK_FILE = ".attent-driver.lock"  # in <storage_path>/<name>/: held by the live driver of the run
+DRIVER_POLL_S = 1.0  # how often a worker checks that its driver lives
+
+
+class RunFault(RuntimeError):
+    """A run stopped by a failure that retrying cannot mend; its message is one line: what, where,
+    and the fix."""
+
+
+class CheckpointError(RuntimeError):
+    """No checkpoint of the run can be read."""
+
+
+NOT_RETRYABLE = (DataError, CheckpointError)
+
+
+def run_folder(cfg: ExperimentConfig) -> Path | None:
+    """The run's folder under a local storage path (None for a URI such as s3://: no notes there)."""
+    storage = cfg.ray.storage_path
+    return None if "://" in storage else Path(storage) / cfg.name
+
+
+# --- deterministic failures ----------------------------------------------------------------------
+def record_fatal(cfg: ExperimentConfig, error: BaseException) -> None:
+    folder = run_folder(cfg)
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / FATAL_FILE).write_text(json.dumps({"error": str(error), "type": type(error).__name__}))
+
+
+def recorded_fatal(cfg: ExperimentConfig) -> str | None:
+    folder = run_folder(cfg)
+    try:
+        return json.loads((folder / FATAL_FILE).read_text())["error"] if folder else None
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def clear_fatal(cfg: ExperimentConfig) -> None:
+    folder = run_folder(cfg)
+    if folder is not None:
+        (folder / FATAL_FILE).unlink(missing_ok=True)
+
+
+def take_fatal(cfg: ExperimentConfig) -> RunFault | None:
+    """The recorded deterministic failure of the run, as a RunFault (the note is removed: the
+    next attempt starts clean)."""
+    message = recorded_fatal(cfg)
+    clear_fatal(cfg)
+    return RunFault(message) if message else None
+
+
+# --- a dead driver ------------------------------------------------------------------------------
+def driver_identity() -> dict[str, object]:
+    """Who the driver is, for its workers' watchdog and for a second driver's refusal."""
+    import ray.util
+    return {"pid": os.getpid(), "host": socket.gethostname(), "node_ip": ray.util.get_node_ip_address()}
+
+
+def watch_driver(driver: dict[str, object] | None) -> None:
+    """On the driver's machine, a daemon thread ends this worker process once the driver process
+    is gone: Ray tears a dead driver's actors down only after its own timeouts, and until then
+    the workers would go on training and logging into the run. Workers on other nodes rely on Ray."""
+    import ray.util
+    if not driver or driver.get("node_ip") != ray.util.get_node_ip_address():
+        return
+    pid = int(driver["pid"])
+
+    def watch() -> None:
+        while pid_alive(pid):
+            time.sleep(DRIVER_POLL_S)
+        print(f"[attent] the driver (pid {pid}) is gone: this worker stops", flush=True)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="attent-driver-watchdog", daemon=True).start()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def run_lock(cfg: ExperimentConfig) -> Iterator[None]:
+    """Held by the driver while it trains the run: a second ``attent train`` of the same run (same
+    storage path and name) refuses, naming the live one, instead of writing into the same MLflow
+    run and checkpoints. The kernel drops the lock when its holder dies. (A storage URI gets no lock.)"""
+    folder = run_folder(cfg)
+    if folder is None:
+        yield
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / LOCK_FILE, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise RunFault(f"run {cfg.name} is being trained by another `attent train` ({holder}) into the same "
+                           f"checkpoints ({folder}) and MLflow run; nothing was started. Fix: wait for it to end, "
+                           "stop it, or give this run another name") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}")
+        handle.flush()
+        try:
+            yield
+        finally:
+            handle.truncate(0)
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# --- injected failures --------------------------------------------------------------------------
+def maybe_fail(cfg: ExperimentConfig, epoch: int, rank: int) -> None:
+    """Fault injection: die once (a marker file remembers) after the given epoch's checkpoint."""
+    fault = cfg.fault
+    if fault.fail_once_after_epoch is None or epoch != fault.fail_once_after_epoch or rank != fault.fail_rank:
+        return
+    marker = Path(cfg.ray.storage_path) / cfg.name / f".injected-failure-epoch{epoch}"
+    if marker.exists():
+        return
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.touch()
+    print(f"[attent] fault injection: rank {rank} exits after epoch {epoch + 1}", flush=True)
+    os._exit(1)

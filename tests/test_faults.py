@@ -1,0 +1,259 @@
+"""Faults a user's cluster or data can cause, each ending in one line that names the cause and the
+fix, with nothing recorded lost (issue 21): corrupt checkpoints, unreadable data files, a tracking
+server refusing our Host header, an unreachable Ray address, a driver killed mid-run, two
+drivers of one run, any other error, and two first writers of a new SQLite store."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from attent.cli import main as attent_main
+from attent.config import PreflightError, build_experiment
+from attent.engine.faults import RunFault
+from attent.selection.config import deep_merge
+from conftest import BIN, REPO, free_port, start_tracking_server
+
+
+def digits(tmp_path: Path, uri: str, name: str, **sections):
+    base = {"name": name, "seed": 3,
+            "task": {"name": "vision", "dataset": "digits", "train_limit": 300, "test_limit": 100,
+                     "model": {"preset": "vit_tiny_cpu"}},
+            "train": {"epochs": 3, "batch_size": 64},
+            "selection": {"preset": "vit"},
+            "ray": {"num_workers": 1, "storage_path": str(tmp_path / "ray_results")},
+            "mlflow": {"tracking_uri": uri, "experiment": "faults"}}
+    return build_experiment(deep_merge(base, sections))
+
+
+def runs_named(uri: str, name: str):
+    client = mlflow.MlflowClient(uri)
+    experiment = client.get_experiment_by_name("faults")
+    return client, client.search_runs([experiment.experiment_id], f"tags.`mlflow.runName` = '{name}'")
+
+
+# --- 1. checkpoints -----------------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_corrupt_newest_checkpoint_is_skipped_for_the_older_intact_one(ray_cluster, tmp_path, mlflow_uri):
+    from attent.engine.driver import train
+    cfg = digits(tmp_path, mlflow_uri, "corrupt-newest", fault={"fail_once_after_epoch": 1}, ray={"max_failures": 0})
+    with pytest.raises(Exception):
+        train(cfg)  # dies after epoch 2's checkpoint: checkpoints of epochs 1 and 2
+    checkpoints = sorted((Path(cfg.ray.storage_path) / cfg.name).glob("checkpoint_*"))
+    assert len(checkpoints) == 2
+    (checkpoints[-1] / "state.pt").write_bytes(os.urandom(4096))  # the newest: overwritten
+
+    resumed = train(cfg)
+    client, runs = runs_named(mlflow_uri, cfg.name)
+    assert resumed.resumed and [r.info.run_id for r in runs] == [resumed.run_id]  # the same MLflow run
+    run = client.get_run(resumed.run_id)
+    assert run.info.status == "FINISHED"
+    restored = client.get_metric_history(resumed.run_id, "restored_at_epoch")
+    assert [m.value for m in restored] == [1]  # from epoch 1's checkpoint, not 2's
+    assert str(checkpoints[-1]) in run.data.tags["attent.skipped_checkpoints"]
+    assert "SHA-256" in run.data.tags["attent.skipped_checkpoints"]
+    assert sorted({int(m.step) for m in client.get_metric_history(resumed.run_id, "train_loss")}) == [0, 1, 2]
+
+
+@pytest.mark.slow
+def test_no_readable_checkpoint_stops_at_once_with_one_line_in_the_same_run(ray_cluster, tmp_path, mlflow_uri):
+    from attent.engine.driver import train
+    cfg = digits(tmp_path, mlflow_uri, "corrupt-all", fault={"fail_once_after_epoch": 0}, ray={"max_failures": 0})
+    with pytest.raises(Exception):
+        train(cfg)
+    only, = (Path(cfg.ray.storage_path) / cfg.name).glob("checkpoint_*")
+    (only / "state.pt").write_bytes(b"not a checkpoint")
+    cfg = cfg.model_copy(update={"ray": cfg.ray.model_copy(update={"max_failures": 3})})
+    start = time.monotonic()
+    with pytest.raises(RunFault) as fault:
+        train(cfg)
+    message = str(fault.value)
+    assert "no checkpoint of this run can be read" in message and str(only) in message
+    assert "delete" in message and "\n" not in message
+    assert time.monotonic() - start < 120  # no three restarts on the same file
+    client, runs = runs_named(mlflow_uri, cfg.name)
+    assert len(runs) == 1 and runs[0].info.status == "FAILED"  # the same run, not a new one
+    assert "train_loss" in runs[0].data.metrics  # epoch 1, logged before, kept
+
+
+# --- 2. data files ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def broken_scenes(tmp_path_factory) -> tuple[Path, Path]:
+    from attent.tasks.mae import scenes
+    root = tmp_path_factory.mktemp("broken-scenes")
+    scenes.write_dataset(root, train=30, test=10, size=16, seed=0, workers=1)
+    victim = sorted((root / "train" / "depth").rglob("*.png"))[3]
+    victim.write_bytes(os.urandom(300))
+    return root, victim
+
+
+def multimae_file(tmp_path: Path, root: Path, uri: str) -> Path:
+    path = tmp_path / "mm.yaml"
+    path.write_text(json.dumps({
+        "name": "broken-data", "task": {"name": "multimae", "data_path": str(root), "img_size": 16,
+                                        "model": {"preset": "vit_tiny_cpu", "decoder_dim": 32}},
+        "train": {"epochs": 1, "batch_size": 16}, "selection": {"method": "full"},
+        "ray": {"num_workers": 1, "max_failures": 2, "storage_path": str(tmp_path / "ray_results")},
+        "mlflow": {"tracking_uri": uri, "experiment": "faults"}}))
+    return path
+
+
+def test_validate_decode_names_every_unreadable_file(broken_scenes, tmp_path, mlflow_uri, capsys):
+    root, victim = broken_scenes
+    path = multimae_file(tmp_path, root, mlflow_uri)
+    assert attent_main(["validate", str(path)]) == 0  # folders alone look fine
+    capsys.readouterr()
+    assert attent_main(["validate", str(path), "--decode"]) == 2
+    err = capsys.readouterr().err
+    assert "decoded 120/120 files, 1 unreadable" in err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("attent validate: error: 1 of 120 data files cannot be read") and str(victim) in line
+
+
+@pytest.mark.slow
+def test_an_unreadable_file_in_training_is_named_once_not_retried(ray_cluster, broken_scenes, tmp_path, mlflow_uri):
+    root, victim = broken_scenes
+    path = multimae_file(tmp_path, root, mlflow_uri)
+    proc = subprocess.run([str(BIN / "attent"), "train", str(path)], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, RAY_ADDRESS=ray_cluster["address"]))
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("attent train: error: ") and str(victim) in line and "--decode" in line
+    assert "Traceback" not in proc.stderr.split("attent train: error:")[-1]
+    client, runs = runs_named(mlflow_uri, "broken-data")
+    assert len(runs) == 1 and runs[0].info.status == "FAILED"
+    # the restart allowed by max_failures found the note and stopped: one setup that read the file
+    assert proc.stdout.count("cannot read this depth image") + proc.stderr.count("cannot read this depth image") <= 3
+
+
+# --- 3. a tracking server that refuses the API ----------------------------------------------------
+@pytest.mark.slow
+def test_a_server_refusing_our_host_header_is_refused_before_anything_starts(tmp_path):
+    from attent.engine.preflight import store
+    port = free_port()
+    proc = subprocess.Popen([str(BIN / "attent"), "server", "--backend-store-uri", f"sqlite:///{tmp_path}/m.db",
+                             "--artifacts-destination", str(tmp_path / "art"), "--port", str(port),
+                             "--workers", "1", "--allowed-hosts", "tracking.example.org"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    from attent import server
+    try:
+        server.wait_ready(f"http://127.0.0.1:{port}", proc)
+        with pytest.raises(PreflightError) as refused:
+            store.check_tracking(f"http://127.0.0.1:{port}")
+        message = str(refused.value)
+        assert "refuses its API" in message and f"127.0.0.1:{port}" in message
+        assert "attent server --allowed-hosts" in message and "mlflow server --allowed-hosts" in message
+    finally:
+        server.stop(proc)
+
+
+# --- 4. an unreachable Ray -------------------------------------------------------------------------
+def test_an_unreachable_ray_address_is_one_line_within_seconds(tmp_path, capsys):
+    start = time.monotonic()
+    code = attent_main(["validate", str(REPO / "experiments/digits_vit.yaml"), "ray.address=127.0.0.1:9",
+                        f"mlflow.tracking_uri=sqlite:///{tmp_path}/m.db"])
+    assert code == 2 and time.monotonic() - start < 15
+    line, = capsys.readouterr().err.strip().splitlines()
+    assert "the Ray cluster at 127.0.0.1:9 is unreachable (connection refused)" in line
+    assert "ray start --head --port 9" in line and "$RAY_ADDRESS" in line
+
+
+# --- 5. a killed driver, and two drivers of one run ----------------------------------------------
+@pytest.mark.slow
+def test_workers_stop_with_their_killed_driver_and_a_second_driver_refuses(ray_cluster, tmp_path, mlflow_uri):
+    import psutil
+    cfg = tmp_path / "long.yaml"
+    cfg.write_text(json.dumps({
+        "name": "orphan", "task": {"name": "vision", "dataset": "digits", "model": {"preset": "vit_tiny_cpu"}},
+        "train": {"epochs": 200, "batch_size": 32}, "selection": {"method": "full"},
+        "ray": {"num_workers": 1, "storage_path": str(tmp_path / "ray_results"), "checkpoint_every": 1000},
+        "mlflow": {"tracking_uri": mlflow_uri, "experiment": "faults"}}))
+    env = dict(os.environ, RAY_ADDRESS=ray_cluster["address"])
+    driver = subprocess.Popen([str(BIN / "attent"), "train", str(cfg)], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        client = mlflow.MlflowClient(mlflow_uri)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:  # until an epoch is logged
+            found = client.search_experiments(filter_string="name = 'faults'")
+            runs = client.search_runs([found[0].experiment_id]) if found else []
+            if runs and len(client.get_metric_history(runs[0].info.run_id, "train_loss")) >= 2:
+                break
+            time.sleep(1)
+        run_id = runs[0].info.run_id
+
+        second = subprocess.run([str(BIN / "attent"), "train", str(cfg)], env=env, capture_output=True, text=True,
+                                timeout=300)
+        assert second.returncode == 2
+        line = second.stderr.strip().splitlines()[-1]
+        assert "is being trained by another `attent train` (pid" in line and str(driver.pid) in line
+
+        workers = [p for p in psutil.process_iter(["cmdline"]) if "RayTrainWorker" in " ".join(p.info["cmdline"] or ())]
+        assert workers
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait()
+        gone, alive = psutil.wait_procs(workers, timeout=15)
+        assert not alive  # the watchdog ended them within seconds
+        logged = len(client.get_metric_history(run_id, "train_loss"))
+        time.sleep(3)
+        assert len(client.get_metric_history(run_id, "train_loss")) == logged  # nothing logs into the run now
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+
+
+# --- 6. any other error: one line, the traceback in a log ----------------------------------------
+def test_an_unexpected_error_is_one_line_with_its_traceback_in_a_log(tmp_path, monkeypatch, capsys):
+    from attent import cli
+
+    def broken(args):
+        try:
+            {}["missing"]
+        except KeyError as exc:
+            raise RuntimeError("Traceback (most recent call last):\n  File x\nValueError: the worker's cause") from exc
+    monkeypatch.setitem(cli.COMMANDS, "report", broken)
+    monkeypatch.setenv("ATTENT_LOG_DIR", str(tmp_path / "logs"))
+    assert attent_main(["report", "--experiment", "x"]) == 1
+    line, = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("attent report: error: KeyError: 'missing' (traceback: ")
+    log, = (tmp_path / "logs").glob("attent-report-*.log")
+    assert "RuntimeError" in log.read_text() and "KeyError" in log.read_text()
+    assert attent_main(["--debug", "report", "--experiment", "x"]) == 1
+    assert "Traceback (most recent call last)" in capsys.readouterr().err
+
+
+def test_a_ray_train_failure_is_reduced_to_the_workers_last_line():
+    from ray.train.v2.api.exceptions import WorkerGroupError
+    from attent.errors import describe
+    remote = RuntimeError("Traceback (most recent call last):\n  File \"w.py\", line 3\n"
+                          "_pickle.UnpicklingError: invalid load key, 'x'.")
+    line, usage = describe(WorkerGroupError("Training failed due to worker errors: ...", {0: remote}))
+    assert line == "RuntimeError: _pickle.UnpicklingError: invalid load key, 'x'." and not usage
+
+
+# --- 7. every kind of file the CLI runs validates --------------------------------------------------
+def test_validate_recognises_the_theory_lab_file(capsys):
+    assert attent_main(["validate", str(REPO / "experiments/theory_teaching.yaml")]) == 0
+    assert "OK — theory lab, 5 seed(s), methods ['greedy', 'random', 'full']" in capsys.readouterr().out
+
+
+# --- 8. two first writers of a new SQLite store -----------------------------------------------------
+def test_processes_creating_one_new_sqlite_store_at_once_all_succeed(tmp_path):
+    uri = f"sqlite:///{tmp_path}/new.db"
+    script = ("import sys; from attent.engine.tracking import client_for, ensure_experiment\n"
+              "c = client_for(sys.argv[1]); e = ensure_experiment(c, 'race', sys.argv[1])\n"
+              "c.create_run(e, run_name=sys.argv[2])\n")
+    procs = [subprocess.Popen([sys.executable, "-c", script, uri, f"w{i}"], stderr=subprocess.PIPE, text=True)
+             for i in range(6)]
+    errors = [p.communicate(timeout=300)[1] for p in procs]
+    assert all(p.returncode == 0 for p in procs), errors
+    client = mlflow.MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("race").experiment_id])
+    assert sorted(r.info.run_name for r in runs) == [f"w{i}" for i in range(6)]

@@ -1,0 +1,79 @@
+"""The CUDA paths, for a GPU node: `pytest -m gpu`. Skipped, saying why, where no CUDA device is
+visible (CI runs none of them; the precision plumbing runs on the CPU in test_precision.py).
+
+- bf16 training and scoring on a GPU through the recipe;
+- the fused loss kernel (cut-cross-entropy) equal to the chunked loss;
+- two-worker NCCL DDP through Ray Train, both ranks training on the same subsets;
+- MLflow's GPU system metrics logged for a GPU run.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attent.config import build_experiment
+from attent.selection.config import deep_merge
+
+GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(GPUS == 0, reason="needs a CUDA GPU (none visible here): run `pytest -m gpu` "
+                                                   "on a GPU node")]
+
+
+def digits(**sections):
+    base = {"name": "gpu", "seed": 0,
+            "task": {"name": "vision", "dataset": "digits", "train_limit": 512, "test_limit": 128,
+                     "model": {"preset": "vit_tiny_cpu"}},
+            "train": {"epochs": 2, "batch_size": 64, "precision": "bf16"},
+            "selection": {"preset": "vit"}}
+    return build_experiment(deep_merge(base, sections))
+
+
+def test_bf16_training_and_scoring_on_cuda():
+    from attent.engine.recipe import TrainingRecipe, WorkerContext
+    recipe = TrainingRecipe(digits(), WorkerContext(device=torch.device("cuda")))
+    recipe.setup(wrap_model=lambda model: model.to("cuda"))
+    seen = []
+    recipe.raw_model.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+    rows = [recipe.run_epoch(epoch) for epoch in range(2)]
+    assert torch.bfloat16 in seen  # autocast ran the model in bf16
+    assert all(torch.isfinite(torch.tensor(row["train_loss"])) for row in rows)
+    assert torch.isfinite(recipe.teacher.scores).all()  # the bf16 scoring pass scored every sample
+    assert recipe.counters.seconds["scoring"] > 0
+
+
+def test_the_fused_loss_equals_the_chunked_loss():
+    pytest.importorskip("cut_cross_entropy", reason="the fused kernel's package is not installed")
+    from attent.tasks.llm.loss import IGNORE_INDEX, response_token_losses
+    torch.manual_seed(0)
+    head = torch.nn.Linear(64, 1000, bias=False).to("cuda", torch.bfloat16)
+    hidden = torch.randn(4, 32, 64, device="cuda", dtype=torch.bfloat16)
+    labels = torch.randint(0, 1000, (4, 32), device="cuda")
+    labels[:, :10] = IGNORE_INDEX  # the prompt
+    fused, rows = response_token_losses(hidden, labels, head, fused="auto")
+    chunked, rows_chunked = response_token_losses(hidden, labels, head, fused="off", chunk_tokens=16)
+    assert torch.equal(rows, rows_chunked)
+    torch.testing.assert_close(fused, chunked, rtol=2e-2, atol=2e-2)  # bf16 logits
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(GPUS < 2, reason="needs two GPUs for two NCCL ranks")
+def test_two_workers_on_nccl_train_on_the_same_subsets(ray_cluster, tmp_path, mlflow_uri):
+    import mlflow
+    from attent.engine.driver import train
+    cfg = digits(ray={"num_workers": 2, "use_gpu": True, "storage_path": str(tmp_path / "ray")},
+                 mlflow={"tracking_uri": mlflow_uri, "experiment": "gpu"})
+    result = train(cfg)  # the recipe all-gathers each epoch's subset checksum and raises on a mismatch
+    run = mlflow.MlflowClient(mlflow_uri).get_run(result.run_id)
+    assert run.info.status == "FINISHED" and "subset_checksum" in run.data.metrics
+
+
+@pytest.mark.slow
+def test_gpu_system_metrics_reach_mlflow(ray_cluster, tmp_path, mlflow_uri):
+    import mlflow
+    from attent.engine.driver import train
+    cfg = digits(train={"epochs": 3}, ray={"num_workers": 1, "use_gpu": True, "storage_path": str(tmp_path / "ray")},
+                 mlflow={"tracking_uri": mlflow_uri, "experiment": "gpu"})
+    result = train(cfg)
+    metrics = mlflow.MlflowClient(mlflow_uri).get_run(result.run_id).data.metrics
+    assert any(name.startswith("system/") and "gpu" in name for name in metrics), sorted(metrics)
