@@ -46,10 +46,10 @@ from mlflow import MlflowClient
 
 from analysis.render import percent_cell, ratio_cell, stat_cell
 from analysis.runs import ReportError, lower_is_better
-from analysis.tta_results import (APART, ATTENT, BUDGET_TOLERANCE, CURVE_COLUMNS, CURVE_METRIC, EPOCHS, FULL,
-                                  MATCHED, METHOD, OVERHEADS, WORKLOAD, Paired, Plateau, Target, load_benchmark,
-                                  load_curves, paired_comparisons, per_run_table, plateau_of, summarize, target_of,
-                                  temperature_table)
+from analysis.tta_results import (APART, ATTENT, BUDGET_TOLERANCE, FULL, MATCHED, OVERHEADS, Paired, Plateau,
+                                  Target, paired_comparisons, per_run_table, plateau_of, summarize, target_of,
+                                  temperature_table, variant_table)
+from analysis.tta_runs import CURVE_COLUMNS, CURVE_METRIC, EPOCHS, METHOD, WORKLOAD, load_benchmark, load_curves
 from attent import contract  # the names the engine logs (no engine import)
 
 STILL_IMPROVING = "full data was still improving: this measures the budget, not the selection"
@@ -67,6 +67,7 @@ class WorkloadResult:
     curves: pd.DataFrame        # one row per run and epoch (CURVE_COLUMNS)
     paired: list[Paired] = field(default_factory=list)
     temperatures: pd.DataFrame = field(default_factory=pd.DataFrame)
+    variants: pd.DataFrame = field(default_factory=pd.DataFrame)  # methods with a "+": against full data
     verdict: list[str] = field(default_factory=list)
     superseded: int = 0         # older finished runs of the same method and seed, left out
 
@@ -147,6 +148,14 @@ def reach_cell(row: dict) -> str:
     return f"{value} ({row['reached']}/{row['seeds']} seeds; rest not reached)"
 
 
+def vs_cell(row: dict, key: str, places: int) -> str:
+    mean, low, high = row.get(f"vs_{key}"), row.get(f"vs_{key}_low"), row.get(f"vs_{key}_high")
+    if mean is None or mean != mean:
+        return "—"
+    interval = "" if low != low else f" [{low:+.{places}f}, {high:+.{places}f}]"
+    return f"{mean:+.{places}f}{interval} {row[f'vs_{key}_verdict']}"
+
+
 def standing_cell(row: dict) -> str:
     if row["standing"] == APART:
         return f"apart (budget {percent_cell(row['budget'])})"
@@ -193,6 +202,18 @@ def markdown(result: WorkloadResult) -> str:
         for r in result.temperatures.to_dict("records"):
             lines.append(f"| {r['method']} | {r['temperature']:g} | {q(r, 'hardness', 2)} "
                          f"| {q(r, 'final_metric', 4)} | {standing_cell(r)} |")
+    if not result.variants.empty:
+        lines += ["", "Variants (a method's name + what it changes): the saving they realize, the share of the ideal "
+                  "saving their scoring spent, and their final metric paired seed by seed against full data, full "
+                  "data at equal cost and the method they vary (difference, 95 % t interval, verdict):", "",
+                  "| variant | budget | realized / ideal | scoring / ideal saving | score agreement "
+                  f"| final {m} | − full data | − full data at equal cost | − its method |",
+                  "|---|---:|---:|---:|---:|---:|---|---|---|"]
+        for r in result.variants.to_dict("records"):
+            vs = [vs_cell(r, key, 4) for key in ("full", "full_equal_cost", "base")]
+            lines.append(f"| {r['method']} | {percent_cell(r['budget'])} | {ratio_cell(r['realized_over_ideal'])} "
+                         f"| {percent_stat(r['scoring_share'], r['scoring_share_std'], r['scoring_share_n'])} "
+                         f"| {q(r, 'agreement', 2)} | {q(r, 'final_metric', 4)} | " + " | ".join(vs) + " |")
     lines += ["", "Overheads (s, mean over seeds; not in the method cost except scoring and selection); the "
               "share of the ideal saving (in full data's method cost) that scoring spent; the rank correlation "
               "of training-forward and scoring-pass losses of the samples re-scored after training:", "",
@@ -212,15 +233,21 @@ def figures(result: WorkloadResult) -> dict[str, Figure]:
     """Per workload: the metric against cumulative method cost (mean over seeds per method), the
     final metric against method cost, and, where picks have a hardness, hardness per epoch and
     the final metric against hardness."""
-    name, m, s = result.name, result.metric, result.summary
+    s = result.summary
     apart = set(s.loc[s["standing"].eq(APART), "method"])
     label = lambda method: f"{method} (apart)" if method in apart else method  # noqa: E731
-    out = {}
+    out = {f"{result.name}_curves": curves_figure(result, apart, label),
+           f"{result.name}_final_vs_cost": final_vs_cost_figure(result, apart, label)}
+    if result.curves["hardness"].notna().any():
+        out[f"{result.name}_hardness"] = hardness_figure(result, label)
+    return out
 
-    curves = Figure(figsize=(7, 4.5))
-    ax = curves.subplots()
+
+def curves_figure(result: WorkloadResult, apart: set[str], label) -> Figure:
+    figure = Figure(figsize=(7, 4.5))
+    ax = figure.subplots()
     evaluated = result.curves[result.curves["value"].notna()]
-    for number, method in enumerate(s["method"]):
+    for number, method in enumerate(result.summary["method"]):
         mine = evaluated[evaluated["method"].eq(method)]
         if mine.empty:
             continue
@@ -228,49 +255,52 @@ def figures(result: WorkloadResult) -> dict[str, Figure]:
         ax.plot(mean["method_cost_s"], mean["value"], marker="o", ms=3, lw=1.2, color=f"C{number % 10}",
                 ls=":" if method in apart else "-", label=label(method))
     ax.axhline(result.target.value, color="grey", ls="--", lw=1, label=f"target {result.target.value:.4f}")
-    ax.set(xlabel="cumulative method cost (s): training + scoring + selection", ylabel=m,
-           title=f"{name}: {m} against cumulative method cost (mean over seeds)")
+    ax.set(xlabel="cumulative method cost (s): training + scoring + selection", ylabel=result.metric,
+           title=f"{result.name}: {result.metric} against cumulative method cost (mean over seeds)")
     ax.legend(fontsize=7)
-    out[f"{name}_curves"] = curves
+    figure.tight_layout()
+    return figure
 
-    scatter = Figure(figsize=(7, 4.5))
-    ax = scatter.subplots()
-    for number, row in enumerate(s.to_dict("records")):
+
+def final_vs_cost_figure(result: WorkloadResult, apart: set[str], label) -> Figure:
+    figure = Figure(figsize=(7, 4.5))
+    ax = figure.subplots()
+    for number, row in enumerate(result.summary.to_dict("records")):
         ax.errorbar(row["method_cost_s"], row["final_metric"], xerr=error(row["method_cost_s_std"]),
                     yerr=error(row["final_metric_std"]), fmt="o", mfc="none" if row["method"] in apart else None,
                     capsize=3, color=f"C{number % 10}", label=label(row["method"]))
     ax.axhline(result.target.value, color="grey", ls="--", lw=1, label=f"target {result.target.value:.4f}")
-    ax.set(xlabel="method cost (s): training + scoring + selection", ylabel=f"final {m}",
-           title=f"{name}: final {m} against method cost (mean ± std over seeds)")
+    ax.set(xlabel="method cost (s): training + scoring + selection", ylabel=f"final {result.metric}",
+           title=f"{result.name}: final {result.metric} against method cost (mean ± std over seeds)")
     ax.legend(fontsize=7)
-    out[f"{name}_final_vs_cost"] = scatter
+    figure.tight_layout()
+    return figure
 
+
+def hardness_figure(result: WorkloadResult, label) -> Figure:
+    s, m = result.summary, result.metric
     hardness = result.curves[result.curves["hardness"].notna()]
-    if not hardness.empty:
-        figure = Figure(figsize=(12, 4.5))
-        left, right = figure.subplots(1, 2)
-        for number, method in enumerate(s["method"]):
-            mine = hardness[hardness["method"].eq(method)]
-            if mine.empty:
-                continue
-            per_epoch = mine.groupby("epoch")["hardness"].mean()
-            left.plot(per_epoch.index, per_epoch.values, marker="o", ms=3, lw=1.2, color=f"C{number % 10}",
-                      label=label(method))
-            row = s[s["method"].eq(method)].iloc[0]
-            right.errorbar(row["hardness"], row["final_metric"], xerr=error(row["hardness_std"]),
-                           yerr=error(row["final_metric_std"]), fmt="o", capsize=3, color=f"C{number % 10}",
-                           label=label(method))
-        left.set(xlabel="epoch", ylabel="selection hardness (0 uniform, 1 top-k)", ylim=(-0.05, 1.05),
-                 title=f"{name}: selection hardness per epoch (mean over seeds)")
-        right.set(xlabel="selection hardness, mean over epochs (0 uniform, 1 top-k)", ylabel=f"final {m}",
-                  title=f"{name}: final {m} against selection hardness")
-        left.legend(fontsize=7)
-        right.legend(fontsize=7)
-        figure.tight_layout()
-        out[f"{name}_hardness"] = figure
-    for figure in (curves, scatter):
-        figure.tight_layout()
-    return out
+    figure = Figure(figsize=(12, 4.5))
+    left, right = figure.subplots(1, 2)
+    for number, method in enumerate(s["method"]):
+        mine = hardness[hardness["method"].eq(method)]
+        if mine.empty:
+            continue
+        per_epoch = mine.groupby("epoch")["hardness"].mean()
+        left.plot(per_epoch.index, per_epoch.values, marker="o", ms=3, lw=1.2, color=f"C{number % 10}",
+                  label=label(method))
+        row = s[s["method"].eq(method)].iloc[0]
+        right.errorbar(row["hardness"], row["final_metric"], xerr=error(row["hardness_std"]),
+                       yerr=error(row["final_metric_std"]), fmt="o", capsize=3, color=f"C{number % 10}",
+                       label=label(method))
+    left.set(xlabel="epoch", ylabel="selection hardness (0 uniform, 1 top-k)", ylim=(-0.05, 1.05),
+             title=f"{result.name}: selection hardness per epoch (mean over seeds)")
+    right.set(xlabel="selection hardness, mean over epochs (0 uniform, 1 top-k)", ylabel=f"final {m}",
+              title=f"{result.name}: final {m} against selection hardness")
+    left.legend(fontsize=7)
+    right.legend(fontsize=7)
+    figure.tight_layout()
+    return figure
 
 
 def error(std: float) -> float | None:
@@ -304,7 +334,8 @@ def analyse(client: MlflowClient, experiment: str, tolerances: dict[str, float] 
         per_run = per_run_table(group, mine, metric, target.value, lower)
         summary = summarize(per_run)
         result = WorkloadResult(workload, metric, lower, plateau, target, summary, per_run, mine,
-                                paired_comparisons(per_run, summary, lower), temperature_table(summary))
+                                paired_comparisons(per_run, summary, lower), temperature_table(summary),
+                                variant_table(per_run, summary, lower))
         result.verdict = verdict(result)
         result.superseded = bench.superseded.get(workload, 0)
         results.append(result)

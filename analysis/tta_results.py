@@ -1,29 +1,22 @@
-"""The time-to-accuracy benchmark's numbers, from MLflow alone: its runs and per-epoch curves, full
-data's plateau and the target, the per-run and per-method tables, budgets and standings, paired
-t-intervals against AtteNT and the temperature table. ``analysis.time_to_accuracy`` states the
-method and renders the report.
+"""The time-to-accuracy benchmark's numbers from its runs and curves (``tta_runs``): full data's
+plateau and the target, the per-run and per-method tables, budgets and standings, paired
+t-intervals against AtteNT, the variants against full data, and the temperature table.
+``analysis.time_to_accuracy`` states the method and renders the report.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pandas as pd
-from mlflow import MlflowClient
 from scipy import stats
 
 from analysis.render import percent_cell
-from analysis.runs import ReportError, runs_frame, search_all_runs
+from analysis.runs import ReportError
+from analysis.tta_runs import METHOD
 from attent import contract  # the names the engine logs (no engine import)
 
-WORKLOAD = f"tags.{contract.TAG_BENCH_WORKLOAD}"
-METHOD = f"tags.{contract.TAG_BENCH_METHOD}"
-CURVE_METRIC = f"tags.{contract.TAG_BENCH_METRIC}"
-PARENT = f"tags.{contract.TAG_PARENT_RUN_ID}"
-ROLE = f"tags.{contract.TAG_ROLE}"
 LABEL = f"tags.{contract.TAG_LABEL}"
-SEED = f"params.{contract.PARAM_SEED}"
-EPOCHS = "params.train.epochs"
 TEMPERATURE = "params.selection.temperature"
 FULL, ATTENT = contract.METHOD_FULL, contract.METHOD_ATTENT
 EQUAL_COST, INFOBATCH_BUDGET = contract.METHOD_FULL_EQUAL_COST, contract.METHOD_INFOBATCH_BUDGET
@@ -45,16 +38,6 @@ REFERENCE, MATCHED, APART = "reference", "matched", "apart"
 QUANTITIES = ("final_metric", "cost_to_target_s", "method_cost_s", "wallclock_s", "samples_backpropagated",
               "budget", "mean_selected_ratio", "ideal_saving", "realized_saving", "hardness", "overlap",
               "agreement", "scoring_share", *OVERHEADS)
-CURVE_COLUMNS = ["workload", "method", "seed", "run_id", "epoch", "metric", "value", "method_cost_s",
-                 "selected_ratio", "samples_backpropagated", "hardness", "overlap", "agreement"]
-
-
-@dataclass
-class Benchmark:
-    runs: pd.DataFrame          # finished benchmark runs, one per workload, method and seed
-    parent: str | None          # the parent run the report is logged to
-    superseded: dict[str, int] = field(default_factory=dict)  # workload -> older finished runs left out
-
 
 @dataclass
 class Plateau:
@@ -115,78 +98,6 @@ class Paired:
         return {"method": self.method, "standing": self.standing, "quantity": self.quantity,
                 "paired_seeds": self.seeds, "attent_minus_method": self.mean, "low_95": self.low,
                 "high_95": self.high, "attent_better_when": self.better_when, "verdict": self.verdict}
-
-
-# --- reading MLflow --------------------------------------------------------------------------------
-
-def load_benchmark(client: MlflowClient, experiment: str) -> Benchmark:
-    """Finished benchmark runs of ``experiment`` (the latest of each workload, method and seed)
-    and the parent run: the one they are children of, else the newest benchmark parent (the one
-    ``attent bench`` reuses)."""
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
-        raise ReportError(f"MLflow experiment {experiment!r} does not exist ({client.tracking_uri})")
-    found_runs = search_all_runs(client, found.experiment_id)
-    if not found_runs:
-        raise ReportError(f"MLflow experiment {experiment!r} has no runs")
-    frame = runs_frame(found_runs)
-    started = {run.info.run_id: run.info.start_time for run in found_runs}
-    frame = frame.assign(start_time=frame["run_id"].map(started)).sort_values("start_time", kind="stable")
-    if WORKLOAD not in frame:
-        raise ReportError(f"experiment {experiment!r} holds no benchmark runs")
-    runs = frame[frame[WORKLOAD].notna() & frame["status"].eq("FINISHED")]
-    if runs.empty:
-        raise ReportError(f"experiment {experiment!r} has no finished benchmark runs")
-    runs = runs.assign(seed=pd.to_numeric(runs[SEED], errors="coerce"))
-    latest = runs.drop_duplicates([WORKLOAD, METHOD, "seed"], keep="last").reset_index(drop=True)
-    parents = frame.loc[frame[ROLE].eq(contract.ROLE_BENCHMARK), "run_id"]
-    linked = latest[PARENT][latest[PARENT].isin(parents)] if PARENT in latest else pd.Series(dtype=object)
-    parent = linked.mode().iloc[0] if not linked.empty else (parents.iloc[-1] if not parents.empty else None)
-    older = runs[runs.duplicated([WORKLOAD, METHOD, "seed"], keep="last")]
-    return Benchmark(latest, parent, older[WORKLOAD].value_counts().to_dict())
-
-
-def metric_history(client: MlflowClient, run_id: str, name: str) -> dict[int, float]:
-    """step -> value; where a step was logged twice (a run restored from a checkpoint repeats
-    epochs), the later value."""
-    history = sorted(client.get_metric_history(run_id, name), key=lambda m: (m.step, m.timestamp))
-    return {m.step: m.value for m in history}
-
-
-def epoch_steps(client: MlflowClient, run: dict, steps: set[int]) -> list[int]:
-    """The steps that are epochs: below ``train.epochs`` (the end-of-run metrics repeat the last
-    epoch at step = epochs), else those of the per-epoch ``epoch`` metric, else all."""
-    epochs = pd.to_numeric(pd.Series([run.get(EPOCHS)]), errors="coerce").iloc[0]
-    if epochs == epochs:
-        return sorted(s for s in steps if s < epochs)
-    logged = metric_history(client, run["run_id"], "epoch")
-    return sorted(steps & set(logged)) if logged else sorted(steps)
-
-
-def load_curves(client: MlflowClient, runs: pd.DataFrame) -> pd.DataFrame:
-    """Per run and epoch (1-based): the curve metric (NaN on epochs without an evaluation), the
-    cumulative method cost, the selected ratio, the cumulative samples back-propagated and the
-    hardness and overlap of the pick in force and the agreement of training and scoring losses
-    at its scoring pass (NaN without one, e.g. full data)."""
-    names = {"method_cost_s": contract.TIME_METHOD, "selected_ratio": contract.SELECTED_RATIO,
-             "samples_backpropagated": contract.SAMPLES_BACKPROPAGATED,
-             "hardness": contract.SELECTION_HARDNESS, "overlap": contract.SELECTION_OVERLAP,
-             "agreement": contract.SCORE_AGREEMENT}
-    frames = []
-    for run in runs.to_dict("records"):
-        metric = str(run[CURVE_METRIC]).removeprefix("metrics.")
-        histories = {"value": metric_history(client, run["run_id"], metric),
-                     **{column: metric_history(client, run["run_id"], name) for column, name in names.items()}}
-        steps = epoch_steps(client, run, set().union(*histories.values()))
-        if not steps:
-            continue
-        frames.append(pd.DataFrame({
-            "workload": run[WORKLOAD], "method": run[METHOD], "seed": run["seed"], "run_id": run["run_id"],
-            "epoch": [s + 1 for s in steps], "metric": metric,
-            **{column: [history.get(s, math.nan) for s in steps] for column, history in histories.items()}}))
-    if not frames:
-        return pd.DataFrame({column: pd.Series(dtype=float) for column in CURVE_COLUMNS})
-    return pd.concat(frames, ignore_index=True)[CURVE_COLUMNS]
 
 
 # --- statistics ------------------------------------------------------------------------------------
@@ -401,3 +312,28 @@ def temperature_table(summary: pd.DataFrame) -> pd.DataFrame:
     return rows.sort_values(["temperature", "method"])[
         ["method", "temperature", "hardness", "hardness_std", "hardness_n", "final_metric", "final_metric_std",
          "final_metric_n", "budget", "standing"]].reset_index(drop=True)
+
+
+def variant_table(per_run: pd.DataFrame, summary: pd.DataFrame, lower: bool) -> pd.DataFrame:
+    """The variants of a method (names with a "+", e.g. attent+stale): each one's saving, the
+    share of it its scoring spent, the agreement of training and scoring losses, and its final
+    metric paired, seed by seed, against full data, full data at equal cost and the method it
+    varies (95 % t intervals: better, worse or indistinguishable)."""
+    rows = []
+    for method in summary["method"]:
+        if "+" not in str(method):
+            continue
+        mine = per_run[per_run["method"].eq(method)].set_index("seed")
+        row = summary[summary["method"].eq(method)].iloc[0].to_dict()
+        for against in (FULL, EQUAL_COST, base_method(method)):
+            other = per_run[per_run["method"].eq(against)].set_index("seed")
+            seeds = mine.index.intersection(other.index)
+            mean, low, high, n = t_interval(mine.loc[seeds, "final_metric"] - other.loc[seeds, "final_metric"])
+            good = (high < 0) if lower else (low > 0)
+            bad = (low > 0) if lower else (high < 0)
+            key = "base" if against == base_method(method) else against
+            row.update({f"vs_{key}": mean, f"vs_{key}_low": low, f"vs_{key}_high": high, f"vs_{key}_n": n,
+                        f"vs_{key}_verdict": ("no interval" if n < 2 or math.isnan(low) else
+                                              "better" if good else "worse" if bad else "indistinguishable")})
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -253,3 +253,32 @@ def test_lower_is_better_target_and_time_to_target():
     curve = pd.DataFrame({"method_cost_s": [1.0, 2.0, 3.0, 4.0], "value": [3.0, float("nan"), 1.005, 0.9]})
     assert time_to_target(curve, target.value, lower=True) == 3.0
     assert math.isnan(time_to_target(curve, 0.5, lower=True))
+
+
+def test_variants_are_paired_against_full_data_equal_cost_and_their_method(tmp_path):
+    """A variant that ends as AtteNT does (0.866 +- 0.002): indistinguishable from AtteNT, better
+    than full data (0.862) and than full data at equal cost (0.80); its scoring share and
+    agreement shown."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+    def specs(seed: int) -> dict[str, dict]:
+        base = method_specs(seed)
+        wobble = (0.002, -0.001, -0.001)[seed]  # AtteNT +- a little: no significant difference
+        return {m: base[m] for m in ("full", contract.METHOD_FULL_EQUAL_COST, "attent")} | {
+            "attent+stale": dict(base["attent"], curve=[v + wobble for v in base["attent"]["curve"]], seconds=5.1)}
+    log_benchmark(uri, "tta-variants", specs)
+    client = MlflowClient(uri)
+    for run in client.search_runs([client.get_experiment_by_name("tta-variants").experiment_id]):
+        if run.data.tags.get(contract.TAG_BENCH_METHOD, "").startswith("attent"):
+            client.log_metric(run.info.run_id, contract.SCORE_AGREEMENT, 0.8, step=3)
+    [result], _ = analyse(client, "tta-variants")
+    variant, = result.variants.to_dict("records")
+    assert variant["method"] == "attent+stale"
+    assert variant["vs_full_verdict"] == "better"
+    assert variant["vs_full_equal_cost_verdict"] == "better"
+    assert variant["vs_base_verdict"] == "indistinguishable" and variant["vs_base_n"] == 3
+    assert variant["agreement"] == pytest.approx(0.8)
+    assert 0 < variant["scoring_share"] < 1
+    text = build_time_to_accuracy_report("tta-variants", tracking_uri=uri, out_dir=tmp_path / "r").joinpath(
+        "time_to_accuracy.md").read_text()
+    assert "| attent+stale |" in text and "indistinguishable" in text

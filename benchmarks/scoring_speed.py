@@ -1,0 +1,78 @@
+"""How fast a scoring pass runs at each batch size and precision, on this machine: the forward
+passes AtteNT spends before each re-selection, for the Fashion-MNIST ViT and the offline
+Multi-Modal MAE (the small benchmark's workloads), each setting timed side by side in one
+process, one torch thread (as the benchmark's workers), median of repeats.
+
+    python benchmarks/scoring_speed.py [--repeats 5] [--out benchmarks/results/scoring_speed.md]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from attent.config import build_experiment
+from attent.engine.recipe import ScoringPass, TrainingRecipe, WorkerContext
+
+REPO = Path(__file__).resolve().parents[1]
+WORKLOADS = {
+    "fmnist-vit (600 images)": {"task": {"name": "vision", "dataset": "fashion_mnist", "train_limit": 600,
+                                         "test_limit": 100, "model": {"preset": "vit_tiny_cpu"}},
+                                "train": {"batch_size": 64}},
+    "multimae (400 scenes)": {"task": {"name": "multimae", "data_path": str(REPO / "data/scenes"), "img_size": 32,
+                                       "visible_tokens": 48, "train_limit": 400, "test_limit": 100,
+                                       "model": {"preset": "vit_tiny_cpu", "decoder_dim": 64, "decoder_depth": 1}},
+                              "train": {"batch_size": 128}},
+}
+BATCHES = (64, 128, 256, 512)
+PRECISIONS = ("fp32", "bf16")
+
+
+def seconds_per_pass(recipe: TrainingRecipe, repeats: int) -> float:
+    everything = torch.arange(len(recipe.train_set))
+    times = []
+    for repeat in range(repeats + 1):  # the first warms caches and the allocator: not counted
+        start = time.perf_counter()
+        for _ in ScoringPass(recipe, repeat)(everything):
+            pass
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[1:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out", default=str(REPO / "benchmarks/results/scoring_speed.md"))
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    lines = ["# Scoring pass speed by batch size and precision", "",
+             f"One torch thread, median of {args.repeats} passes over the whole training set "
+             f"(`python benchmarks/scoring_speed.py`); torch {torch.__version__}, "
+             f"{torch.backends.cpu.get_cpu_capability()}.", "",
+             "| workload | precision | " + " | ".join(f"batch {b} (s)" for b in BATCHES) + " | fastest |",
+             "|---|---|" + "---:|" * (len(BATCHES) + 1)]
+    for name, sections in WORKLOADS.items():
+        results = {}
+        for precision in PRECISIONS:
+            for batch in BATCHES:
+                cfg = build_experiment({"name": "scoring", "seed": 0, **sections, "selection": {"preset": "vit"},
+                                        "train": {**sections["train"], "precision": precision,
+                                                  "scoring_batch_size": batch}})
+                recipe = TrainingRecipe(cfg, WorkerContext())
+                recipe.setup()
+                results[precision, batch] = seconds_per_pass(recipe, args.repeats)
+                print(f"{name} {precision} batch {batch}: {results[precision, batch]:.3f} s", flush=True)
+        best = min(results, key=results.get)
+        for precision in PRECISIONS:
+            cells = " | ".join(f"{results[precision, b]:.3f}" for b in BATCHES)
+            lines.append(f"| {name} | {precision} | {cells} | "
+                         f"{'**' + best[0] + ', batch ' + str(best[1]) + '**' if best[0] == precision else ''} |")
+    Path(args.out).write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
