@@ -9,24 +9,8 @@ import mlflow
 import pytest
 
 import shared_runs
-from attent.config import build_experiment
-from attent.engine.driver import train
-from attent.selection.config import deep_merge
 
 pytestmark = pytest.mark.slow
-
-
-def digits_config(tmp_path, mlflow_uri, name, **sections):
-    base = {
-        "name": name, "seed": 3,
-        "task": {"name": "vision", "dataset": "digits", "train_limit": 400, "test_limit": 100,
-                 "model": {"preset": "vit_tiny_cpu"}},
-        "train": {"epochs": 3, "batch_size": 64},
-        "selection": {"preset": "vit", "interval": {"kind": "fixed", "start": 1}},
-        "ray": {"num_workers": 1, "storage_path": str(tmp_path / "ray_results")},
-        "mlflow": {"tracking_uri": mlflow_uri, "experiment": "engine-test"},
-    }
-    return build_experiment(deep_merge(base, sections))
 
 
 def runs_named(mlflow_uri, name):
@@ -97,22 +81,6 @@ def test_worker_failure_restarts_from_checkpoint_with_identical_metrics(restarte
     assert len(client.search_runs([run.info.experiment_id], f"tags.`mlflow.runName` = '{run.info.run_name}'")) == 1
     restored = client.get_metric_history(trained.run_id, "restored_at_epoch")
     assert len(restored) == 1 and 1 <= restored[0].value <= 2  # from a checkpoint (the latest it saved), not from scratch
-
-
-def test_rerun_with_same_name_resumes_the_failed_run(ray_cluster, tmp_path, mlflow_uri):
-    cfg = digits_config(tmp_path, mlflow_uri, "resumable", fault={"fail_once_after_epoch": 0},
-                        ray={"max_failures": 0})
-    with pytest.raises(Exception):
-        train(cfg)
-    client, runs = runs_named(mlflow_uri, "resumable")
-    assert len(runs) == 1 and runs[0].info.status == "FAILED"  # never left RUNNING
-
-    resumed = train(cfg)  # same name and storage path: continues after epoch 1
-    assert resumed.resumed and resumed.run_id == runs[0].info.run_id
-    client, runs = runs_named(mlflow_uri, "resumable")
-    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
-    epochs = sorted({int(m.step) for m in client.get_metric_history(resumed.run_id, "train_loss")})
-    assert epochs == [0, 1, 2]
 
 
 def test_ray_job_submit_runs_attent_train(ray_cluster, tmp_path, mlflow_uri):

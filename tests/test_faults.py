@@ -19,7 +19,7 @@ from attent.cli import main as attent_main
 from attent.config import PreflightError, build_experiment
 from attent.engine.faults import RunFault
 from attent.selection.config import deep_merge
-from conftest import BIN, REPO, free_port, start_tracking_server
+from conftest import BIN, REPO, free_port
 
 
 def digits(tmp_path: Path, uri: str, name: str, **sections):
@@ -41,11 +41,16 @@ def runs_named(uri: str, name: str):
 
 # --- 1. checkpoints -----------------------------------------------------------------------------
 @pytest.mark.slow
-def test_a_corrupt_newest_checkpoint_is_skipped_for_the_older_intact_one(ray_cluster, tmp_path, mlflow_uri):
+def test_a_failed_run_resumes_into_its_mlflow_run_past_a_corrupt_newest_checkpoint(ray_cluster, tmp_path,
+                                                                                    mlflow_uri):
+    """Re-running a failed run (same name and storage path) continues it in the same MLflow run;
+    its newest checkpoint, overwritten, is skipped for the older intact one."""
     from attent.engine.driver import train
     cfg = digits(tmp_path, mlflow_uri, "corrupt-newest", fault={"fail_once_after_epoch": 1}, ray={"max_failures": 0})
     with pytest.raises(Exception):
         train(cfg)  # dies after epoch 2's checkpoint: checkpoints of epochs 1 and 2
+    _, runs = runs_named(mlflow_uri, cfg.name)
+    assert len(runs) == 1 and runs[0].info.status == "FAILED"  # never left RUNNING
     checkpoints = sorted((Path(cfg.ray.storage_path) / cfg.name).glob("checkpoint_*"))
     assert len(checkpoints) == 2
     (checkpoints[-1] / "state.pt").write_bytes(os.urandom(4096))  # the newest: overwritten

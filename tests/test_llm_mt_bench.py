@@ -9,7 +9,6 @@ import math
 from pathlib import Path
 
 import pytest
-import torch
 
 from attent.tasks.llm.config import SMOLLM2, LLMTaskConfig
 from attent.tasks.llm.evaluation.mt_bench import (

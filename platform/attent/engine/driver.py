@@ -136,8 +136,18 @@ def ensure_ray(cfg: ExperimentConfig) -> float:
     # A local Ray started here passes the setting to the controller; on a cluster, set it in the
     # job's runtime env (README).
     os.environ.setdefault(TRAIN_POLL_ENV, TRAIN_POLL_SECONDS)
-    ray.init(address=cfg.ray.address, log_to_driver=True, configure_logging=True, logging_level="WARNING")
+    address = cfg.ray.address or os.environ.get("RAY_ADDRESS")
+    # A local Ray's processes find "their" cluster through the state API, which looks for every
+    # Ray on the machine and fails when two local runs coexist (Train's placement-group cleaner
+    # printed "Found multiple active Ray instances"): each process of this job is told its own.
+    local = {} if address else {"runtime_env": {"worker_process_setup_hook": f"{__name__}.{own_cluster.__name__}"}}
+    ray.init(address=cfg.ray.address, log_to_driver=True, configure_logging=True, logging_level="WARNING", **local)
     return time.perf_counter() - start
+
+
+def own_cluster() -> None:
+    """Ray worker set-up on a local Ray started by a driver: $RAY_ADDRESS is this job's cluster."""
+    os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
 
 
 def use_cluster_token() -> None:

@@ -1,7 +1,6 @@
 """Pure functions behind the baseline sampling methods the paper compares AtteNT with."""
 from __future__ import annotations
 
-import math
 
 import torch
 
