@@ -40,9 +40,11 @@ def free_port() -> int:
 def poll_train_workers_often() -> None:
     """What ``attent train`` sets for the local Ray it starts (and cluster.yaml for a cluster):
     Ray Train's controller polls its workers every 0.25 s, not 2 s, so a run's reports after a
-    checkpoint and its teardown do not wait ~5 s. Ray processes started after this inherit it."""
-    from attent.engine.driver import TRAIN_POLL_ENV, TRAIN_POLL_SECONDS
+    checkpoint and its teardown do not wait ~5 s; and it starts no preemption watcher (one actor
+    process fewer per run). Ray processes started after this inherit both."""
+    from attent.engine.driver import PREEMPTION_WATCHER_ENV, TRAIN_POLL_ENV, TRAIN_POLL_SECONDS
     os.environ.setdefault(TRAIN_POLL_ENV, TRAIN_POLL_SECONDS)
+    os.environ.setdefault(PREEMPTION_WATCHER_ENV, "0")  # as attent's own local Ray: no spot nodes here
 
 
 @pytest.fixture(scope="session")

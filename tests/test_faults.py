@@ -51,7 +51,7 @@ def test_a_failed_run_resumes_into_its_mlflow_run_past_a_corrupt_newest_checkpoi
         train(cfg)  # dies after epoch 2's checkpoint: checkpoints of epochs 1 and 2
     _, runs = runs_named(mlflow_uri, cfg.name)
     assert len(runs) == 1 and runs[0].info.status == "FAILED"  # never left RUNNING
-    checkpoints = sorted((Path(cfg.ray.storage_path) / cfg.name).glob("checkpoint_*"))
+    checkpoints = sorted(p for p in (Path(cfg.ray.storage_path) / cfg.name).glob("checkpoint_*") if p.is_dir())
     assert len(checkpoints) == 2
     (checkpoints[-1] / "state.pt").write_bytes(os.urandom(4096))  # the newest: overwritten
 
@@ -73,7 +73,7 @@ def test_no_readable_checkpoint_stops_at_once_with_one_line_in_the_same_run(ray_
     cfg = digits(tmp_path, mlflow_uri, "corrupt-all", fault={"fail_once_after_epoch": 0}, ray={"max_failures": 0})
     with pytest.raises(Exception):
         train(cfg)
-    only, = (Path(cfg.ray.storage_path) / cfg.name).glob("checkpoint_*")
+    only, = (p for p in (Path(cfg.ray.storage_path) / cfg.name).glob("checkpoint_*") if p.is_dir())
     (only / "state.pt").write_bytes(b"not a checkpoint")
     cfg = cfg.model_copy(update={"ray": cfg.ray.model_copy(update={"max_failures": 3})})
     start = time.monotonic()

@@ -12,6 +12,10 @@ import shared_runs
 
 pytestmark = pytest.mark.slow
 
+# metrics added after the recording (issue 20's agreement of training and scoring losses): new
+# numbers beside the recorded ones, which stay bit-exact
+ADDED_SINCE_RECORDING = {"selection_score_agreement"}
+
 
 @pytest.mark.parametrize("name", list(shared_runs.REFERENCE_RUNS))
 def test_reference_run_reproduces_its_record(name, reference_runs):
@@ -23,5 +27,6 @@ def test_reference_run_reproduces_its_record(name, reference_runs):
         return
     shared_runs.assert_reproduces(name, run.epochs, run.subsets)
     expected = shared_runs.recorded(name)
-    # nothing more is logged per epoch than was recorded, nothing less
-    assert [sorted(row) for row in shared_runs.untimed(run.epochs)] == [sorted(row) for row in expected["epochs"]]
+    # nothing less is logged per epoch than was recorded, and nothing more than the metrics added since
+    logged = [sorted(k for k in row if k not in ADDED_SINCE_RECORDING) for row in shared_runs.untimed(run.epochs)]
+    assert logged == [sorted(row) for row in expected["epochs"]]

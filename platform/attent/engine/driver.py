@@ -38,6 +38,9 @@ from .tracking import (RunLogger, client_for, finish_run, latest_run, start_or_r
 
 EPOCHS_ENDED_UNIX = "epochs_ended_unix"  # last report only: when the last epoch ended (driver's teardown)
 TRAIN_POLL_ENV, TRAIN_POLL_SECONDS = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25"
+# One machine has no spot preemption to watch for: Train's watcher is one more actor process per
+# run (a Python interpreter importing Ray Train) that a local Ray does without.
+PREEMPTION_WATCHER_ENV = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"
 
 
 @dataclass
@@ -137,6 +140,8 @@ def ensure_ray(cfg: ExperimentConfig) -> float:
     # job's runtime env (README).
     os.environ.setdefault(TRAIN_POLL_ENV, TRAIN_POLL_SECONDS)
     address = cfg.ray.address or os.environ.get("RAY_ADDRESS")
+    if not address:
+        os.environ.setdefault(PREEMPTION_WATCHER_ENV, "0")
     # A local Ray's processes find "their" cluster through the state API, which looks for every
     # Ray on the machine and fails when two local runs coexist (Train's placement-group cleaner
     # printed "Found multiple active Ray instances"): each process of this job is told its own.
