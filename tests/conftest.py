@@ -55,6 +55,8 @@ def ray_cluster(tmp_path_factory):
     temp = Path("/tmp") / f"ray-attent-{os.getpid()}"
     cmd = [str(BIN / "ray"), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
            "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", "--num-cpus=2",
+           # its own agent port: the default (52365) may be held by another Ray on the machine
+           f"--dashboard-agent-listen-port={free_port()}",
            "--disable-usage-stats", f"--temp-dir={temp}"]
     old_address = os.environ.get("RAY_ADDRESS")
     subprocess.run(cmd, check=True, capture_output=True, timeout=180)

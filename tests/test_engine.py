@@ -93,11 +93,12 @@ def test_ray_job_submit_runs_attent_train(ray_cluster, tmp_path, mlflow_uri):
         f"ray: {{storage_path: {tmp_path / 'ray_results'}}}\n"
         f"mlflow: {{tracking_uri: '{mlflow_uri}', experiment: engine-test}}\n")
     from conftest import BIN
-    for attempt in range(4):  # a head under load may not have its job agent up yet; Ray says to retry
+    deadline = time.monotonic() + 180  # a head under load may not have its job agent up yet; Ray says to retry
+    while True:
         proc = subprocess.run([str(BIN / "ray"), "job", "submit", "--address", ray_cluster["dashboard"],
                                "--working-dir", str(work), "--", str(BIN / "attent"), "train", "exp.yaml"],
                               capture_output=True, text=True, timeout=600)
-        if "No available agent to submit job" not in proc.stderr:
+        if "No available agent to submit job" not in proc.stderr or time.monotonic() > deadline:
             break
         time.sleep(10)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -65,24 +65,29 @@ def load(directory: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path.name} does not load ({type(exc).__name__}: {exc})") from exc
 
 
-def load_newest_intact(latest) -> tuple[dict[str, Any], list[tuple[str, str]]]:
-    """The state of the newest readable checkpoint, from Ray Train's latest one (``latest``, a
-    ``ray.train.Checkpoint``) back through the older ones beside it; and the (path, why) of each
-    checkpoint skipped. CheckpointError, naming them and the fix, when none can be read."""
+def load_newest_intact(filesystem, folder: str) -> tuple[dict[str, Any] | None, list[tuple[str, str]]]:
+    """The state of the newest readable checkpoint in the run's folder ``folder`` (on the pyarrow
+    ``filesystem`` of Ray's storage), or None when the run has none yet; and the (path, why) of
+    each checkpoint skipped. CheckpointError, naming them and the fix, when none can be read.
+
+    The folder, not Ray Train's latest registered checkpoint, is the truth: a worker that dies
+    right after ``ray.train.report`` has persisted its checkpoint before Ray's controller
+    registered it, and restoring the registered one would lose that epoch."""
     import pyarrow.fs
     from ray.train import Checkpoint
-    folder = posixpath.dirname(latest.path.rstrip("/"))
-    listed = latest.filesystem.get_file_info(pyarrow.fs.FileSelector(folder))
-    older = sorted((info.path for info in listed if info.type == pyarrow.fs.FileType.Directory
-                    and posixpath.basename(info.path).startswith("checkpoint_") and info.path != latest.path),
-                   reverse=True)  # Ray names them checkpoint_<timestamp>: newest first
+    listed = filesystem.get_file_info(pyarrow.fs.FileSelector(folder, allow_not_found=True))
+    candidates = sorted((info.path for info in listed if info.type == pyarrow.fs.FileType.Directory
+                         and posixpath.basename(info.path).startswith("checkpoint_")),
+                        reverse=True)  # Ray names them checkpoint_<timestamp>: newest first
     skipped = []
-    for path in [latest.path, *older]:
+    for path in candidates:
         try:
-            with Checkpoint(path, filesystem=latest.filesystem).as_directory() as directory:
+            with Checkpoint(path, filesystem=filesystem).as_directory() as directory:
                 return load(directory), skipped
         except (CheckpointError, OSError) as exc:
             skipped.append((path, str(exc)))
+    if not candidates:
+        return None, skipped
     raise CheckpointError(
         f"no checkpoint of this run can be read: {'; '.join(f'{p}: {why}' for p, why in skipped)}. Fix: restore "
         f"them from a copy, or delete {folder} to train the run from the start")

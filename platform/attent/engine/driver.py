@@ -270,9 +270,9 @@ def train_run(payload: dict[str, Any], cfg: ExperimentConfig, started: float, en
         logger = RunLogger(payload["tracking_uri"], payload["run_id"]) if ctx.rank == 0 else None
         recipe = TrainingRecipe(cfg, ctx)
         recipe.setup(wrap_model=ray.train.torch.prepare_model)
-        restored = ray.train.get_checkpoint()
-        if restored:
-            state, skipped = checkpoint.load_newest_intact(restored)
+        storage = context.get_storage()  # the run's folder, where Ray Train persists its checkpoints
+        state, skipped = checkpoint.load_newest_intact(storage.storage_filesystem, storage.experiment_fs_path)
+        if state is not None:
             for path, why in skipped:
                 ctx.log(f"skipped checkpoint {path}: {why}")
             recipe.restore(state)
