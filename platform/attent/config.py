@@ -43,6 +43,7 @@ class TrainConfig(BaseModel):
     grad_clip: Optional[float] = Field(1.0, gt=0)        # max global grad norm; None: no clipping
     precision: Literal["fp32", "bf16"] = "fp32"          # bf16 autocast (GPU)
     scoring_batch_size: Optional[int] = Field(None, ge=1)  # re-scoring pass; None: 2 x batch_size (4 x on GPU)
+    scoring_precision: Optional[Literal["fp32", "bf16"]] = None  # re-scoring pass; None: `precision`
     eval_every: int = Field(1, ge=1)                     # evaluate every n epochs (and at the end)
     loader_workers: int = Field(0, ge=0)                 # DataLoader worker processes per Ray worker
 

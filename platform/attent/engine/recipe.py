@@ -118,8 +118,8 @@ class TrainingRecipe:
             self.antk.load_state_dict(saved[antk.STATE_KEY])
         self.ctx.log(f"resumed from checkpoint after epoch {self.counters.next_epoch}")
 
-    def amp(self):
-        if self.cfg.train.precision == "bf16":
+    def amp(self, precision: str | None = None):
+        if (precision or self.cfg.train.precision) == "bf16":
             return torch.autocast(self.ctx.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
@@ -246,7 +246,8 @@ class TrainingRecipe:
 
 class ScoringPass:
     """The re-scoring pass the teacher asks for: per-sample losses of this rank's shard of the
-    whole training set, in eval mode and the task's precision, no gradients."""
+    whole training set, in eval mode and ``train.scoring_precision`` (default: the training
+    precision), no gradients."""
 
     def __init__(self, recipe: TrainingRecipe, round_: int):
         self.recipe, self.round, self.samples = recipe, round_, 0
@@ -260,7 +261,7 @@ class ScoringPass:
                             sampler=shard.tolist(), collate_fn=r.task.collate, num_workers=r.cfg.train.loader_workers)
         was_training = r.raw_model.training
         r.raw_model.eval()
-        with torch.inference_mode(), r.amp():
+        with torch.inference_mode(), r.amp(r.cfg.train.scoring_precision):
             for batch in loader:
                 batch = to_device(batch, r.ctx.device)
                 losses = r.task.score(r.raw_model, batch, self.round)
