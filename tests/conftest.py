@@ -60,7 +60,7 @@ def ray_cluster(tmp_path_factory):
            "--disable-usage-stats", f"--temp-dir={temp}"]
     old_address = os.environ.get("RAY_ADDRESS")
     subprocess.run(cmd, check=True, capture_output=True, timeout=180)
-    info = {"address": f"127.0.0.1:{port}", "dashboard": f"http://127.0.0.1:{dashboard}"}
+    info = {"address": f"127.0.0.1:{port}", "dashboard": f"http://127.0.0.1:{dashboard}", "temp_dir": temp}
     os.environ["RAY_ADDRESS"] = info["address"]
     yield info
     import ray
@@ -72,9 +72,8 @@ def ray_cluster(tmp_path_factory):
         os.environ["RAY_ADDRESS"] = old_address
 
 
-def stop_ray_processes(temp_dir: Path) -> None:
-    """Stop the Ray processes of one local cluster (those started with its temp dir, and their
-    children). Unlike `ray stop`, leaves any other Ray on the machine alone (parallel sessions)."""
+def ray_processes(temp_dir: Path) -> list:
+    """The processes of one local cluster: those started with its temp dir, and their children."""
     import psutil
     mine = []
     for proc in psutil.process_iter(["cmdline"]):
@@ -83,6 +82,14 @@ def stop_ray_processes(temp_dir: Path) -> None:
                 mine += [proc, *proc.children(recursive=True)]
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
+    return mine
+
+
+def stop_ray_processes(temp_dir: Path) -> None:
+    """Stop the Ray processes of one local cluster. Unlike `ray stop`, leaves any other Ray on
+    the machine alone (parallel sessions)."""
+    import psutil
+    mine = ray_processes(temp_dir)
     for proc in mine:
         try:
             proc.kill()

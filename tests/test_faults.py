@@ -19,7 +19,7 @@ from attent.cli import main as attent_main
 from attent.config import PreflightError, build_experiment
 from attent.engine.faults import RunFault
 from attent.selection.config import deep_merge
-from conftest import BIN, REPO, free_port
+from conftest import BIN, REPO, free_port, ray_processes
 
 
 def digits(tmp_path: Path, uri: str, name: str, **sections):
@@ -200,7 +200,8 @@ def test_workers_stop_with_their_killed_driver_and_a_second_driver_refuses(ray_c
         line = second.stderr.strip().splitlines()[-1]
         assert "is being trained by another `attent train` (pid" in line and str(driver.pid) in line
 
-        workers = [p for p in psutil.process_iter(["cmdline"]) if "RayTrainWorker" in " ".join(p.info["cmdline"] or ())]
+        workers = [p for p in ray_processes(ray_cluster["temp_dir"])  # this cluster's, not another Ray's
+                   if "RayTrainWorker" in " ".join(p.cmdline())]
         assert workers
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait()
