@@ -28,13 +28,15 @@ setup: $(VENV)/.installed data
 demo: setup
 	$(BIN)/attent demo
 
+# The whole suite: the fast tier on two pytest-xdist workers, then the Ray tests (marked slow)
+# in one process, since Ray's tests beside another worker oversubscribe the 2 cores.
 test: setup
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m "not slow" -n 2
+	$(BIN)/pytest -q -m slow
 
 # The inner loop: unit, property and single-process tests on real data and models; no Ray, no
 # MLflow server, no browser (the tests marked slow are the rest of `make test`), on two
-# pytest-xdist workers. (`make test` stays one process: Ray's tests beside another worker
-# oversubscribed the 2 cores and slowed down more than they gained.)
+# pytest-xdist workers.
 test-fast: setup
 	$(BIN)/pytest -q -m "not slow" -n 2
 
