@@ -79,6 +79,8 @@ def load_newest_intact(filesystem, folder: str) -> tuple[dict[str, Any] | None, 
     candidates = sorted((info.path for info in listed if info.type == pyarrow.fs.FileType.Directory
                          and posixpath.basename(info.path).startswith("checkpoint_")),
                         reverse=True)  # Ray names them checkpoint_<timestamp>: newest first
+    if not candidates:
+        return None, []
     skipped = []
     for path in candidates:
         try:
@@ -86,8 +88,6 @@ def load_newest_intact(filesystem, folder: str) -> tuple[dict[str, Any] | None, 
                 return load(directory), skipped
         except (CheckpointError, OSError) as exc:
             skipped.append((path, str(exc)))
-    if not candidates:
-        return None, skipped
     raise CheckpointError(
         f"no checkpoint of this run can be read: {'; '.join(f'{p}: {why}' for p, why in skipped)}. Fix: restore "
         f"them from a copy, or delete {folder} to train the run from the start")
