@@ -229,6 +229,24 @@ def markdown(result: WorkloadResult) -> str:
 
 # --- figures -----------------------------------------------------------------------------------------
 
+def terminal(result: WorkloadResult, width: int = 100) -> str:
+    """The workload's verdict and its main table, for a terminal: the sentences wrapped to
+    ``width``, the table with the columns a reader compares (the Markdown file has them all)."""
+    import textwrap
+
+    from tabulate import tabulate
+    m = result.metric
+    rows = [[r["method"], r["standing"], percent_cell(r["budget"]),
+             cell(r["final_metric"], r["final_metric_std"], r["final_metric_n"], 4),
+             cell(r["method_cost_s"], r["method_cost_s_std"], r["method_cost_s_n"], 1),
+             ratio_cell(r["realized_over_ideal"])] for r in result.summary.to_dict("records")]
+    table = tabulate(rows, headers=["method", "standing", "budget", "final (mean ± std)", "method cost (s)",
+                                    "realized / ideal"], tablefmt="simple", disable_numparse=True)
+    sentences = [textwrap.fill(line, width, initial_indent="- ", subsequent_indent="  ") for line in result.verdict]
+    return "\n".join([f"{result.name}: {m} ({'lower' if result.lower else 'higher'} is better)", *sentences, "",
+                      table])
+
+
 def figures(result: WorkloadResult) -> dict[str, Figure]:
     """Per workload: the metric against cumulative method cost (mean over seeds per method), the
     final metric against method cost, and, where picks have a hardness, hardness per epoch and
@@ -385,7 +403,9 @@ def build_time_to_accuracy_report(experiment: str, *, tracking_uri: str, out_dir
     for name, frame in tables(results).items():
         frame.to_csv(out / f"{name}.csv", index=False)
     (out / "time_to_accuracy.md").write_text("\n".join(text) + "\n")
-    print("\n".join(text), flush=True)
+    import shutil
+    width = min(120, shutil.get_terminal_size().columns)
+    print("\n\n".join(terminal(result, width) for result in results), flush=True)
     if parent:
         client.log_artifacts(parent, str(out), "report")
         client.set_terminated(parent, "FINISHED")

@@ -57,12 +57,15 @@ def test_each_real_run_records_its_datasets_and_system_metrics(sweep_store):
 
 
 @slow
-def test_training_view_lists_every_run_flat_with_the_key_metrics(sweep_store):
-    uri, experiment_id, _ = sweep_store
+def test_training_view_shows_the_trials_under_their_parent_with_the_key_metrics(sweep_store):
+    uri, experiment_id, runs = sweep_store
     view = views.saved_training_view(mlflow.MlflowClient(uri), experiment_id)
     key = ["eval_test_accuracy", "eval_test_loss", *contract.KEY_METRICS]
     assert [c for c in view["selectedColumns"] if c.startswith("metrics.")] == [f"metrics.`{m}`" for m in key]
-    assert view["orderByKey"] != "attributes.start_time"  # any other sort lists child runs flat
+    assert "attributes.`Models`" in view["selectedColumns"]
+    assert view["orderByKey"] == "attributes.start_time"  # the only order the UI nests children in
+    parents = {run.data.tags[contract.TAG_PARENT_RUN_ID] for run in runs.values()}
+    assert len(parents) == 1 and view["runsExpanded"] == {parents.pop(): True}  # the sweep, expanded
     charts = {(c["metricSectionId"], c["metricKey"]) for c in view["compareRunCharts"]}
     assert {(views.KEY_SECTION, m) for m in key} <= charts
     assert (views.SYSTEM_SECTION, contract.system_metric(0, "cpu_utilization_percentage")) in charts

@@ -106,3 +106,48 @@ def test_ray_job_submit_runs_attent_train(ray_cluster, tmp_path, mlflow_uri):
     client, runs = runs_named(mlflow_uri, "submitted")
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
     assert runs[0].data.tags["attent.strategy"] == "hard" and "eval_test_accuracy" in runs[0].data.metrics
+
+
+def test_attent_train_on_a_terminal_shows_one_progress_line(ray_cluster, tmp_path, mlflow_uri):
+    """`attent train` on a terminal (a pseudo-terminal here): one line per run, rewritten in place
+    (epochs, loss, metric, elapsed, ETA), then the result; what Ray, MLflow and the workers print
+    goes to the run's log file, which is also on the run. No traceback for a run that succeeds."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+    from conftest import BIN
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(
+        "name: on-a-terminal\ntask: {name: vision, dataset: digits, train_limit: 200, test_limit: 100,"
+        " model: {preset: vit_tiny_cpu}}\ntrain: {epochs: 3, batch_size: 64}\nselection: {method: full}\n"
+        f"ray: {{storage_path: {tmp_path / 'ray_results'}}}\n"
+        f"mlflow: {{tracking_uri: '{mlflow_uri}', experiment: engine-test}}\n")
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))  # a 120-column terminal
+    proc = subprocess.Popen([str(BIN / "attent"), "train", str(exp)], stdin=subprocess.DEVNULL, stdout=follower,
+                            stderr=follower, env=dict(os.environ, RAY_ADDRESS=ray_cluster["address"]))
+    os.close(follower)
+    screen = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed: the command ended
+            break
+        if not chunk:
+            break
+        screen += chunk
+    assert proc.wait(timeout=600) == 0, screen.decode(errors="replace")[-3000:]
+    text = screen.decode(errors="replace")
+    lines = [line for line in text.replace("\r\n", "\n").split("\n") if line.strip()]
+    progress = [line for line in lines if "on-a-terminal" in line and "epochs |" in line]
+    assert len(progress) == 1, lines  # one line, redrawn with carriage returns
+    assert "3/3 epochs" in progress[0].split("\r")[-1] and "test_accuracy" in progress[0] and "ETA" in progress[0]
+    assert "\r" in progress[0]
+    assert len(lines) <= 3, lines  # the progress line and the result
+    assert "Traceback" not in text and "TrainController" not in text and "WARNING" not in text
+    client, [run] = runs_named(mlflow_uri, "on-a-terminal")
+    log = Path(run.data.tags["attent.run_key"]) / "attent.log"
+    assert "[attent]" in log.read_text()  # the workers' lines, kept
+    assert [a.path for a in client.list_artifacts(run.info.run_id, "logs")] == ["logs/attent.log"]

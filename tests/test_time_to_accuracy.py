@@ -200,8 +200,15 @@ benchmark:
         m = run.data.metrics
         assert m[contract.TIME_STARTUP] >= m[contract.TIME_SETUP] > 0 and m[contract.TIME_TEARDOWN] > 0
         assert m[contract.TIME_WORKER_START] > 0
-        checkpoints = list(Path(tmp_path, "ray_results", run.data.tags[contract.TAG_RUN_NAME]).glob("checkpoint_20*"))
+        checkpoints = list(Path(run.data.tags[contract.TAG_RUN_KEY]).glob("checkpoint_20*"))
         assert len(checkpoints) == 1  # epochs 1 and 2 reported without one
+        # named by what tells it apart (the experiment names the benchmark); its log beside its metrics
+        method = run.data.tags[contract.TAG_BENCH_METHOD]
+        assert run.info.run_name == f"{method} s0 digits"
+        assert [a.path for a in client.list_artifacts(run.info.run_id, "logs")] == ["logs/attent.log"]
+        # a plain line per epoch (the output is no terminal), Ray's and the libraries' output in the log
+        assert f"{method} s0 digits epoch 2/2: loss " in first.stdout + first.stderr
+    assert "TrainController" not in first.stdout + first.stderr and "[attent]" not in first.stdout + first.stderr
     parent = {r.data.tags[contract.TAG_PARENT_RUN_ID] for r in runs}.pop()
     assert client.get_run(parent).data.tags[contract.TAG_ROLE] == contract.ROLE_BENCHMARK
     assert any(a.path.endswith("figures") for a in client.list_artifacts(parent, "report"))

@@ -144,6 +144,20 @@ def test_plateau_and_target(report):
     assert "≥ 0.8565" in text and "the larger of 0.005 absolute and the seed std" in text
 
 
+def test_the_terminal_shows_the_verdict_and_a_table_that_fits(report):
+    """What `attent bench` / `attent demo` print: the verdict sentences and one table row per
+    method, every line within the terminal's width (the Markdown file keeps every column)."""
+    from analysis.time_to_accuracy import terminal
+    result = report["result"]
+    text = terminal(result, width=100)
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 100, "\n".join(lines)
+    assert any(line.startswith("- ") and "AtteNT" in line for line in lines)  # the verdict
+    methods = list(result.summary["method"])
+    assert all(any(line.split()[:1] == [m] for line in lines) for m in methods)  # one row per method
+    assert "|" not in text  # no Markdown pipes in the terminal
+
+
 def test_still_improving_is_said_plainly(store):
     [result], _ = analyse(MlflowClient(store["uri"]), "tta-rising")
     assert result.plateau.reached is False and result.plateau.movement == pytest.approx(0.1)

@@ -172,8 +172,9 @@ def describe(spec: BenchmarkSpec, runs: list[BenchmarkRun]) -> str:
 
 
 def run_benchmark(path: str | Path, overrides: list[str] | None = None, *, out_dir: str | Path = "reports",
-                  name: str | None = None) -> Path:
-    """Every run of the benchmark, one at a time, then its report; returns the report folder."""
+                  name: str | None = None, console=None) -> Path:
+    """Every run of the benchmark, one at a time, then its report; returns the report folder.
+    ``console``: the driver's (``engine.progress.Console``; default: everything Ray prints)."""
     spec, runs = load_benchmark(path, overrides, name=name)
     runs = [r.model_copy(update={"experiment": r.experiment.resolved()}) for r in runs]
     from .engine.preflight import check_experiment
@@ -201,7 +202,10 @@ def run_benchmark(path: str | Path, overrides: list[str] | None = None, *, out_d
             run_pipeline(cfg, parent_run_id=parent, role=contract.ROLE_TRIAL,
                          extra_tags={contract.TAG_BENCH_WORKLOAD: run.workload.name,
                                      contract.TAG_BENCH_METHOD: run.method,
-                                     contract.TAG_BENCH_METRIC: run.workload.metric})
+                                     contract.TAG_BENCH_METRIC: run.workload.metric,
+                                     # the experiment names the benchmark: the run, what tells it apart
+                                     contract.TAG_RUN_NAME: f"{run.method} s{cfg.seed} {run.workload.name}"},
+                         **({"console": console} if console is not None else {}))
     except BaseException:  # the parent says so; running the command again continues
         from .engine.tracking import client_for
         client_for(uri).set_terminated(parent, "FAILED")

@@ -16,10 +16,15 @@ FAILURE = 1
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="attent", description="AtteNT experiments on Ray and MLflow.")
     parser.add_argument("--debug", action="store_true", help="print an error's whole traceback, not one line")
+    parser.add_argument("--verbose", action="store_true",
+                        help="print everything Ray, MLflow and the workers print (default: one progress line per "
+                             "run, the rest in the run's log file)")
     sub = parser.add_subparsers(dest="command", required=True)
     add_run_commands(sub)
     add_service_commands(sub)
     args = parser.parse_args(argv)
+    if not args.verbose:  # MLflow's INFO records (store creation, migrations) are no news to a user
+        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     try:
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
@@ -193,7 +198,8 @@ def cmd_train(args) -> int:
     from .engine.preflight import check_experiment
     check_experiment(cfg)  # refuse before Ray (and torch) is even imported
     from .engine.driver import run_pipeline
-    pipeline = run_pipeline(cfg)
+    from .engine.progress import Console
+    pipeline = run_pipeline(cfg, console=Console.for_cli(args.verbose))
     result, m = pipeline.training, pipeline.training.metrics
     evals = ", ".join(f"{k[5:]} {v:.4f}" for k, v in m.items() if k.startswith("eval_"))
     print(f"\n{cfg.name}: {evals}; {m.get('time_total_s', float('nan')):.1f}s training, "
@@ -206,7 +212,8 @@ def cmd_train(args) -> int:
 
 def cmd_demo(args) -> int:
     from .demo import run_demo
-    return run_demo(Path(args.workdir))
+    from .engine.progress import Console
+    return run_demo(Path(args.workdir), Console.for_cli(args.verbose))
 
 
 def cmd_sweep(args) -> int:
@@ -219,7 +226,8 @@ def cmd_bench(args) -> int:
     from .benchmark import run_benchmark
     if args.dry_run:
         return cmd_validate(args)
-    out = run_benchmark(args.config, args.overrides, out_dir=args.out)
+    from .engine.progress import Console
+    out = run_benchmark(args.config, args.overrides, out_dir=args.out, console=Console.for_cli(args.verbose))
     print(f"\nreport: {out}/time_to_accuracy.md (CSV and figures beside it; also on the MLflow parent run)")
     return 0
 
@@ -277,7 +285,8 @@ def cmd_downstream(args) -> int:
     from .engine.preflight import check_experiment
     check_experiment(cfg)
     from .engine.driver import run_downstream
-    finals = run_downstream(cfg, args.run_id)
+    from .engine.progress import Console
+    finals = run_downstream(cfg, args.run_id, Console.for_cli(args.verbose))
     for name, value in finals.items():
         print(f"  {name}: {value:.4f}")
     return 0

@@ -25,7 +25,7 @@ def demo_overrides() -> list[str]:
         return ["task.dataset=digits", "task.train_limit=null", "task.test_limit=null", "train.epochs=15"]
 
 
-def run_demo(workdir: Path) -> int:
+def run_demo(workdir: Path, console=None) -> int:
     workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     os.chdir(workdir)  # mlflow.db, ray_results/ and reports/ land here
@@ -33,7 +33,7 @@ def run_demo(workdir: Path) -> int:
     start = time.perf_counter()
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     out = run_benchmark(DEMO_BENCHMARK, demo_overrides() + [f"mlflow.tracking_uri={uri}"],
-                        out_dir=workdir / "reports", name=name)
+                        out_dir=workdir / "reports", name=name, console=console)
     print(f"\nDemo wall-clock: {time.perf_counter() - start:.0f}s (Ray start-up and scheduling included)")
     print(f"Report: {out / 'time_to_accuracy.md'}, figures in {out / 'figures'}.\n"
           f"Everything is in MLflow ({uri}, experiment '{name}'). Open the dashboard with\n"

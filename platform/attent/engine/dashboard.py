@@ -1,7 +1,8 @@
 """The dashboard: MLflow's runs page as `attent ui` links to it. MLflow 3.17's UI opens an
-experiment on its GenAI pages and folds a sweep's trials under the parent; a saved view (the
-format its Share button stores, as an experiment tag) lists every run flat with the key metrics
-as columns and charts, and the link turns on its Model training mode."""
+experiment on its GenAI pages; a saved view (the format its Share button stores, as an
+experiment tag) lists the runs newest first, a sweep's or benchmark's trials under their parent
+(expanded), with the key metrics and the logged models as columns and charts, and the link
+turns on its Model training mode."""
 from __future__ import annotations
 
 import base64
@@ -32,25 +33,27 @@ def training_view_url(base_url: str, experiment_id: str, *, charts: bool = False
     return f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs?{urlencode(query)}"
 
 
-def training_view_state(metric_names: Iterable[str]) -> dict[str, Any]:
+def training_view_state(metric_names: Iterable[str], parents: Iterable[str] = ()) -> dict[str, Any]:
     """MLflow's shared view state of the runs page (search facets and UI state, what its Share
-    button stores) for runs with these metrics: every run listed flat and sorted by name (any
-    sort but by creation time un-nests a sweep's trials), label, key metrics and seed as
-    columns; bar charts of the key metrics, curves per epoch, system metrics over time."""
+    button stores) for runs with these metrics: newest first (the UI nests children under their
+    parent only in that order), the ``parents``' children shown; label, key metrics, seed and
+    logged models as columns; bar charts of the key metrics, curves per epoch, system metrics
+    over time."""
     names = set(metric_names)
     evals = sorted(n for n in names if n.startswith(contract.EVAL_PREFIX))
     key = sorted(n for n in names if contract.is_downstream_metric(n)) + list(contract.KEY_METRICS)
     system = sorted((n for n in names if n.startswith(contract.SYSTEM_METRICS_PREFIX)),
                     key=lambda n: (not n.endswith(contract.SYSTEM_METRICS_FIRST), n))
     columns = [_column("tags", contract.TAG_LABEL), *(_column("metrics", n) for n in key),
-               _column("params", contract.PARAM_SEED), _column("attributes", "Dataset"),
-               _column("attributes", "Duration")]
+               _column("params", contract.PARAM_SEED), _column("attributes", "Models"),
+               _column("attributes", "Dataset"), _column("attributes", "Duration")]
     charts = [*(_chart("BAR", n, KEY_SECTION) for n in key),
               *(_line_chart(n, CURVE_SECTION) for n in [*contract.CURVE_METRICS, *evals]),
               *(_line_chart(n, SYSTEM_SECTION, xAxisKey="time", useGlobalXaxisKey=False) for n in system)]
-    return {"searchFilter": "", "orderByKey": f"tags.`{contract.TAG_RUN_NAME}`", "orderByAsc": True,
+    return {"searchFilter": "", "orderByKey": "attributes.start_time", "orderByAsc": False,
             "startTime": "ALL", "lifecycleFilter": "Active", "datasetsFilter": [],
             "modelVersionFilter": "All Runs", "runsHiddenMode": "SHOW_ALL",
+            "runsExpanded": {run_id: True for run_id in sorted(set(parents))},
             "selectedColumns": columns, "columnOrder": columns,
             "columnWidths": {c: COLUMN_WIDTHS[c.split(".")[0]] for c in columns},
             "compareRunSections": [_section(KEY_SECTION, "Key metrics"), _section(CURVE_SECTION, "Per epoch"),
@@ -82,18 +85,19 @@ def _line_chart(metric: str, section: str, **fields: Any) -> dict[str, Any]:
         "useGlobalXaxisKey": True, "useGlobalLineSmoothing": True, **fields})
 
 
-def write_training_view(client: MlflowClient, experiment_id: str, metric_names: Iterable[str]) -> None:
+def write_training_view(client: MlflowClient, experiment_id: str, metric_names: Iterable[str],
+                        parents: Iterable[str] = ()) -> None:
     """Store the training view on the experiment as MLflow's UI saves a view (an envelope that
     names it around the deflated state), if the state changed: the UI lists it under "Views"
     and loads it from the link's ``viewStateShareKey``."""
     from mlflow.utils.validation import MAX_EXPERIMENT_TAG_VAL_LENGTH
     tag = contract.TAG_SHARED_VIEW_PREFIX + contract.TRAINING_VIEW_KEY
-    names = list(metric_names)
-    state = _deflated(training_view_state(names))
+    names, parents = list(metric_names), list(parents)
+    state = _deflated(training_view_state(names, parents))
     if len(state) > MAX_EXPERIMENT_TAG_VAL_LENGTH - 200:  # the envelope must fit in the tag
         # hundreds of GPUs' system charts: the UI draws charts for the metrics a view lacks itself
         state = _deflated(training_view_state(
-            n for n in names if not n.startswith(contract.SYSTEM_METRICS_PREFIX)))
+            (n for n in names if not n.startswith(contract.SYSTEM_METRICS_PREFIX)), parents))
     previous = _saved_view(client.get_experiment(experiment_id).tags.get(tag))
     if previous.get("state") == state:
         return
@@ -126,28 +130,33 @@ def _saved_view(value: str | None) -> dict[str, Any]:
     return saved if isinstance(saved, dict) else {}
 
 
-def add_to_training_view(client: MlflowClient, experiment_id: str, metric_names: Iterable[str]) -> None:
-    """The training view with a finished run's metrics added to those it shows, without reading
-    the experiment's other runs. (Two runs ending at once may each miss the other's new names;
-    ``refresh_training_view`` finds them again.)"""
-    charts = saved_training_view(client, experiment_id).get("compareRunCharts", [])
-    shown = {chart["metricKey"] for chart in charts}  # every metric the view uses has a chart
-    write_training_view(client, experiment_id, shown | set(metric_names))
+def add_to_training_view(client: MlflowClient, experiment_id: str, metric_names: Iterable[str],
+                         parent_run_id: str | None = None) -> None:
+    """The training view with a finished run's metrics (and its parent, expanded) added to those
+    it shows, without reading the experiment's other runs. (Two runs ending at once may each miss
+    the other's; ``refresh_training_view`` finds them again.)"""
+    saved = saved_training_view(client, experiment_id)
+    shown = {chart["metricKey"] for chart in saved.get("compareRunCharts", [])}  # each metric shown has a chart
+    parents = set(saved.get("runsExpanded", {})) | ({parent_run_id} if parent_run_id else set())
+    write_training_view(client, experiment_id, shown | set(metric_names), parents)
 
 
 def refresh_training_view(client: MlflowClient, experiment_id: str) -> None:
     """The training view over the metrics all the experiment's runs logged so far (the downstream
     metrics' names are known only once runs logged them)."""
     names: set[str] = set()
+    parents: set[str] = set()
     token = None
     while True:
         page = client.search_runs([experiment_id], max_results=1000, page_token=token)
         for run in page:
             names.update(run.data.metrics)
+            parents.update([run.data.tags[contract.TAG_PARENT_RUN_ID]] if contract.TAG_PARENT_RUN_ID in run.data.tags
+                           else [])
         token = page.token
         if not token:
             break
-    write_training_view(client, experiment_id, names)
+    write_training_view(client, experiment_id, names, parents)
 
 
 def dashboard_links(tracking_uri: str, base_url: str) -> list[tuple[str, str]]:

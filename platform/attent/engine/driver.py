@@ -29,7 +29,7 @@ from ray.train.torch import TorchTrainer
 
 from .. import contract
 from ..config import DownstreamJob, ExperimentConfig, flatten
-from . import checkpoint, faults, figures
+from . import checkpoint, faults, figures, progress
 from .dashboard import add_to_training_view
 from .preflight.resources import check_cluster_resources, worker_bundle
 from .recipe import TrainingRecipe, WorkerContext
@@ -64,29 +64,40 @@ def run_pipeline(cfg: ExperimentConfig, **train_options) -> PipelineResult:
     training = train(cfg, **train_options)
     result = PipelineResult(training)
     if cfg.downstream:
-        result.downstream = run_downstream(cfg, training.run_id)
+        result.downstream = run_downstream(cfg, training.run_id, train_options.get("console", progress.Console()))
     return result
 
 
 def train(cfg: ExperimentConfig, *, parent_run_id: str | None = None, role: str = contract.ROLE_RUN,
-          extra_tags: dict[str, str] | None = None, callbacks: list | None = None) -> TrainResult:
+          extra_tags: dict[str, str] | None = None, callbacks: list | None = None,
+          console: progress.Console = progress.Console()) -> TrainResult:
     """One training run on Ray Train, recorded as one MLflow run. Re-running with the same name
     and storage path resumes from the latest checkpoint into the same MLflow run. ``callbacks``:
-    Ray Train's (a sweep trial's ``TuneReportCallback``)."""
+    Ray Train's (a sweep trial's ``TuneReportCallback``). ``console``: what the terminal shows
+    (by default everything Ray prints; the CLI's is one progress line, the rest in the run's log)."""
     cfg = cfg.resolved()
     with faults.run_lock(cfg):  # a second driver of this run refuses while this one lives
-        return _train(cfg, parent_run_id, role, extra_tags, callbacks)
+        log_file = progress.log_path(cfg.ray.storage_path, cfg.name)
+        with progress.captured_output(console, log_file) as terminal:
+            name = (extra_tags or {}).get(contract.TAG_RUN_NAME, cfg.name)
+            line = progress.RunProgress(console, terminal, name, cfg.train.epochs, log_file)
+            return _train(cfg, parent_run_id, role, extra_tags, callbacks, line)
 
 
 def _train(cfg: ExperimentConfig, parent_run_id: str | None, role: str, extra_tags: dict[str, str] | None,
-           callbacks: list | None) -> TrainResult:
-    ray_init_s = ensure_ray(cfg)  # before the MLflow run: the cluster check needs Ray
-    check_cluster_resources(cfg)
-    run_id, resumed = start_or_resume_run(cfg, role=role, parent_run_id=parent_run_id, extra_tags=extra_tags)
+           callbacks: list | None, line: progress.RunProgress) -> TrainResult:
+    try:
+        ray_init_s = ensure_ray(cfg)  # before the MLflow run: the cluster check needs Ray
+        check_cluster_resources(cfg)
+        run_id, resumed = start_or_resume_run(cfg, role=role, parent_run_id=parent_run_id, extra_tags=extra_tags)
+    except BaseException:
+        line.close(ok=False)
+        raise
     faults.clear_fatal(cfg)  # a failure noted by an earlier attempt is not this one's
     ok = False
     start = time.perf_counter() - ray_init_s  # the wall-clock still counts Ray's start-up
     try:
+        line.follow(cfg.mlflow.tracking_uri, run_id)
         trainer = TorchTrainer(
             train_loop_per_worker,
             train_loop_config={"config": cfg.model_dump(mode="json"), "run_id": run_id,
@@ -123,6 +134,10 @@ def _train(cfg: ExperimentConfig, parent_run_id: str | None, role: str, extra_ta
         ok = True
         return TrainResult(run_id, metrics, wallclock, resumed)
     finally:
+        line.close(cfg.mlflow.tracking_uri, run_id, ok)
+        if line.log_file is not None:  # the run's log, beside its metrics (small: the libraries' lines)
+            with contextlib.suppress(Exception):
+                client_for(cfg.mlflow.tracking_uri).log_artifact(run_id, str(line.log_file), "logs")
         finish_run(cfg.mlflow.tracking_uri, run_id, ok)
 
 
@@ -188,7 +203,8 @@ def driver_metrics(cfg: ExperimentConfig, run_id: str, wallclock: float, ray_ini
 # receives each job's final metrics as ``downstream.<job>.<metric>``, so a table reads one row per
 # pretraining configuration. Jobs that already finished (a resumed sweep, a re-run) are read back.
 
-def run_downstream(cfg: ExperimentConfig, pretraining_run_id: str) -> dict[str, float]:
+def run_downstream(cfg: ExperimentConfig, pretraining_run_id: str,
+                   console: progress.Console = progress.Console()) -> dict[str, float]:
     """Every downstream job of ``cfg`` on the weights of ``pretraining_run_id``; their final
     metrics, also logged on the pretraining run."""
     check_exported(cfg.mlflow.tracking_uri, pretraining_run_id)
@@ -203,7 +219,7 @@ def run_downstream(cfg: ExperimentConfig, pretraining_run_id: str) -> dict[str, 
         else:
             metrics = train(job_cfg, parent_run_id=pretraining_run_id, role=contract.ROLE_DOWNSTREAM,
                             extra_tags={contract.TAG_PRETRAINING_RUN: pretraining_run_id,
-                                        contract.TAG_DOWNSTREAM_JOB: job.name}).metrics
+                                        contract.TAG_DOWNSTREAM_JOB: job.name}, console=console).metrics
         finals.update({contract.downstream_metric(job.name, k[len(contract.EVAL_PREFIX):]): float(v)
                        for k, v in metrics.items() if k.startswith(contract.EVAL_PREFIX)})
     now = int(time.time() * 1000)

@@ -118,10 +118,10 @@ def start_or_resume_run(cfg: ExperimentConfig, *, role: str = "run", parent_run_
     if previous and previous.info.status != "FINISHED":
         client.update_run(previous.info.run_id, status="RUNNING")
         return previous.info.run_id, True
-    tags = {**run_tags(cfg, role), **(extra_tags or {})}
+    tags = {**run_tags(cfg, role), **(extra_tags or {})}  # extra_tags may name the run (a benchmark's method-seed)
     if parent_run_id:
         tags[contract.TAG_PARENT_RUN_ID] = parent_run_id
-    run = client.create_run(experiment_id, run_name=cfg.name, tags=tags)
+    run = client.create_run(experiment_id, run_name=tags[contract.TAG_RUN_NAME], tags=tags)
     params = {k: _param(v) for k, v in flatten(cfg).items()}
     items = list(params.items())
     for i in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
@@ -136,7 +136,8 @@ def finish_run(tracking_uri: str, run_id: str, ok: bool) -> None:
     client.set_terminated(run_id, status=RunStatus.to_string(RunStatus.FINISHED if ok else RunStatus.FAILED))
     try:
         run = client.get_run(run_id)
-        add_to_training_view(client, run.info.experiment_id, run.data.metrics)
+        add_to_training_view(client, run.info.experiment_id, run.data.metrics,
+                             run.data.tags.get(contract.TAG_PARENT_RUN_ID))
     except MlflowException as error:  # a view is no reason to fail a finished run
         print(f"[attent] could not refresh the dashboard's training view: {error}", flush=True)
 

@@ -1,0 +1,173 @@
+"""What a person sees while a run trains: one progress line per run (tqdm, updated in place on a
+terminal; a plain line per epoch when the output is a file, a pipe or `ray job submit`'s log),
+while everything the libraries print (Ray's worker and controller output, MLflow's and Ray's
+log records, warnings) goes to the run's log file, which is also logged to the run.
+
+The line follows the run through its MLflow metrics (the ``epoch`` row rank 0 logs after every
+epoch), so it works the same on a local Ray and on a cluster. ``Console.stream()`` (the library's
+default, and ``attent --verbose``) changes nothing: every line as Ray forwards it.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Iterator
+
+from .. import contract
+
+LIVE, PLAIN, STREAM = "live", "plain", "stream"
+POLL_SECONDS = 1.0  # how often the line reads the run's metrics (one small query)
+
+
+@dataclass(frozen=True)
+class Console:
+    mode: str = STREAM  # live | plain | stream
+
+    @classmethod
+    def for_cli(cls, verbose: bool) -> "Console":
+        """live on a terminal, plain lines otherwise; --verbose streams everything as before."""
+        if verbose:
+            return cls(STREAM)
+        return cls(LIVE if sys.stderr.isatty() else PLAIN)
+
+    @property
+    def quiet(self) -> bool:
+        return self.mode != STREAM
+
+
+def log_path(storage_path: str, name: str) -> Path:
+    """The run's log file: in its folder under a local storage path, else in attent's log folder."""
+    from ..errors import LOG_DIR_ENV
+    if "://" not in storage_path:
+        return Path(storage_path) / name / "attent.log"
+    return Path(os.environ.get(LOG_DIR_ENV) or Path.home() / ".cache" / "attent" / "logs") / f"{name}.log"
+
+
+@contextlib.contextmanager
+def captured_output(console: Console, path: Path) -> Iterator[IO[str] | None]:
+    """While the body runs, this process's stdout and stderr (file descriptors 1 and 2, so the
+    output of Ray's log monitor, of C++ code and of child processes too) go to ``path``; yields a
+    stream to the terminal they pointed at before, for the progress line (None when streaming)."""
+    if not console.quiet:
+        yield None
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush(), sys.stderr.flush()
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    terminal = os.fdopen(os.dup(saved[2]), "w", buffering=1)
+    try:
+        os.write(log, f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()} ===\n".encode())
+        for fd in (1, 2):
+            os.dup2(log, fd)
+        yield terminal
+    finally:
+        sys.stdout.flush(), sys.stderr.flush()
+        for fd, copy in saved.items():
+            os.dup2(copy, fd)
+            os.close(copy)
+        os.close(log)
+        terminal.close()
+
+
+class RunProgress:
+    """The progress line of one run: its phase before the first epoch, then epochs done, the
+    training loss and evaluation metrics of the latest one, elapsed time and the ETA."""
+
+    def __init__(self, console: Console, terminal: IO[str] | None, name: str, epochs: int,
+                 log_file: Path | None = None):
+        self.console, self.terminal, self.name, self.epochs = console, terminal, name, epochs
+        self.log_file = log_file if terminal is not None else None  # where the libraries' output went
+        self.started = time.perf_counter()
+        self.epoch_seen = 0
+        self.pace_from: tuple[float, int] | None = None  # (when, epochs done then): the ETA's start
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._bar = None
+        if terminal is not None and console.mode == LIVE:
+            from tqdm import tqdm
+            self._bar = tqdm(total=epochs, desc=name, unit="epoch", file=terminal, ncols=width(terminal),
+                             # the ETA is the epochs' own pace (postfix), not one that counts Ray's start-up
+                             bar_format="{desc} {n_fmt}/{total_fmt} epochs |{bar:12}| {elapsed}{postfix}")
+            self._bar.set_postfix_str("starting Ray workers")  # until set-up ends
+
+    def follow(self, tracking_uri: str, run_id: str) -> None:
+        """Read the run's metrics every second from now on (a resumed run starts at its epoch)."""
+        if self.terminal is None:
+            return
+        from .tracking import client_for
+        client = client_for(tracking_uri)
+        self.epoch_seen = int(client.get_run(run_id).data.metrics.get("epoch", 0))
+        if self._bar is not None and self.epoch_seen:
+            self._bar.update(self.epoch_seen)
+
+        def poll() -> None:
+            while not self._stop.wait(POLL_SECONDS):
+                self.update(client.get_run(run_id).data.metrics)
+        self._thread = threading.Thread(target=poll, name=f"progress-{run_id[:8]}", daemon=True)
+        self._thread.start()
+
+    def update(self, metrics: dict[str, float]) -> None:
+        now, epoch = time.perf_counter(), int(metrics.get("epoch", 0))
+        if self.pace_from is None and (epoch > self.epoch_seen or contract.TIME_SETUP in metrics):
+            # the first epoch began about when set-up ended (or, resumed, when an epoch was first seen)
+            self.pace_from = (now if epoch == self.epoch_seen else self.started, self.epoch_seen)
+            if self._bar is not None and epoch == self.epoch_seen:
+                self._bar.set_postfix_str("training")
+        if epoch <= self.epoch_seen:
+            return
+        since, done_then = self.pace_from
+        eta = (now - since) / max(epoch - done_then, 1) * (self.epochs - epoch)
+        shown = f"{summary(metrics)}, ETA {clock(eta)}" if epoch < self.epochs else summary(metrics)
+        if self._bar is not None:
+            self._bar.update(epoch - self.epoch_seen)
+            self._bar.set_postfix_str(shown)
+        else:
+            print(f"{self.name} epoch {epoch}/{self.epochs}: {shown}, elapsed {clock(now - self.started)}",
+                  file=self.terminal, flush=True)
+        self.epoch_seen = epoch
+
+    def close(self, tracking_uri: str | None = None, run_id: str | None = None, ok: bool = True) -> None:
+        """Stop following; the line shows the run's last epoch (read once more) and its outcome."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if ok and tracking_uri and run_id and self.terminal is not None:
+            from .tracking import client_for
+            with contextlib.suppress(Exception):  # the line is a courtesy: never fail a run for it
+                self.update(client_for(tracking_uri).get_run(run_id).data.metrics)
+        if self._bar is not None:
+            if not ok:
+                self._bar.set_postfix_str(f"{self._bar.postfix or ''}, failed".strip(", "))
+            self._bar.close()
+        if not ok and self.log_file is not None:
+            print(f"{self.name}: Ray's and the libraries' output is in {self.log_file}", file=self.terminal, flush=True)
+
+
+def summary(metrics: dict[str, float]) -> str:
+    """``loss 0.4123, test_accuracy 0.8125``: the training loss and every evaluation metric."""
+    parts = []
+    if contract.TRAIN_LOSS in metrics:
+        parts.append(f"loss {metrics[contract.TRAIN_LOSS]:.4f}")
+    parts += [f"{k[len(contract.EVAL_PREFIX):]} {v:.4f}" for k, v in sorted(metrics.items())
+              if k.startswith(contract.EVAL_PREFIX) and not math.isnan(v)]
+    return ", ".join(parts)
+
+
+def width(terminal: IO[str]) -> int:
+    """The terminal's width (a terminal that reports none, like a fresh pseudo-terminal: 100)."""
+    try:
+        return os.get_terminal_size(terminal.fileno()).columns or 100
+    except OSError:
+        return 100
+
+
+def clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
