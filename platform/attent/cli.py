@@ -245,20 +245,20 @@ def _tracking_uri(given: str | None) -> str:
 
 
 def cmd_ui(args) -> int:
+    """`mlflow ui` over the store as a child: its links are printed once it answers."""
+    from . import server
     uri = _tracking_uri(args.tracking_uri)
+    server.check_port_free(args.host, args.port)
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
                "--host", args.host, "--port", str(args.port), "--workers", "1"]
     base = f"http://{args.host}:{args.port}"
-    print(f"MLflow dashboard: {base}  (store {uri}; Ctrl-C stops it)", flush=True)
-    print_dashboard_links(uri, base)
-    os.execv(sys.executable, command)
+    from .engine.dashboard import dashboard_links  # imports MLflow while the server starts
 
-
-def print_dashboard_links(uri: str, base: str) -> None:
-    """Each experiment's training view: MLflow 3.17 opens on its GenAI pages without the link."""
-    from .engine.dashboard import dashboard_links
-    for name, link in dashboard_links(uri, base):
-        print(f"  {name}: {link}", flush=True)
+    def announce() -> None:
+        print(f"MLflow dashboard: {base}  (store {uri}; Ctrl-C stops it)", flush=True)
+        for name, link in dashboard_links(uri, base):  # MLflow 3.17 opens on its GenAI pages without them
+            print(f"  {name}: {link}", flush=True)
+    return server.serve_in_foreground(command, server.local_url(args.host, args.port), announce)
 
 
 def cmd_server(args) -> int:
@@ -269,10 +269,11 @@ def cmd_server(args) -> int:
     spec = server.ServerSpec(backend, server.resolve_artifacts(args.artifacts_destination, Path.cwd()),
                              args.host, args.port, args.workers, args.allowed_hosts)
     server.check_spec(spec)
-    print(f"MLflow tracking server: export MLFLOW_TRACKING_URI={spec.url}  (store {backend}; artifacts "
-          f"{spec.artifacts_destination}; Ctrl-C stops it)", flush=True)
-    command = server.server_command(spec)
-    os.execv(command[0], command)
+
+    def announce() -> None:
+        print(f"MLflow tracking server: export MLFLOW_TRACKING_URI={spec.url}  (store {backend}; artifacts "
+              f"{spec.artifacts_destination}; Ctrl-C stops it)", flush=True)
+    return server.serve_in_foreground(server.server_command(spec), server.local_url(spec.host, spec.port), announce)
 
 
 def cmd_downstream(args) -> int:
