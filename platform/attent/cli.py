@@ -26,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:  # MLflow's INFO records (store creation, migrations) are no news to a user
         os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     try:
+        if getattr(args, "config", None) is not None:  # before any command imports Ray (seconds)
+            from .config import require_file
+            require_file(args.config)
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
         print(f"attent {args.command}: interrupted", file=sys.stderr)

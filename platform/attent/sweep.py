@@ -133,17 +133,16 @@ DIRECT_SQLITE_ENV = "ATTENT_SWEEP_DIRECT_SQLITE"
 def run_sweep(path: str | Path, *, resume: bool = False, overrides: list[str] | None = None,
               name: str | None = None):
     """Run (or, with ``resume``, finish) a sweep: checks, Ray, the MLflow parent run, then Tune."""
-    from .engine import tracking
-    from .engine.driver import ensure_ray
-    from .engine.preflight import check_experiment
-    from .engine.preflight.resources import check_cluster_resources
-
-    sweep = load_sweep(path, overrides, name=name)
+    sweep = load_sweep(path, overrides, name=name)  # a bad file is refused before Ray is imported (seconds)
     base = sweep.base.resolved()
     trials = [(tid, cfg.resolved()) for tid, cfg in sweep.trials]
+    from .engine.preflight import check_experiment
     check_experiment(*(cfg for _, cfg in trials))  # store, resources, data: before Ray starts
     tune_path = sweep_location(base.ray.storage_path, sweep.spec.name)
     _check_resume(tune_path, sweep.spec.name, resume)
+    from .engine import tracking
+    from .engine.driver import ensure_ray
+    from .engine.preflight.resources import check_cluster_resources
     ensure_ray(base)  # before the parent run: the cluster check needs Ray
     check_cluster_resources(*(cfg for _, cfg in trials), driver=TRIAL_DRIVER_RESOURCES)
     parent_id = _parent_run(base, sweep.spec.name, tune_path)  # creates the experiment, store-side
