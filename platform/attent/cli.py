@@ -236,9 +236,13 @@ def cmd_bench(args) -> int:
 
 
 def cmd_report(args) -> int:
+    """The report (analysis/, which reads MLflow through the run contract alone), after the
+    experiment's runs left RUNNING by a dead driver are closed KILLED (the report leaves them out)."""
     from analysis.report import main as report_main
-    return report_main(["--experiment", args.experiment, "--out", args.out,
-                        "--tracking-uri", _tracking_uri(args.tracking_uri)])
+    from .engine.tracking import close_runs_of_dead_drivers_in
+    uri = _tracking_uri(args.tracking_uri)
+    close_runs_of_dead_drivers_in(uri, args.experiment)
+    return report_main(["--experiment", args.experiment, "--out", args.out, "--tracking-uri", uri])
 
 
 def _tracking_uri(given: str | None) -> str:
@@ -256,8 +260,10 @@ def cmd_ui(args) -> int:
                "--host", args.host, "--port", str(args.port), "--workers", "1"]
     base = f"http://{args.host}:{args.port}"
     from .engine.dashboard import dashboard_links  # imports MLflow while the server starts
+    from .engine.tracking import close_runs_of_dead_drivers_in
 
     def announce() -> None:
+        close_runs_of_dead_drivers_in(uri)  # once the server made the store: no two first writers
         print(f"MLflow dashboard: {base}  (store {uri}; Ctrl-C stops it)", flush=True)
         for name, link in dashboard_links(uri, base):  # MLflow 3.17 opens on its GenAI pages without them
             print(f"  {name}: {link}", flush=True)

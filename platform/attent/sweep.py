@@ -259,15 +259,15 @@ def _parent_run(base: ExperimentConfig, name: str, key: str) -> str:
     """The sweep's MLflow parent run: reopened on --resume, created otherwise."""
     from .engine import tracking
     client = tracking.client_for(base.mlflow.tracking_uri)
-    experiment_id = tracking.ensure_experiment(client, base.mlflow.experiment, base.mlflow.tracking_uri)
+    experiment_id = tracking.open_experiment(client, base.mlflow.experiment, base.mlflow.tracking_uri)
     found = client.search_runs([experiment_id], filter_string=f"tags.`{contract.TAG_SWEEP_KEY}` = '{key}'",
                                max_results=1)
     if found:
-        client.update_run(found[0].info.run_id, status="RUNNING")
+        tracking.reopen_run(client, found[0].info.run_id)
         return found[0].info.run_id
     tags = {contract.TAG_ROLE: contract.ROLE_SWEEP, contract.TAG_SWEEP: name, contract.TAG_SWEEP_KEY: key,
             contract.TAG_RUN_NAME: name, contract.TAG_TASK: base.task.name,
-            contract.TAG_GIT_COMMIT: tracking.git_commit()}
+            contract.TAG_GIT_COMMIT: tracking.git_commit(), **tracking.driver_tags()}
     run = client.create_run(experiment_id, run_name=name, tags=tags)
     client.log_text(run.info.run_id, tracking.yaml_dump(base), "base_config.yaml")
     return run.info.run_id
