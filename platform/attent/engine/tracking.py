@@ -103,6 +103,8 @@ def close_runs_of_dead_drivers(client: MlflowClient, experiment_ids: list[str]) 
         identity = run_driver(run)
         if identity is None or faults.driver_alive(identity) is not False:
             continue
+        if run_driver(client.get_run(run.info.run_id)) != identity:  # a new driver reopened it meanwhile
+            continue
         driver = faults.describe_driver(identity)
         client.set_tag(run.info.run_id, contract.TAG_CLOSED_AS_KILLED,
                        f"its driver ({driver}) was gone at {time.strftime('%Y-%m-%d %H:%M:%S')}")
