@@ -197,7 +197,7 @@ def start_or_resume_run(cfg: ExperimentConfig, *, role: str = "run", parent_run_
     """(run id, resumed). A run with the same storage path and name that did not finish is
     reopened, so re-running a crashed experiment adds to the same MLflow run."""
     client = client_for(cfg.mlflow.tracking_uri)
-    experiment_id = open_experiment(client, cfg.mlflow.experiment, cfg.mlflow.tracking_uri)
+    experiment_id = ensure_experiment(client, cfg.mlflow.experiment, cfg.mlflow.tracking_uri)
     previous = latest_run(cfg)
     if previous and previous.info.status != contract.STATUS_FINISHED:
         reopen_run(client, previous.info.run_id)
