@@ -38,6 +38,7 @@ class Report:
     logged_to: list[str]  # sweep parent run ids that received the files as artifacts
     runs: int  # finished training runs reported
     unfinished: int  # training runs left out because they have not finished
+    killed: int  # training runs left out because they ended KILLED (their driver died)
 
 
 def slug(name: str) -> str:
@@ -80,9 +81,10 @@ def write_table(table: Table, out: Path) -> list[Path]:
 
 
 def index_markdown(experiment: str, tables: list[Table], figure_paths: list[Path],
-                   runs: int, unfinished: int) -> str:
+                   runs: int, unfinished: int, killed: int) -> str:
     lines = [f"# Report: {experiment}", "",
-             f"{runs} finished training runs; {unfinished} unfinished runs left out. "
+             f"{runs} finished training runs; {unfinished} unfinished and {killed} killed runs "
+             "(their driver died mid-run) left out. "
              "Cells are mean ± std over seeds (sample std, ddof=1); n = runs; "
              "bold = best in its column; — = no run. Runs differing in more than the seed are "
              f"never averaged: the {CONFIG_HEADER} column names what tells them apart.", "",
@@ -133,7 +135,7 @@ def build_report(experiment: str, tracking_uri: str | None = None,
             fig.savefig(out / f"{stem}.png", dpi=120, bbox_inches="tight")  # long row labels
             figure_paths.append(out / f"{stem}.png")
     files += figure_paths
-    index = index_markdown(experiment, tables, figure_paths, len(loaded.runs), loaded.unfinished)
+    index = index_markdown(experiment, tables, figure_paths, len(loaded.runs), loaded.unfinished, loaded.killed)
     (out / INDEX_FILE).write_text(index, encoding="utf-8")
     files.append(out / INDEX_FILE)
     print(index)
@@ -145,7 +147,7 @@ def build_report(experiment: str, tracking_uri: str | None = None,
     print(f"\nWrote {len(files)} files to {out}"
           + (f"; logged them to sweep run(s) {', '.join(logged_to)}" if logged_to else ""))
     return Report(experiment, out, tables, figure_paths, files, logged_to, len(loaded.runs),
-                  loaded.unfinished)
+                  loaded.unfinished, loaded.killed)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -67,7 +67,8 @@ class ReportError(Exception):
 class ExperimentRuns:
     runs: pd.DataFrame  # finished training runs, one row each
     sweep_parent_ids: list[str]  # sweep parents with at least one of those runs as child
-    unfinished: int  # training runs skipped because they are not FINISHED
+    unfinished: int  # training runs skipped because they have not finished (running, failed)
+    killed: int  # training runs skipped because they ended KILLED (their driver died mid-run)
 
 
 def run_record(run: Run) -> dict[str, object]:
@@ -126,13 +127,15 @@ def load_experiment_runs(client: MlflowClient, experiment: str) -> ExperimentRun
         raise ReportError(f"MLflow experiment {experiment!r} has no runs yet.")
     is_sweep = everything[ROLE].eq(contract.ROLE_SWEEP)
     training = everything[everything[ROLE].isin(contract.TRAINING_ROLES)]  # not other tools' runs
-    finished = training[training["status"].eq("FINISHED")].reset_index(drop=True)
+    finished = training[training["status"].eq(contract.STATUS_FINISHED)].reset_index(drop=True)
+    killed = int(training["status"].eq(contract.STATUS_KILLED).sum())
+    unfinished = len(training) - len(finished) - killed
     if finished.empty:
         raise ReportError(f"MLflow experiment {experiment!r} has no finished training runs "
-                          f"({len(training)} unfinished).")
+                          f"({unfinished} unfinished, {killed} killed).")
     parents = everything.loc[is_sweep, "run_id"]
     parents = parents[parents.isin(finished[PARENT_RUN_ID])].tolist()
-    return ExperimentRuns(finished, parents, len(training) - len(finished))
+    return ExperimentRuns(finished, parents, unfinished, killed)
 
 
 def load_histories(client: MlflowClient, run_ids: list[str], keys: list[str]) -> pd.DataFrame:

@@ -1,6 +1,7 @@
 """The training engine on a real Ray cluster, real MLflow (SQLite) and real data (digits)."""
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -83,7 +84,10 @@ def test_worker_failure_restarts_from_checkpoint_with_identical_metrics(restarte
     assert len(restored) == 1 and 1 <= restored[0].value <= 2  # from a checkpoint (the latest it saved), not from scratch
 
 
-def test_ray_job_submit_runs_attent_train(ray_cluster, tmp_path, mlflow_uri):
+def test_ray_job_submit_as_the_readme_shows_runs_attent_train(ray_cluster, tmp_path, mlflow_uri):
+    """README, *Using it*: with RAY_AUTH_MODE=token exported, `ray job submit --working-dir . --
+    attent train FILE` to a Ray started from the venv (the session's) finishes its MLflow run;
+    without the mode Ray's client is refused."""
     work = tmp_path / "job"
     work.mkdir()
     (work / "exp.yaml").write_text(
@@ -93,11 +97,18 @@ def test_ray_job_submit_runs_attent_train(ray_cluster, tmp_path, mlflow_uri):
         f"ray: {{storage_path: {tmp_path / 'ray_results'}}}\n"
         f"mlflow: {{tracking_uri: '{mlflow_uri}', experiment: engine-test}}\n")
     from conftest import BIN
+    shell = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS")}
+    shell["PATH"] = f"{BIN}{os.pathsep}{shell.get('PATH', '')}"  # the user's shell, venv active
+    submit = ["ray", "job", "submit", "--address", ray_cluster["dashboard"], "--working-dir", ".", "--",
+              "attent", "train", "exp.yaml"]
+
+    refused = subprocess.run(submit, capture_output=True, text=True, timeout=300, cwd=work, env=shell)
+    assert refused.returncode != 0 and "AuthenticationError" in refused.stdout + refused.stderr
+
     deadline = time.monotonic() + 180  # a head under load may not have its job agent up yet; Ray says to retry
     while True:
-        proc = subprocess.run([str(BIN / "ray"), "job", "submit", "--address", ray_cluster["dashboard"],
-                               "--working-dir", str(work), "--", str(BIN / "attent"), "train", "exp.yaml"],
-                              capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(submit, capture_output=True, text=True, timeout=600, cwd=work,
+                              env={**shell, "RAY_AUTH_MODE": "token"})  # export RAY_AUTH_MODE=token
         if "No available agent to submit job" not in proc.stderr or time.monotonic() > deadline:
             break
         time.sleep(10)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -173,6 +174,9 @@ def test_an_unreachable_ray_address_is_one_line_within_seconds(tmp_path, capsys)
 # --- 5. a killed driver, and two drivers of one run ----------------------------------------------
 @pytest.mark.slow
 def test_workers_stop_with_their_killed_driver_and_a_second_driver_refuses(ray_cluster, tmp_path, mlflow_uri):
+    """A second driver of a live run refuses, and `attent report` leaves the live driver's run
+    RUNNING. SIGKILLed, the driver takes its workers with it; the next `attent report` closes its
+    run KILLED, saying so, and leaves it out of the report."""
     import psutil
     cfg = tmp_path / "long.yaml"
     cfg.write_text(json.dumps({
@@ -199,6 +203,9 @@ def test_workers_stop_with_their_killed_driver_and_a_second_driver_refuses(ray_c
         assert second.returncode == 2
         line = second.stderr.strip().splitlines()[-1]
         assert "is being trained by another `attent train` (pid" in line and str(driver.pid) in line
+        report = attent_report(mlflow_uri, tmp_path)
+        assert "closed" not in report.stderr and "(1 unfinished, 0 killed)" in report.stderr
+        assert client.get_run(run_id).info.status == "RUNNING"  # its driver lives
 
         workers = [p for p in ray_processes(ray_cluster["temp_dir"])  # this cluster's, not another Ray's
                    if "RayTrainWorker" in " ".join(p.cmdline())]
@@ -210,9 +217,69 @@ def test_workers_stop_with_their_killed_driver_and_a_second_driver_refuses(ray_c
         logged = len(client.get_metric_history(run_id, "train_loss"))
         time.sleep(3)
         assert len(client.get_metric_history(run_id, "train_loss")) == logged  # nothing logs into the run now
+        assert client.get_run(run_id).info.status == "RUNNING"  # as the dead driver left it
+
+        report = attent_report(mlflow_uri, tmp_path)
+        assert (f"[attent] closed 1 run left RUNNING by a dead driver (pid {driver.pid} on {socket.gethostname()}): "
+                "orphan → KILLED") in report.stderr.splitlines()
+        assert client.get_run(run_id).info.status == "KILLED"
+        assert report.returncode == 1 and "has no finished training runs (0 unfinished, 1 killed)" in report.stderr
     finally:
         if driver.poll() is None:
             driver.kill()
+
+
+def attent_report(uri: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "attent"), "report", "--experiment", "faults", "--tracking-uri", uri,
+                           "--out", str(tmp_path / "reports")], capture_output=True, text=True, timeout=300)
+
+
+def test_runs_of_dead_drivers_end_killed_and_live_or_unknown_ones_stay_running(tmp_path, mlflow_uri, capsys):
+    """Runs left RUNNING: by a driver that exited, or whose pid another process now holds, end
+    KILLED in one line; by a live driver, a driver on another machine or an untagged run stay
+    RUNNING; a finished run stays finished."""
+    from attent import contract
+    from attent.engine import faults, tracking
+    exited = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    exited_identity = {**faults.process_identity(), "pid": exited.pid,
+                       "started": faults.process_start_time(exited.pid)}
+    exited.kill()
+    exited.wait()
+    me = faults.process_identity()
+    drivers = {"exited": exited_identity,
+               "pid-reused": {**me, "started": me["started"] - 3600},  # this pid, an hour before this process
+               "live": me,
+               "elsewhere": {**me, "host": "another-machine"},
+               "untagged": None,
+               "finished": exited_identity}
+    client = tracking.client_for(mlflow_uri)
+    experiment_id = tracking.ensure_experiment(client, "faults", mlflow_uri)
+    for name, identity in drivers.items():
+        tags = {contract.TAG_DRIVER: json.dumps(identity)} if identity else {}
+        run = client.create_run(experiment_id, run_name=name, tags=tags)
+        if name == "finished":
+            client.set_terminated(run.info.run_id, "FINISHED")
+
+    assert tracking.close_runs_of_dead_drivers_in(mlflow_uri, "faults") == ["exited", "pid-reused"]
+    line, = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[attent]")]  # not MLflow's
+    host = socket.gethostname()
+    assert line == (f"[attent] closed 2 runs left RUNNING by dead drivers: exited (pid {exited.pid} on {host}) → "
+                    f"KILLED, pid-reused (pid {os.getpid()} on {host}) → KILLED")
+    status = {r.info.run_name: r.info.status for r in client.search_runs([experiment_id])}
+    assert status == {"exited": "KILLED", "pid-reused": "KILLED", "live": "RUNNING", "elsewhere": "RUNNING",
+                      "untagged": "RUNNING", "finished": "FINISHED"}
+    killed, = client.search_runs([experiment_id], "tags.`mlflow.runName` = 'exited'")
+    assert f"its driver (pid {exited.pid} on {host}) was gone" in killed.data.tags[contract.TAG_CLOSED_AS_KILLED]
+    assert tracking.close_runs_of_dead_drivers_in(mlflow_uri, "faults") == []  # once
+
+
+def test_a_new_run_is_tagged_with_its_driver(tmp_path, mlflow_uri):
+    from attent import contract
+    from attent.engine import faults, tracking
+    cfg = digits(tmp_path, mlflow_uri, "tagged").resolved()
+    run_id, resumed = tracking.start_or_resume_run(cfg)
+    driver = json.loads(tracking.client_for(mlflow_uri).get_run(run_id).data.tags[contract.TAG_DRIVER])
+    assert not resumed and driver == faults.process_identity() and faults.driver_alive(driver) is True
 
 
 # --- 6. any other error: one line, the traceback in a log ----------------------------------------

@@ -1,10 +1,11 @@
 """analysis.report against a real MLflow SQLite store holding a small, fully known sweep.
 
 The sweep: one parent run (attent.role=sweep) with Hard and Soft AtteNT configs x 3 seeds as
-children, a full-data baseline x 3 seeds as standalone runs, and one child still RUNNING. Every
-final metric is chosen so means and stds are exact: stds are sample stds (ddof=1), e.g. method
-cost of the full runs [100, 110, 120] -> 110.0 ± 10.0. Further experiments in the same store
-cover fixed sample ratios, configurations that differ in more than the seed, and budgets.
+children, a full-data baseline x 3 seeds as standalone runs, one child still RUNNING and one
+KILLED (left out, counted). Every final metric is chosen so means and stds are exact: stds are
+sample stds (ddof=1), e.g. method cost of the full runs [100, 110, 120] -> 110.0 ± 10.0.
+Further experiments in the same store cover fixed sample ratios, configurations that differ in
+more than the seed, and budgets.
 """
 from __future__ import annotations
 
@@ -102,6 +103,7 @@ def store(tmp_path_factory) -> tuple[str, str, Path]:
         log_training_run(client, experiment_id, "hard", seed, parent_id)
         log_training_run(client, experiment_id, "soft", seed, parent_id)
     log_training_run(client, experiment_id, "soft", 0, parent_id, status="RUNNING")
+    log_training_run(client, experiment_id, "hard", 1, parent_id, status="KILLED")  # its driver died
     client.set_terminated(parent_id, "FINISHED")
     return uri, parent_id, root / "reports"
 
@@ -126,7 +128,9 @@ EXPECTED_ABLATION = HEADERS + """
 
 def test_picks_the_ablation_layout_and_counts_runs(report):
     assert [t.name for t in report.tables] == ["ablation"]
-    assert (report.runs, report.unfinished) == (9, 1)
+    assert (report.runs, report.unfinished, report.killed) == (9, 1, 1)
+    index = (report.out_dir / "report.md").read_text()
+    assert "9 finished training runs; 1 unfinished and 1 killed runs (their driver died mid-run) left out." in index
 
 
 def test_ablation_markdown_cells(report):
@@ -206,7 +210,7 @@ def test_missing_experiment_and_no_finished_runs_give_a_message(store, tmp_path,
     args = ["--experiment", "running-only", "--tracking-uri", uri, "--out", str(tmp_path)]
     assert main(args) == 1
     err = capsys.readouterr().err
-    assert "has no finished training runs (1 unfinished)" in err and "Traceback" not in err
+    assert "has no finished training runs (1 unfinished, 0 killed)" in err and "Traceback" not in err
 
 
 # --- runs as the engine logs them: identity tag, flattened config as params ----------------

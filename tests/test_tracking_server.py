@@ -10,6 +10,7 @@ out of memory (Ray's OOM killer stopped a trial).
 from __future__ import annotations
 
 import importlib.util
+import signal
 import socket
 import subprocess
 import sys
@@ -67,10 +68,10 @@ def test_server_prints_its_url_and_serves_localhost_and_other_machines(tmp_path)
                              "--allowed-hosts", allowed], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        first = proc.stdout.readline().decode()
-        assert f"MLFLOW_TRACKING_URI=http://127.0.0.1:{port}" in first
-        assert f"sqlite:///{tmp_path}/mlflow.db" in first  # the default store, absolute, as `attent ui`'s
-        server.wait_ready(f"http://127.0.0.1:{port}", proc)
+        line = line_with(proc, "MLFLOW_TRACKING_URI=")
+        assert f"MLFLOW_TRACKING_URI=http://127.0.0.1:{port}" in line
+        assert f"sqlite:///{tmp_path}/mlflow.db" in line  # the default store, absolute, as `attent ui`'s
+        assert health(f"http://127.0.0.1:{port}") == 200  # printed once it answers, not before
         client = MlflowClient(f"http://localhost:{port}")
         experiment = client.create_experiment("served")
         assert client.get_experiment(experiment).artifact_location.startswith("mlflow-artifacts:")
@@ -83,6 +84,45 @@ def test_server_prints_its_url_and_serves_localhost_and_other_machines(tmp_path)
             assert api_status(port, host) == expected, host
     finally:
         server.stop(proc)
+
+
+def test_ui_prints_its_links_once_it_answers_runs_no_job_runner_and_stops_on_ctrl_c(tmp_path):
+    """`attent ui`: the dashboard link is printed once the server answers; the server runs without
+    MLflow's job runner (no huey consumer processes); Ctrl-C stops it and every process it
+    started, exit 0."""
+    import psutil
+    port = free_port()
+    proc = subprocess.Popen([str(BIN / "attent"), "ui", "--tracking-uri", f"sqlite:///{tmp_path}/m.db",
+                             "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        line = line_with(proc, "MLflow dashboard:")
+        assert f"http://127.0.0.1:{port}" in line
+        assert health(f"http://127.0.0.1:{port}") == 200
+        started = psutil.Process(proc.pid).children(recursive=True)
+        commands = [" ".join(child.cmdline()) for child in started]
+        assert any("mlflow ui" in command for command in commands)
+        assert not [command for command in commands if "huey" in command or "_job_runner" in command]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+        gone, alive = psutil.wait_procs(started, timeout=30)
+        assert not alive
+    finally:
+        server.stop(proc)
+
+
+def line_with(proc: subprocess.Popen, text: str) -> str:
+    """The first line of the process's output that holds ``text`` (it must come before it exits)."""
+    for raw in proc.stdout:
+        if text in (line := raw.decode()):
+            return line
+    raise AssertionError(f"the process exited ({proc.wait()}) without printing {text!r}")
+
+
+def health(url: str) -> int:
+    """``<url>/health``'s status, asked once (no waiting for the server)."""
+    with urllib.request.urlopen(f"{url}/health", timeout=30) as answer:
+        return answer.status
 
 
 def api_status(port: int, host: str) -> int:

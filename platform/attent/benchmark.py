@@ -216,14 +216,15 @@ def run_benchmark(path: str | Path, overrides: list[str] | None = None, *, out_d
 
 def _parent_run(spec: BenchmarkSpec, tracking_uri: str) -> str:
     """The benchmark's MLflow parent run (reused when the command runs again)."""
-    from .engine.tracking import client_for, ensure_experiment
+    from .engine.tracking import client_for, driver_tags, open_experiment, reopen_run
     client = client_for(tracking_uri)
-    experiment_id = ensure_experiment(client, spec.name, tracking_uri)
+    experiment_id = open_experiment(client, spec.name, tracking_uri)
     found = client.search_runs([experiment_id], f"tags.`{contract.TAG_ROLE}` = '{contract.ROLE_BENCHMARK}'",
                                max_results=1, order_by=["attributes.start_time DESC"])
     if found:
-        client.update_run(found[0].info.run_id, status="RUNNING")
+        reopen_run(client, found[0].info.run_id)
         return found[0].info.run_id
-    run = client.create_run(experiment_id, run_name=spec.name, tags={contract.TAG_ROLE: contract.ROLE_BENCHMARK})
+    run = client.create_run(experiment_id, run_name=spec.name,
+                            tags={contract.TAG_ROLE: contract.ROLE_BENCHMARK, **driver_tags()})
     client.log_dict(run.info.run_id, spec.model_dump(mode="json"), "benchmark.json")
     return run.info.run_id

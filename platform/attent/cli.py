@@ -26,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:  # MLflow's INFO records (store creation, migrations) are no news to a user
         os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     try:
+        if getattr(args, "config", None) is not None:  # before any command imports Ray (seconds)
+            from .config import require_file
+            require_file(args.config)
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
         print(f"attent {args.command}: interrupted", file=sys.stderr)
@@ -233,9 +236,13 @@ def cmd_bench(args) -> int:
 
 
 def cmd_report(args) -> int:
+    """The report (analysis/, which reads MLflow through the run contract alone), after the
+    experiment's runs left RUNNING by a dead driver are closed KILLED (the report leaves them out)."""
     from analysis.report import main as report_main
-    return report_main(["--experiment", args.experiment, "--out", args.out,
-                        "--tracking-uri", _tracking_uri(args.tracking_uri)])
+    from .engine.tracking import close_runs_of_dead_drivers_in
+    uri = _tracking_uri(args.tracking_uri)
+    close_runs_of_dead_drivers_in(uri, args.experiment)
+    return report_main(["--experiment", args.experiment, "--out", args.out, "--tracking-uri", uri])
 
 
 def _tracking_uri(given: str | None) -> str:
@@ -245,20 +252,22 @@ def _tracking_uri(given: str | None) -> str:
 
 
 def cmd_ui(args) -> int:
+    """`mlflow ui` over the store as a child: its links are printed once it answers."""
+    from . import server
     uri = _tracking_uri(args.tracking_uri)
+    server.check_port_free(args.host, args.port)
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
                "--host", args.host, "--port", str(args.port), "--workers", "1"]
     base = f"http://{args.host}:{args.port}"
-    print(f"MLflow dashboard: {base}  (store {uri}; Ctrl-C stops it)", flush=True)
-    print_dashboard_links(uri, base)
-    os.execv(sys.executable, command)
+    from .engine.dashboard import dashboard_links  # imports MLflow while the server starts
+    from .engine.tracking import close_runs_of_dead_drivers_in
 
-
-def print_dashboard_links(uri: str, base: str) -> None:
-    """Each experiment's training view: MLflow 3.17 opens on its GenAI pages without the link."""
-    from .engine.dashboard import dashboard_links
-    for name, link in dashboard_links(uri, base):
-        print(f"  {name}: {link}", flush=True)
+    def announce() -> None:
+        close_runs_of_dead_drivers_in(uri)  # once the server made the store: no two first writers
+        print(f"MLflow dashboard: {base}  (store {uri}; Ctrl-C stops it)", flush=True)
+        for name, link in dashboard_links(uri, base):  # MLflow 3.17 opens on its GenAI pages without them
+            print(f"  {name}: {link}", flush=True)
+    return server.serve_in_foreground(command, server.local_url(args.host, args.port), announce)
 
 
 def cmd_server(args) -> int:
@@ -269,10 +278,11 @@ def cmd_server(args) -> int:
     spec = server.ServerSpec(backend, server.resolve_artifacts(args.artifacts_destination, Path.cwd()),
                              args.host, args.port, args.workers, args.allowed_hosts)
     server.check_spec(spec)
-    print(f"MLflow tracking server: export MLFLOW_TRACKING_URI={spec.url}  (store {backend}; artifacts "
-          f"{spec.artifacts_destination}; Ctrl-C stops it)", flush=True)
-    command = server.server_command(spec)
-    os.execv(command[0], command)
+
+    def announce() -> None:
+        print(f"MLflow tracking server: export MLFLOW_TRACKING_URI={spec.url}  (store {backend}; artifacts "
+              f"{spec.artifacts_destination}; Ctrl-C stops it)", flush=True)
+    return server.serve_in_foreground(server.server_command(spec), server.local_url(spec.host, spec.port), announce)
 
 
 def cmd_downstream(args) -> int:

@@ -200,10 +200,19 @@ def nest_keys(flat: dict[str, Any]) -> dict[str, Any]:
     return nested
 
 
-def read_yaml(path: str | Path) -> dict[str, Any]:
+def require_file(path: str | Path) -> Path:
+    """``path``, or a ConfigError naming it and where it was looked for."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file {str(path)!r} does not exist")
+    if path.is_file():
+        return path
+    what = "is a folder, not a file" if path.is_dir() else "does not exist"
+    where = "" if path.is_absolute() else f" (looked in {Path.cwd()})"
+    raise ConfigError(f"config file {str(path)!r} {what}{where}. Fix: give the path of a YAML file, "
+                      "e.g. experiments/digits_vit.yaml")
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = require_file(path)
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:

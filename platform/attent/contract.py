@@ -32,6 +32,8 @@ TAG_RUN_NAME = "mlflow.runName"
 TAG_PRETRAINING_RUN = "attent.pretraining_run"  # downstream jobs: the pretraining run they fine-tune
 TAG_DOWNSTREAM_JOB = "attent.downstream_job"    # downstream jobs: the job's name (classification...)
 TAG_SKIPPED_CHECKPOINTS = "attent.skipped_checkpoints"  # unreadable checkpoints a restore passed over, and why
+TAG_DRIVER = "attent.driver"                    # JSON: the process that owns the run while RUNNING (host, pid, start time)
+TAG_CLOSED_AS_KILLED = "attent.closed_as_killed"  # why a later command ended the run KILLED (its driver was gone)
 
 TAG_BENCH_WORKLOAD = "attent.benchmark.workload"  # time-to-accuracy benchmark runs: their workload,
 TAG_BENCH_METHOD = "attent.benchmark.method"      # the method's name in the benchmark (attent, hard, ...)
@@ -43,6 +45,7 @@ ROLE_THEORY, ROLE_THEORY_RUN = "theory", "theory_run"  # theory lab: parent run,
 TAG_THEORY_METHOD = "attent.theory.method"      # theory lab runs: greedy | random | full
 TAG_THEORY_SEED = "attent.theory.seed"
 TRAINING_ROLES = (ROLE_RUN, ROLE_TRIAL)
+STATUS_FINISHED, STATUS_RUNNING, STATUS_KILLED = "FINISHED", "RUNNING", "KILLED"  # MLflow's run statuses
 NONE = "none"                                   # tag value where a dimension does not apply
 METHOD_ATTENT = "attent"                        # TAG_METHOD values analysis singles out
 METHOD_FULL = "full"                            # the no-selection baseline

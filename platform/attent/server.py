@@ -21,7 +21,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 from urllib.parse import urlsplit
 
 DEFAULT_BACKEND = "sqlite:///mlflow.db"
@@ -31,6 +31,9 @@ DEFAULT_WORKERS = 4             # MLflow's own default: requests of concurrent t
 SQL_DIALECTS = ("sqlite", "postgresql", "mysql", "mssql")  # what MLflow's SQLAlchemy store takes
 READY_TIMEOUT_S = 120.0         # a first start migrates a fresh database (PostgreSQL: ~10 s)
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+# MLflow 3's job runner: a runner and 7 huey consumer processes per server, for GenAI jobs (LLM
+# judges, prompt optimisation, issue detection) that attent never submits. Off unless set.
+JOB_EXECUTION_ENV = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,13 @@ class ServerSpec:
         """The MLFLOW_TRACKING_URI clients use (a wildcard bind is reached by this machine's name)."""
         host = socket.getfqdn() if self.host in WILDCARD_HOSTS else self.host
         return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
+
+
+def local_url(host: str, port: int) -> str:
+    """Where this machine reaches a server bound to ``host`` (a wildcard bind: over loopback)."""
+    if host in WILDCARD_HOSTS:
+        host = "::1" if ":" in host else "127.0.0.1"
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 
 
 def is_sql_uri(uri: Optional[str]) -> bool:
@@ -114,6 +124,14 @@ def server_command(spec: ServerSpec) -> list[str]:
             "--allowed-hosts", allowed]
 
 
+def server_env() -> dict[str, str]:
+    """The environment every MLflow server attent starts runs in: this process's, with MLflow's
+    job runner off unless the user set ``MLFLOW_SERVER_ENABLE_JOB_EXECUTION`` themselves."""
+    env = dict(os.environ)
+    env.setdefault(JOB_EXECUTION_ENV, "false")
+    return env
+
+
 def resolve_artifacts(destination: str, base: Path) -> str:
     """A local artifacts directory made absolute (so the server's cwd does not matter);
     URIs (s3://, gs://, file://) unchanged."""
@@ -141,13 +159,43 @@ def start(spec: ServerSpec, log_path: Path, *, die_with_parent: bool = False) ->
     """Start the server in its own process group (output to ``log_path``); wait_ready next.
     ``die_with_parent``: the kernel stops it if this process dies, even by SIGKILL (Linux)."""
     check_spec(spec)
+    with open(log_path, "ab") as log:
+        return launch(server_command(spec), log, die_with_parent=die_with_parent)
+
+
+def launch(command: list[str], output=None, *, die_with_parent: bool = False) -> subprocess.Popen:
+    """An MLflow server command in its own process group (``stop`` ends it and its workers), in
+    ``server_env()``; its output to the file ``output`` or, without one, to this process's."""
     prctl = _prctl() if die_with_parent else None
     # In the child before exec: SIGTERM when the parent dies (PR_SET_PDEATHSIG = 1 survives exec);
     # prctl is looked up here, so the child only makes the call (no import after fork).
     on_start = (lambda: prctl(1, signal.SIGTERM)) if prctl else None
-    with open(log_path, "ab") as log:
-        return subprocess.Popen(server_command(spec), stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=on_start)
+    return subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT if output else None,
+                            env=server_env(), start_new_session=True, preexec_fn=on_start)
+
+
+def serve_in_foreground(command: list[str], url: str, on_ready: Callable[[], None]) -> int:
+    """Run an MLflow server until it exits, Ctrl-C or SIGTERM: its output goes to this terminal,
+    and ``on_ready`` (printing its links) runs once ``<url>/health`` answers, so a link printed
+    is a link that opens. Returns the server's exit code (0 when stopped here)."""
+    # SIGTERM and SIGHUP (a closed terminal) end this process through the ``finally`` below, as
+    # Ctrl-C does, so the server's process group never outlives it.
+    for stop_signal in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stop_signal, _raise_interrupt)
+    process = launch(command, die_with_parent=True)
+    try:
+        wait_ready(url, process, timeout=float("inf"))  # a big store's migration takes what it takes
+        on_ready()
+        return process.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if process.poll() is None:
+            stop(process)
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def _prctl():
@@ -194,5 +242,5 @@ def wait_ready(url: str, process: Optional[subprocess.Popen] = None,
             with urllib.request.urlopen(f"{url}/health", timeout=2):
                 return
         except (urllib.error.URLError, OSError):
-            time.sleep(0.5)
+            time.sleep(0.25)
     raise RuntimeError(f"the MLflow server at {url} did not answer within {timeout:g}s")

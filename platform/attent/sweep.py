@@ -133,17 +133,16 @@ DIRECT_SQLITE_ENV = "ATTENT_SWEEP_DIRECT_SQLITE"
 def run_sweep(path: str | Path, *, resume: bool = False, overrides: list[str] | None = None,
               name: str | None = None):
     """Run (or, with ``resume``, finish) a sweep: checks, Ray, the MLflow parent run, then Tune."""
-    from .engine import tracking
-    from .engine.driver import ensure_ray
-    from .engine.preflight import check_experiment
-    from .engine.preflight.resources import check_cluster_resources
-
-    sweep = load_sweep(path, overrides, name=name)
+    sweep = load_sweep(path, overrides, name=name)  # a bad file is refused before Ray is imported (seconds)
     base = sweep.base.resolved()
     trials = [(tid, cfg.resolved()) for tid, cfg in sweep.trials]
+    from .engine.preflight import check_experiment
     check_experiment(*(cfg for _, cfg in trials))  # store, resources, data: before Ray starts
     tune_path = sweep_location(base.ray.storage_path, sweep.spec.name)
     _check_resume(tune_path, sweep.spec.name, resume)
+    from .engine import tracking
+    from .engine.driver import ensure_ray
+    from .engine.preflight.resources import check_cluster_resources
     ensure_ray(base)  # before the parent run: the cluster check needs Ray
     check_cluster_resources(*(cfg for _, cfg in trials), driver=TRIAL_DRIVER_RESOURCES)
     parent_id = _parent_run(base, sweep.spec.name, tune_path)  # creates the experiment, store-side
@@ -260,15 +259,15 @@ def _parent_run(base: ExperimentConfig, name: str, key: str) -> str:
     """The sweep's MLflow parent run: reopened on --resume, created otherwise."""
     from .engine import tracking
     client = tracking.client_for(base.mlflow.tracking_uri)
-    experiment_id = tracking.ensure_experiment(client, base.mlflow.experiment, base.mlflow.tracking_uri)
+    experiment_id = tracking.open_experiment(client, base.mlflow.experiment, base.mlflow.tracking_uri)
     found = client.search_runs([experiment_id], filter_string=f"tags.`{contract.TAG_SWEEP_KEY}` = '{key}'",
                                max_results=1)
     if found:
-        client.update_run(found[0].info.run_id, status="RUNNING")
+        tracking.reopen_run(client, found[0].info.run_id)
         return found[0].info.run_id
     tags = {contract.TAG_ROLE: contract.ROLE_SWEEP, contract.TAG_SWEEP: name, contract.TAG_SWEEP_KEY: key,
             contract.TAG_RUN_NAME: name, contract.TAG_TASK: base.task.name,
-            contract.TAG_GIT_COMMIT: tracking.git_commit()}
+            contract.TAG_GIT_COMMIT: tracking.git_commit(), **tracking.driver_tags()}
     run = client.create_run(experiment_id, run_name=name, tags=tags)
     client.log_text(run.info.run_id, tracking.yaml_dump(base), "base_config.yaml")
     return run.info.run_id

@@ -33,8 +33,8 @@ from . import checkpoint, faults, figures, progress
 from .dashboard import add_to_training_view
 from .preflight.resources import check_cluster_resources, worker_bundle
 from .recipe import TrainingRecipe, WorkerContext
-from .tracking import (RunLogger, client_for, finish_run, latest_run, start_or_resume_run,
-                       start_system_metrics, stop_system_metrics)
+from .tracking import (RunLogger, client_for, close_runs_of_dead_drivers_in, finish_run, latest_run,
+                       start_or_resume_run, start_system_metrics, stop_system_metrics)
 
 EPOCHS_ENDED_UNIX = "epochs_ended_unix"  # last report only: when the last epoch ended (driver's teardown)
 TRAIN_POLL_ENV, TRAIN_POLL_SECONDS = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25"
@@ -77,6 +77,8 @@ def train(cfg: ExperimentConfig, *, parent_run_id: str | None = None, role: str 
     (by default everything Ray prints; the CLI's is one progress line, the rest in the run's log)."""
     cfg = cfg.resolved()
     with faults.run_lock(cfg):  # a second driver of this run refuses while this one lives
+        # before the libraries' output goes to the run's log: this line is for the terminal
+        close_runs_of_dead_drivers_in(cfg.mlflow.tracking_uri, cfg.mlflow.experiment)
         log_file = progress.log_path(cfg.ray.storage_path, cfg.name)
         with progress.captured_output(console, log_file) as terminal:
             name = (extra_tags or {}).get(contract.TAG_RUN_NAME, cfg.name)

@@ -78,10 +78,61 @@ def take_fatal(cfg: ExperimentConfig) -> RunFault | None:
 
 
 # --- a dead driver ------------------------------------------------------------------------------
+def process_identity() -> dict[str, object]:
+    """This process as a later process can recognise it, alive or dead: host name and pid, its
+    start time (a pid the system hands out again belongs to a process started later), and its
+    process table (Linux: the boot and pid namespace, so two containers sharing a host name, as
+    Docker's --network host gives them, never take each other's pids for their own)."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "started": process_start_time(os.getpid()),
+            "process_table": process_table()}
+
+
 def driver_identity() -> dict[str, object]:
-    """Who the driver is, for its workers' watchdog and for a second driver's refusal."""
+    """Who the driver is, for its workers' watchdog, a second driver's refusal and the MLflow
+    run's tag (``contract.TAG_DRIVER``)."""
     import ray.util
-    return {"pid": os.getpid(), "host": socket.gethostname(), "node_ip": ray.util.get_node_ip_address()}
+    return {**process_identity(), "node_ip": ray.util.get_node_ip_address()}
+
+
+def process_start_time(pid: int) -> float | None:
+    """When the process started (seconds since the epoch), None if there is no such process."""
+    import psutil
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def process_table() -> str:
+    """The boot and pid namespace this process's pids belong to, '' where the system does not say."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return f"{boot}/{os.readlink('/proc/self/ns/pid')}"
+    except OSError:
+        return ""
+
+
+def driver_alive(identity: dict[str, object]) -> bool | None:
+    """Whether the process ``identity`` names still runs: None where this process cannot tell (it
+    ran on another machine or in another container, or its pid is another user's we may not
+    inspect), else whether its pid is held by the process that started when it did."""
+    if identity.get("host") != socket.gethostname() or identity.get("process_table") != process_table():
+        return None
+    pid = int(identity["pid"])
+    if not pid_alive(pid):
+        return False
+    started = process_start_time(pid)
+    if started is None:
+        return None
+    return abs(started - float(identity.get("started") or 0)) < START_TIME_SLACK_S
+
+
+START_TIME_SLACK_S = 1.0  # start times are read in clock ticks (10 ms); a reused pid starts well after its last holder
+
+
+def describe_driver(identity: dict[str, object]) -> str:
+    """``pid 1234 on host-a``."""
+    return f"pid {identity.get('pid')} on {identity.get('host')}"
 
 
 def watch_driver(driver: dict[str, object] | None) -> None:

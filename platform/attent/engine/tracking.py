@@ -8,6 +8,7 @@ import hashlib
 import json
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Iterable
@@ -21,6 +22,7 @@ from mlflow.tracking import MlflowClient
 from .. import contract
 from ..config import ExperimentConfig, flatten
 from ..server import DEFAULT_ARTIFACTS
+from . import faults
 from .dashboard import add_to_training_view, write_training_view
 
 
@@ -66,6 +68,88 @@ def ensure_experiment(client: MlflowClient, name: str, tracking_uri: str) -> str
         return experiment.experiment_id
     write_training_view(client, experiment_id, [])
     return experiment_id
+
+
+def open_experiment(client: MlflowClient, name: str, tracking_uri: str) -> str:
+    """Experiment id, creating it if needed; its runs left RUNNING by a dead driver are closed."""
+    experiment_id = ensure_experiment(client, name, tracking_uri)
+    close_runs_of_dead_drivers(client, [experiment_id])
+    return experiment_id
+
+
+# --- runs whose driver died -------------------------------------------------------------------
+def driver_tags() -> dict[str, str]:
+    """The tag naming this process as the driver of a run, so that any later command on this
+    machine can tell whether the run's driver still lives."""
+    return {contract.TAG_DRIVER: json.dumps(faults.process_identity())}
+
+
+def reopen_run(client: MlflowClient, run_id: str) -> None:
+    """A run this process goes on with: tagged as its driver first, then RUNNING (the other order
+    would show a RUNNING run with a dead driver to a command looking in between)."""
+    for key, value in driver_tags().items():
+        client.set_tag(run_id, key, value)
+    client.update_run(run_id, status=contract.STATUS_RUNNING)
+
+
+def close_runs_of_dead_drivers(client: MlflowClient, experiment_ids: list[str]) -> list[str]:
+    """End KILLED the RUNNING runs of these experiments whose driver is gone (SIGKILL, a closed
+    laptop: nothing closed them), saying so in one line; their names. A run whose driver ran on
+    another machine is left as it is: only that machine can see its process (and the run's lock
+    file may lie on storage this one does not share)."""
+    closed = []
+    for run in search_runs_paged(client, experiment_ids, f"attributes.status = '{contract.STATUS_RUNNING}'",
+                                 order_by=["attributes.start_time ASC"]):
+        identity = run_driver(run)
+        if identity is None or faults.driver_alive(identity) is not False:
+            continue
+        if run_driver(client.get_run(run.info.run_id)) != identity:  # a new driver reopened it meanwhile
+            continue
+        driver = faults.describe_driver(identity)
+        client.set_tag(run.info.run_id, contract.TAG_CLOSED_AS_KILLED,
+                       f"its driver ({driver}) was gone at {time.strftime('%Y-%m-%d %H:%M:%S')}")
+        client.set_terminated(run.info.run_id, status=contract.STATUS_KILLED)
+        closed.append((run.info.run_name, driver))
+    if len(closed) == 1:
+        (name, driver), = closed
+        print(f"[attent] closed 1 run left RUNNING by a dead driver ({driver}): {name} → KILLED", file=sys.stderr)
+    elif closed:
+        print(f"[attent] closed {len(closed)} runs left RUNNING by dead drivers: "
+              + ", ".join(f"{name} ({driver}) → KILLED" for name, driver in closed), file=sys.stderr)
+    return [name for name, _ in closed]
+
+
+def close_runs_of_dead_drivers_in(tracking_uri: str, experiment: str | None = None) -> list[str]:
+    """``close_runs_of_dead_drivers`` for one experiment by name (nothing if it does not exist),
+    or for every experiment of the store."""
+    client = client_for(tracking_uri)
+    if experiment is None:
+        ids = [e.experiment_id for e in client.search_experiments()]
+    else:
+        found = client.get_experiment_by_name(experiment)
+        ids = [found.experiment_id] if found else []
+    return close_runs_of_dead_drivers(client, ids) if ids else []
+
+
+def run_driver(run) -> dict[str, object] | None:
+    """The driver a run is tagged with (None for runs from before the tag, or a tag not ours)."""
+    try:
+        identity = json.loads(run.data.tags.get(contract.TAG_DRIVER, "null"))
+    except ValueError:
+        return None
+    return identity if isinstance(identity, dict) and "pid" in identity else None
+
+
+def search_runs_paged(client: MlflowClient, experiment_ids: list[str], filter_string: str,
+                      order_by: list[str] | None = None) -> list:
+    runs, token = [], None
+    while True:
+        page = client.search_runs(experiment_ids, filter_string, max_results=1000, order_by=order_by,
+                                  page_token=token)
+        runs += page
+        token = page.token
+        if not token:
+            return runs
 
 
 def git_commit() -> str:
@@ -115,10 +199,10 @@ def start_or_resume_run(cfg: ExperimentConfig, *, role: str = "run", parent_run_
     client = client_for(cfg.mlflow.tracking_uri)
     experiment_id = ensure_experiment(client, cfg.mlflow.experiment, cfg.mlflow.tracking_uri)
     previous = latest_run(cfg)
-    if previous and previous.info.status != "FINISHED":
-        client.update_run(previous.info.run_id, status="RUNNING")
+    if previous and previous.info.status != contract.STATUS_FINISHED:
+        reopen_run(client, previous.info.run_id)
         return previous.info.run_id, True
-    tags = {**run_tags(cfg, role), **(extra_tags or {})}  # extra_tags may name the run (a benchmark's method-seed)
+    tags = {**run_tags(cfg, role), **driver_tags(), **(extra_tags or {})}  # extra_tags may name the run (a benchmark's method-seed)
     if parent_run_id:
         tags[contract.TAG_PARENT_RUN_ID] = parent_run_id
     run = client.create_run(experiment_id, run_name=tags[contract.TAG_RUN_NAME], tags=tags)

@@ -32,7 +32,7 @@ from mlflow.entities import Metric, Param, RunStatus
 
 from .. import contract
 from ..config import absolute_sqlite_uri
-from ..engine.tracking import client_for, ensure_experiment, git_commit
+from ..engine.tracking import client_for, driver_tags, git_commit, open_experiment
 from . import report
 from .config import TheoryConfig, flatten
 from .gradients import gradient_check, gradient_table
@@ -55,9 +55,10 @@ def run_experiment(cfg: TheoryConfig, *, out: str | Path | None = None, progress
     """Gradient check, teaching runs, summary, figures; everything into one MLflow parent run."""
     uri = absolute_sqlite_uri(cfg.mlflow.tracking_uri, Path.cwd())
     client = client_for(uri)
-    experiment_id = ensure_experiment(client, cfg.mlflow.experiment, uri)
+    experiment_id = open_experiment(client, cfg.mlflow.experiment, uri)
     parent = client.create_run(experiment_id, run_name=cfg.name, tags={
-        contract.TAG_ROLE: contract.ROLE_THEORY, contract.TAG_TASK: TASK_THEORY, contract.TAG_GIT_COMMIT: git_commit()})
+        contract.TAG_ROLE: contract.ROLE_THEORY, contract.TAG_TASK: TASK_THEORY, contract.TAG_GIT_COMMIT: git_commit(),
+        **driver_tags()})
     run_id = parent.info.run_id
     try:
         _log_params(client, run_id, cfg)
