@@ -165,7 +165,7 @@ class Task(abc.ABC):
         them. Frozen tensors the weights lack keep their built values (a checkpoint stores only
         what trains); a trainable one missing, or a tensor the model lacks, is refused."""
         missing, unexpected = model.load_state_dict(state, strict=False)
-        frozen = {name for name, p in model.named_parameters() if not p.requires_grad}
+        frozen = {name for name, p in model.named_parameters(remove_duplicate=False) if not p.requires_grad}
         trainable_missing = [name for name in missing if name not in frozen]
         if trainable_missing or unexpected:
             raise ValueError(f"the initial weights do not fit this {self.name} model: missing "
