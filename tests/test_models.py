@@ -207,3 +207,94 @@ def test_downstream_jobs_do_not_register_under_the_pretrainings_name(scene_root)
                             "train": {"epochs": 1}, "mlflow": {"registered_model": "encoders"},
                             "downstream": [{"name": "depth", "task": {"target": "depth"}, "train": {"epochs": 1}}]})
     assert cfg.downstream_experiment(cfg.downstream[0], pretrained=None).mlflow.registered_model is None
+
+
+# --- slow: the session's Ray runs ----------------------------------------------------------------
+
+def run_model_id(client: MlflowClient, run_id: str) -> str:
+    """The model a finished run logged (MLflow's link from the run to its outputs)."""
+    [output] = client.get_run(run_id).outputs.model_outputs
+    return output.model_id
+
+
+def last_checkpoint_model(cfg) -> dict[str, torch.Tensor]:
+    """The model state in a run's newest Ray checkpoint (the last epoch's)."""
+    newest = sorted(p for p in Path(cfg.ray.storage_path, cfg.name).glob("checkpoint_*") if p.is_dir())[-1]
+    return checkpoint.load(newest)["model"]
+
+
+@pytest.mark.slow
+def test_a_finished_run_logs_its_model_which_predicts_as_its_last_checkpoint(reference_runs, monkeypatch):
+    trained = reference_runs("digits-soft")
+    cfg, client = trained.cfg, MlflowClient(trained.tracking_uri)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", trained.tracking_uri)
+    run = client.get_run(trained.run_id)
+    model_id = run_model_id(client, trained.run_id)
+    assert run.outputs.model_outputs[0].step == cfg.train.epochs
+    assert run.data.metrics[contract.TIME_MODEL_LOG] > 0
+    linked = {m.key: m.value for m in client.get_logged_model(model_id).metrics}
+    assert linked["eval_test_accuracy"] == run.data.metrics["eval_test_accuracy"]  # the final metrics
+
+    # the model as a resumed run restores it: built by the task, loaded from the checkpoint
+    restored = TrainingRecipe(cfg, WorkerContext())
+    restored.setup()
+    checkpoint.load_trainable_state(restored.raw_model, last_checkpoint_model(cfg))
+    test = restored.task.splits.test
+    images = torch.stack([test[i]["image"] for i in range(len(test))])
+    with torch.no_grad():
+        expected = restored.raw_model.eval()(images)
+        logged = mlflow.pytorch.load_model(f"runs:/{trained.run_id}/model")(images)
+    torch.testing.assert_close(logged, expected)
+    accuracy = (logged.argmax(dim=1) == test.labels).float().mean().item()
+    assert accuracy == pytest.approx(run.data.metrics["eval_test_accuracy"])
+
+
+@pytest.mark.slow
+def test_a_run_starts_from_a_logged_model_and_registers_its_own(reference_runs, tmp_path, monkeypatch):
+    """A vision run from the reference run's model at a learning rate too small to move it: its
+    first evaluation is the reference run's last; its own model is version 1 of a registered name."""
+    from attent.engine.driver import train
+    from attent.selection.config import deep_merge
+    import shared_runs
+    reference = reference_runs("digits-soft")
+    client = MlflowClient(reference.tracking_uri)
+    source = f"models:/{run_model_id(client, reference.run_id)}"
+    cfg = build_experiment(deep_merge(shared_runs.DIGITS, {
+        "name": "from-model", "selection": {"method": "full"},
+        "train": {"epochs": 1, "lr": 1e-9, "init_weights": source}, "ray": {"num_workers": 1,
+        "storage_path": str(tmp_path / "ray_results")},
+        "mlflow": {"tracking_uri": reference.tracking_uri, "experiment": "from-model",
+                   "registered_model": "digits-vit"}}))
+    result = train(cfg)
+    reference_metrics = client.get_run(reference.run_id).data.metrics
+    assert result.metrics["eval_test_accuracy"] == reference_metrics["eval_test_accuracy"]
+    assert result.metrics["eval_test_loss"] == pytest.approx(reference_metrics["eval_test_loss"], rel=1e-5)
+
+    [version] = client.search_model_versions("name = 'digits-vit'")
+    assert (int(version.version), version.source) == (1, f"models:/{run_model_id(client, result.run_id)}")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", reference.tracking_uri)
+    images = torch.rand(4, 1, 8, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(mlflow.pytorch.load_model("models:/digits-vit/1")(images),
+                                   mlflow.pytorch.load_model(source)(images), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (SHARED / "datasets/gsm8k/train.jsonl").exists(), reason="needs ../shared/datasets")
+def test_the_llm_run_logs_its_adapter_which_predicts_as_its_last_checkpoint(reference_runs, monkeypatch):
+    trained = reference_runs("llm")
+    client = MlflowClient(trained.tracking_uri)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", trained.tracking_uri)
+    model_id = run_model_id(client, trained.run_id)
+    info = mlflow.models.get_model_info(f"models:/{model_id}")
+    assert info.flavors["transformers"]["peft_adaptor"] == "peft"
+    assert client.get_run(trained.run_id).data.metrics[contract.TIME_MODEL_LOG] > 0
+
+    from attent.tasks.llm.task import LLMTask
+    task = LLMTask(trained.cfg.task, seed=trained.cfg.seed)
+    restored = task.build_model()
+    checkpoint.load_trainable_state(restored, last_checkpoint_model(trained.cfg))
+    logged = mlflow.transformers.load_model(f"models:/{model_id}", return_type="components")["model"]
+    ids = torch.tensor([task.encode_prompt(["Natalia sold clips to 48 of her friends. How many?"])])
+    with torch.no_grad():
+        torch.testing.assert_close(logged.eval()(input_ids=ids).logits, restored.eval()(input_ids=ids).logits)
