@@ -217,5 +217,5 @@ class DownstreamTaskConfig(MultiModalDataConfig):
         super().check_data()
         local = self.pretrained and not self.pretrained.startswith(MLFLOW_ARTIFACT_SCHEMES)
         if local and not Path(self.pretrained).expanduser().exists():
-            raise FileNotFoundError(f"pretrained weights {self.pretrained!r} do not exist: give a "
-                                    "pretraining run's model as models:/<model_id> or runs:/<run_id>/pretrained, or a weights file")
+            raise FileNotFoundError(f"pretrained weights {self.pretrained!r} do not exist: give a pretraining "
+                                    "run's model as models:/<model_id> or runs:/<run_id>/pretrained, or a weights file")
