@@ -325,3 +325,25 @@ def test_a_batch_without_response_tokens_scores_zero_and_still_backpropagates(ta
     losses.sum().backward()  # a graph through every adapter, as DDP needs: zero gradients
     grads = [p.grad for p in task.trainable_parameters(model)]
     assert all(g is not None and not g.any() for g in grads)
+
+
+def test_a_checkpoint_restores_a_model_whose_frozen_lm_head_is_tied_to_the_embedding(tmp_path, train_file):
+    """SmolLM2 ties its LM head to the token embedding: the state dict names the frozen tensor
+    twice, and a checkpoint (the adapters only) lacks both names, which restoring must accept."""
+    from attent.engine import checkpoint as checkpoints
+    tokenizer = tiny_tokenizer()
+    LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                 tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
+                                 eos_token_id=tokenizer.eos_token_id)).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    trained = make_task(tmp_path, train_file).build_model()
+    with torch.no_grad():
+        for name, parameter in trained.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_()
+    saved = checkpoints.trainable_state(trained)
+    assert not any("lm_head" in name or "embed_tokens" in name for name in saved)
+    restored = make_task(tmp_path, train_file).build_model()
+    checkpoints.load_trainable_state(restored, saved)
+    assert all(torch.equal(restored.state_dict()[name], tensor) for name, tensor in saved.items())

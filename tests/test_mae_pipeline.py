@@ -72,6 +72,9 @@ def test_each_trial_runs_its_downstream_jobs_linked_to_it(store):
         assert {"train_loss_rgb", "train_loss_depth", "train_loss_semseg"} <= set(trial.data.metrics)
         artifacts = [a.path for a in MlflowClient(uri).list_artifacts(trial.info.run_id, contract.PRETRAINED_ARTIFACT)]
         assert artifacts == [f"{contract.PRETRAINED_ARTIFACT}/{contract.PRETRAINED_FILE}"]
+        for run, task in [(trial, "multimae"), *((job, "mae_downstream") for job in mine)]:
+            [output] = MlflowClient(uri).get_run(run.info.run_id).outputs.model_outputs  # its logged model
+            assert MlflowClient(uri).get_logged_model(output.model_id).tags[contract.TAG_TASK] == task
 
 
 def test_the_report_reads_one_row_per_pretraining_with_downstream_columns(store):

@@ -46,6 +46,9 @@ class TrainConfig(BaseModel):
     scoring_precision: Optional[Literal["fp32", "bf16"]] = None  # re-scoring pass; None: `precision`
     eval_every: int = Field(1, ge=1)                     # evaluate every n epochs (and at the end)
     loader_workers: int = Field(0, ge=0)                 # DataLoader worker processes per Ray worker
+    # start the model from these weights: a logged model (models:/<model_id>, models:/<name>/<version>,
+    # runs:/<run_id>/model) or a Ray checkpoint folder of a run of the same task and shape; None: fresh
+    init_weights: Optional[str] = None
 
 
 class RayConfig(BaseModel):
@@ -68,6 +71,7 @@ class MLflowConfig(BaseModel):
     tracking_uri: Optional[str] = None       # None: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here
     experiment: str = "attent"               # MLflow experiment name
     log_selected_indices: bool = True        # selection history artifact keeps the chosen indices
+    registered_model: Optional[str] = None   # register each run's logged model as a new version of this name
 
 
 class FaultConfig(BaseModel):
@@ -146,7 +150,8 @@ class ExperimentConfig(BaseModel):
             "name": f"{self.name}-{job.name}", "seed": self.seed,
             "task": self.task.downstream_task(job.task, pretrained=pretrained),
             "train": job.train.model_dump(), "selection": {"method": "full"},
-            "ray": self.ray.model_dump(), "mlflow": self.mlflow.model_dump()})
+            # the registered name holds the pretraining's models, not its downstream jobs'
+            "ray": self.ray.model_dump(), "mlflow": self.mlflow.model_dump(exclude={"registered_model"})})
 
     def resolved(self, base: Path | None = None) -> "ExperimentConfig":
         """Paths made absolute and defaults filled from the environment, so Ray workers (other
@@ -157,7 +162,11 @@ class ExperimentConfig(BaseModel):
         storage = self.ray.storage_path
         if "://" not in storage:
             storage = str((base / storage).resolve())
+        init = self.train.init_weights
+        if init and ":/" not in init:  # a local checkpoint folder, not an MLflow URI
+            init = str((base / Path(init).expanduser()).resolve())
         return self.model_copy(update={
+            "train": self.train.model_copy(update={"init_weights": init}),
             "task": self.task.with_absolute_paths(base),
             "mlflow": self.mlflow.model_copy(update={"tracking_uri": tracking}),
             "ray": self.ray.model_copy(update={"storage_path": storage}),

@@ -66,6 +66,8 @@ TRAIN_LOSS = "train_loss"
 DOWNSTREAM_PREFIX = "downstream."               # on a pretraining run: downstream.<job>.<metric>
 PRETRAINED_ARTIFACT = "pretrained"              # artifact dir of the weights downstream jobs load
 PRETRAINED_FILE = "pretrained.pt"               # the file in it (a task's export(), torch.save)
+MODEL_NAME = "model"                            # each finished run's MLflow logged model (runs:/<run>/model)
+TAG_MODEL_LOG_ERROR = "attent.model_log_error"  # why a finished run has no logged model
 CHECKPOINT_STATE_FILE = "state.pt"              # the file in each of a run's Ray Train checkpoints
 SELECTED_RATIO = "selected_ratio"               # per epoch: share of the training set trained on
 SAMPLES_FORWARDED = "samples_forwarded"         # training + scoring forwards, all ranks
@@ -116,6 +118,7 @@ TIME_WORKER_START = "time_worker_start_s"       # TorchTrainer.fit() until the w
 TIME_STARTUP = "time_startup_s"                 # before the first epoch: Ray init + worker start + set-up
 TIME_TEARDOWN = "time_teardown_s"               # after the last epoch: final logs, checkpoint, shutdown
 TIME_RAY_OVERHEAD = "time_ray_overhead_s"       # wall-clock minus the epochs
+TIME_MODEL_LOG = "time_model_log_s"             # rank 0, at the end: logging the trained model in MLflow
 
 # Empirical ANTK tracking (``antk:``, engine/antk.py): kernels on a fixed probe set, rank 0.
 TIME_ANTK = "time_antk_s"                       # cumulative kernel time: not in time_total_s nor time_method_s

@@ -23,7 +23,8 @@ def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
 
 def load_trainable_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
     missing, unexpected = model.load_state_dict(state, strict=False)
-    frozen = {name for name, p in model.named_parameters() if not p.requires_grad}
+    # every name of a frozen tensor: a tied one (an LM head sharing the embedding) has two
+    frozen = {name for name, p in model.named_parameters(remove_duplicate=False) if not p.requires_grad}
     really_missing = [k for k in missing if k not in frozen]
     if unexpected or really_missing:
         raise RuntimeError(f"checkpoint does not match the model: missing {really_missing[:5]}, "

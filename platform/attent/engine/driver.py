@@ -29,7 +29,7 @@ from ray.train.torch import TorchTrainer
 
 from .. import contract
 from ..config import DownstreamJob, ExperimentConfig, flatten
-from . import checkpoint, faults, figures, progress
+from . import checkpoint, faults, figures, models, progress
 from .dashboard import add_to_training_view
 from .preflight.resources import check_cluster_resources, worker_bundle
 from .recipe import TrainingRecipe, WorkerContext
@@ -363,8 +363,8 @@ def format_row(row: dict[str, float], epochs: int) -> str:
 
 
 def log_final(logger: RunLogger, recipe: TrainingRecipe) -> None:
-    """End-of-run metrics (step = epochs), selection and epoch histories, figures, the weights
-    downstream jobs load, and the kernels when tracked."""
+    """End-of-run metrics (step = epochs), the trained model (linked to them), selection and
+    epoch histories, figures, the weights downstream jobs load, and the kernels when tracked."""
     cfg, counters, teacher = recipe.cfg, recipe.counters, recipe.teacher
     num_samples = len(recipe.train_set)
     ratios = [row[contract.SELECTED_RATIO] for row in counters.history]
@@ -377,6 +377,7 @@ def log_final(logger: RunLogger, recipe: TrainingRecipe) -> None:
               contract.OPTIMIZER_STEPS: counters.optimizer_steps,
               **{k: v for k, v in counters.history[-1].items() if k.startswith(contract.EVAL_PREFIX)}}
     logger.log_metrics(finals, step=cfg.train.epochs)
+    log_model(logger, recipe)  # after the final metrics: MLflow links those of the model's step to it
     selections = [dict(r.summary(), indices=r.indices.tolist() if cfg.mlflow.log_selected_indices else None)
                   for r in teacher.history]
     logger.log_json({"num_samples": num_samples, "selections": selections}, "selection_history.json")
@@ -393,3 +394,22 @@ def log_final(logger: RunLogger, recipe: TrainingRecipe) -> None:
             logger.log_files([path], contract.PRETRAINED_ARTIFACT)
     if recipe.antk:
         recipe.antk.log_final(logger)
+
+
+def log_model(logger: RunLogger, recipe: TrainingRecipe) -> None:
+    """The trained model as the run's MLflow logged model (``models``), its cost logged as
+    ``time_model_log_s``. A model that fails to log does not fail the finished run (its weights
+    are in the run's last checkpoint): the reason is printed and tagged."""
+    cfg = recipe.cfg
+    started = time.perf_counter()
+    try:
+        model_id = models.log_trained_model(recipe.task, recipe.raw_model, run_id=logger.run_id,
+                                            step=cfg.train.epochs, registered_model=cfg.mlflow.registered_model)
+    except Exception as error:  # noqa: BLE001 -- export, flavour and store errors alike
+        reason = f"{type(error).__name__}: {error}"
+        recipe.ctx.log(f"the trained model was not logged in MLflow ({reason})")
+        logger.set_tag(contract.TAG_MODEL_LOG_ERROR, reason)
+        return
+    if model_id is not None:
+        logger.log_metrics({contract.TIME_MODEL_LOG: time.perf_counter() - started}, step=cfg.train.epochs)
+        recipe.ctx.log(f"logged the trained model as models:/{model_id}")

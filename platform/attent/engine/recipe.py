@@ -25,6 +25,7 @@ from ..config import ExperimentConfig
 from ..selection.sampler import SubsetSampler, shard_indices
 from ..selection.schedules import training_progress
 from ..selection.teacher import Teacher
+from ..tasks import weights
 from ..tasks.registry import build_task
 from ..tasks.task import Batch, OptimizerSpec, Task
 from . import antk, checkpoint
@@ -82,12 +83,16 @@ class TrainingRecipe:
 
     # --- setup --------------------------------------------------------------------------------
     def setup(self, wrap_model=lambda model: model) -> None:
-        """Task, data, model (``wrap_model``: DDP placement), optimiser, teacher, loader."""
+        """Task, data, model (``train.init_weights`` loaded; ``wrap_model``: DDP placement),
+        optimiser, teacher, loader."""
         cfg, ctx = self.cfg, self.ctx
         torch.manual_seed(cfg.seed)  # identical initial weights on every rank
         self.task: Task = build_task(cfg.task, seed=cfg.seed)
         self.train_set = self.task.train_dataset()
-        self.model = wrap_model(self.task.build_model())
+        model = self.task.build_model()
+        if cfg.train.init_weights:  # before DDP wraps it: every rank starts from the same weights
+            self.task.load_weights(model, weights.load_weights(cfg.train.init_weights).state)
+        self.model = wrap_model(model)
         self.raw_model = getattr(self.model, "module", self.model)
         self.optim = resolve_optimizer(self.task.optimizer_spec(), cfg)
         per_step = cfg.train.batch_size * ctx.world_size

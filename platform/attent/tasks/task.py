@@ -8,7 +8,7 @@ position of each sample in ``train_dataset`` (the AtteNT teacher keys its score 
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 import torch
@@ -31,6 +31,25 @@ class OptimizerSpec:
     schedule: Literal["cosine", "linear", "constant"] = "cosine"  # over training progress
     warmup_ratio: float = 0.0                      # share of training progress
     global_batch_size: int | None = None           # reached by gradient accumulation; None: none
+
+
+@dataclass(frozen=True)
+class TorchModel:
+    """A run's trained model as MLflow's PyTorch flavour logs it (``Task.model_to_log``): a module
+    called as ``module(*inputs.values())``, and a few real inputs by name, from which the engine
+    makes its input example and signature."""
+    module: nn.Module
+    inputs: dict[str, torch.Tensor]
+    metadata: dict[str, Any] = field(default_factory=dict)  # kept in the model's MLmodel file
+
+
+@dataclass(frozen=True)
+class AdapterModel:
+    """A LoRA adapter as MLflow's transformers flavour logs it (through peft): the adapter and the
+    tokenizer are stored, the frozen base model is only referenced."""
+    model: nn.Module                # the peft model
+    tokenizer: Any
+    base_model_path: str | None     # the base checkpoint's local folder; None: its hub name is recorded
 
 
 def decay_groups(model: nn.Module, weight_decay: float,
@@ -134,6 +153,24 @@ class Task(abc.ABC):
         """What a downstream job loads from this run (e.g. the encoder's weights and shape),
         saved as the run's ``pretrained`` artifact at the end; None: nothing to hand over."""
         return None
+
+    def model_to_log(self, model: nn.Module) -> TorchModel | AdapterModel | None:
+        """The trained model as the run logs it in MLflow at the end (rank 0, from the unwrapped
+        model); None: the run logs no model."""
+        return None
+
+    def load_weights(self, model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+        """Start ``model`` from saved weights (``train.init_weights``: a logged model of this task
+        and shape, or a Ray checkpoint of such a run), named as the model's state dict names
+        them. Frozen tensors the weights lack keep their built values (a checkpoint stores only
+        what trains); a trainable one missing, or a tensor the model lacks, is refused."""
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        frozen = {name for name, p in model.named_parameters(remove_duplicate=False) if not p.requires_grad}
+        trainable_missing = [name for name in missing if name not in frozen]
+        if trainable_missing or unexpected:
+            raise ValueError(f"the initial weights do not fit this {self.name} model: missing "
+                             f"{trainable_missing[:4]}, unexpected {unexpected[:4]}; give weights of a run "
+                             "of the same task and model shape")
 
     @abc.abstractmethod
     def evaluate(self, model: nn.Module, *, rank: int, world_size: int,

@@ -3,7 +3,8 @@
 * ``store``: the MLflow tracking store answers and its API accepts us or, for SQLite, can be written;
 * ``resources``: the Ray address answers; the workers fit this machine (before a local Ray
   starts) or the connected cluster (after ``ray.init``, or an autoscaler that can add the nodes,
-  announced as a wait).
+  announced as a wait);
+* ``check_init_weights``: a local ``train.init_weights`` exists.
 
 A refusal is a ``config.PreflightError`` (a ``ValueError``: the CLI prints it as
 ``attent <cmd>: error: ...`` and exits 2). Nothing here imports torch; Ray only to size a local
@@ -11,6 +12,9 @@ cluster, so the CLI refuses before importing the engine.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
+from ...config import PreflightError
 from .resources import check_local_resources, check_ray_address
 from .store import check_tracking
 
@@ -27,3 +31,13 @@ def check_experiment(*cfgs) -> None:
         cfg.downstream_experiment(job, pretrained=None).resolved().task for cfg in cfgs for job in cfg.downstream]
     for task in {task.model_dump_json(): task for task in tasks}.values():
         task.check_data()
+    for cfg in cfgs:
+        check_init_weights(cfg.train.init_weights)
+
+
+def check_init_weights(source: str | None) -> None:
+    """A local ``train.init_weights`` exists (the workers read an MLflow URI: a wrong one fails
+    there, naming it)."""
+    if source and ":/" not in source and not Path(source).exists():
+        raise PreflightError(f"train.init_weights {source!r} does not exist: give a logged model "
+                             "(models:/<model_id>, runs:/<run_id>/model) or a run's Ray checkpoint folder")

@@ -9,7 +9,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from attent.contract import DATASET_TRAIN, DatasetDescription
-from attent.tasks.task import Batch, OptimizerSpec, Task
+from attent.tasks.task import AdapterModel, Batch, OptimizerSpec, Task
 from attent.tasks.llm.config import LLMTaskConfig
 from attent.tasks.llm.data import (
     SOURCES,
@@ -35,7 +35,7 @@ from attent.tasks.llm.evaluation.mt_bench import (
 )
 from attent.tasks.llm.evaluation.response_loss import run_response_loss
 from attent.tasks.llm.loss import response_loss, response_token_loss
-from attent.tasks.llm.model import add_lora, load_causal_lm, load_tokenizer
+from attent.tasks.llm.model import add_lora, load_causal_lm, load_tokenizer, resolve_checkpoint
 from attent.tasks.llm.prompts import encode_prompt, encode_response, resolve_style
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -123,6 +123,25 @@ class LLMTask(Task):
                 model.gradient_checkpointing_enable(
                     gradient_checkpointing_kwargs={"use_reentrant": False})
             return add_lora(model, self.config.lora_r, self.config.lora_dropout)
+
+    def model_to_log(self, model: nn.Module) -> AdapterModel:
+        """The LoRA adapter and the tokenizer; the base model by reference: its local folder (the
+        converted SmolLM2 or a checkpoint folder), else its hub name."""
+        base = Path(resolve_checkpoint(self.config.model))
+        return AdapterModel(model, self.tokenizer, str(base) if base.is_dir() else None)
+
+    def load_weights(self, model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+        """A Ray checkpoint's adapters (named as the model names them), or a logged adapter (named
+        as peft saves it, without the adapter's name) through peft."""
+        if set(state) <= set(model.state_dict()):
+            return super().load_weights(model, state)
+        from peft import set_peft_model_state_dict
+        loaded = set_peft_model_state_dict(model, state)
+        adapters_missing = [k for k in loaded.missing_keys if "lora_" in k]
+        if loaded.unexpected_keys or adapters_missing:
+            raise ValueError(f"the initial adapter does not fit this model (lora_r={self.config.lora_r}, "
+                             f"{self.config.model}): unexpected {loaded.unexpected_keys[:4]}, missing "
+                             f"{adapters_missing[:4]}")
 
     def optimizer_spec(self) -> OptimizerSpec:
         # MetaMath / the paper's LoRA recipe: AdamW 2e-5, no weight decay, cosine with 3% warmup,

@@ -199,8 +199,8 @@ class DownstreamTaskConfig(MultiModalDataConfig):
     name: Literal["mae_downstream"] = "mae_downstream"  # selects this task
     target: Target = "classification"  # scene class (top-1), semseg (mIoU) or depth (delta1)
     mode: Literal["finetune", "linear_probe"] = "finetune"  # train everything, or the head only
-    pretrained: str | None = None  # runs:/<id>/pretrained, a weights file or a Ray checkpoint
-    # directory; None: random initialisation (the from-scratch reference)
+    pretrained: str | None = None  # a pretraining run's logged model (models:/<model_id>), runs:/<id>/pretrained,
+    # a weights file or a Ray checkpoint directory; None: random initialisation (the from-scratch reference)
     layer_decay: float = Field(0.75, gt=0, le=1)  # finetune: lr x decay^(depth - layer) per block
     head_hidden: int | None = Field(None, gt=0)  # dense heads: a hidden 3x3 conv of this width; None: linear
 
@@ -217,5 +217,5 @@ class DownstreamTaskConfig(MultiModalDataConfig):
         super().check_data()
         local = self.pretrained and not self.pretrained.startswith(MLFLOW_ARTIFACT_SCHEMES)
         if local and not Path(self.pretrained).expanduser().exists():
-            raise FileNotFoundError(f"pretrained weights {self.pretrained!r} do not exist: give a "
-                                    "pretraining run as runs:/<run_id>/pretrained, or a weights file")
+            raise FileNotFoundError(f"pretrained weights {self.pretrained!r} do not exist: give a pretraining "
+                                    "run's model as models:/<model_id> or runs:/<run_id>/pretrained, or a weights file")

@@ -1,12 +1,12 @@
 """Downstream jobs on a pretrained encoder: classification (top-1), semantic segmentation
 (mIoU) and depth (delta1, abs-rel), fine-tuned with layer-wise lr decay or linear-probed.
 
-The encoder comes from a pretraining run's ``pretrained`` artifact (``runs:/<id>/pretrained``),
-a weights file it wrote, or a Ray checkpoint directory of the run; only its RGB input is kept.
+The encoder comes from a pretraining run's logged model (``models:/<model_id>``,
+``runs:/<id>/model``), its ``pretrained`` artifact (``runs:/<id>/pretrained``), a weights file it
+wrote, or a Ray checkpoint directory of the run; only its RGB input is kept.
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,38 +16,43 @@ import torch.nn.functional as F
 from torch import nn
 
 from attent import contract
-from attent.tasks.task import (Batch, OptimizerSpec, ParamGroup, Task, decay_groups,
+from attent.tasks import weights
+from attent.tasks.task import (Batch, OptimizerSpec, ParamGroup, Task, TorchModel, decay_groups,
                                evaluation_chunks, seeded_init)
 from attent.tasks.mae import data
-from attent.tasks.mae.config import MLFLOW_ARTIFACT_SCHEMES, DownstreamTaskConfig
+from attent.tasks.mae.config import DownstreamTaskConfig
 from attent.tasks.mae.metrics import build_metrics
 from attent.tasks.mae.model import IGNORE_INDEX, DownstreamModel, rgb_encoder_state
 from attent.tasks.mae.task import load_splits
 
 
-def resolve_pretrained(source: str) -> Path:
-    """A local file holding the pretrained weights: MLflow artifact URIs are downloaded (from
-    $MLFLOW_TRACKING_URI, which the engine sets in its workers), directories searched."""
-    if source.startswith(MLFLOW_ARTIFACT_SCHEMES):
-        import mlflow.artifacts
-        source = mlflow.artifacts.download_artifacts(artifact_uri=source,
-                                                     tracking_uri=os.environ.get("MLFLOW_TRACKING_URI"))
-    path = Path(source).expanduser()
+def resolve_pretrained(path: Path, source: str) -> Path:
+    """The file holding the pretrained weights in ``path`` (``source``, downloaded)."""
     for candidate in (path, path / contract.PRETRAINED_FILE, path / contract.CHECKPOINT_STATE_FILE):
         if candidate.is_file():
             return candidate
-    raise FileNotFoundError(f"no pretrained weights at {source!r}: expected {contract.PRETRAINED_FILE} "
-                            f"(a pretraining run's artifact) or {contract.CHECKPOINT_STATE_FILE} (its Ray checkpoint)")
+    raise FileNotFoundError(f"no pretrained weights at {source!r}: expected a pretraining run's logged model "
+                            f"(models:/<model_id>), {contract.PRETRAINED_FILE} (its artifact) or "
+                            f"{contract.CHECKPOINT_STATE_FILE} (its Ray checkpoint)")
 
 
 def load_encoder_state(source: str) -> tuple[dict[str, torch.Tensor], tuple[str, ...] | None]:
     """(encoder state dict, its modalities or None when unknown) from any accepted source."""
-    saved = torch.load(resolve_pretrained(source), map_location="cpu", weights_only=False)
+    path = weights.local_copy(source)
+    logged = weights.logged_model_weights(path) if path.is_dir() else None
+    if logged is not None:  # a logged model: a pretraining run's LoggedEncoder, or a downstream model
+        modalities = logged.metadata.get("modalities")
+        return encoder_part(logged.state), tuple(modalities) if modalities else None
+    saved = torch.load(resolve_pretrained(path, source), map_location="cpu", weights_only=False)
     if "encoder" in saved:  # an export: {"spec", "encoder"}
         return saved["encoder"], tuple(saved["spec"]["modalities"])
-    model_state = saved["model"]  # a Ray checkpoint of the pretraining run
+    return encoder_part(saved["model"]), None  # a Ray checkpoint of the pretraining run
+
+
+def encoder_part(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The ``encoder.`` tensors of a model's state dict, named as the encoder names them."""
     prefix = "encoder."
-    return {k[len(prefix):]: v for k, v in model_state.items() if k.startswith(prefix)}, None
+    return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
 
 
 class DownstreamTask(Task):
@@ -101,6 +106,10 @@ class DownstreamTask(Task):
         if missing or unexpected:
             raise RuntimeError(f"pretrained encoder does not fit task.model ({self.config.model.preset}): "
                                f"missing {missing[:4]}, unexpected {unexpected[:4]}")
+
+    def model_to_log(self, model: nn.Module) -> TorchModel:
+        """The fine-tuned model: RGB [B, 3, H, W] -> class logits, semseg logits or depth (metres)."""
+        return TorchModel(model, {"rgb": data.collate([self.splits.test[0], self.splits.test[1]])["rgb"]})
 
     def optimizer_spec(self) -> OptimizerSpec:
         # MultiMAE fine-tuning: AdamW (0.9, 0.999), wd 0.05, cosine, warm-up, layer decay 0.75.

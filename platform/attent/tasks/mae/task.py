@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from attent.contract import DatasetDescription
-from attent.tasks.task import (Batch, OptimizerSpec, Task, evaluation_chunks, seeded_init,
+from attent.tasks.task import (Batch, OptimizerSpec, Task, TorchModel, evaluation_chunks, seeded_init,
                                sum_over_ranks)
 from attent.tasks.mae import data, masking
 from attent.tasks.mae.config import MaskedPretrainingConfig
@@ -37,6 +37,22 @@ def encoder_inputs(batch: Batch, modalities: tuple[str, ...]) -> dict[str, torch
     prepare = {"rgb": lambda b: b["rgb"], "depth": lambda b: standardize_depth(b["depth"]),
                "semseg": lambda b: b["semseg"]}
     return {m: prepare[m](batch) for m in modalities}
+
+
+class LoggedEncoder(nn.Module):
+    """A pretraining run's logged model: the encoder over its modalities as the data holds them
+    (RGB normalised, depth in metres, semseg class ids), given in the order of ``modalities``,
+    every token visible -> the encoded tokens [B, M * N, D], modality after modality."""
+
+    def __init__(self, encoder: nn.Module, modalities: tuple[str, ...]):
+        super().__init__()
+        self.encoder, self.modalities = encoder, modalities
+
+    # one parameter per modality (at most three), not ``*inputs``: torch.export traces a fixed list
+    def forward(self, first: torch.Tensor, second: torch.Tensor | None = None,
+                third: torch.Tensor | None = None) -> torch.Tensor:
+        inputs = dict(zip(self.modalities, (first, second, third)))
+        return self.encoder(encoder_inputs(inputs, self.modalities))
 
 
 class MaskedPretrainingTask(Task):
@@ -156,6 +172,12 @@ class MaskedPretrainingTask(Task):
         votes.scatter_add_(1, labels[neighbour], (similarity / 0.07).exp())
         truth = self.splits.test.labels.to(test.device)
         return float((votes.argmax(dim=1) == truth).float().mean())
+
+    def model_to_log(self, model: nn.Module) -> TorchModel:
+        """The encoder (``LoggedEncoder``); its modalities, in input order, in the metadata."""
+        batch = data.collate([self.splits.test[0], self.splits.test[1]])
+        return TorchModel(LoggedEncoder(model.encoder, self.modalities), {m: batch[m] for m in self.modalities},
+                          metadata={"modalities": list(self.modalities)})
 
     def export(self, model: nn.Module) -> dict[str, Any]:
         """The encoder's weights and shape, for downstream jobs."""

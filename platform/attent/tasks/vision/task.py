@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attent.contract import DATASET_EVAL, DATASET_TRAIN, DatasetDescription
-from attent.tasks.task import (Batch, OptimizerSpec, Task, evaluation_chunks, seeded_init,
+from attent.tasks.task import (Batch, OptimizerSpec, Task, TorchModel, evaluation_chunks, seeded_init,
                                sum_over_ranks)
 from attent.tasks.vision import data
 from attent.tasks.vision.config import VisionTaskConfig
@@ -77,6 +77,11 @@ class VisionTask(Task):
         device = next(model.parameters()).device
         logits = model(batch["image"].to(device)).float()
         return logits.gather(1, batch["label"].to(device)[:, None]).squeeze(1)
+
+    def model_to_log(self, model: nn.Module) -> TorchModel:
+        """The classifier: images [B, C, H, W] as the data prepares them -> class logits."""
+        test = self.splits.test
+        return TorchModel(model, {"image": data.collate([test[0], test[1]])["image"]})
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, *, rank: int, world_size: int,
