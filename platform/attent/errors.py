@@ -10,7 +10,7 @@ import time
 import traceback
 from pathlib import Path
 
-LOG_DIR_ENV = "ATTENT_LOG_DIR"  # where tracebacks go; default ~/.cache/attent/logs
+from .engine.progress import LOG_DIR_ENV, log_folder  # noqa: F401 -- LOG_DIR_ENV: where tracebacks go
 
 
 def describe(exc: BaseException) -> tuple[str, bool]:
@@ -50,7 +50,7 @@ def one_line(text: str) -> str:
 
 def log_traceback(command: str, exc: BaseException) -> str:
     """Write the traceback to a new file in the log folder; its path (or why there is none)."""
-    folder = Path(os.environ.get(LOG_DIR_ENV) or Path.home() / ".cache" / "attent" / "logs")
+    folder = log_folder()
     try:
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"attent-{command}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"

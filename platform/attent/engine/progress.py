@@ -22,6 +22,7 @@ from typing import IO, Iterator
 from .. import contract
 
 LIVE, PLAIN, STREAM = "live", "plain", "stream"
+LOG_DIR_ENV = "ATTENT_LOG_DIR"  # where logs and tracebacks go
 POLL_SECONDS = 1.0  # how often the line reads the run's metrics (one small query)
 
 
@@ -43,10 +44,14 @@ class Console:
 
 def log_path(storage_path: str, name: str) -> Path:
     """The run's log file: in its folder under a local storage path, else in attent's log folder."""
-    from ..errors import LOG_DIR_ENV
     if "://" not in storage_path:
         return Path(storage_path) / name / "attent.log"
-    return Path(os.environ.get(LOG_DIR_ENV) or Path.home() / ".cache" / "attent" / "logs") / f"{name}.log"
+    return log_folder() / f"{name}.log"
+
+
+def log_folder() -> Path:
+    """attent's own log folder: $ATTENT_LOG_DIR, else ~/.cache/attent/logs."""
+    return Path(os.environ.get(LOG_DIR_ENV) or Path.home() / ".cache" / "attent" / "logs")
 
 
 @contextlib.contextmanager
