@@ -1,8 +1,10 @@
 """The dashboard: MLflow's runs page as `attent ui` links to it. MLflow 3.17's UI opens an
-experiment on its GenAI pages; a saved view (the format its Share button stores, as an
-experiment tag) lists the runs newest first, a sweep's or benchmark's trials under their parent
-(expanded), with the key metrics and the logged models as columns and charts, and the link
-turns on its Model training mode."""
+experiment on its GenAI pages and folds a sweep's trials under the parent; a saved view (the
+format its Share button stores, as an experiment tag) lists the training runs flat, without the
+sweeps' and benchmarks' parent runs (rows of dashes among their trials), with the key metrics
+and logged models as columns and charts, and the link turns on its Model training mode.
+(MLflow's shared views leave out which parents are expanded, so nesting would hide every
+trial's metrics behind a click.)"""
 from __future__ import annotations
 
 import base64
@@ -16,6 +18,9 @@ from mlflow.tracking import MlflowClient
 
 from .. import contract
 
+# The runs a view lists: all but the parents of sweeps and benchmarks (a run's page names its parent)
+PARENT_ROLES = (contract.ROLE_SWEEP, contract.ROLE_BENCHMARK, contract.ROLE_THEORY)
+RUNS_SHOWN = " and ".join(f"tags.`{contract.TAG_ROLE}` != '{role}'" for role in PARENT_ROLES)
 # Query of MLflow 3.17's UI: its GenAI / Model training switch (GenAI unless the browser clicked
 # the other once), the shared view to load, the runs page's chart mode.
 UI_MODEL_TRAINING = {"workflowType": "machine_learning"}
@@ -33,12 +38,11 @@ def training_view_url(base_url: str, experiment_id: str, *, charts: bool = False
     return f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs?{urlencode(query)}"
 
 
-def training_view_state(metric_names: Iterable[str], parents: Iterable[str] = ()) -> dict[str, Any]:
+def training_view_state(metric_names: Iterable[str]) -> dict[str, Any]:
     """MLflow's shared view state of the runs page (search facets and UI state, what its Share
-    button stores) for runs with these metrics: newest first (the UI nests children under their
-    parent only in that order), the ``parents``' children shown; label, key metrics, seed and
-    logged models as columns; bar charts of the key metrics, curves per epoch, system metrics
-    over time."""
+    button stores) for runs with these metrics: every run but the parents listed flat and sorted
+    by name (any sort but by creation time un-nests a sweep's trials), label, key metrics, seed
+    and logged models as columns; bar charts of the key metrics, curves per epoch, system metrics over time."""
     names = set(metric_names)
     evals = sorted(n for n in names if n.startswith(contract.EVAL_PREFIX))
     key = sorted(n for n in names if contract.is_downstream_metric(n)) + list(contract.KEY_METRICS)
@@ -50,10 +54,9 @@ def training_view_state(metric_names: Iterable[str], parents: Iterable[str] = ()
     charts = [*(_chart("BAR", n, KEY_SECTION) for n in key),
               *(_line_chart(n, CURVE_SECTION) for n in [*contract.CURVE_METRICS, *evals]),
               *(_line_chart(n, SYSTEM_SECTION, xAxisKey="time", useGlobalXaxisKey=False) for n in system)]
-    return {"searchFilter": "", "orderByKey": "attributes.start_time", "orderByAsc": False,
+    return {"searchFilter": RUNS_SHOWN, "orderByKey": f"tags.`{contract.TAG_RUN_NAME}`", "orderByAsc": True,
             "startTime": "ALL", "lifecycleFilter": "Active", "datasetsFilter": [],
             "modelVersionFilter": "All Runs", "runsHiddenMode": "SHOW_ALL",
-            "runsExpanded": {run_id: True for run_id in sorted(set(parents))},
             "selectedColumns": columns, "columnOrder": columns,
             "columnWidths": {c: COLUMN_WIDTHS[c.split(".")[0]] for c in columns},
             "compareRunSections": [_section(KEY_SECTION, "Key metrics"), _section(CURVE_SECTION, "Per epoch"),
@@ -85,19 +88,18 @@ def _line_chart(metric: str, section: str, **fields: Any) -> dict[str, Any]:
         "useGlobalXaxisKey": True, "useGlobalLineSmoothing": True, **fields})
 
 
-def write_training_view(client: MlflowClient, experiment_id: str, metric_names: Iterable[str],
-                        parents: Iterable[str] = ()) -> None:
+def write_training_view(client: MlflowClient, experiment_id: str, metric_names: Iterable[str]) -> None:
     """Store the training view on the experiment as MLflow's UI saves a view (an envelope that
     names it around the deflated state), if the state changed: the UI lists it under "Views"
     and loads it from the link's ``viewStateShareKey``."""
     from mlflow.utils.validation import MAX_EXPERIMENT_TAG_VAL_LENGTH
     tag = contract.TAG_SHARED_VIEW_PREFIX + contract.TRAINING_VIEW_KEY
-    names, parents = list(metric_names), list(parents)
-    state = _deflated(training_view_state(names, parents))
+    names = list(metric_names)
+    state = _deflated(training_view_state(names))
     if len(state) > MAX_EXPERIMENT_TAG_VAL_LENGTH - 200:  # the envelope must fit in the tag
         # hundreds of GPUs' system charts: the UI draws charts for the metrics a view lacks itself
         state = _deflated(training_view_state(
-            (n for n in names if not n.startswith(contract.SYSTEM_METRICS_PREFIX)), parents))
+            n for n in names if not n.startswith(contract.SYSTEM_METRICS_PREFIX)))
     previous = _saved_view(client.get_experiment(experiment_id).tags.get(tag))
     if previous.get("state") == state:
         return
@@ -130,33 +132,28 @@ def _saved_view(value: str | None) -> dict[str, Any]:
     return saved if isinstance(saved, dict) else {}
 
 
-def add_to_training_view(client: MlflowClient, experiment_id: str, metric_names: Iterable[str],
-                         parent_run_id: str | None = None) -> None:
-    """The training view with a finished run's metrics (and its parent, expanded) added to those
-    it shows, without reading the experiment's other runs. (Two runs ending at once may each miss
-    the other's; ``refresh_training_view`` finds them again.)"""
-    saved = saved_training_view(client, experiment_id)
-    shown = {chart["metricKey"] for chart in saved.get("compareRunCharts", [])}  # each metric shown has a chart
-    parents = set(saved.get("runsExpanded", {})) | ({parent_run_id} if parent_run_id else set())
-    write_training_view(client, experiment_id, shown | set(metric_names), parents)
+def add_to_training_view(client: MlflowClient, experiment_id: str, metric_names: Iterable[str]) -> None:
+    """The training view with a finished run's metrics added to those it shows, without reading
+    the experiment's other runs. (Two runs ending at once may each miss the other's new names;
+    ``refresh_training_view`` finds them again.)"""
+    charts = saved_training_view(client, experiment_id).get("compareRunCharts", [])
+    shown = {chart["metricKey"] for chart in charts}  # every metric the view uses has a chart
+    write_training_view(client, experiment_id, shown | set(metric_names))
 
 
 def refresh_training_view(client: MlflowClient, experiment_id: str) -> None:
     """The training view over the metrics all the experiment's runs logged so far (the downstream
     metrics' names are known only once runs logged them)."""
     names: set[str] = set()
-    parents: set[str] = set()
     token = None
     while True:
         page = client.search_runs([experiment_id], max_results=1000, page_token=token)
         for run in page:
             names.update(run.data.metrics)
-            parents.update([run.data.tags[contract.TAG_PARENT_RUN_ID]] if contract.TAG_PARENT_RUN_ID in run.data.tags
-                           else [])
         token = page.token
         if not token:
             break
-    write_training_view(client, experiment_id, names, parents)
+    write_training_view(client, experiment_id, names)
 
 
 def dashboard_links(tracking_uri: str, base_url: str) -> list[tuple[str, str]]:

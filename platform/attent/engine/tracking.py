@@ -220,8 +220,7 @@ def finish_run(tracking_uri: str, run_id: str, ok: bool) -> None:
     client.set_terminated(run_id, status=RunStatus.to_string(RunStatus.FINISHED if ok else RunStatus.FAILED))
     try:
         run = client.get_run(run_id)
-        add_to_training_view(client, run.info.experiment_id, run.data.metrics,
-                             run.data.tags.get(contract.TAG_PARENT_RUN_ID))
+        add_to_training_view(client, run.info.experiment_id, run.data.metrics)
     except MlflowException as error:  # a view is no reason to fail a finished run
         print(f"[attent] could not refresh the dashboard's training view: {error}", flush=True)
 
