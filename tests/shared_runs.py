@@ -194,7 +194,7 @@ def assert_epochs_reproduce(name: str, epochs: list[dict[str, float]], exact: bo
             else:
                 tolerance = drift_tolerance(name, epoch, key, envelope)
                 assert row[key] == pytest.approx(value, rel=REL_FLOOR, abs=tolerance), \
-                    (epoch, key, row[key], value, f"off-machine tolerance {tolerance:.3g}")
+                    (epoch, key, row[key], value, f"off-machine tolerance {max(tolerance, REL_FLOOR * abs(value)):.3g}")
 
 
 def drift_tolerance(name: str, epoch: int, key: str, envelope: list[dict[str, float]] | None = None) -> float:
