@@ -4,14 +4,17 @@ session fixtures train them on first use, so every test stays independent of the
 - the reference runs: fixed seeds through the whole engine, their per-epoch numbers and subsets
   recorded in ``reference_runs.json``. A change that claims to change no behaviour must
   reproduce them bit for bit where the same CPU kernels run (the record names torch's build, its
-  CPU capability and the processor model), to 1e-5 elsewhere. Variants of a reference run (a
-  worker killed, kernels tracked, two Ray nodes) must reproduce it too.
+  CPU capability and the processor model), within the measured drift of other kernels elsewhere
+  (``assert_reproduces``); the re-selections' subsets exactly, always. Variants of a reference
+  run (a worker killed, kernels tracked, two Ray nodes) must reproduce it too.
 - two small digits sweeps (Ray Tune + Train, MLflow in SQLite): sample ratios 80 / 50 % and full
   data (the paper's Table 5); and the ablation (Table 3): full data, the incremental schedule at
   two soft temperatures, the cosine schedule.
 
 Re-record the references (only for a change that means to change the numbers, saying so in its
-commit): ``ATTENT_RECORD_REFERENCE=1 pytest tests/test_reference_runs.py``.
+commit): ``ATTENT_RECORD_REFERENCE=1 pytest tests/test_reference_runs.py``; then re-measure
+their drift (``python benchmarks/reference_drift.py --update-tests``), which off-machine
+comparisons need.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from attent.selection.config import deep_merge
 TESTS = Path(__file__).resolve().parent
 REPO, SHARED = TESTS.parent, TESTS.parent.parent / "shared"
 RECORD = TESTS / "reference_runs.json"
+DRIFT = TESTS / "reference_drift.json"  # the reference runs trained under other CPU kernels
 
 DIGITS = {
     "seed": 5,
@@ -82,14 +86,16 @@ def processor() -> str:
         return platform.processor() or platform.machine()
 
 
-def reference_experiment(name: str, root: Path, variant: str = "") -> ExperimentConfig:
-    """A reference run's experiment (or one of its ``VARIANTS``, ``<name>-<variant>``), stored
-    under ``root``."""
+def reference_experiment(name: str, root: Path, variant: str = "",
+                         overrides: dict[str, Any] | None = None) -> ExperimentConfig:
+    """A reference run's experiment (or one of its ``VARIANTS``, ``<name>-<variant>``; or with
+    ``overrides``, a deliberately changed run, whose ``name`` they should set), stored under
+    ``root``."""
     data = deep_merge(REFERENCE_RUNS[name], VARIANTS[variant] if variant else {})
     data = deep_merge(data, {"name": f"{name}-{variant}" if variant else name,
                              "ray": {"storage_path": str(root / "ray_results")},
                              "mlflow": {"tracking_uri": f"sqlite:///{root / 'mlflow.db'}", "experiment": "reference"}})
-    return build_experiment(data)
+    return build_experiment(deep_merge(data, overrides or {}))
 
 
 @dataclass
@@ -137,19 +143,90 @@ def recorded(name: str) -> dict[str, Any]:
     return json.loads(RECORD.read_text())[name]
 
 
-def assert_reproduces(name: str, epochs: list[dict[str, float]], subsets: list[list[int]]) -> None:
-    """A run chose the recorded subsets and logged every recorded per-epoch number: bit for bit
-    on the recording's CPU kernels, to 1e-5 elsewhere. (A variant may log more, e.g. kernels.)"""
+# Off the recording's kernels, a per-epoch number may differ from the record by DRIFT_SAFETY times
+# the largest difference between any two measured histories (``DRIFT``) of that run and metric,
+# at that epoch or an earlier one; never by less than the old rel 1e-5 / abs 1e-7.
+#
+# Measured (benchmarks/reference_drift.py; benchmarks/results/reference_drift.md): the record (AMD
+# AVX512, family 26) and the runs on an Intel Xeon (family 6 model 167) under torch's native
+# AVX512 kernels, ATen held to AVX2 (ATEN_CPU_CAPABILITY=avx2), and ATen, MKL and oneDNN all held
+# to AVX2. Every subset, count and selection statistic matched bit for bit; the losses moved, and
+# in the last epoch a few test predictions. Training amplifies a last-bit difference, so the
+# drift depends on the run and grows with the epochs; largest relative difference of any pair:
+# digits-soft 1.1e-7; LLM 3.8e-6; digits-full 1.4e-8 at epoch 1, 1.8e-5 at 2, 3.6e-5 at 3 and 4
+# (AVX2 alone went over the old 1e-5), and one test prediction at epoch 4; digits-infobatch
+# 4e-8 in epochs 1-2, then 1.2e-4, and 6.8e-3 at epoch 4 with 4 of 359 test predictions flipped,
+# its subsets and up-weighted samples unchanged (the run is that sensitive; its last epoch is
+# only loosely checked off the recording's kernels). Issue 26's AMD EPYC (AVX2) saw 2.6e-5 on
+# digits-infobatch's eval_test_loss at epoch 3, within that.
+#
+# The safety factor: a fourth kernel set, held out of the envelope (ATen without vector
+# instructions), deviated from the record by up to 1.7x the envelope of the others (1.25x on
+# digits-infobatch), so the largest of a few pairs is no bound; 10x leaves 6x beyond that. It
+# still rejects a real change: digits-full at 1.1x the learning rate puts both losses 11x or more
+# beyond it at every epoch, up to 330x (test_reference_tolerance). The tolerance is per run, metric and
+# epoch, read from the file: a longer run or a new metric needs a new measurement, and a record
+# the measurement was not made against is refused.
+DRIFT_SAFETY = 10.0
+REL_FLOOR, ABS_FLOOR = 1e-5, 1e-7
+
+
+def assert_reproduces(name: str, epochs: list[dict[str, float]], subsets: list[list[int]],
+                      exact: bool | None = None) -> None:
+    """A run chose the recorded subsets (exactly, always) and logged every recorded per-epoch
+    number: bit for bit on the recording's CPU kernels (``exact``: None decides by
+    ``cpu_kernels()``), within ``drift_tolerance`` elsewhere. (A variant may log more, e.g.
+    kernels.)"""
+    assert subsets == recorded(name)["subsets"]  # the same samples at every re-selection
+    assert_epochs_reproduce(name, epochs, exact)
+
+
+def assert_epochs_reproduce(name: str, epochs: list[dict[str, float]], exact: bool | None = None) -> None:
     expected = recorded(name)
-    assert subsets == expected["subsets"]  # the same samples at every re-selection
     assert len(epochs) == len(expected["epochs"])
-    exact = expected["recorded_with"] == cpu_kernels()
+    if exact is None:
+        exact = expected["recorded_with"] == cpu_kernels()
+    envelope = None if exact else drift_envelope(name)
     for epoch, (row, want) in enumerate(zip(epochs, expected["epochs"])):
         for key, value in want.items():
             if exact:
                 assert row[key] == value, (epoch, key, row[key], value)
             else:
-                assert row[key] == pytest.approx(value, rel=1e-5, abs=1e-7), (epoch, key, row[key], value)
+                tolerance = drift_tolerance(name, epoch, key, envelope)
+                assert row[key] == pytest.approx(value, rel=REL_FLOOR, abs=tolerance), \
+                    (epoch, key, row[key], value, f"off-machine tolerance {max(tolerance, REL_FLOOR * abs(value)):.3g}")
+
+
+def drift_tolerance(name: str, epoch: int, key: str, envelope: list[dict[str, float]] | None = None) -> float:
+    """The absolute tolerance off the recording's kernels for ``key`` at ``epoch`` (0-based):
+    ``DRIFT_SAFETY`` times the measured envelope, at least ``ABS_FLOOR`` (and ``approx`` adds
+    the relative floor)."""
+    envelope = envelope or drift_envelope(name)
+    return max(ABS_FLOOR, DRIFT_SAFETY * envelope[epoch].get(key, 0.0))
+
+
+def drift_envelope(name: str) -> list[dict[str, float]]:
+    """Per epoch and metric: the largest difference between any two measured histories of run
+    ``name`` (the record and each kernel set's run, ``DRIFT``, but those held out) at that epoch
+    or before."""
+    measured = measured_drift(name)
+    histories = [measured["record"], *(k["epochs"] for k in measured["kernels"].values() if not k.get("held_out"))]
+    envelope, running = [], {}
+    for rows in zip(*histories):
+        for key in rows[0]:
+            values = [row[key] for row in rows if key in row]
+            running[key] = max(running.get(key, 0.0), max(values) - min(values))
+        envelope.append(dict(running))
+    return envelope
+
+
+def measured_drift(name: str) -> dict[str, Any]:
+    """Run ``name``'s entry in ``DRIFT``, refused unless measured against the current record."""
+    measured = json.loads(DRIFT.read_text())["runs"].get(name)
+    if measured is None or measured["record"] != recorded(name)["epochs"]:
+        raise AssertionError(f"{DRIFT.name} holds no drift measured against the current record of {name}: "
+                             "re-measure it (python benchmarks/reference_drift.py --update-tests)")
+    return measured
 
 
 # --- the digits sweeps ---------------------------------------------------------------------------
