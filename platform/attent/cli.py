@@ -267,7 +267,16 @@ def cmd_ui(args) -> int:
         print(f"MLflow dashboard: {base}  (store {uri}; Ctrl-C stops it)", flush=True)
         for name, link in dashboard_links(uri, base):  # MLflow 3.17 opens on its GenAI pages without them
             print(f"  {name}: {link}", flush=True)
-    return server.serve_in_foreground(command, server.local_url(args.host, args.port), announce)
+        if log:
+            print(f"(the server's own log: {log})", flush=True)
+    log = None if args.verbose else server_log("ui", args.port)
+    return server.serve_in_foreground(command, server.local_url(args.host, args.port), announce, log)
+
+
+def server_log(kind: str, port: int) -> Path:
+    """Where a server's own output goes (its access log): attent's log folder."""
+    from .engine.progress import log_folder
+    return log_folder() / f"mlflow-{kind}-{port}.log"
 
 
 def cmd_server(args) -> int:
@@ -282,7 +291,11 @@ def cmd_server(args) -> int:
     def announce() -> None:
         print(f"MLflow tracking server: export MLFLOW_TRACKING_URI={spec.url}  (store {backend}; artifacts "
               f"{spec.artifacts_destination}; Ctrl-C stops it)", flush=True)
-    return server.serve_in_foreground(server.server_command(spec), server.local_url(spec.host, spec.port), announce)
+        if log:
+            print(f"(the server's own log: {log})", flush=True)
+    log = None if args.verbose else server_log("server", spec.port)
+    return server.serve_in_foreground(server.server_command(spec), server.local_url(spec.host, spec.port),
+                                      announce, log)
 
 
 def cmd_downstream(args) -> int:

@@ -174,17 +174,26 @@ def launch(command: list[str], output=None, *, die_with_parent: bool = False) ->
                             env=server_env(), start_new_session=True, preexec_fn=on_start)
 
 
-def serve_in_foreground(command: list[str], url: str, on_ready: Callable[[], None]) -> int:
-    """Run an MLflow server until it exits, Ctrl-C or SIGTERM: its output goes to this terminal,
-    and ``on_ready`` (printing its links) runs once ``<url>/health`` answers, so a link printed
-    is a link that opens. Returns the server's exit code (0 when stopped here)."""
+def serve_in_foreground(command: list[str], url: str, on_ready: Callable[[], None],
+                        log_path: Optional[Path] = None) -> int:
+    """Run an MLflow server until it exits, Ctrl-C or SIGTERM: its output goes to ``log_path``
+    (its access log is no news to a person; None: this terminal), and ``on_ready`` (printing its
+    links) runs once ``<url>/health`` answers, so a link printed is a link that opens. Returns
+    the server's exit code (0 when stopped here)."""
     # SIGTERM and SIGHUP (a closed terminal) end this process through the ``finally`` below, as
     # Ctrl-C does, so the server's process group never outlives it.
     for stop_signal in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(stop_signal, _raise_interrupt)
-    process = launch(command, die_with_parent=True)
+    log = None
+    if log_path is not None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(log_path, "ab")
+    process = launch(command, log, die_with_parent=True)
     try:
-        wait_ready(url, process, timeout=float("inf"))  # a big store's migration takes what it takes
+        try:
+            wait_ready(url, process, timeout=float("inf"))  # a big store's migration takes what it takes
+        except RuntimeError as error:
+            raise RuntimeError(f"{error}; its output: {log_path}" if log_path else str(error)) from None
         on_ready()
         return process.wait()
     except KeyboardInterrupt:
@@ -192,6 +201,8 @@ def serve_in_foreground(command: list[str], url: str, on_ready: Callable[[], Non
     finally:
         if process.poll() is None:
             stop(process)
+        if log is not None:
+            log.close()
 
 
 def _raise_interrupt(signum, frame) -> None:
