@@ -207,7 +207,7 @@ benchmark:
         assert run.info.run_name == f"{method} s0 digits"
         assert [a.path for a in client.list_artifacts(run.info.run_id, "logs")] == ["logs/attent.log"]
         # a plain line per epoch (the output is no terminal), Ray's and the libraries' output in the log
-        assert f"{method} s0 digits epoch 2/2: loss " in first.stdout + first.stderr
+        assert f"{method} s0 digits epoch 3/3: loss " in first.stdout + first.stderr
     assert "TrainController" not in first.stdout + first.stderr and "[attent]" not in first.stdout + first.stderr
     parent = {r.data.tags[contract.TAG_PARENT_RUN_ID] for r in runs}.pop()
     assert client.get_run(parent).data.tags[contract.TAG_ROLE] == contract.ROLE_BENCHMARK

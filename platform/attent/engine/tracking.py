@@ -121,7 +121,10 @@ def close_runs_of_dead_drivers(client: MlflowClient, experiment_ids: list[str]) 
 
 def close_runs_of_dead_drivers_in(tracking_uri: str, experiment: str | None = None) -> list[str]:
     """``close_runs_of_dead_drivers`` for one experiment by name (nothing if it does not exist),
-    or for every experiment of the store."""
+    or for every experiment of the store. A SQLite store not yet made has none (and is not made
+    here: a command refused later must leave nothing behind)."""
+    if tracking_uri.startswith("sqlite:///") and not Path(tracking_uri[len("sqlite:///"):]).exists():
+        return []
     client = client_for(tracking_uri)
     if experiment is None:
         ids = [e.experiment_id for e in client.search_experiments()]
