@@ -30,6 +30,7 @@ from ray.train.torch import TorchTrainer
 from .. import contract
 from ..config import DownstreamJob, ExperimentConfig, flatten
 from . import checkpoint, faults, figures
+from .counters import timed
 from .dashboard import add_to_training_view
 from .preflight.resources import check_cluster_resources, worker_bundle
 from .recipe import TrainingRecipe, WorkerContext
@@ -266,8 +267,10 @@ def train_run(payload: dict[str, Any], cfg: ExperimentConfig, started: float, en
     # 'ray.train' hierarchy that LoggingConfig controls; our epoch lines say it better.
     from ray.train.v2._internal.execution import context as train_context
     logging.getLogger(train_context.__file__).setLevel(logging.WARNING)
-    with node_system_metrics(payload, context):
-        logger = RunLogger(payload["tracking_uri"], payload["run_id"]) if ctx.rank == 0 else None
+    tracking: dict[str, float] = {}  # set-up seconds of the MLflow logger and monitor
+    with node_system_metrics(payload, context, tracking):
+        with timed(tracking, "tracking"):
+            logger = RunLogger(payload["tracking_uri"], payload["run_id"]) if ctx.rank == 0 else None
         recipe = TrainingRecipe(cfg, ctx)
         recipe.setup(wrap_model=ray.train.torch.prepare_model)
         storage = context.get_storage()  # the run's folder, where Ray Train persists its checkpoints
@@ -282,7 +285,10 @@ def train_run(payload: dict[str, Any], cfg: ExperimentConfig, started: float, en
                 if skipped:
                     logger.set_tag(contract.TAG_SKIPPED_CHECKPOINTS, "; ".join(f"{p}: {why}" for p, why in skipped))
         elif logger:
-            logger.log_metrics({contract.TIME_SETUP: time.perf_counter() - started,
+            setup = time.perf_counter() - started
+            parts = {**tracking, **recipe.setup_seconds}
+            parts["other"] = setup - sum(parts.values())
+            logger.log_metrics({contract.TIME_SETUP: setup, **{contract.setup_metric(k): v for k, v in parts.items()},
                                 # the driver's clock: one machine, or nodes kept in sync by NTP
                                 contract.TIME_WORKER_START: max(0.0, entered - payload["fit_started_unix"]),
                                 contract.NUM_TRAIN_SAMPLES: len(recipe.train_set),
@@ -305,12 +311,14 @@ def train_run(payload: dict[str, Any], cfg: ExperimentConfig, started: float, en
 
 
 @contextlib.contextmanager
-def node_system_metrics(payload: dict[str, Any], context) -> Iterator[None]:
+def node_system_metrics(payload: dict[str, Any], context, seconds: dict[str, float]) -> Iterator[None]:
     """MLflow's system metrics monitor of this node, run by its local rank 0 (one per node,
-    named by the node's rank) while the body runs, stopped after it whether it failed or not."""
+    named by the node's rank) while the body runs, stopped after it whether it failed or not.
+    Its start's seconds go to ``seconds["tracking"]``."""
     monitor = None
     if context.get_local_rank() == 0:
-        monitor = start_system_metrics(payload["tracking_uri"], payload["run_id"], context.get_node_rank())
+        with timed(seconds, "tracking"):
+            monitor = start_system_metrics(payload["tracking_uri"], payload["run_id"], context.get_node_rank())
     try:
         yield
     finally:
