@@ -29,7 +29,7 @@ from ray.train.torch import TorchTrainer
 
 from .. import contract
 from ..config import DownstreamJob, ExperimentConfig, flatten
-from . import checkpoint, faults, figures
+from . import checkpoint, faults, figures, ray_process
 from .counters import timed
 from .dashboard import add_to_training_view
 from .preflight.resources import check_cluster_resources, worker_bundle
@@ -143,17 +143,11 @@ def ensure_ray(cfg: ExperimentConfig) -> float:
     address = cfg.ray.address or os.environ.get("RAY_ADDRESS")
     if not address:
         os.environ.setdefault(PREEMPTION_WATCHER_ENV, "0")
-    # A local Ray's processes find "their" cluster through the state API, which looks for every
-    # Ray on the machine and fails when two local runs coexist (Train's placement-group cleaner
-    # printed "Found multiple active Ray instances"): each process of this job is told its own.
-    local = {} if address else {"runtime_env": {"worker_process_setup_hook": f"{__name__}.{own_cluster.__name__}"}}
+    # Each process of this job is told its own cluster (``ray_process.own_cluster``).
+    hook = f"{ray_process.__name__}.{ray_process.own_cluster.__name__}"
+    local = {} if address else {"runtime_env": {"worker_process_setup_hook": hook}}
     ray.init(address=cfg.ray.address, log_to_driver=True, configure_logging=True, logging_level="WARNING", **local)
     return time.perf_counter() - start
-
-
-def own_cluster() -> None:
-    """Ray worker set-up on a local Ray started by a driver: $RAY_ADDRESS is this job's cluster."""
-    os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
 
 
 def use_cluster_token() -> None:
