@@ -29,7 +29,7 @@ from ray.train.torch import TorchTrainer
 
 from .. import contract
 from ..config import DownstreamJob, ExperimentConfig, flatten
-from . import checkpoint, faults, figures, ray_process
+from . import checkpoint, faults, ray_process
 from .counters import timed
 from .dashboard import add_to_training_view
 from .preflight.resources import check_cluster_resources, worker_bundle
@@ -365,6 +365,7 @@ def log_final(logger: RunLogger, recipe: TrainingRecipe) -> None:
                   for r in teacher.history]
     logger.log_json({"num_samples": num_samples, "selections": selections}, "selection_history.json")
     logger.log_json(counters.history, "epoch_history.json")
+    from . import figures  # matplotlib: only here, not in the driver nor at a worker's start
     label = cfg.selection.label(cfg.train.epochs)
     for name, figure in figures.training_figures(counters.history, teacher.history, label).items():
         logger.log_figure(figure, f"figures/{name}.png")
