@@ -55,6 +55,9 @@ def test_two_workers_train_on_one_subset_and_log_to_mlflow(reference_runs):
     # the method's cost is training + scoring + selection; evaluation and checkpoints apart
     assert m["time_method_s"] == pytest.approx(m["time_train_s"] + m["time_scoring_s"] + m["time_selection_s"])
     assert m["time_total_s"] >= m["time_method_s"] + m["time_eval_s"] - 1e-6
+    # the worker's set-up, split into its parts (MLflow, data, model, the rest)
+    parts = [m[f"time_setup_{part}_s"] for part in ("tracking", "data", "model", "other")]
+    assert sum(parts) == pytest.approx(m["time_setup_s"]) and min(parts[:3]) > 0
 
     tags, params = run.data.tags, run.data.params
     assert tags["attent.method"] == "attent" and tags["attent.strategy"] == "soft"

@@ -119,6 +119,23 @@ def test_fashion_mnist_from_user_folders_plain_or_gzipped(tmp_path, monkeypatch)
     assert torch.equal(from_plain.train.labels, from_debian.train.labels)
 
 
+def test_gzipped_idx_is_decompressed_once_into_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(files, "IDX_CACHE", tmp_path / "cache")
+    labels = np.arange(200, dtype=np.uint8) % 10
+    source = tmp_path / "labels-idx1-ubyte.gz"
+    with gzip.open(source, "wb") as f:
+        f.write(b"\x00\x00\x08\x01" + len(labels).to_bytes(4, "big") + labels.tobytes())
+
+    assert np.array_equal(data.read_idx(source), labels)
+    (copy,) = (tmp_path / "cache").iterdir()
+    assert copy.read_bytes()[8:] == labels.tobytes()  # the plain idx file, read from now on
+    assert np.array_equal(data.read_idx(source), labels) and len(list((tmp_path / "cache").iterdir())) == 1
+
+    with gzip.open(source, "wb") as f:  # a changed file gets a copy of its own
+        f.write(b"\x00\x00\x08\x01" + (10).to_bytes(4, "big") + labels[:10].tobytes())
+    assert np.array_equal(data.read_idx(source), labels[:10])
+
+
 def test_missing_fashion_mnist_folder_says_how_to_get_it(tmp_path):
     with pytest.raises(FileNotFoundError) as error:
         files.find_fashion_mnist(tmp_path / "nowhere")

@@ -93,6 +93,11 @@ def time_metric(part: str) -> str:
     return f"time_{part}_s"
 
 
+def setup_metric(part: str) -> str:
+    """``data`` -> ``time_setup_data_s``: one part of the worker's set-up (``SETUP_PARTS``)."""
+    return f"time_setup_{part}_s"
+
+
 def downstream_metric(job: str, name: str) -> str:
     """A downstream job's final metric as logged on its pretraining run:
     ``downstream_metric("semseg", "miou")`` -> ``downstream.semseg.miou``."""
@@ -112,6 +117,9 @@ def component_weight_metric(component: str) -> str:
 TIME_METHOD = "time_method_s"                   # training + scoring + selection
 TIME_TOTAL = "time_total_s"                     # every epoch's wall time, evaluation included
 TIME_SETUP = "time_setup_s"                     # worker: task, data and model set-up
+# ... split: MLflow logger and system-metrics monitor, task and its data, model, the rest
+# (optimiser, teacher, loader, the checkpoint lookup, the first logs)
+SETUP_PARTS = ("tracking", "data", "model", "other")
 TIME_WALLCLOCK = "time_wallclock_s"             # driver: the whole run, Ray start-up included
 TIME_RAY_INIT = "time_ray_init_s"               # driver: connecting to (or starting) Ray
 TIME_WORKER_START = "time_worker_start_s"       # TorchTrainer.fit() until the workers run our code

@@ -10,6 +10,16 @@ from typing import Iterator
 from .. import contract
 
 
+@contextmanager
+def timed(seconds: dict[str, float], part: str) -> Iterator[None]:
+    """Adds the block's wall time to ``seconds[part]``."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds[part] = seconds.get(part, 0.0) + time.perf_counter() - start
+
+
 def _zero_seconds() -> dict[str, float]:
     return {part: 0.0 for part in ("total", *contract.TIME_PARTS)}
 
@@ -23,14 +33,9 @@ class RunCounters:
     optimizer_steps: int = 0                              # this rank's (equal on every rank)
     history: list[dict[str, float]] = field(default_factory=list)  # one row per epoch
 
-    @contextmanager
-    def timed(self, part: str) -> Iterator[None]:
+    def timed(self, part: str):
         """Adds the block's wall time to ``seconds[part]``."""
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[part] += time.perf_counter() - start
+        return timed(self.seconds, part)
 
     @property
     def method_seconds(self) -> float:

@@ -29,7 +29,8 @@ from ray.train.torch import TorchTrainer
 
 from .. import contract
 from ..config import DownstreamJob, ExperimentConfig, flatten
-from . import checkpoint, faults, figures, models, progress
+from . import checkpoint, faults, models, progress, ray_process
+from .counters import timed
 from .dashboard import add_to_training_view
 from .preflight.resources import check_cluster_resources, worker_bundle
 from .recipe import TrainingRecipe, WorkerContext
@@ -159,17 +160,11 @@ def ensure_ray(cfg: ExperimentConfig) -> float:
     address = cfg.ray.address or os.environ.get("RAY_ADDRESS")
     if not address:
         os.environ.setdefault(PREEMPTION_WATCHER_ENV, "0")
-    # A local Ray's processes find "their" cluster through the state API, which looks for every
-    # Ray on the machine and fails when two local runs coexist (Train's placement-group cleaner
-    # printed "Found multiple active Ray instances"): each process of this job is told its own.
-    local = {} if address else {"runtime_env": {"worker_process_setup_hook": f"{__name__}.{own_cluster.__name__}"}}
+    # Each process of this job is told its own cluster (``ray_process.own_cluster``).
+    hook = f"{ray_process.__name__}.{ray_process.own_cluster.__name__}"
+    local = {} if address else {"runtime_env": {"worker_process_setup_hook": hook}}
     ray.init(address=cfg.ray.address, log_to_driver=True, configure_logging=True, logging_level="WARNING", **local)
     return time.perf_counter() - start
-
-
-def own_cluster() -> None:
-    """Ray worker set-up on a local Ray started by a driver: $RAY_ADDRESS is this job's cluster."""
-    os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
 
 
 def use_cluster_token() -> None:
@@ -284,8 +279,10 @@ def train_run(payload: dict[str, Any], cfg: ExperimentConfig, started: float, en
     # 'ray.train' hierarchy that LoggingConfig controls; our epoch lines say it better.
     from ray.train.v2._internal.execution import context as train_context
     logging.getLogger(train_context.__file__).setLevel(logging.WARNING)
-    with node_system_metrics(payload, context):
-        logger = RunLogger(payload["tracking_uri"], payload["run_id"]) if ctx.rank == 0 else None
+    tracking: dict[str, float] = {}  # set-up seconds of the MLflow logger and monitor
+    with node_system_metrics(payload, context, tracking):
+        with timed(tracking, "tracking"):
+            logger = RunLogger(payload["tracking_uri"], payload["run_id"]) if ctx.rank == 0 else None
         recipe = TrainingRecipe(cfg, ctx)
         recipe.setup(wrap_model=ray.train.torch.prepare_model)
         storage = context.get_storage()  # the run's folder, where Ray Train persists its checkpoints
@@ -300,7 +297,10 @@ def train_run(payload: dict[str, Any], cfg: ExperimentConfig, started: float, en
                 if skipped:
                     logger.set_tag(contract.TAG_SKIPPED_CHECKPOINTS, "; ".join(f"{p}: {why}" for p, why in skipped))
         elif logger:
-            logger.log_metrics({contract.TIME_SETUP: time.perf_counter() - started,
+            setup = time.perf_counter() - started
+            parts = {**tracking, **recipe.setup_seconds}
+            parts["other"] = setup - sum(parts.values())
+            logger.log_metrics({contract.TIME_SETUP: setup, **{contract.setup_metric(k): v for k, v in parts.items()},
                                 # the driver's clock: one machine, or nodes kept in sync by NTP
                                 contract.TIME_WORKER_START: max(0.0, entered - payload["fit_started_unix"]),
                                 contract.NUM_TRAIN_SAMPLES: len(recipe.train_set),
@@ -323,12 +323,14 @@ def train_run(payload: dict[str, Any], cfg: ExperimentConfig, started: float, en
 
 
 @contextlib.contextmanager
-def node_system_metrics(payload: dict[str, Any], context) -> Iterator[None]:
+def node_system_metrics(payload: dict[str, Any], context, seconds: dict[str, float]) -> Iterator[None]:
     """MLflow's system metrics monitor of this node, run by its local rank 0 (one per node,
-    named by the node's rank) while the body runs, stopped after it whether it failed or not."""
+    named by the node's rank) while the body runs, stopped after it whether it failed or not.
+    Its start's seconds go to ``seconds["tracking"]``."""
     monitor = None
     if context.get_local_rank() == 0:
-        monitor = start_system_metrics(payload["tracking_uri"], payload["run_id"], context.get_node_rank())
+        with timed(seconds, "tracking"):
+            monitor = start_system_metrics(payload["tracking_uri"], payload["run_id"], context.get_node_rank())
     try:
         yield
     finally:
@@ -382,6 +384,7 @@ def log_final(logger: RunLogger, recipe: TrainingRecipe) -> None:
                   for r in teacher.history]
     logger.log_json({"num_samples": num_samples, "selections": selections}, "selection_history.json")
     logger.log_json(counters.history, "epoch_history.json")
+    from . import figures  # matplotlib: only here, not in the driver nor at a worker's start
     label = cfg.selection.label(cfg.train.epochs)
     for name, figure in figures.training_figures(counters.history, teacher.history, label).items():
         logger.log_figure(figure, f"figures/{name}.png")

@@ -29,7 +29,7 @@ from ..tasks import weights
 from ..tasks.registry import build_task
 from ..tasks.task import Batch, OptimizerSpec, Task
 from . import antk, checkpoint
-from .counters import RunCounters
+from .counters import RunCounters, timed
 from .lr import lr_factor
 
 # Scoring batch = this x the training batch, per device type. Scoring keeps no activations for a
@@ -80,6 +80,7 @@ class TrainingRecipe:
     def __init__(self, cfg: ExperimentConfig, ctx: WorkerContext):
         self.cfg, self.ctx = cfg, ctx
         self.counters = RunCounters()
+        self.setup_seconds: dict[str, float] = {}  # the set-up's parts (contract.SETUP_PARTS)
 
     # --- setup --------------------------------------------------------------------------------
     def setup(self, wrap_model=lambda model: model) -> None:
@@ -87,12 +88,14 @@ class TrainingRecipe:
         optimiser, teacher, loader."""
         cfg, ctx = self.cfg, self.ctx
         torch.manual_seed(cfg.seed)  # identical initial weights on every rank
-        self.task: Task = build_task(cfg.task, seed=cfg.seed)
-        self.train_set = self.task.train_dataset()
-        model = self.task.build_model()
-        if cfg.train.init_weights:  # before DDP wraps it: every rank starts from the same weights
-            self.task.load_weights(model, weights.load_weights(cfg.train.init_weights).state)
-        self.model = wrap_model(model)
+        with timed(self.setup_seconds, "data"):
+            self.task: Task = build_task(cfg.task, seed=cfg.seed)
+            self.train_set = self.task.train_dataset()
+        with timed(self.setup_seconds, "model"):
+            model = self.task.build_model()
+            if cfg.train.init_weights:  # before DDP wraps it: every rank starts from the same weights
+                self.task.load_weights(model, weights.load_weights(cfg.train.init_weights).state)
+            self.model = wrap_model(model)
         self.raw_model = getattr(self.model, "module", self.model)
         self.optim = resolve_optimizer(self.task.optimizer_spec(), cfg)
         per_step = cfg.train.batch_size * ctx.world_size

@@ -18,6 +18,8 @@ FASHION_MNIST_ENV = "ATTENT_FASHION_MNIST"
 FASHION_MNIST_DEBIAN_DIRS = (Path("/usr/share/datasets/fashion-mnist"),)
 # `download: true` saves here through torchvision (which adds FashionMNIST/raw/).
 DOWNLOAD_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"), "attent", "datasets")
+# Gzipped idx files decompressed once, for every later process (read_idx).
+IDX_CACHE = DOWNLOAD_ROOT.parent / "idx"
 
 # Per-channel (mean, std) in [0, 1] units: the training set's for the fixed datasets; for
 # arbitrary folders 0.5 / 0.5, which maps pixels to [-1, 1].
@@ -38,6 +40,35 @@ def idx_file(folder: Path, split: str, kind: str) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+def plain_idx(path: Path) -> Path | None:
+    """A gzipped idx file's decompressed copy in IDX_CACHE, written by the first process that
+    asks (atomically: concurrent workers race harmlessly) and named after the file's path, size
+    and modification time, so a changed file gets a new copy. None where the cache cannot be
+    written (the caller decompresses in memory)."""
+    import gzip
+    import hashlib
+    import shutil
+    import tempfile
+    stat = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    cached = IDX_CACHE / f"{path.name.removesuffix('.gz')}-{key}"
+    if cached.is_file():
+        return cached
+    try:
+        IDX_CACHE.mkdir(parents=True, exist_ok=True)
+        target = tempfile.NamedTemporaryFile(dir=IDX_CACHE, prefix=f".{cached.name}.", delete=False)
+    except OSError:
+        return None
+    try:
+        with gzip.open(path, "rb") as source, target:
+            shutil.copyfileobj(source, target, length=1 << 22)
+        os.chmod(target.name, 0o644)  # a cache other users of the machine may read
+        os.replace(target.name, cached)
+        return cached
+    finally:
+        Path(target.name).unlink(missing_ok=True)
 
 
 def _holds_fashion_mnist(folder: Path) -> bool:
