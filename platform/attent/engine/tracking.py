@@ -38,11 +38,18 @@ def open_sqlite_store(tracking_uri: str) -> None:
     migrates the schema on first use, and two processes doing so at once into a new file left it
     unreadable. Later uses in the process skip the lock."""
     from filelock import FileLock
-    path = tracking_uri.split("?", 1)[0].removeprefix("sqlite:///").removeprefix("sqlite://")
-    if not path or path == ":memory:":
+    path = sqlite_file(tracking_uri)
+    if path is None:
         return
     with FileLock(f"{path}.lock", timeout=300):
         MlflowClient(tracking_uri=tracking_uri).search_experiments(max_results=1)
+
+
+def sqlite_file(tracking_uri: str) -> Path | None:
+    """The database file of a ``sqlite://`` store (its query string left out); None for an
+    in-memory one."""
+    path = tracking_uri.split("?", 1)[0].removeprefix("sqlite:///").removeprefix("sqlite://")
+    return Path(path) if path and path != ":memory:" else None
 
 
 def ensure_experiment(client: MlflowClient, name: str, tracking_uri: str) -> str:
@@ -123,7 +130,8 @@ def close_runs_of_dead_drivers_in(tracking_uri: str, experiment: str | None = No
     """``close_runs_of_dead_drivers`` for one experiment by name (nothing if it does not exist),
     or for every experiment of the store. A SQLite store not yet made has none (and is not made
     here: a command refused later must leave nothing behind)."""
-    if tracking_uri.startswith("sqlite:///") and not Path(tracking_uri[len("sqlite:///"):]).exists():
+    database = sqlite_file(tracking_uri) if tracking_uri.startswith("sqlite:") else None
+    if database is not None and not database.exists():
         return []
     client = client_for(tracking_uri)
     if experiment is None:
