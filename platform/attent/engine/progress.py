@@ -114,7 +114,8 @@ class RunProgress:
 
         def poll() -> None:
             while not self._stop.wait(POLL_SECONDS):
-                self.update(client.get_run(run_id).data.metrics)
+                with contextlib.suppress(Exception):  # a busy store skips one poll, not the rest of the line
+                    self.update(client.get_run(run_id).data.metrics)
         self._thread = threading.Thread(target=poll, name=f"progress-{run_id[:8]}", daemon=True)
         self._thread.start()
 
