@@ -55,6 +55,24 @@ def test_digits_split_shapes_classes_and_determinism():
     assert not torch.equal(data.load_digits(seed=1).test.images, splits.test.images)
 
 
+def test_digits_are_sklearns_digits_read_without_importing_sklearn():
+    """The file read directly (the sklearn import cost each worker ~1.5 s) holds exactly what
+    sklearn.datasets.load_digits returns."""
+    import subprocess
+    import sys
+    from sklearn.datasets import load_digits
+    reference = load_digits()
+    images = torch.from_numpy(np.round(reference.images * (255 / 16)).astype(np.uint8)).unsqueeze(1)
+    labels = torch.from_numpy(reference.target.astype(np.int64))
+    train, test = data.stratified_split(labels, 0.2, seed=0)
+    splits = data.load_digits(seed=0)
+    assert torch.equal(splits.train.images, images[train]) and torch.equal(splits.train.labels, labels[train])
+    assert torch.equal(splits.test.images, images[test]) and torch.equal(splits.test.labels, labels[test])
+    probe = "import sys; from attent.tasks.vision import data; data.load_digits(); print('sklearn' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"
+
+
 def test_digits_train_and_test_are_disjoint():
     train, test = data.stratified_split(torch.arange(1797) % 10, 0.2, seed=0)
 

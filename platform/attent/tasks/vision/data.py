@@ -182,13 +182,23 @@ def load_fashion_mnist(path: str | os.PathLike | None = None, *, download: bool 
 
 # --- sklearn digits -------------------------------------------------------------------------
 
+def digits_file() -> Path:
+    """sklearn's digits file (``sklearn.datasets.load_digits`` reads it), found without importing
+    sklearn: that import costs each Ray worker about 1.5 s of CPU, more than the rest of a
+    digits run's data set-up."""
+    import importlib.util
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("sklearn's digits need scikit-learn: pip install scikit-learn")
+    return Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / "digits.csv.gz"
+
+
 def load_digits(*, img_size: int = 8, test_fraction: float = 0.2, seed: int = 0) -> ImageSplits:
     """sklearn's 1,797 8x8 handwritten digits, split class-stratified into train / test."""
-    from sklearn.datasets import load_digits as sklearn_digits
-    digits = sklearn_digits()
+    table = np.loadtxt(digits_file(), delimiter=",")  # 64 pixels and the label per row, as sklearn reads it
     # Pixel values are 0..16; rescale to the uint8 range the datasets store.
-    images = torch.from_numpy(np.round(digits.images * (255 / 16)).astype(np.uint8)).unsqueeze(1)
-    labels = torch.from_numpy(digits.target.astype(np.int64))
+    images = torch.from_numpy(np.round(table[:, :-1].reshape(-1, 8, 8) * (255 / 16)).astype(np.uint8)).unsqueeze(1)
+    labels = torch.from_numpy(table[:, -1].astype(np.int64))
     train, test = stratified_split(labels, test_fraction, seed)
     full = TensorImageDataset(images, labels, img_size=img_size, stats=DIGITS_STATS)
     return ImageSplits(full.select(train), full.select(test), tuple(str(d) for d in range(10)))
@@ -227,8 +237,7 @@ def data_source(dataset: str, data_path: str | os.PathLike | None) -> str:
     """Where a dataset's files are: sklearn's digits file, the Fashion-MNIST idx folder, the
     image folder."""
     if dataset == "digits":
-        import sklearn.datasets
-        return str(Path(sklearn.datasets.__file__).parent / "data" / "digits.csv.gz")
+        return str(digits_file())
     if dataset == "fashion_mnist":
         return str(find_fashion_mnist(data_path).resolve())
     return str(Path(data_path).expanduser().resolve())
