@@ -38,6 +38,9 @@ TAG_CLOSED_AS_KILLED = "attent.closed_as_killed"  # why a later command ended th
 TAG_BENCH_WORKLOAD = "attent.benchmark.workload"  # time-to-accuracy benchmark runs: their workload,
 TAG_BENCH_METHOD = "attent.benchmark.method"      # the method's name in the benchmark (attent, hard, ...)
 TAG_BENCH_METRIC = "attent.benchmark.metric"      # and the per-epoch metric its curves read
+TAG_BENCH_STAGE = "attent.benchmark.stage"        # selection (choices read validation) | verdict (reads test)
+BENCH_STAGE_SELECTION, BENCH_STAGE_VERDICT = "selection", "verdict"
+BENCH_CHOICES_FILE = "choices.json"               # on the benchmark's parent run: what the selection stage chose
 
 ROLE_RUN, ROLE_TRIAL, ROLE_SWEEP, ROLE_DOWNSTREAM = "run", "trial", "sweep", "downstream"
 ROLE_BENCHMARK = "benchmark"                    # a benchmark's parent run (its report's artifacts)
@@ -50,7 +53,9 @@ NONE = "none"                                   # tag value where a dimension do
 METHOD_ATTENT = "attent"                        # TAG_METHOD values analysis singles out
 METHOD_FULL = "full"                            # the no-selection baseline
 # benchmark-only method names (TAG_BENCH_METHOD values the time-to-accuracy report singles out)
-METHOD_FULL_EQUAL_COST = "full_equal_cost"      # full data for AtteNT's mean ratio x E epochs
+METHOD_FULL_EQUAL_COST = "full_equal_cost"      # full data for the epochs whose measured method cost matches AtteNT's (same seed)
+METHOD_FULL_EQUAL_SAMPLES = "full_equal_samples"  # full data for AtteNT's mean ratio x E epochs (equal samples)
+METHOD_FULL_LONG = "full_long"                  # full data for 2E epochs: the plateau control
 METHOD_INFOBATCH_BUDGET = "infobatch_budget"    # InfoBatch pruned to AtteNT's budget
 
 # --- params (flattened config keys that analysis reads) --------------------------------------
@@ -62,6 +67,7 @@ PARAM_TEMPERATURE = "selection.temperature"
 
 # --- metrics --------------------------------------------------------------------------------
 EVAL_PREFIX = "eval_"                           # a run's own evaluation: eval_<name>
+VAL_PREFIX, TEST_PREFIX = "eval_val_", "eval_test_"  # the validation split (choices) and the test split (verdicts)
 TRAIN_LOSS = "train_loss"
 DOWNSTREAM_PREFIX = "downstream."               # on a pretraining run: downstream.<job>.<metric>
 PRETRAINED_ARTIFACT = "pretrained"              # artifact dir of the weights downstream jobs load
