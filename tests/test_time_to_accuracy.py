@@ -47,20 +47,22 @@ def test_small_spec_runs_the_regime_seeds_and_comparators():
     seeds = {w.name: len(w.seeds or spec.seeds) for w in spec.workloads}
     assert seeds["fmnist-vit"] >= 5 and seeds["multimae"] >= 3 and seeds["llm-gsm8k"] >= 3
     methods = {run.method for run in runs if run.workload.name == "fmnist-vit"}
-    assert {"full", "full_equal_cost", "attent", "hard", "random", "infobatch", "infobatch_budget"} <= methods
+    assert {"full", "full_long", "full_equal_cost", "full_equal_samples", "attent", "hard", "random", "infobatch",
+            "infobatch_budget"} <= methods
 
 
-def test_full_data_at_equal_cost_trains_attent_mean_ratio_times_the_epochs():
+def test_full_data_at_equal_samples_trains_attent_mean_ratio_times_the_epochs():
     spec, runs = load_benchmark(REPO / "benchmarks" / "time_to_accuracy_small.yaml")
     for workload in spec.workloads:
         mine = {run.method: run for run in runs if run.workload is workload and run.experiment.seed == 0}
-        attent, equal = mine["attent"].experiment, mine["full_equal_cost"].experiment
+        attent, equal = mine["attent"].experiment, mine["full_equal_samples"].experiment
         planned = attent.selection.mean_planned_ratio(attent.train.epochs)
         assert equal.selection.method == "full"
         assert equal.train.epochs == round(planned * attent.train.epochs) < attent.train.epochs
-        assert mine["full_equal_cost"].attent_budget == pytest.approx(planned)
+        assert mine["full_equal_samples"].attent_budget == pytest.approx(planned)
+        assert mine["full_long"].experiment.train.epochs == 2 * attent.train.epochs
     # the ViT variant at 60 epochs: re-selections from 0.2 to 0.78, mean 0.488 -> 29 epochs
-    assert next(r for r in runs if r.method == "full_equal_cost").experiment.train.epochs == 29
+    assert next(r for r in runs if r.method == "full_equal_samples").experiment.train.epochs == 29
 
 
 def test_infobatch_at_attent_budget_runs_after_the_run_it_calibrates_from(tmp_path):
