@@ -181,6 +181,15 @@ def absolute_sqlite_uri(uri: str, base: Path) -> str:
     return uri
 
 
+def sqlite_file(tracking_uri: str) -> Path | None:
+    """The database file of a ``sqlite://`` store (its query string left out); None for an
+    in-memory store or another scheme. The one reading of a SQLite URI's path."""
+    if not tracking_uri.startswith("sqlite:"):
+        return None
+    path = tracking_uri.split("?", 1)[0].removeprefix("sqlite:///").removeprefix("sqlite://")
+    return Path(path) if path and path != ":memory:" else None
+
+
 def parse_overrides(overrides: list[str]) -> dict[str, Any]:
     """``["train.epochs=3", "selection.ratio.kind=cosine"]`` -> nested dict; values parsed as YAML."""
     flat: dict[str, Any] = {}

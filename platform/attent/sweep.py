@@ -28,7 +28,7 @@ from typing import Any, Iterator, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from .config import (ConfigError, ExperimentConfig, build_experiment, load_section, nest_keys,
-                     parse_overrides, read_yaml)
+                     parse_overrides, read_yaml, sqlite_file)
 from .selection.config import deep_merge
 from . import contract
 
@@ -194,7 +194,7 @@ def _trial_tracking(base: ExperimentConfig, concurrency: int) -> Iterator[Option
         yield None
         return
     _refuse_sqlite_across_nodes(uri)
-    database = Path(uri.split("?", 1)[0][len("sqlite:///"):])
+    database = sqlite_file(uri)
     spec = server.ServerSpec(uri, str(database.parent / server.DEFAULT_ARTIFACTS), port=server.free_port(),
                              workers=1)  # one process on the sweep's machine: its threads serve the trials
     log = database.parent / SWEEP_SERVER_LOG

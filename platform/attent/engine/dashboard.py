@@ -144,16 +144,10 @@ def add_to_training_view(client: MlflowClient, experiment_id: str, metric_names:
 def refresh_training_view(client: MlflowClient, experiment_id: str) -> None:
     """The training view over the metrics all the experiment's runs logged so far (the downstream
     metrics' names are known only once runs logged them)."""
-    names: set[str] = set()
-    token = None
-    while True:
-        page = client.search_runs([experiment_id], max_results=1000, page_token=token)
-        for run in page:
-            names.update(run.data.metrics)
-        token = page.token
-        if not token:
-            break
-    write_training_view(client, experiment_id, names)
+    from mlflow.utils import get_results_from_paginated_fn
+    runs = get_results_from_paginated_fn(
+        lambda count, token: client.search_runs([experiment_id], max_results=count, page_token=token), 1000)
+    write_training_view(client, experiment_id, set().union(*(run.data.metrics for run in runs)))
 
 
 def dashboard_links(tracking_uri: str, base_url: str) -> list[tuple[str, str]]:

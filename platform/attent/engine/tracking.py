@@ -20,7 +20,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from .. import contract
-from ..config import ExperimentConfig, flatten
+from ..config import ExperimentConfig, flatten, sqlite_file
 from ..server import DEFAULT_ARTIFACTS
 from . import faults
 from .dashboard import add_to_training_view, write_training_view
@@ -45,13 +45,6 @@ def open_sqlite_store(tracking_uri: str) -> None:
         MlflowClient(tracking_uri=tracking_uri).search_experiments(max_results=1)
 
 
-def sqlite_file(tracking_uri: str) -> Path | None:
-    """The database file of a ``sqlite://`` store (its query string left out); None for an
-    in-memory one."""
-    path = tracking_uri.split("?", 1)[0].removeprefix("sqlite:///").removeprefix("sqlite://")
-    return Path(path) if path and path != ":memory:" else None
-
-
 def ensure_experiment(client: MlflowClient, name: str, tracking_uri: str) -> str:
     """Experiment id, creating it if needed. With a SQLite store the artifacts go to
     ``mlartifacts/`` beside the database (an absolute path every local process can reach)."""
@@ -60,9 +53,8 @@ def ensure_experiment(client: MlflowClient, name: str, tracking_uri: str) -> str
         if experiment.lifecycle_stage == "deleted":
             client.restore_experiment(experiment.experiment_id)
         return experiment.experiment_id
-    location = None
-    if tracking_uri.startswith("sqlite:///"):
-        location = Path(tracking_uri[len("sqlite:///"):]).parent.joinpath(DEFAULT_ARTIFACTS).as_uri()
+    database = sqlite_file(tracking_uri)
+    location = database.parent.joinpath(DEFAULT_ARTIFACTS).as_uri() if database is not None else None
     try:
         # The kind tag opened the experiment on its training runs in earlier MLflow 3 UIs; 3.17's
         # asks its GenAI / Model training switch instead (training_view_url sets that).
@@ -130,7 +122,7 @@ def close_runs_of_dead_drivers_in(tracking_uri: str, experiment: str | None = No
     """``close_runs_of_dead_drivers`` for one experiment by name (nothing if it does not exist),
     or for every experiment of the store. A SQLite store not yet made has none (and is not made
     here: a command refused later must leave nothing behind)."""
-    database = sqlite_file(tracking_uri) if tracking_uri.startswith("sqlite:") else None
+    database = sqlite_file(tracking_uri)
     if database is not None and not database.exists():
         return []
     client = client_for(tracking_uri)
@@ -153,14 +145,10 @@ def run_driver(run) -> dict[str, object] | None:
 
 def search_runs_paged(client: MlflowClient, experiment_ids: list[str], filter_string: str,
                       order_by: list[str] | None = None) -> list:
-    runs, token = [], None
-    while True:
-        page = client.search_runs(experiment_ids, filter_string, max_results=1000, order_by=order_by,
-                                  page_token=token)
-        runs += page
-        token = page.token
-        if not token:
-            return runs
+    from mlflow.utils import get_results_from_paginated_fn
+    return get_results_from_paginated_fn(
+        lambda count, token: client.search_runs(experiment_ids, filter_string, max_results=count, order_by=order_by,
+                                                page_token=token), 1000)
 
 
 def git_commit() -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import urlsplit
 
-from ...config import PreflightError
+from ...config import PreflightError, sqlite_file
 
 TRACKING_PROBE_TIMEOUT_S = 5.0
 
@@ -123,11 +123,9 @@ def _reason(exc: Any) -> str:
 
 
 def _check_sqlite(uri: str) -> None:
-    raw = uri.split("?", 1)[0]
-    path = raw[len("sqlite:///"):] if raw.startswith("sqlite:///") else raw[len("sqlite://"):]
-    if not path or path == ":memory:":
+    db = sqlite_file(uri)
+    if db is None:
         return
-    db = Path(path)
     if db.exists():
         if db.is_dir():
             raise PreflightError(f"MLflow store {uri}: {db} is a directory, not a database file; "
