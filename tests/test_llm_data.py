@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from attent.tasks.llm.config import LLMTaskConfig
-from attent.tasks.llm.data import build_labels, load_examples, truncate
+from attent.tasks.llm.data import build_labels, draw_problems, example_source, load_examples, truncate
 from attent.tasks.llm.sources import local_file, read_records
 
 DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
@@ -74,6 +74,45 @@ def test_local_file_dataset_uses_the_configured_fields_and_limit(tmp_path):
     path.write_text(json.dumps(ROWS))
     examples = load_examples(str(path), folder=None, prompt_field="q", response_field="a", limit=1)
     assert [(e.prompt, e.response) for e in examples] == [("What is 2+2?", "4")]
+
+
+# --- validation problems and the seed that draws them ---------------------------------------------
+
+def test_draw_problems_holds_validation_apart_and_resamples_with_the_seed():
+    train, val = draw_problems(100, train_limit=30, val_limit=20, seed=1, keep_first=False)
+    assert (len(train), len(val)) == (30, 20) and not set(train) & set(val)
+    assert train == sorted(train) and val == sorted(val)
+    assert (train, val) == draw_problems(100, train_limit=30, val_limit=20, seed=1, keep_first=False)
+    other = draw_problems(100, train_limit=30, val_limit=20, seed=2, keep_first=False)
+    assert other[0] != train and other[1] != val
+    # validation leaves the training problems of a run without it as they were
+    assert draw_problems(100, train_limit=30, val_limit=None, seed=1, keep_first=False) == (train, [])
+    assert draw_problems(100, train_limit=None, val_limit=20, seed=1, keep_first=False)[0] == \
+        sorted(set(range(100)) - set(val))
+    # a fixed split trains on the first problems, as runs did before seeds drew them
+    assert draw_problems(100, train_limit=30, val_limit=None, seed=1, keep_first=True) == (list(range(30)), [])
+    fixed, held = draw_problems(100, train_limit=30, val_limit=20, seed=1, keep_first=True)
+    assert fixed == list(range(30)) and len(held) == 20 and min(held) >= 30
+    assert draw_problems(100, train_limit=None, val_limit=None, seed=1, keep_first=False) == (list(range(100)), [])
+
+
+def test_a_validation_split_that_does_not_fit_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"^val_limit=40 \+ train_limit=70 = 110 exceed the 100 training problems "
+                                         r"both are drawn from \(disjoint\); lower one of them, or set train_limit "
+                                         r"to null to train on the other 60$"):
+        draw_problems(100, train_limit=70, val_limit=40, seed=0, keep_first=False)
+
+
+def test_gsm8k_validation_problems_are_not_training_problems(shared_datasets):
+    records, to_example = example_source("gsm8k", folder=shared_datasets, prompt_field="", response_field="")
+    for seed, keep_first in ((0, False), (1, False), (0, True)):
+        train, val = draw_problems(len(records), train_limit=128, val_limit=128, seed=seed, keep_first=keep_first)
+        prompts = {split: {to_example(records[i]).prompt for i in indices}
+                   for split, indices in (("train", train), ("val", val))}
+        assert len(prompts["train"]) == len(prompts["val"]) == 128  # GSM8K's 7,473 questions are distinct
+        assert not prompts["train"] & prompts["val"]
+    assert draw_problems(len(records), train_limit=128, val_limit=128, seed=0, keep_first=False) != \
+        draw_problems(len(records), train_limit=128, val_limit=128, seed=1, keep_first=False)
 
 
 @given(prompt=st.integers(0, 300), response=st.integers(1, 300), max_length=st.integers(16, 256))

@@ -268,9 +268,9 @@ def test_gsm8k_loss_is_the_token_weighted_loss_of_the_test_solutions_shared_over
         checkpoint, train_file, model):
     if not (DATASETS / "gsm8k" / "test.jsonl").is_file():
         pytest.skip(f"{DATASETS} not present")
-    task = make_task(checkpoint, train_file, data_dir=str(DATASETS), loss_chunk_tokens=16,
+    task = make_task(checkpoint, train_file, data_dir=str(DATASETS), loss_chunk_tokens=16, split_seed=0,
                      eval={"benchmarks": ["gsm8k_loss"], "response_loss_limit": 5,
-                           "eval_batch_size": 2})
+                           "eval_batch_size": 2})  # a fixed split: the first 5 test solutions
     messages: list[str] = []
     with torch.no_grad():
         metrics = task.evaluate(model, rank=0, world_size=1, progress=messages.append)
@@ -305,6 +305,41 @@ def test_gsm8k_loss_is_the_token_weighted_loss_of_the_test_solutions_shared_over
     assert [shard[2] for shard in shards] == [3, 2]  # solutions scored per rank
     assert sum(shard[1] for shard in shards) == tokens
     assert sum(shard[0] for shard in shards) == pytest.approx(loss_sum, rel=1e-5)
+
+
+def test_gsm8k_loss_solutions_are_drawn_by_the_seed_unless_split_seed_fixes_them(checkpoint, train_file):
+    if not (DATASETS / "gsm8k" / "test.jsonl").is_file():
+        pytest.skip(f"{DATASETS} not present")
+
+    def questions(seed: int, split_seed: int | None = None) -> list[str]:
+        config = LLMTaskConfig(model=str(checkpoint), dataset=str(train_file), data_dir=str(DATASETS),
+                               split_seed=split_seed, eval={"benchmarks": ["gsm8k_loss"], "response_loss_limit": 5})
+        return [example.prompt for example in LLMTask(config, seed=seed).gsm8k_test_answers().examples]
+
+    first = [json.loads(line)["question"] for line in (DATASETS / "gsm8k" / "test.jsonl").read_text().splitlines()[:5]]
+    assert questions(1, split_seed=0) == questions(2, split_seed=0) == first
+    assert questions(1) == questions(1) != questions(2)
+    assert len(set(questions(1))) == 5
+
+
+def test_validation_problems_are_held_out_and_scored_as_gsm8k_loss_scores_test_solutions(
+        checkpoint, train_file, model):
+    task = make_task(checkpoint, train_file, val_limit=1, train_limit=2, loss_chunk_tokens=16,
+                     eval={"benchmarks": [], "eval_batch_size": 2})
+    train, val = task.train_dataset().examples, task.validation_dataset().examples
+    assert len(train) == 2 and len(val) == 1 and not set(train) & set(val)
+    assert {e.prompt for e in train + val} <= {e["prompt"] for e in EXAMPLES}
+
+    messages: list[str] = []
+    with torch.no_grad():
+        metrics = task.evaluate(model, rank=0, world_size=1, progress=messages.append)
+    assert set(metrics) == {"val_loss"} and messages[-1].startswith("val_loss: response loss")
+    loss_sum, tokens, answers = response_loss_totals(model, task.validation_dataset(), task.collate,
+                                                     batch_size=2, chunk_tokens=16)
+    assert answers == 1 and metrics["val_loss"] == pytest.approx(loss_sum / tokens, rel=1e-6)
+    described = {(d.name, d.context, d.num_samples) for d in task.describe_data()}
+    assert described == {("train-train", "train", 2), ("train-val", "validation", 1)}
+    assert make_task(checkpoint, train_file).validation_dataset() is None
 
 
 def test_gsm8k_loss_covers_the_whole_test_split_by_default(checkpoint, train_file):

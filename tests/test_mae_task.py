@@ -174,6 +174,30 @@ def test_a_downstream_job_is_named_after_its_weights_and_settings(scene_root):
     assert job_experiment(cfg, changed, "abcdef0123456789").name != same.name  # other settings
 
 
+def test_validation_scenes_are_scored_beside_the_test_scenes(scene_root, tmp_path):
+    r = recipe(experiment(scene_root, task={"val_limit": 10, "knn_neighbours": 3}))
+    metrics = r.task.evaluate(r.raw_model.eval(), rank=0, world_size=1)
+    losses = {f"loss_{m}" for m in ("rgb", "depth", "semseg")} | {"loss", "knn_accuracy"}
+    assert set(metrics) == {f"{split}_{name}" for split in ("test", "val") for name in losses}
+    assert {(d.context, d.num_samples) for d in r.task.describe_data()} == {("train", 50), ("validation", 10),
+                                                                             ("eval", 20)}
+    torch.save(r.task.export(r.raw_model), tmp_path / "pretrained.pt")
+    job = recipe(build_experiment({"name": "d", "train": {"epochs": 1, "batch_size": 16},
+                                   "task": {"name": "mae_downstream", "data_path": str(scene_root), "val_limit": 10,
+                                            "target": "classification", "pretrained": str(tmp_path)}}))
+    assert set(job.task.evaluate(job.raw_model.eval(), rank=0, world_size=1)) == {"top1_accuracy", "val_top1_accuracy"}
+
+
+def test_each_seed_draws_its_own_scenes_unless_split_seed_fixes_them(scene_root):
+    def scenes(seed: int, **task) -> list[str]:
+        cfg = experiment(scene_root, task={"train_limit": 20, "val_limit": 10, **task})
+        splits = build_task(cfg.task, seed=seed).splits
+        return [str(p["rgb"]) for split in (splits.train, splits.val) for p in split.paths]
+
+    assert scenes(1) == scenes(1) != scenes(2)
+    assert scenes(1, split_seed=0) == scenes(2, split_seed=0) == scenes(0)
+
+
 def test_knn_probe_of_the_rgb_encoder(scene_root):
     """The k-NN probe reads the encoder's RGB tokens only: features do not change when depth and
     semseg do, and a test set that is the training set is recognised by its 1-nearest neighbour."""
@@ -187,4 +211,4 @@ def test_knn_probe_of_the_rgb_encoder(scene_root):
     # the training scenes as the test set, one neighbour: each finds itself
     task.splits = dataclasses.replace(task.splits, test=train)
     task.config = task.config.model_copy(update={"knn_neighbours": 1})
-    assert task.knn_accuracy(model) == 1.0
+    assert task.knn_accuracy(model, task.splits.test) == 1.0

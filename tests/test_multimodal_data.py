@@ -142,6 +142,22 @@ def test_limited_is_stratified_deterministic_and_renumbered(scenes):
         splits.limited(41, None, seed=0)
 
 
+def test_validation_is_held_out_of_the_train_split_unaugmented(scenes):
+    splits = load_multimodal(scenes, img_size=32)
+    held = splits.limited(20, 5, seed=0, val_limit=10)
+    train, val, test = ({p["rgb"] for p in getattr(held, split).paths} for split in ("train", "val", "test"))
+
+    assert (len(train), len(val), len(test)) == (20, 10, 5)
+    assert not train & val and not val & test and not train & test
+    assert val <= {p["rgb"] for p in splits.train.paths}
+    assert torch.bincount(held.val.labels).tolist() == [2] * 5 and not held.val.augment
+    without = splits.limited(20, 5, seed=0)
+    assert [p["rgb"] for p in held.train.paths] == [p["rgb"] for p in without.train.paths]
+    assert [p["rgb"] for p in held.test.paths] == [p["rgb"] for p in without.test.paths]
+    with pytest.raises(ValueError, match="val_limit=30 \\+ train_limit=20 = 50 exceed the 40 training samples"):
+        splits.limited(20, None, seed=0, val_limit=30)
+
+
 def test_scoring_view_is_deterministic_and_augmentation_is_random(scenes):
     train = load_multimodal(scenes, img_size=32).train
     plain = train.without_augmentation()

@@ -9,7 +9,10 @@ import pytest
 import torch
 from PIL import Image
 
+from attent.tasks.task import stratified_holdout
 from attent.tasks.vision import data, files
+from attent.tasks.vision.config import VisionTaskConfig
+from attent.tasks.vision.task import load_splits
 
 DEBIAN_DIR = files.FASHION_MNIST_DEBIAN_DIRS[0]
 needs_fashion_mnist = pytest.mark.skipif(
@@ -19,6 +22,11 @@ needs_fashion_mnist = pytest.mark.skipif(
 
 def class_counts(dataset) -> list[int]:
     return torch.bincount(dataset.labels, minlength=10).tolist()
+
+
+def contents(dataset) -> set[bytes]:
+    """Each image's pixels and label (sklearn's 1,797 digits hold no two alike)."""
+    return {dataset.images[i].numpy().tobytes() + bytes([int(dataset.labels[i])]) for i in range(len(dataset))}
 
 
 # --- stratified sampling --------------------------------------------------------------------
@@ -80,6 +88,63 @@ def test_digits_train_and_test_are_disjoint():
     assert torch.equal(torch.cat([train, test]).sort().values, torch.arange(1797))
 
 
+# --- the validation split and the seed that draws the data ------------------------------------
+
+def test_validation_is_held_out_of_the_training_pool_apart_from_train_and_test():
+    pool = data.load_digits(seed=0)
+    splits = pool.limited(600, 100, seed=0, val_limit=200)
+    train, val, test = contents(splits.train), contents(splits.val), contents(splits.test)
+
+    assert (len(train), len(val), len(test)) == (600, 200, 100)
+    assert not train & val and not val & test and not train & test
+    assert val <= contents(pool.train)  # drawn from the training pool, the test set untouched
+    assert torch.equal(splits.test.images, pool.limited(600, 100, seed=0).test.images)
+    share = torch.bincount(pool.train.labels) / len(pool.train)  # class-stratified, as the limits are
+    assert (torch.bincount(splits.val.labels) - 200 * share).abs().max() < 1
+    assert (torch.bincount(splits.train.labels) - 600 * share).abs().max() < 1
+    # by index: validation is the end of the stratified draw whose start train_limit takes
+    kept, held = stratified_holdout(pool.train.labels, 200, 600, seed=0)
+    assert not set(kept.tolist()) & set(held.tolist())
+    assert torch.equal(splits.val.images, pool.train.images[held])
+    assert torch.equal(splits.train.images, pool.train.images[kept])
+    # so holding it out leaves the training images of a run without validation as they were
+    assert torch.equal(splits.train.images, pool.limited(600, 100, seed=0).train.images)
+    # without train_limit, every image not held out trains
+    rest = pool.limited(None, None, seed=0, val_limit=200)
+    assert len(rest.train) == 1438 - 200 and contents(rest.train) | contents(rest.val) == contents(pool.train)
+
+
+def digits_splits(split_seed: int | None, seed: int) -> data.ImageSplits:
+    config = VisionTaskConfig(dataset="digits", val_limit=100, train_limit=300, test_limit=100,
+                              split_seed=split_seed)
+    return load_splits(config, seed)
+
+
+def test_each_seed_draws_its_own_data_unless_split_seed_fixes_it():
+    def same(a: data.ImageSplits, b: data.ImageSplits) -> list[bool]:
+        return [torch.equal(getattr(a, split).images, getattr(b, split).images) for split in ("train", "val", "test")]
+
+    assert same(digits_splits(None, 1), digits_splits(None, 1)) == [True] * 3
+    assert same(digits_splits(None, 1), digits_splits(None, 2)) == [False] * 3  # train, validation and test
+    assert same(digits_splits(7, 1), digits_splits(7, 2)) == [True] * 3
+    assert same(digits_splits(0, 5), digits_splits(None, 0)) == [True] * 3  # split_seed 0: seed 0's data
+    assert same(digits_splits(0, 5), digits_splits(7, 5)) == [False] * 3
+    # the digits train / test split itself moves with the seed
+    assert contents(load_splits(VisionTaskConfig(dataset="digits"), 1).test) != \
+        contents(load_splits(VisionTaskConfig(dataset="digits"), 2).test)
+
+
+@pytest.mark.parametrize("val_limit, train_limit, message", [
+    (300, 1200, "val_limit=300 + train_limit=1200 = 1500 exceed the 1438 training images both are drawn from "
+                "(disjoint); lower one of them, or set train_limit to null to train on the other 1138"),
+    (1438, None, "val_limit=1438 must leave some of the 1438 training images to train on; lower it below 1438"),
+])
+def test_a_validation_split_that_does_not_fit_is_refused_in_one_line(val_limit, train_limit, message):
+    with pytest.raises(ValueError) as error:
+        load_splits(VisionTaskConfig(dataset="digits", val_limit=val_limit, train_limit=train_limit), 0)
+    assert str(error.value) == message
+
+
 def test_resize_and_collate():
     splits = data.load_digits(img_size=16)
     batch = data.collate([splits.train[i] for i in (3, 1, 4)])
@@ -115,6 +180,20 @@ def test_fashion_mnist_limits_give_stratified_subsets():
     assert limited.train[1999]["index"] == 1999
     again = data.load_fashion_mnist(DEBIAN_DIR).limited(2000, 500, seed=0)
     assert torch.equal(again.train.images, limited.train.images)
+
+
+@needs_fashion_mnist
+def test_fashion_mnist_validation_comes_from_the_training_images():
+    pool = data.load_fashion_mnist(DEBIAN_DIR)
+    splits = pool.limited(2000, 500, seed=3, val_limit=1000)
+
+    assert class_counts(splits.val) == [100] * 10 and class_counts(splits.train) == [200] * 10
+    kept, held = stratified_holdout(pool.train.labels, 1000, 2000, seed=3)
+    assert not set(kept.tolist()) & set(held.tolist())
+    assert torch.equal(splits.val.images, pool.train.images[held])
+    without = pool.limited(2000, 500, seed=3)
+    assert torch.equal(splits.train.images, without.train.images)
+    assert torch.equal(splits.test.images, without.test.images)  # the 10,000 test images: not a source
 
 
 @needs_fashion_mnist
@@ -206,6 +285,21 @@ def test_image_folder_with_train_and_test_subfolders(tmp_path):
     assert splits.classes == ("a", "b", "c")
     assert class_counts(splits.train)[:3] == [4, 4, 4]
     assert class_counts(splits.test)[:3] == [2, 2, 2]
+
+
+def test_image_folder_validation_and_split_are_drawn_by_the_seed(tmp_path):
+    write_pngs(tmp_path, {"a": 10, "b": 20, "c": 30}, count=10)
+
+    def splits(seed: int) -> data.ImageSplits:
+        config = VisionTaskConfig(dataset="image_folder", data_path=str(tmp_path), img_size=8, val_limit=6)
+        return load_splits(config, seed)
+
+    one, other = splits(0), splits(1)
+    train, val, test = (set(map(str, getattr(one, split).paths)) for split in ("train", "val", "test"))
+    assert (len(train), len(val), len(test)) == (18, 6, 6)
+    assert not train & val and not val & test and not train & test
+    assert class_counts(one.val)[:3] == [2, 2, 2]
+    assert set(map(str, other.test.paths)) != test and set(map(str, other.val.paths)) != val
 
 
 def test_image_folder_missing_or_empty_is_file_not_found(tmp_path):

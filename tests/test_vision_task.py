@@ -60,6 +60,7 @@ def test_vit_config_overrides_and_refusals():
 
 @pytest.mark.parametrize("fields, message", [
     (dict(test_limit=0), "test_limit=0 must be a positive number"),
+    (dict(val_limit=0), "val_limit=0 must be a positive number"),
     (dict(model={"patch_size": 5}), "patch_size=5 does not divide img_size=28"),
     (dict(model={"num_heads": 5}), "num_heads=5 does not divide embed_dim=64"),
     (dict(model={"preset": "vit_gigantic"}), "unknown ViT preset"),
@@ -162,6 +163,23 @@ def test_training_beats_chance_by_far(digits_task, trained_digits):
     assert metrics["test_loss"] < untrained["test_loss"]
 
 
+def test_evaluate_scores_the_validation_set_and_the_run_records_it(trained_digits):
+    task = VisionTask(VisionTaskConfig(**DIGITS, val_limit=120, train_limit=500, test_limit=80,
+                                       eval_batch_size=32), seed=3)
+    messages: list[str] = []
+    metrics = task.evaluate(trained_digits, rank=0, world_size=1, progress=messages.append)
+
+    assert set(metrics) == {"test_accuracy", "test_loss", "val_accuracy", "val_loss"}
+    val = task.collate([task.splits.val[i] for i in range(120)])
+    logits = trained_digits(val["image"])
+    assert metrics["val_accuracy"] == (logits.argmax(dim=-1) == val["label"]).sum().item() / 120
+    assert metrics["val_loss"] == pytest.approx(F.cross_entropy(logits, val["label"]).item(), rel=1e-5)
+    assert "evaluated 4/4 val batches" in messages and "evaluated 3/3 test batches" in messages
+    described = {(d.name, d.context, d.num_samples) for d in task.describe_data()}
+    assert described == {("digits-train", "train", 500), ("digits-val", "validation", 120),
+                         ("digits-test", "eval", 80)}
+
+
 def evaluate_on_rank(rank: int, world_size: int, config: VisionTaskConfig, state: dict,
                      store: str, out: str) -> None:
     torch.set_num_threads(1)
@@ -179,8 +197,8 @@ def evaluate_on_rank(rank: int, world_size: int, config: VisionTaskConfig, state
 
 
 def test_evaluate_sharded_over_two_gloo_ranks_matches_one(tmp_path, digits_task, trained_digits):
-    # 101 test images in batches of 16: uneven shards (51 / 50) and a partial last batch.
-    config = VisionTaskConfig(**DIGITS, test_limit=101, eval_batch_size=16)
+    # 101 test and 37 validation images in batches of 16: uneven shards and partial last batches.
+    config = VisionTaskConfig(**DIGITS, test_limit=101, val_limit=37, eval_batch_size=16)
     single = VisionTask(config, seed=0).evaluate(trained_digits, rank=0, world_size=1)
 
     mp.spawn(evaluate_on_rank, nprocs=2, args=(2, config, trained_digits.state_dict(),
@@ -188,8 +206,9 @@ def test_evaluate_sharded_over_two_gloo_ranks_matches_one(tmp_path, digits_task,
 
     for rank in range(2):
         sharded = json.loads((tmp_path / f"rank{rank}.json").read_text())
-        assert sharded["test_accuracy"] == single["test_accuracy"]
-        assert sharded["test_loss"] == pytest.approx(single["test_loss"], rel=1e-6)
+        for split in ("test", "val"):
+            assert sharded[f"{split}_accuracy"] == single[f"{split}_accuracy"]
+            assert sharded[f"{split}_loss"] == pytest.approx(single[f"{split}_loss"], rel=1e-6)
 
 
 def test_evaluate_refuses_shards_without_a_process_group(digits_task, trained_digits):

@@ -189,7 +189,8 @@ def system_node_id(node_rank: int) -> str:
 
 # --- datasets (MLflow run inputs) -------------------------------------------------------------
 DATASET_CONTEXT_TAG = "mlflow.data.context"     # MLflow's input tag: what the run used the data for
-DATASET_TRAIN, DATASET_EVAL = "train", "eval"   # its values here
+DATASET_TRAIN, DATASET_EVAL = "train", "eval"   # its values here: trained on, and the test set
+DATASET_VALIDATION = "validation"               # held out of the training pool for choices (eval_val_* metrics)
 DATASET_SOURCE_LOCAL, DATASET_SOURCE_HUB = "local", "hugging_face"  # MLflow's source types
 
 
@@ -198,7 +199,7 @@ class DatasetDescription:
     """One dataset a run reads, recorded as an MLflow run input (``Task.describe_data``)."""
     name: str                # e.g. "digits-train"
     source: str              # where it comes from: a folder or file, or a hub name
-    context: str             # DATASET_TRAIN or DATASET_EVAL
+    context: str             # DATASET_TRAIN, DATASET_VALIDATION or DATASET_EVAL
     num_samples: int
     fingerprint: str = ""    # hash of the content where cheap; "" = of the fields above only
     source_type: str = DATASET_SOURCE_LOCAL  # or DATASET_SOURCE_HUB

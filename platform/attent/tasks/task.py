@@ -205,15 +205,20 @@ def seeded_init(seed: int, build: Callable[[], nn.Module]) -> nn.Module:
         return build()
 
 
-def stratified_subset(labels: torch.Tensor, n: int, seed: int, what: str = "n") -> torch.Tensor:
-    """Sorted indices of n samples drawn at random, every class within one of its share.
+def data_seed(split_seed: int | None, seed: int) -> int:
+    """The seed that draws a run's data: ``split_seed`` where the config fixes the split (the
+    same data for every run, comparable with earlier results), else the run's own seed, so that
+    seeds resample the data as well as the initialisation and the order."""
+    return seed if split_seed is None else split_seed
+
+
+def stratified_order(labels: torch.Tensor, seed: int) -> torch.Tensor:
+    """Every index once, in a seeded random order whose every prefix, and every suffix, holds
+    each class within one of its share.
 
     Each class's samples, shuffled, get evenly spaced keys (rank + 0.5) / class_count in (0, 1);
-    the n smallest keys take about n * class_count / N of every class.
+    in key order the first (or last) n take about n * class_count / N of every class.
     """
-    if not 0 < n <= len(labels):
-        raise ValueError(f"{what}={n} must be between 1 and the {len(labels)} available images; "
-                         f"lower it, or set it to null to use them all")
     perm = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))
     shuffled = labels[perm]
     counts = torch.bincount(shuffled)
@@ -222,4 +227,42 @@ def stratified_subset(labels: torch.Tensor, n: int, seed: int, what: str = "n") 
     rank = torch.empty_like(perm)
     rank[by_class] = torch.arange(len(labels)) - starts[shuffled[by_class]]
     keys = (rank + 0.5) / counts[shuffled]
-    return perm[torch.argsort(keys, stable=True)[:n]].sort().values
+    return perm[torch.argsort(keys, stable=True)]
+
+
+def stratified_subset(labels: torch.Tensor, n: int, seed: int, what: str = "n") -> torch.Tensor:
+    """Sorted indices of n samples drawn at random, every class within one of its share (the
+    start of ``stratified_order``)."""
+    if not 0 < n <= len(labels):
+        raise ValueError(f"{what}={n} must be between 1 and the {len(labels)} available images; "
+                         f"lower it, or set it to null to use them all")
+    return stratified_order(labels, seed)[:n].sort().values
+
+
+def holdout_sizes(pool: int, val_limit: int, train_limit: int | None, unit: str) -> tuple[int, int]:
+    """(training, validation) sizes of a pool that gives ``val_limit`` items to validation and
+    ``train_limit`` others to training (None: all the others); refused in one line, with the
+    numbers and the fix, when they do not fit."""
+    if train_limit is None:
+        if not 0 < val_limit < pool:
+            raise ValueError(f"val_limit={val_limit} must leave some of the {pool} training {unit} "
+                             f"to train on; lower it below {pool}")
+        return pool - val_limit, val_limit
+    if val_limit + train_limit > pool:
+        rest = f", or set train_limit to null to train on the other {pool - val_limit}" if val_limit < pool else ""
+        raise ValueError(f"val_limit={val_limit} + train_limit={train_limit} = {val_limit + train_limit} "
+                         f"exceed the {pool} training {unit} both are drawn from (disjoint); lower one "
+                         f"of them{rest}")
+    return train_limit, val_limit
+
+
+def stratified_holdout(labels: torch.Tensor, val_limit: int, train_limit: int | None,
+                       seed: int, unit: str = "images") -> tuple[torch.Tensor, torch.Tensor]:
+    """(training, validation): sorted, disjoint, each class-stratified indices of a training
+    pool, ``val_limit`` set aside for validation and ``train_limit`` others (None: all of them)
+    to train on. Validation is the end of ``stratified_order``, training its start: the
+    training samples are those ``stratified_subset(labels, train_limit, seed)`` gives without
+    validation, so setting validation aside changes no training set that fits beside it."""
+    train, val = holdout_sizes(len(labels), val_limit, train_limit, unit)
+    order = stratified_order(labels, seed)
+    return order[:train].sort().values, order[len(labels) - val:].sort().values

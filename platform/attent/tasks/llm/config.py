@@ -27,7 +27,7 @@ class LLMEvalConfig(BaseModel):
     # first N problems of each generation benchmark (None = all of them, e.g. GSM8K's 1,319
     # test problems)
     eval_limit: int | None = Field(default=64, ge=1)
-    # first N GSM8K test solutions gsm8k_loss scores (None = all 1,319)
+    # GSM8K test solutions gsm8k_loss scores: N drawn at random as task.split_seed says (None = all 1,319)
     response_loss_limit: int | None = Field(default=None, ge=1)
     # generation budget per answer (greedy decoding)
     max_new_tokens: int = Field(default=512, ge=1)
@@ -87,8 +87,14 @@ class LLMTaskConfig(TaskConfig):
     instruction_template: str = "{prompt}"
     # "auto": the tokenizer's chat template when it has one, else the Alpaca template
     prompt_style: Literal["auto", "chat", "alpaca"] = "auto"
-    # first N training examples (None = all)
+    # training examples held out for validation (val_loss), drawn at random (None = no validation)
+    val_limit: int | None = Field(default=None, ge=1)
+    # training examples trained on: N of the others, drawn at random (None = all of them)
     train_limit: int | None = Field(default=None, ge=1)
+    # seeds the draws of val_limit, train_limit and eval.response_loss_limit; None = the run's
+    # seed (each seed its own problems); an int fixes the data for every run: training on the
+    # first train_limit examples, gsm8k_loss on the first test solutions (as before seeds drew them)
+    split_seed: int | None = None
     # tokens per training example (prompt + response), longer ones are truncated
     max_length: int = Field(default=512, ge=16)
     # downstream evaluation

@@ -16,6 +16,7 @@ from torch.utils.data import Dataset
 
 from attent.contract import DATASET_SOURCE_HUB, DATASET_SOURCE_LOCAL
 from attent.tasks.llm.sources import SOURCES, DataSource, Example, local_file, read_records
+from attent.tasks.task import holdout_sizes
 
 IGNORE_INDEX = -100  # label of tokens that carry no loss (prompt, padding)
 
@@ -45,14 +46,49 @@ def load_source_records(source: DataSource, folder: Path | None,
     return [r for r in records if source.keep(r)]
 
 
-def load_examples(dataset: str, *, folder: Path | None, prompt_field: str, response_field: str,
-                  limit: int | None, hub_repo: str | Path | None = None) -> list[Example]:
-    """Examples of a named set (see ``SOURCES``) or of a local file with the given fields."""
+def example_source(dataset: str, *, folder: Path | None, prompt_field: str, response_field: str,
+                   hub_repo: str | Path | None = None
+                   ) -> tuple[list[dict[str, Any]], Callable[[dict[str, Any]], Example]]:
+    """The records of a named set (see ``SOURCES``; those it keeps) or of a local file, and how
+    one becomes an Example (converted only once chosen: MetaMathQA holds 395k records)."""
     if dataset in SOURCES:
         source = SOURCES[dataset]
-        return [source.to_example(r) for r in load_source_records(source, folder, hub_repo)[:limit]]
-    records = read_records(dataset)[:limit]
-    return [Example(str(r[prompt_field]), str(r[response_field])) for r in records]
+        return load_source_records(source, folder, hub_repo), source.to_example
+    return read_records(dataset), lambda r: Example(str(r[prompt_field]), str(r[response_field]))
+
+
+def load_examples(dataset: str, *, folder: Path | None, prompt_field: str, response_field: str,
+                  limit: int | None, hub_repo: str | Path | None = None) -> list[Example]:
+    """The first ``limit`` examples (None: all) of a named set or of a local file with the
+    given fields."""
+    records, to_example = example_source(dataset, folder=folder, prompt_field=prompt_field,
+                                         response_field=response_field, hub_repo=hub_repo)
+    return [to_example(r) for r in records[:limit]]
+
+
+def seeded_sample(count: int, n: int, seed: int) -> list[int]:
+    """Sorted indices of n of ``count`` items drawn at random (all of them when n >= count)."""
+    order = torch.randperm(count, generator=torch.Generator().manual_seed(seed))
+    return sorted(order[:n].tolist())
+
+
+def draw_problems(count: int, *, train_limit: int | None, val_limit: int | None, seed: int,
+                  keep_first: bool) -> tuple[list[int], list[int]]:
+    """(training, validation): sorted, disjoint indices into a training set of ``count``
+    problems. Validation: ``val_limit`` problems drawn at random (None: none). Training:
+    ``train_limit`` of the others (None: all of them), drawn at random too, unless ``keep_first``:
+    then the set's first ``train_limit`` problems, as runs trained before seeds drew them, and
+    validation comes from the rest. Either way a validation set leaves the training problems
+    as they are without one."""
+    if val_limit is None:
+        if keep_first or train_limit is None:
+            return list(range(min(count, train_limit or count))), []
+        return seeded_sample(count, train_limit, seed), []
+    train, val = holdout_sizes(count, val_limit, train_limit, "problems")
+    order = torch.randperm(count, generator=torch.Generator().manual_seed(seed)).tolist()
+    if keep_first and train_limit is not None:
+        return list(range(train)), sorted([i for i in order if i >= train][:val])
+    return sorted(order[:train]), sorted(order[count - val:])
 
 
 def training_source(dataset: str, folder: Path | None) -> tuple[str, str]:

@@ -8,16 +8,18 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from attent.contract import DATASET_TRAIN, DatasetDescription
-from attent.tasks.task import AdapterModel, Batch, OptimizerSpec, Task
+from attent.contract import DATASET_TRAIN, DATASET_VALIDATION, DatasetDescription
+from attent.tasks.task import AdapterModel, Batch, OptimizerSpec, Task, data_seed
 from attent.tasks.llm.config import LLMTaskConfig
 from attent.tasks.llm.data import (
     SOURCES,
     Example,
     SFTDataset,
     collate_right_padded,
+    draw_problems,
+    example_source,
     fingerprint,
-    load_examples,
+    seeded_sample,
     training_source,
 )
 from attent.tasks.llm.evaluation.benchmarks import (
@@ -45,7 +47,8 @@ class LLMTask(Task):
     """LoRA instruction fine-tuning; each sample's mean response-token loss is the training loss
     and the AtteNT score.
 
-    ``seed`` fixes the LoRA adapters' initialisation (the base weights are pretrained). ``judge``
+    ``seed`` fixes the LoRA adapters' initialisation (the base weights are pretrained) and, unless
+    ``split_seed`` fixes them, which problems train, validate and test. ``judge``
     (any prompt -> judgement text callable) rates MT-Bench answers instead of the configured
     ``eval.mt_bench_judge`` model.
     """
@@ -58,7 +61,9 @@ class LLMTask(Task):
         self.style = resolve_style(self.tokenizer, config.prompt_style)
         self.data_dir = config.resolved_data_dir()
         self.judge = judge
+        self.data_seed = data_seed(config.split_seed, seed)
         self._train: SFTDataset | None = None
+        self._val: SFTDataset | None = None
         self._benchmarks: dict[str, Benchmark] = {}
         self._mt_bench_questions: list[Question] | None = None
         self._gsm8k_test: SFTDataset | None = None
@@ -84,25 +89,40 @@ class LLMTask(Task):
     # --- data -------------------------------------------------------------------------------
     def train_dataset(self) -> Dataset:
         if self._train is None:
-            examples = load_examples(self.config.dataset, folder=self.data_dir,
-                                     prompt_field=self.config.prompt_field,
-                                     response_field=self.config.response_field,
-                                     limit=self.config.train_limit)
-            self._train = SFTDataset(examples, self.encode_example, self.config.max_length)
+            self._load_problems()
         return self._train
+
+    def validation_dataset(self) -> SFTDataset | None:
+        """The ``val_limit`` problems held out of the training set (None without ``val_limit``)."""
+        if self._train is None:
+            self._load_problems()
+        return self._val
+
+    def _load_problems(self) -> None:
+        """The training set's problems split into training and validation (``draw_problems``)."""
+        cfg = self.config
+        records, to_example = example_source(cfg.dataset, folder=self.data_dir, prompt_field=cfg.prompt_field,
+                                             response_field=cfg.response_field)
+        train, val = draw_problems(len(records), train_limit=cfg.train_limit, val_limit=cfg.val_limit,
+                                   seed=self.data_seed, keep_first=cfg.split_seed is not None)
+        self._train = SFTDataset([to_example(records[i]) for i in train], self.encode_example, cfg.max_length)
+        if val:
+            self._val = SFTDataset([to_example(records[i]) for i in val], self.encode_example, cfg.max_length)
 
     def collate(self, items: list[dict[str, Any]]) -> Batch:
         return collate_right_padded(items, self.tokenizer.pad_token_id)
 
     def describe_data(self) -> list[DatasetDescription]:
-        """The training examples (after ``train_limit``): a named set's mirror file or hub name,
-        or the dataset file."""
+        """The training examples (after ``train_limit``) and the validation ones (``val_limit``):
+        a named set's mirror file or hub name, or the dataset file."""
         dataset = self.config.dataset
-        examples = self.train_dataset().examples
         source, source_type = training_source(dataset, self.data_dir)
         name = dataset if dataset in SOURCES else Path(dataset).stem
-        return [DatasetDescription(f"{name}-train", source, DATASET_TRAIN, len(examples),
-                                   fingerprint(examples), source_type)]
+        splits = (("train", DATASET_TRAIN, self.train_dataset()),
+                  ("val", DATASET_VALIDATION, self.validation_dataset()))
+        return [DatasetDescription(f"{name}-{split}", source, context, len(examples.examples),
+                                   fingerprint(examples.examples), source_type)
+                for split, context, examples in splits if examples is not None]
 
     def group_labels(self) -> torch.Tensor | None:
         """MetaMathQA's augmentation type (GSM_Rephrased, MATH_SV, ...) as group ids."""
@@ -185,14 +205,20 @@ class LLMTask(Task):
                 limit=cfg.eval_limit, max_new_tokens=cfg.max_new_tokens,
                 batch_size=cfg.eval_batch_size, rank=rank, world_size=world_size,
                 progress=progress))
+        if self.validation_dataset() is not None:
+            metrics.update(self.evaluate_validation_loss(model, rank=rank, world_size=world_size,
+                                                         progress=progress))
         return metrics
 
     def gsm8k_test_answers(self) -> SFTDataset:
-        """The first ``eval.response_loss_limit`` GSM8K test problems with their reference
-        solutions as responses, prepared exactly like GSM8K training examples."""
+        """``eval.response_loss_limit`` GSM8K test problems (drawn by the data seed; the first ones
+        with an int ``split_seed``) with their reference solutions as responses, prepared exactly
+        like GSM8K training examples."""
         if self._gsm8k_test is None:
-            problems = load_gsm8k_test(self.data_dir)[:self.config.eval.response_loss_limit]
-            examples = [SOURCES["gsm8k"].to_example(problem) for problem in problems]
+            problems, limit = load_gsm8k_test(self.data_dir), self.config.eval.response_loss_limit
+            if limit is not None and self.config.split_seed is None:
+                problems = [problems[i] for i in seeded_sample(len(problems), limit, self.data_seed)]
+            examples = [SOURCES["gsm8k"].to_example(problem) for problem in problems[:limit]]
             self._gsm8k_test = SFTDataset(examples, self.encode_example, self.config.max_length)
         return self._gsm8k_test
 
@@ -201,6 +227,16 @@ class LLMTask(Task):
         """{"gsm8k_test_response_loss": mean response-token loss of the GSM8K test solutions}
         (token-weighted, lower is better), this rank scoring every world_size-th solution."""
         return run_response_loss("gsm8k", model, self.gsm8k_test_answers(), self.collate,
+                                 batch_size=self.config.eval.eval_batch_size,
+                                 chunk_tokens=self.config.loss_chunk_tokens,
+                                 fused=self.config.fused_loss, rank=rank, world_size=world_size,
+                                 progress=progress)
+
+    def evaluate_validation_loss(self, model: nn.Module, *, rank: int = 0, world_size: int = 1,
+                                 progress: Callable[[str], None] | None = None) -> dict[str, float]:
+        """{"val_loss": mean response-token loss of the validation problems' responses}, computed
+        as gsm8k_loss's (token-weighted, lower is better), this rank scoring every world_size-th."""
+        return run_response_loss("val", model, self.validation_dataset(), self.collate, metric="val_loss",
                                  batch_size=self.config.eval.eval_batch_size,
                                  chunk_tokens=self.config.loss_chunk_tokens,
                                  fused=self.config.fused_loss, rank=rank, world_size=world_size,

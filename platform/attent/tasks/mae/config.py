@@ -104,11 +104,12 @@ class MultiModalDataConfig(TaskConfig):
     data_path: str  # <root>/<split>/{rgb,depth,semseg}/<class>/<name>.png (`attent data scenes`)
     img_size: int = Field(32, gt=0)  # square size the images are resized to
     num_semseg_classes: int | None = Field(None, gt=0)  # None: from <root>/dataset.json
-    train_limit: int | None = Field(None, gt=0)  # class-stratified subset of the train split; None: all
+    val_limit: int | None = Field(None, gt=0)  # class-stratified validation samples held out of train; None: none
+    train_limit: int | None = Field(None, gt=0)  # class-stratified subset of the rest of the train split; None: all
     test_limit: int | None = Field(None, gt=0)  # class-stratified subset of the test split; None: all
-    split_seed: int = 0  # seeds the limits: the same images for every run
+    split_seed: int | None = None  # seeds validation and limits; None: the run's seed, an int: fixed for all runs
     cache: bool | None = None  # decode every image once into memory; None: when the split is small
-    eval_batch_size: int = Field(256, gt=0)  # test images per forward pass in evaluate
+    eval_batch_size: int = Field(256, gt=0)  # test / validation images per forward pass in evaluate
     model: MaskedModelConfig = Field(default_factory=MaskedModelConfig)  # encoder (+ decoders)
 
     def modalities_needed(self) -> tuple[str, ...]:

@@ -26,9 +26,9 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.transforms import InterpolationMode, RandomResizedCrop
 
-from attent.contract import DATASET_EVAL, DATASET_TRAIN, DatasetDescription
+from attent.contract import DATASET_EVAL, DATASET_TRAIN, DATASET_VALIDATION, DatasetDescription
 from attent.tasks.config import DataError, unreadable
-from attent.tasks.task import stratified_subset
+from attent.tasks.task import stratified_holdout, stratified_subset
 
 from attent.tasks.mae.files import MODALITIES, SPLITS, read_metadata, scan_root
 
@@ -158,11 +158,13 @@ class MultiModalDataset(Dataset):
 
 @dataclass(frozen=True)
 class MultiModalSplits:
-    """A train and a test set over the same scene and semseg classes."""
+    """A train and a test set over the same scene and semseg classes, and a validation set drawn
+    from the train split when one is held out (else None)."""
     train: MultiModalDataset
     test: MultiModalDataset
     scene_classes: list[str]
     semseg_classes: list[str]  # names, or ["0", "1", ...] when the data does not name them
+    val: MultiModalDataset | None = None
 
     @property
     def num_scene_classes(self) -> int:
@@ -173,15 +175,20 @@ class MultiModalSplits:
         return len(self.semseg_classes)
 
     def limited(self, train_limit: int | None, test_limit: int | None,
-                seed: int) -> MultiModalSplits:
-        """Class-stratified random subsets of train_limit / test_limit samples (None: all),
-        deterministic in seed; items are re-indexed by their position in the subset."""
-        train, test = self.train, self.test
-        if train_limit is not None:
+                seed: int, val_limit: int | None = None) -> MultiModalSplits:
+        """Class-stratified random subsets: val_limit samples of the train split held out for
+        validation (None: none; never augmented), train_limit of the others to train on, and
+        test_limit of the test split (None: all); deterministic in seed, items re-indexed by
+        their position in the subset."""
+        train, val, test = self.train, None, self.test
+        if val_limit is not None:
+            kept, held = stratified_holdout(train.labels, val_limit, train_limit, seed, unit="samples")
+            train, val = train.select(kept), train.select(held).without_augmentation()
+        elif train_limit is not None:
             train = train.select(stratified_subset(train.labels, train_limit, seed, "train_limit"))
         if test_limit is not None:
             test = test.select(stratified_subset(test.labels, test_limit, seed, "test_limit"))
-        return replace(self, train=train, test=test)
+        return replace(self, train=train, test=test, val=val)
 
 
 def collate(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
@@ -269,9 +276,11 @@ def fingerprint(dataset: MultiModalDataset) -> str:
 
 
 def describe_splits(splits: MultiModalSplits, root: str | os.PathLike) -> list[DatasetDescription]:
-    """The train and test splits (after any limits) as a run's inputs, named after the root."""
+    """The train, validation (when held out, from the train split) and test splits, after any
+    limits, as a run's inputs, named after the root."""
     root = Path(root).expanduser().resolve()
-    return [DatasetDescription(f"{root.name}-{split}", str(root / split), context, len(dataset),
+    parts = (("train", "train", DATASET_TRAIN, splits.train), ("val", "train", DATASET_VALIDATION, splits.val),
+             ("test", "test", DATASET_EVAL, splits.test))
+    return [DatasetDescription(f"{root.name}-{split}", str(root / folder), context, len(dataset),
                                fingerprint(dataset))
-            for split, context, dataset in (("train", DATASET_TRAIN, splits.train),
-                                            ("test", DATASET_EVAL, splits.test))]
+            for split, folder, context, dataset in parts if dataset is not None]

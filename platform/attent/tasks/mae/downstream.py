@@ -60,7 +60,7 @@ class DownstreamTask(Task):
 
     def __init__(self, config: DownstreamTaskConfig, seed: int):
         self.config, self.seed, self.target = config, seed, config.target
-        self.splits = load_splits(config, config.modalities_needed(), augment=True)
+        self.splits = load_splits(config, config.modalities_needed(), augment=True, seed=seed)
         self.spec = config.model.spec(("rgb",), config.img_size)
         self.outputs = {"classification": len(self.splits.scene_classes),
                         "semseg": len(self.splits.semseg_classes), "depth": 1}[self.target]
@@ -145,15 +145,24 @@ class DownstreamTask(Task):
     @torch.no_grad()
     def evaluate(self, model: nn.Module, *, rank: int, world_size: int,
                  progress: Callable[[str], None] | None = None) -> dict[str, float]:
-        """The job's metric on the test split (torchmetrics, summed over ranks)."""
+        """The job's metric on the test split, and as val_<metric> on the validation set when
+        one is held out (torchmetrics, summed over ranks)."""
+        metrics = self.job_metrics(model, self.splits.test, rank=rank, world_size=world_size)
+        if self.splits.val is not None:
+            val = self.job_metrics(model, self.splits.val, rank=rank, world_size=world_size)
+            metrics.update({f"val_{name}": value for name, value in val.items()})
+        return metrics
+
+    def job_metrics(self, model: nn.Module, dataset: data.MultiModalDataset, *, rank: int,
+                    world_size: int) -> dict[str, float]:
+        """The job's metric on one evaluation set, this rank scoring every world_size-th item."""
         device = next(model.parameters()).device
-        test = self.splits.test
         metrics = build_metrics(self.target, num_classes=self.outputs).to(device)
-        chunks = evaluation_chunks(len(test), rank=rank, world_size=world_size,
+        chunks = evaluation_chunks(len(dataset), rank=rank, world_size=world_size,
                                    batch_size=self.config.eval_batch_size)
         target = {"classification": "label", "semseg": "semseg", "depth": "depth"}[self.target]
         for chunk in chunks:
-            batch = {k: v.to(device) for k, v in data.collate([test[i] for i in chunk]).items()}
+            batch = {k: v.to(device) for k, v in data.collate([dataset[i] for i in chunk]).items()}
             metrics.update(model(batch["rgb"]).float(), batch[target])
         return metrics.compute()
 

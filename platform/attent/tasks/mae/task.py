@@ -14,8 +14,8 @@ import torch
 from torch import nn
 
 from attent.contract import DatasetDescription
-from attent.tasks.task import (Batch, OptimizerSpec, Task, TorchModel, evaluation_chunks, seeded_init,
-                               sum_over_ranks)
+from attent.tasks.task import (Batch, OptimizerSpec, Task, TorchModel, data_seed, evaluation_chunks,
+                               seeded_init, sum_over_ranks)
 from attent.tasks.mae import data, masking
 from attent.tasks.mae.config import MaskedPretrainingConfig
 from attent.tasks.mae.losses import reconstruction_losses, standardize_depth
@@ -25,11 +25,14 @@ EVAL_ROUND = -1  # the seeded masks of evaluation: the same for every evaluation
 KERNEL_MASK_INDEX = 2**32 - 1  # kernel_output's masks: seeded by (seed, this, round 0), no real sample's
 
 
-def load_splits(config, modalities: tuple[str, ...], *, augment: bool) -> data.MultiModalSplits:
+def load_splits(config, modalities: tuple[str, ...], *, augment: bool, seed: int) -> data.MultiModalSplits:
+    """The configured train / validation / test splits, limited as configured; ``seed`` (the
+    run's, unless ``split_seed`` fixes it) draws the validation set and the limits."""
     splits = data.load_multimodal(config.data_path, modalities=modalities, img_size=config.img_size,
                                   augment=augment, cache=config.cache,
                                   num_semseg_classes=config.num_semseg_classes)
-    return splits.limited(config.train_limit, config.test_limit, config.split_seed)
+    return splits.limited(config.train_limit, config.test_limit, data_seed(config.split_seed, seed),
+                          val_limit=config.val_limit)
 
 
 def encoder_inputs(batch: Batch, modalities: tuple[str, ...]) -> dict[str, torch.Tensor]:
@@ -63,7 +66,7 @@ class MaskedPretrainingTask(Task):
     def __init__(self, config: MaskedPretrainingConfig, seed: int):
         self.config, self.seed = config, seed
         self.modalities = config.modality_names()
-        self.splits = load_splits(config, self.modalities, augment=True)
+        self.splits = load_splits(config, self.modalities, augment=True, seed=seed)
         self.spec = config.model.spec(self.modalities, config.img_size, len(self.splits.semseg_classes))
         self.budget = config.visible_budget(self.spec.patches)
         self.alpha = getattr(config, "alpha", None)
@@ -129,23 +132,33 @@ class MaskedPretrainingTask(Task):
     def evaluate(self, model: nn.Module, *, rank: int, world_size: int,
                  progress: Callable[[str], None] | None = None) -> dict[str, float]:
         """Reconstruction loss on the test split under masks fixed for the whole run, in total
-        and per modality."""
-        test = self.splits.test
-        chunks = evaluation_chunks(len(test), rank=rank, world_size=world_size,
+        and per modality (and the k-NN probe's accuracy); the same for the validation set when
+        one is held out."""
+        metrics = {}
+        for split, dataset in (("test", self.splits.test), ("val", self.splits.val)):
+            if dataset is not None:
+                metrics.update(self.reconstruction(model, dataset, split, rank=rank, world_size=world_size))
+                if self.config.knn_neighbours:
+                    metrics[f"{split}_knn_accuracy"] = self.knn_accuracy(model, dataset)
+        return metrics
+
+    def reconstruction(self, model: nn.Module, dataset: data.MultiModalDataset, split: str, *,
+                       rank: int, world_size: int) -> dict[str, float]:
+        """{<split>_loss, <split>_loss_<modality>} of one evaluation set, summed over the ranks'
+        shards."""
+        chunks = evaluation_chunks(len(dataset), rank=rank, world_size=world_size,
                                    batch_size=self.config.eval_batch_size)
         totals = torch.zeros(len(self.modalities) + 1, dtype=torch.float64, device=self._device(model))
         for chunk in chunks:
-            batch = {k: v.to(totals.device) for k, v in data.collate([test[i] for i in chunk]).items()}
+            batch = {k: v.to(totals.device) for k, v in data.collate([dataset[i] for i in chunk]).items()}
             losses = self._losses(model, batch, self._seeded(batch["index"], EVAL_ROUND, model))
             totals[:-1] += losses.reshape(len(chunk), -1).double().sum(dim=0)
             totals[-1] += len(chunk)
         sums = sum_over_ranks(totals, world_size).tolist()
         count = max(sums[-1], 1)
-        metrics = {"test_loss": sum(sums[:-1]) / count}
+        metrics = {f"{split}_loss": sum(sums[:-1]) / count}
         if self.loss_components:
-            metrics.update({f"test_loss_{m}": s / count for m, s in zip(self.modalities, sums)})
-        if self.config.knn_neighbours:
-            metrics["test_knn_accuracy"] = self.knn_accuracy(model)
+            metrics.update({f"{split}_loss_{m}": s / count for m, s in zip(self.modalities, sums)})
         return metrics
 
     def rgb_features(self, model: nn.Module, dataset: data.MultiModalDataset, count: int) -> torch.Tensor:
@@ -160,17 +173,18 @@ class MaskedPretrainingTask(Task):
             features.append(model.encoder(encoder_inputs(batch, self.modalities), visible).float().mean(dim=1))
         return nn.functional.normalize(torch.cat(features), dim=1)
 
-    def knn_accuracy(self, model: nn.Module) -> float:
-        """Top-1 accuracy of a k-NN probe of the encoder (every rank computes it whole: the sets
-        are small). Votes weighted by exp(similarity / 0.07), as in DINO's k-NN evaluation."""
+    def knn_accuracy(self, model: nn.Module, queries: data.MultiModalDataset) -> float:
+        """Top-1 accuracy on ``queries`` (the test or validation set) of a k-NN probe of the
+        encoder over the training scenes (every rank computes it whole: the sets are small).
+        Votes weighted by exp(similarity / 0.07), as in DINO's k-NN evaluation."""
         memory_set = self.splits.train.without_augmentation()
         memory = self.rgb_features(model, memory_set, min(len(memory_set), self.config.knn_train_limit))
         labels = memory_set.labels[:memory.shape[0]].to(memory.device)
-        test = self.rgb_features(model, self.splits.test, len(self.splits.test))
+        test = self.rgb_features(model, queries, len(queries))
         similarity, neighbour = (test @ memory.T).topk(min(self.config.knn_neighbours, memory.shape[0]), dim=1)
         votes = torch.zeros(test.shape[0], int(self.splits.train.labels.max()) + 1, device=test.device)
         votes.scatter_add_(1, labels[neighbour], (similarity / 0.07).exp())
-        truth = self.splits.test.labels.to(test.device)
+        truth = queries.labels.to(test.device)
         return float((votes.argmax(dim=1) == truth).float().mean())
 
     def model_to_log(self, model: nn.Module) -> TorchModel:

@@ -45,22 +45,23 @@ class VisionTaskConfig(TaskConfig):
     dataset: Literal["fashion_mnist", "digits", "image_folder"] = "fashion_mnist"  # which images
     data_path: str | None = None  # fashion_mnist idx folder or image_folder root; None: defaults
     download: bool = False  # fashion_mnist: fetch it with torchvision when not found locally
-    train_limit: int | None = None  # class-stratified random subset of the train set; None: all
+    val_limit: int | None = None  # class-stratified validation images held out of the train set; None: no validation
+    train_limit: int | None = None  # class-stratified random subset of the rest of the train set; None: all
     test_limit: int | None = None  # class-stratified random subset of the test set; None: all
-    split_seed: int = 0  # seeds the limits and digits/folder splits: the same data for every run
+    split_seed: int | None = None  # seeds digits/folder split, validation, limits; None: the run's seed, int: fixed
     test_fraction: float = Field(0.2, gt=0, lt=1)  # test share for digits / unsplit image folders
     img_size: int | None = None  # resize to this square size; None: native (28 / 8), folder: set it
     color_mode: Literal["grayscale", "rgb"] | None = None  # image_folder channels; None: rgb
     model: VisionModelConfig = Field(default_factory=VisionModelConfig)  # the ViT
-    eval_batch_size: int = Field(512, gt=0)  # test images per forward pass in evaluate
+    eval_batch_size: int = Field(512, gt=0)  # test / validation images per forward pass in evaluate
     label_smoothing: float = Field(0.0, ge=0, lt=1)  # of the training loss (the test loss has none)
 
-    @field_validator("train_limit", "test_limit", "img_size")
+    @field_validator("val_limit", "train_limit", "test_limit", "img_size")
     @classmethod
     def _positive(cls, value: int | None, info: ValidationInfo) -> int | None:
         if value is not None and value <= 0:
             raise ValueError(f"{info.field_name}={value} must be a positive number, "
-                             f"or null for the default (all images / native size)")
+                             f"or null for the default (no validation / all images / native size)")
         return value
 
     @model_validator(mode="after")

@@ -23,7 +23,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from attent.tasks.config import unreadable
-from attent.tasks.task import stratified_subset
+from attent.tasks.task import stratified_holdout, stratified_subset
 
 from attent.tasks.vision.files import (DIGITS_STATS, FASHION_MNIST_CLASSES, FASHION_MNIST_STATS, IMAGE_FOLDER_STATS,
                     check_image_folder, ensure_fashion_mnist, find_fashion_mnist, has_train_test, idx_file,
@@ -115,23 +115,31 @@ ImageDataset = TensorImageDataset | ImageFolderDataset
 
 @dataclass(frozen=True)
 class ImageSplits:
-    """A train and a test set over the same classes."""
+    """A train and a test set over the same classes, and a validation set drawn from the
+    training pool when one is held out (else None)."""
     train: ImageDataset
     test: ImageDataset
     classes: tuple[str, ...]
+    val: ImageDataset | None = None
 
     @property
     def num_classes(self) -> int:
         return len(self.classes)
 
-    def limited(self, train_limit: int | None, test_limit: int | None, seed: int) -> ImageSplits:
-        """Class-stratified random subsets of train_limit / test_limit images (None: all)."""
-        train, test = self.train, self.test
-        if train_limit is not None:
+    def limited(self, train_limit: int | None, test_limit: int | None, seed: int,
+                val_limit: int | None = None) -> ImageSplits:
+        """Class-stratified random subsets: val_limit images of the training pool held out for
+        validation (None: none), train_limit of the others to train on, test_limit of the test
+        set (None: all)."""
+        train, val, test = self.train, None, self.test
+        if val_limit is not None:
+            kept, held = stratified_holdout(train.labels, val_limit, train_limit, seed)
+            train, val = train.select(kept), train.select(held)
+        elif train_limit is not None:
             train = train.select(stratified_subset(train.labels, train_limit, seed, "train_limit"))
         if test_limit is not None:
             test = test.select(stratified_subset(test.labels, test_limit, seed, "test_limit"))
-        return ImageSplits(train, test, self.classes)
+        return ImageSplits(train, test, self.classes, val)
 
 
 # --- stratified sampling --------------------------------------------------------------------

@@ -8,27 +8,30 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attent.contract import DATASET_EVAL, DATASET_TRAIN, DatasetDescription
-from attent.tasks.task import (Batch, OptimizerSpec, Task, TorchModel, evaluation_chunks, seeded_init,
-                               sum_over_ranks)
+from attent.contract import DATASET_EVAL, DATASET_TRAIN, DATASET_VALIDATION, DatasetDescription
+from attent.tasks.task import (Batch, OptimizerSpec, Task, TorchModel, data_seed, evaluation_chunks,
+                               seeded_init, sum_over_ranks)
 from attent.tasks.vision import data
 from attent.tasks.vision.config import VisionTaskConfig
 from attent.tasks.vit import build_vit
 
 
-def load_splits(config: VisionTaskConfig) -> data.ImageSplits:
-    """The configured train / test sets, limited as configured."""
+def load_splits(config: VisionTaskConfig, seed: int) -> data.ImageSplits:
+    """The configured train / validation / test sets, limited as configured; ``seed`` (the
+    run's, unless ``split_seed`` fixes it) draws the digits / folder split, the validation set
+    and the limits."""
+    seed = data_seed(config.split_seed, seed)
     if config.dataset == "fashion_mnist":
         splits = data.load_fashion_mnist(config.data_path, download=config.download,
                                          img_size=config.image_size)
     elif config.dataset == "digits":
         splits = data.load_digits(img_size=config.image_size, test_fraction=config.test_fraction,
-                                  seed=config.split_seed)
+                                  seed=seed)
     else:
         splits = data.load_image_folder(config.data_path, img_size=config.image_size,
                                         in_chans=config.in_chans,
-                                        test_fraction=config.test_fraction, seed=config.split_seed)
-    return splits.limited(config.train_limit, config.test_limit, config.split_seed)
+                                        test_fraction=config.test_fraction, seed=seed)
+    return splits.limited(config.train_limit, config.test_limit, seed, val_limit=config.val_limit)
 
 
 class VisionTask(Task):
@@ -38,7 +41,7 @@ class VisionTask(Task):
 
     def __init__(self, config: VisionTaskConfig, seed: int):
         self.config, self.seed = config, seed
-        self.splits = load_splits(config)
+        self.splits = load_splits(config, seed)
 
     def train_dataset(self) -> data.ImageDataset:
         return self.splits.train
@@ -50,12 +53,14 @@ class VisionTask(Task):
         return self.splits.train.labels
 
     def describe_data(self) -> list[DatasetDescription]:
-        """The train and test splits (after any limits), from where their images were read."""
+        """The train, validation (when held out) and test sets, after any limits, from where
+        their images were read."""
         source = data.data_source(self.config.dataset, self.config.data_path)
+        splits = (("train", DATASET_TRAIN, self.splits.train), ("val", DATASET_VALIDATION, self.splits.val),
+                  ("test", DATASET_EVAL, self.splits.test))
         return [DatasetDescription(f"{self.config.dataset}-{split}", source, context, len(images),
                                    data.fingerprint(images))
-                for split, context, images in (("train", DATASET_TRAIN, self.splits.train),
-                                               ("test", DATASET_EVAL, self.splits.test))]
+                for split, context, images in splits if images is not None]
 
     def build_model(self) -> nn.Module:
         return seeded_init(self.seed, lambda: build_vit(self.config.vit_config(self.splits.num_classes)))
@@ -86,20 +91,31 @@ class VisionTask(Task):
     @torch.no_grad()
     def evaluate(self, model: nn.Module, *, rank: int, world_size: int,
                  progress: Callable[[str], None] | None = None) -> dict[str, float]:
-        """Test accuracy and mean cross-entropy; each rank scores every world_size-th image."""
-        test, device = self.splits.test, next(model.parameters()).device
-        chunks = evaluation_chunks(len(test), rank=rank, world_size=world_size,
+        """Test accuracy and mean cross-entropy, and the validation set's when one is held out;
+        each rank scores every world_size-th image of each."""
+        metrics = self.accuracy_and_loss(model, self.splits.test, "test", rank=rank,
+                                         world_size=world_size, progress=progress)
+        if self.splits.val is not None:
+            metrics.update(self.accuracy_and_loss(model, self.splits.val, "val", rank=rank,
+                                                  world_size=world_size, progress=progress))
+        return metrics
+
+    def accuracy_and_loss(self, model: nn.Module, images: data.ImageDataset, split: str, *, rank: int,
+                          world_size: int, progress: Callable[[str], None] | None = None) -> dict[str, float]:
+        """{<split>_accuracy, <split>_loss} of one evaluation set, summed over the ranks' shards."""
+        device = next(model.parameters()).device
+        chunks = evaluation_chunks(len(images), rank=rank, world_size=world_size,
                                    batch_size=self.config.eval_batch_size)
         totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, correct, count
         for done, chunk in enumerate(chunks, 1):
-            batch = data.collate([test[i] for i in chunk])
+            batch = data.collate([images[i] for i in chunk])
             labels = batch["label"].to(device)
             logits = model(batch["image"].to(device)).float()
             totals[0] += F.cross_entropy(logits, labels, reduction="sum")
             totals[1] += (logits.argmax(dim=-1) == labels).sum()
             totals[2] += len(chunk)
             if progress is not None:
-                progress(f"evaluated {done}/{len(chunks)} test batches")
+                progress(f"evaluated {done}/{len(chunks)} {split} batches")
         sum_over_ranks(totals, world_size)
         loss_sum, correct, count = totals.tolist()
-        return {"test_accuracy": correct / count, "test_loss": loss_sum / count}
+        return {f"{split}_accuracy": correct / count, f"{split}_loss": loss_sum / count}

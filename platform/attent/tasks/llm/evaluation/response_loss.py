@@ -41,9 +41,10 @@ def response_loss_totals(model: nn.Module, dataset: Dataset,
 def run_response_loss(name: str, model: nn.Module, dataset: Dataset,
                       collate: Callable[[list[Any]], dict[str, torch.Tensor]], *,
                       batch_size: int, chunk_tokens: int, fused: FusedLoss = "auto",
-                      rank: int = 0, world_size: int = 1,
+                      rank: int = 0, world_size: int = 1, metric: str | None = None,
                       progress: Callable[[str], None] | None = None) -> dict[str, float]:
-    """{``<name>_test_response_loss``: mean response-token loss over all ranks' answers}."""
+    """{``metric`` (default ``<name>_test_response_loss``): mean response-token loss over all
+    ranks' answers}."""
     loss_sum, tokens, answers = response_loss_totals(
         model, dataset, collate, batch_size=batch_size, chunk_tokens=chunk_tokens, fused=fused,
         rank=rank, world_size=world_size)
@@ -53,4 +54,4 @@ def run_response_loss(name: str, model: nn.Module, dataset: Dataset,
     if progress:
         progress(f"{name}_loss: response loss {mean:.4f} ({int(tokens)} tokens, "
                  f"{int(answers)} answers)")
-    return {f"{name}_test_response_loss": mean}
+    return {metric or f"{name}_test_response_loss": mean}
