@@ -26,7 +26,7 @@ benchmark:
   workloads:
     - name: w
       base: {REPO}/experiments/digits_vit.yaml
-      overrides: {{train.epochs: 8, task.train_limit: 300, mlflow.tracking_uri: "{uri}", ray.storage_path: "{tmp_path}/ray"}}
+      overrides: {{train.epochs: 8, task.train_limit: 300, task.val_limit: 100, mlflow.tracking_uri: "{uri}", ray.storage_path: "{tmp_path}/ray"}}
       metric: eval_test_accuracy
       tune:
         - {{method: full, key: train.epochs, values: [4, 8]}}
@@ -81,7 +81,7 @@ def test_selection_runs_try_each_value_on_the_selection_seeds_with_earlier_choic
     assert [r.experiment.selection.temperature for r in runs[:3]] == TEMPERATURES
     names = {r.experiment.name for r in runs}
     assert len(names) == 6 and not names & {r.experiment.name for r in verdict_runs}
-    assert all(r.experiment.task.train_limit == 300 for r in runs)
+    assert all(r.experiment.task.val_limit == 100 for r in runs)
 
 
 def test_the_temperature_is_chosen_on_validation_and_no_test_metric_sways_it(tmp_path):

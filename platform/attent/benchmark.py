@@ -317,6 +317,7 @@ def run_benchmark(path: str | Path, overrides: list[str] | None = None, *, out_d
     uri = resolve(runs[:1])[0].experiment.mlflow.tracking_uri
     parent = _parent_run(spec, uri)
     try:
+        # workload by workload, so each one's verdict is in before the next one's selection starts
         choices, records = {}, []
         for workload in spec.workloads:
             chosen = []
@@ -334,15 +335,14 @@ def run_benchmark(path: str | Path, overrides: list[str] | None = None, *, out_d
                                 "seeds": sorted({run.experiment.seed for run in tried})})
                 print(f"[bench] {workload.name}: {tune.key} = {value} chosen on validation "
                       f"({', '.join(f'{k}: {v:.4f}' for k, v in scores.items())})", flush=True)
+                from .engine.tracking import client_for
+                client_for(uri).log_dict(parent, records, contract.BENCH_CHOICES_FILE)
             choices[workload.name] = chosen
-        if records:
-            from .engine.tracking import client_for
-            client_for(uri).log_dict(parent, records, contract.BENCH_CHOICES_FILE)
-        spec, runs = load_benchmark(path, overrides, name=name, choices=choices)
-        runs = resolve(runs)
-        print(describe(spec, runs), flush=True)
-        for number, run in enumerate(runs, 1):
-            _train(run, f"{number}/{len(runs)}", parent, runs, console)
+            _, runs = load_benchmark(path, overrides, name=name, choices=choices)
+            runs = resolve([run for run in runs if run.workload.name == workload.name])
+            print(describe(spec, runs), flush=True)
+            for number, run in enumerate(runs, 1):
+                _train(run, f"{workload.name} {number}/{len(runs)}", parent, runs, console)
     except BaseException:  # the parent says so; running the command again continues
         from .engine.tracking import client_for
         client_for(uri).set_terminated(parent, "FAILED")
