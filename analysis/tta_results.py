@@ -1,15 +1,20 @@
-"""The time-to-accuracy benchmark's numbers from its runs and curves (``tta_runs``): full data's
-plateau and the target, the per-run and per-method tables, budgets and standings, paired
-t-intervals against AtteNT, the variants against full data, and the temperature table.
-``analysis.time_to_accuracy`` states the method and renders the report.
+"""The time-to-accuracy benchmark's numbers from its runs and curves (``tta_runs``): the target
+and the plateau control, the per-run and per-method tables, budgets and standings, the paired
+comparisons against AtteNT and their words (Holm-adjusted t-tests, equivalence by TOST), the
+variants' comparisons, and the temperature table. ``analysis.time_to_accuracy`` states the
+method and renders the report.
 """
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 from scipy import stats
+from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.weightstats import ttost_paired
 
 from analysis.render import percent_cell
 from analysis.runs import ReportError
@@ -18,11 +23,16 @@ from attent import contract  # the names the engine logs (no engine import)
 
 LABEL = f"tags.{contract.TAG_LABEL}"
 TEMPERATURE = "params.selection.temperature"
-FULL, ATTENT = contract.METHOD_FULL, contract.METHOD_ATTENT
-EQUAL_COST, INFOBATCH_BUDGET = contract.METHOD_FULL_EQUAL_COST, contract.METHOD_INFOBATCH_BUDGET
+FULL, ATTENT, FULL_LONG = contract.METHOD_FULL, contract.METHOD_ATTENT, contract.METHOD_FULL_LONG
+EQUAL_COST, EQUAL_SAMPLES = contract.METHOD_FULL_EQUAL_COST, contract.METHOD_FULL_EQUAL_SAMPLES
+INFOBATCH_BUDGET = contract.METHOD_INFOBATCH_BUDGET
+# What the full-data comparators are, in the tables (their tag label is full data's preset's)
+COMPARATOR_LABELS = {FULL: "full data", FULL_LONG: "full data for 2E epochs (plateau control)",
+                     EQUAL_COST: "full data at equal cost (measured)", EQUAL_SAMPLES: "full data at equal samples"}
 TEMPERATURE_METHODS = ("soft", ATTENT)  # base methods whose temperature the report sets side by side
 # Row order within a standing: by base method (the part before "+"), then by name.
-METHOD_ORDER = (FULL, EQUAL_COST, ATTENT, "hard", "soft", "random", INFOBATCH_BUDGET, "infobatch")
+METHOD_ORDER = (FULL, FULL_LONG, EQUAL_COST, EQUAL_SAMPLES, ATTENT, "hard", "soft", "random", INFOBATCH_BUDGET,
+                "infobatch")
 OVERHEADS = {"scoring_s": contract.time_metric("scoring"), "selection_s": contract.time_metric("selection"),
              "eval_s": contract.time_metric("eval"), "checkpoint_s": contract.time_metric("checkpoint"),
              "startup_s": contract.TIME_STARTUP, "teardown_s": contract.TIME_TEARDOWN}
@@ -30,31 +40,51 @@ OVERHEADS = {"scoring_s": contract.time_metric("scoring"), "selection_s": contra
 BUDGET_TOLERANCE = 0.02      # relative difference of budgets still called matched
 ACCURACY_TOLERANCE = 0.005   # the target's absolute tolerance for a higher-is-better metric
 LOSS_TOLERANCE = 0.01        # the target's relative tolerance for a lower-is-better metric
-CONFIDENCE = 0.95
+CONFIDENCE = 0.95            # intervals on savings and costs, unadjusted
+PLATEAU_CONFIDENCE = 0.90    # two-sided, so each end is a one-sided 95 % bound
+ALPHA = 0.05                 # the family-wise error rate of the words (Holm) and the TOST level
 
-# A row's standing: the reference (full data), matched to AtteNT's budget, or apart from it.
-REFERENCE, MATCHED, APART = "reference", "matched", "apart"
+# A row's standing: the reference (full data), the plateau control (full_long), matched to
+# AtteNT's budget, or apart from it.
+REFERENCE, CONTROL, MATCHED, APART = "reference", "control", "matched", "apart"
+# The words a comparison may earn (the subject's: AtteNT's, or a variant's), and nothing stronger.
+BETTER, WORSE, INCONCLUSIVE = "better", "worse", "inconclusive"
+FINAL, COST_TO_TARGET = "final metric", "cost to target (s)"  # the two judged quantities
+PLATEAUED, STILL_RISING, UNDETERMINED = "plateaued", "still improving", "undetermined"
 # Per-run quantities, summarized per method as <name>, <name>_std and <name>_n.
 QUANTITIES = ("final_metric", "cost_to_target_s", "method_cost_s", "wallclock_s", "samples_backpropagated",
-              "budget", "mean_selected_ratio", "ideal_saving", "realized_saving", "hardness", "overlap",
-              "agreement", "scoring_share", *OVERHEADS)
+              "budget", "mean_selected_ratio", "optimizer_steps", "ideal_saving", "realized_saving",
+              "realized_over_ideal", "hardness", "overlap", "agreement", "scoring_share", *OVERHEADS)
+INTERVALS = ("realized_saving", "realized_over_ideal")  # also given a 95 % t-interval over seeds
+
+
+def equivalent(margin: float) -> str:
+    return f"equivalent within ± {margin:.4g}"
+
 
 @dataclass
-class Plateau:
-    """Full data's last quarter of epochs, over seeds."""
-    epochs: tuple[int, int]     # first and last epoch (1-based) of the last quarter
-    since: int                  # the epoch the movement is measured from (the one before the quarter)
-    movement: float             # improvement of the mean curve over the quarter (its good direction)
-    seed_std: float             # std over seeds of full data's final value (NaN for one seed)
-    value: float                # mean over seeds of the last quarter's evaluations
-    seeds: int
+class TTest:
+    """A one-sample t-test of paired differences against 0, and its interval at ``confidence``."""
+    mean: float
+    low: float
+    high: float
+    p: float                    # two-sided; NaN for fewer than 2 values
+    n: int
 
-    @property
-    def reached(self) -> bool | None:
-        """True: full data had plateaued; False: still improving; None: one seed, no spread."""
-        if self.seeds < 2 or math.isnan(self.seed_std):
-            return None
-        return self.movement <= 0 or self.movement < self.seed_std
+
+def t_test(differences, confidence: float = CONFIDENCE) -> TTest:
+    """scipy's one-sample t-test of the differences (NaN dropped) and its t-interval. Differences
+    that are all equal have no spread: the interval is the point, and p is 0 (1 where they are
+    all 0), which is what the t statistic's limit says; scipy warns about them, needlessly."""
+    d = pd.to_numeric(pd.Series(differences, dtype=float), errors="coerce").dropna().to_numpy()
+    if len(d) < 2:
+        return TTest(float(d.mean()) if len(d) else math.nan, math.nan, math.nan, math.nan, len(d))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # "precision loss": identical differences
+        result = stats.ttest_1samp(d, 0.0)
+        low, high = result.confidence_interval(confidence)
+    p = float(result.pvalue)
+    return TTest(float(d.mean()), float(low), float(high), 1.0 if math.isnan(p) else p, len(d))
 
 
 @dataclass
@@ -62,20 +92,80 @@ class Target:
     value: float
     tolerance: float
     rule: str                   # how the tolerance was chosen, in words
+    reference: float            # full data's final metric, mean over seeds
+    seed_std: float             # its std over seeds (NaN for one seed)
+    seeds: int
+
+
+@dataclass
+class Plateau:
+    """The plateau control: full data for 2E epochs (full_long) against full data for E, seed by
+    seed. ``mean``, ``low``, ``high``: the improvement full_long's final metric makes on full
+    data's (positive = better, whichever way the metric runs) and its 90 % t-interval."""
+    seeds: int                  # paired seeds (0 without a control)
+    mean: float
+    low: float
+    high: float
+    tolerance: float            # the target's
+    control: bool               # whether the workload has full_long runs
+
+    @property
+    def verdict(self) -> str:
+        """``plateaued`` when the interval's upper end lies below the tolerance (more epochs gain
+        less than it, or lose: an overfitting run has plateaued too); ``still improving`` when its
+        lower end lies above it; ``undetermined`` otherwise, with the reason where it is not the
+        interval's."""
+        if not self.control:
+            return f"{UNDETERMINED}: no {FULL_LONG} control"
+        if self.seeds < 2 or math.isnan(self.low):
+            return f"{UNDETERMINED}: fewer than 2 paired seeds"
+        if self.high < self.tolerance:
+            return PLATEAUED
+        return STILL_RISING if self.low > self.tolerance else UNDETERMINED
+
+    @property
+    def reached(self) -> bool | None:
+        """True: plateaued; False: still improving; None: undetermined."""
+        return {PLATEAUED: True, STILL_RISING: False}.get(self.verdict)
 
 
 @dataclass
 class Paired:
-    """One method against AtteNT over the seeds both ran: AtteNT's minus the method's."""
+    """One comparison, seed by seed: the subject's values (AtteNT's, or a variant's) minus the
+    method's, over the seeds where both have one; filled in by ``judge_family``."""
+    subject: str
     method: str
-    standing: str
-    quantity: str               # "final metric" or "cost to target (s)"
-    seeds: int                  # paired seeds with a value on both sides
-    mean: float
-    low: float
-    high: float
-    better_when: str            # "higher" or "lower": the sign of the difference that favours AtteNT
+    standing: str               # against AtteNT's budget: the method's (the variant's, for a variant)
+    quantity: str               # FINAL or COST_TO_TARGET
+    subject_values: np.ndarray
+    method_values: np.ndarray
+    better_when: str            # "higher" or "lower": the sign of the difference that favours the subject
     note: str = ""              # why there is no verdict, or the seeds that reached the target
+    margin: float = math.nan    # the equivalence margin (NaN: none declared)
+    p: float = math.nan         # two-sided paired t-test
+    p_holm: float = math.nan    # Holm-adjusted across the family
+    p_tost: float = math.nan    # TOST's (equivalence within ± margin)
+    p_tost_holm: float = math.nan
+    level: float = math.nan     # the confidence of the interval at this comparison's Holm step
+    low: float = math.nan       # that interval
+    high: float = math.nan
+
+    @property
+    def seeds(self) -> int:
+        return len(self.subject_values)
+
+    @property
+    def differences(self) -> np.ndarray:
+        return self.subject_values - self.method_values
+
+    @property
+    def mean(self) -> float:
+        return float(self.differences.mean()) if self.seeds else math.nan
+
+    @property
+    def unadjusted(self) -> TTest:
+        """The plain 95 % t-interval, for the CSV beside the Holm one."""
+        return t_test(self.differences, CONFIDENCE)
 
     @property
     def verdict(self) -> str:
@@ -83,11 +173,16 @@ class Paired:
             return f"not judged: {self.note}"
         if self.seeds == 0:
             return f"no paired seeds{'; ' + self.note if self.note else ''}"
-        if self.seeds < 2 or math.isnan(self.low):
+        if self.seeds < 2 or math.isnan(self.p_holm):
             return f"no interval: 1 paired seed{'; ' + self.note if self.note else ''}"
-        good = self.low > 0 if self.better_when == "higher" else self.high < 0
-        bad = self.high < 0 if self.better_when == "higher" else self.low > 0
-        return "AtteNT better" if good else "AtteNT worse" if bad else "indistinguishable at 95 %"
+        if self.p_holm < ALPHA:
+            return BETTER if (self.mean > 0) == (self.better_when == "higher") else WORSE
+        return equivalent(self.margin) if self.p_tost_holm < ALPHA else INCONCLUSIVE
+
+    @property
+    def judged(self) -> bool:
+        """Whether the verdict is a word (better, worse, equivalent, inconclusive)."""
+        return self.standing != APART and not math.isnan(self.p_holm)
 
     @property
     def places(self) -> int:
@@ -95,12 +190,50 @@ class Paired:
         return 1 if self.quantity.endswith("(s)") else 4
 
     def record(self) -> dict[str, object]:
-        return {"method": self.method, "standing": self.standing, "quantity": self.quantity,
-                "paired_seeds": self.seeds, "attent_minus_method": self.mean, "low_95": self.low,
-                "high_95": self.high, "attent_better_when": self.better_when, "verdict": self.verdict}
+        plain = self.unadjusted
+        return {"subject": self.subject, "method": self.method, "standing": self.standing,
+                "quantity": self.quantity, "paired_seeds": self.seeds, "difference": self.mean,
+                "low_95": plain.low, "high_95": plain.high, "p": self.p, "p_holm": self.p_holm,
+                "holm_level": self.level, "holm_low": self.low, "holm_high": self.high, "margin": self.margin,
+                "p_tost": self.p_tost, "p_tost_holm": self.p_tost_holm, "better_when": self.better_when,
+                "verdict": self.verdict}
 
 
-# --- statistics ------------------------------------------------------------------------------------
+def judge_family(family: list[Paired], margin: float | None) -> list[Paired]:
+    """Words for a family of comparisons, from intervals only. Among the comparisons with two
+    paired seeds or more (m of them): each one's paired t-test p and, with a ``margin``, its TOST
+    p (``ttost_paired``, equivalence within ± margin), each set Holm-adjusted across the family
+    (``multipletests(..., method="holm")``). "better" / "worse" where the adjusted t-test p <
+    ALPHA; else "equivalent within ± margin" where the adjusted TOST p < ALPHA; else
+    "inconclusive". The interval reported is the one at the comparison's Holm step: for the j-th
+    smallest p of m, the 1 − ALPHA / (m − j + 1) t-interval (it excludes 0 where the unadjusted
+    step would reject; Holm stops at its first non-rejection, so a later interval may exclude 0
+    with no word). Returns the family, filled in."""
+    tested = [p for p in family if p.seeds >= 2 and p.standing != APART]
+    if not tested:
+        return family
+    for p in tested:
+        p.p = t_test(p.differences).p
+        if margin is not None and not math.isnan(margin):
+            p.margin = margin
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # identical differences: a 0 std divides
+                tost = float(ttost_paired(p.subject_values, p.method_values, -margin, margin)[0])
+            p.p_tost = 1.0 if math.isnan(tost) else tost
+    for p, adjusted in zip(tested, multipletests([p.p for p in tested], alpha=ALPHA, method="holm")[1]):
+        p.p_holm = float(adjusted)
+    if not math.isnan(tested[0].p_tost):
+        for p, adjusted in zip(tested, multipletests([p.p_tost for p in tested], alpha=ALPHA, method="holm")[1]):
+            p.p_tost_holm = float(adjusted)
+    m = len(tested)
+    for rank, p in enumerate(sorted(tested, key=lambda p: p.p)):  # stable: ties keep the family's order
+        p.level = 1 - ALPHA / (m - rank)
+        interval = t_test(p.differences, p.level)
+        p.low, p.high = interval.low, interval.high
+    return family
+
+
+# --- the numbers ------------------------------------------------------------------------------------
 
 def numeric(frame: pd.DataFrame, column: str) -> pd.Series:
     """A column as floats; all NaN where nobody logged it."""
@@ -117,76 +250,74 @@ def mean_std(values: pd.Series) -> tuple[float, float, int]:
     return float(values.mean()), (float(values.std(ddof=1)) if len(values) > 1 else math.nan), len(values)
 
 
-def t_interval(differences: pd.Series) -> tuple[float, float, float, int]:
-    """Mean and 95 % Student-t interval of paired differences (NaN bounds for fewer than 2)."""
-    d = pd.to_numeric(differences, errors="coerce").dropna()
-    if len(d) < 2:
-        return (float(d.mean()) if len(d) else math.nan), math.nan, math.nan, len(d)
-    half = stats.t.ppf(0.5 + CONFIDENCE / 2, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d))
-    return float(d.mean()), float(d.mean() - half), float(d.mean() + half), len(d)
-
-
 def base_method(name: str) -> str:
     """``soft+T0.1`` -> ``soft``: the method a named variant is a variant of."""
     return str(name).split("+", 1)[0]
 
 
-def plateau_of(full_curves: pd.DataFrame, lower: bool, epochs: int | None = None) -> Plateau:
-    """Full data's last quarter (ceil(E / 4) epochs, at least one): how far the mean curve over
-    seeds moved in its good direction from the last evaluation before the quarter (the first in
-    it where there is none) to the last, the seed std of the final value, and the mean of the
-    quarter's evaluations."""
-    evaluated = full_curves[full_curves["value"].notna()]
-    if evaluated.empty:
-        raise ReportError("full data logged no evaluation of the curve metric")
-    last = int(epochs or evaluated["epoch"].max())
-    first = last - max(1, math.ceil(last / 4)) + 1
-    mean_curve = evaluated.groupby("epoch")["value"].mean().sort_index()
-    before = mean_curve[mean_curve.index < first]
-    since = int(before.index[-1]) if not before.empty else int(mean_curve.index[0])
-    change = float(mean_curve.iloc[-1] - mean_curve.loc[since])
-    quarter = evaluated[evaluated["epoch"] >= first]
-    by_run = (quarter if not quarter.empty else evaluated).sort_values("epoch").groupby("run_id")["value"]
-    finals = by_run.last()
-    return Plateau((first, last), since, -change if lower else change,
-                   float(finals.std(ddof=1)) if len(finals) > 1 else math.nan,
-                   float(by_run.mean().mean()), len(finals))
+def final_metrics(runs: pd.DataFrame, curves: pd.DataFrame, metric: str) -> pd.Series:
+    """Each run's final value of the curve metric (its end-of-run metric, else its curve's last
+    evaluation), indexed like ``runs``."""
+    last_value = curves[curves["value"].notna()].sort_values("epoch").groupby("run_id")["value"].last()
+    return numeric(runs, f"metrics.{metric}").fillna(runs["run_id"].map(last_value))
 
 
-def target_of(plateau: Plateau, lower: bool, tolerance: float | None = None) -> Target:
-    """Full data's plateau less the tolerance (plus it, for a lower-is-better metric)."""
-    spread = 0.0 if math.isnan(plateau.seed_std) else plateau.seed_std
+def target_of(full_finals: pd.Series, lower: bool, tolerance: float | None = None) -> Target:
+    """Full data's final metric (mean over seeds) less the tolerance (plus it, for a
+    lower-is-better metric): the larger of the floor (0.005 absolute; 1 % of the value for a
+    lower-is-better metric; or the ``tolerance`` given) and the seed std of the final value."""
+    reference, seed_std, seeds = mean_std(full_finals)
+    if seeds == 0:
+        raise ReportError("full data logged no final value of the curve metric")
+    spread = 0.0 if math.isnan(seed_std) else seed_std
     if tolerance is not None:
         floor, floor_words = tolerance, f"the tolerance given for this workload, {tolerance:.4g}"
     elif lower:
-        floor = LOSS_TOLERANCE * abs(plateau.value)
-        floor_words = f"{LOSS_TOLERANCE:.0%} of the plateau, {floor:.4f}"
+        floor = LOSS_TOLERANCE * abs(reference)
+        floor_words = f"{LOSS_TOLERANCE:.0%} of full data's final value, {floor:.4f}"
     else:
         floor, floor_words = ACCURACY_TOLERANCE, f"{ACCURACY_TOLERANCE} absolute"
     slack = max(floor, spread)
-    spread_words = ("no seed std (one seed)" if math.isnan(plateau.seed_std)
-                    else f"the seed std of full data's final value, {plateau.seed_std:.4f}")
-    rule = f"the larger of {floor_words} and {spread_words}"
-    return Target(plateau.value + slack if lower else plateau.value - slack, slack, rule)
+    spread_words = ("no seed std (one seed)" if math.isnan(seed_std)
+                    else f"the seed std of full data's final value, {seed_std:.4f}")
+    return Target(reference + slack if lower else reference - slack, slack,
+                  f"the larger of {floor_words} and {spread_words}", reference, seed_std, seeds)
+
+
+def plateau_of(per_run: pd.DataFrame, lower: bool, tolerance: float) -> Plateau:
+    """full_long's final metric minus full data's, seed by seed, signed so that positive is an
+    improvement, and its 90 % t-interval, against the tolerance (``Plateau.verdict``)."""
+    def finals(method: str) -> pd.Series:
+        return per_run[per_run["method"].eq(method)].set_index("seed")["final_metric"].dropna()
+    full, long = finals(FULL), finals(FULL_LONG)
+    if long.empty:
+        return Plateau(0, math.nan, math.nan, math.nan, tolerance, control=False)
+    seeds = full.index.intersection(long.index)
+    gain = (long[seeds] - full[seeds]) * (-1 if lower else 1)
+    test = t_test(gain, PLATEAU_CONFIDENCE)
+    return Plateau(test.n, test.mean, test.low, test.high, tolerance, control=True)
 
 
 def time_to_target(curve: pd.DataFrame, target: float, lower: bool) -> float:
-    """Method cost at the first evaluation reaching ``target``; NaN when none does. ``curve``:
-    ``cost`` (or ``method_cost_s``, cumulative) and ``value`` per epoch."""
-    cost = curve["cost"] if "cost" in curve else curve["method_cost_s"]
-    reached = curve["value"] <= target if lower else curve["value"] >= target
-    hits = cost[reached & curve["value"].notna()]
-    return float(hits.min()) if not hits.empty else math.nan
+    """Sustained time to target: the method cost at the first evaluation from which the metric
+    stays past ``target`` through the last evaluation (a curve that crosses and falls back has
+    not reached it at that crossing); NaN when the last evaluation is short of it. ``curve``:
+    ``cost`` (or ``method_cost_s``, cumulative) and ``value`` per epoch, in epoch order."""
+    evaluated = curve[curve["value"].notna()]
+    cost = evaluated["cost"] if "cost" in evaluated else evaluated["method_cost_s"]
+    past = evaluated["value"] <= target if lower else evaluated["value"] >= target
+    stays = past[::-1].cummin()[::-1]  # past here and at every later evaluation
+    return float(cost[stays].iloc[0]) if stays.any() else math.nan
 
 
 # --- tables ----------------------------------------------------------------------------------------
 
 def per_run_table(runs: pd.DataFrame, curves: pd.DataFrame, metric: str, target: float,
                   lower: bool) -> pd.DataFrame:
-    """One row per run: its final metric, cost to the target, costs, savings against full data of
-    its seed, budget, the mean hardness and overlap of its picks over epochs, the agreement of
-    training and scoring losses, and the share of its ideal saving (in full data's method cost)
-    that its scoring passes spent."""
+    """One row per run: its final metric, sustained cost to the target, costs, optimiser steps,
+    savings against full data of its seed (and their ratio), budget, the mean hardness and
+    overlap of its picks over epochs, the agreement of training and scoring losses, and the
+    share of its ideal saving (in full data's method cost) that its scoring passes spent."""
     full = runs[runs[METHOD].eq(FULL)].set_index("seed")
     backprop, cost = f"metrics.{contract.SAMPLES_BACKPROPAGATED}", f"metrics.{contract.TIME_METHOD}"
 
@@ -198,23 +329,23 @@ def per_run_table(runs: pd.DataFrame, curves: pd.DataFrame, metric: str, target:
         return matched.fillna(values.mean()) if any_seed else matched
 
     by_run = curves.groupby("run_id")
-    last_value = curves[curves["value"].notna()].sort_values("epoch").groupby("run_id")["value"].last()
-    final = numeric(runs, f"metrics.{metric}").fillna(runs["run_id"].map(last_value))
     samples = numeric(runs, backprop)
     selected = numeric(runs, f"metrics.{contract.MEAN_SELECTED_RATIO}")
     budget = (samples / of_full(backprop, any_seed=True)).fillna(selected)
     method_cost = numeric(runs, cost)
     ideal = 1 - samples / of_full(backprop)
     realized = 1 - method_cost / of_full(cost)
-    reach = [time_to_target(curves[curves["run_id"].eq(r)], target, lower) for r in runs["run_id"]]
+    reach = [time_to_target(curves[curves["run_id"].eq(r)].sort_values("epoch"), target, lower)
+             for r in runs["run_id"]]
     return pd.DataFrame({
         "run_id": runs["run_id"], "method": runs[METHOD], "seed": runs["seed"],
-        "label": runs[LABEL] if LABEL in runs else runs[METHOD],
+        "label": [COMPARATOR_LABELS.get(m, label) for m, label in
+                  zip(runs[METHOD], runs[LABEL] if LABEL in runs else runs[METHOD])],
         "temperature": numeric(runs, TEMPERATURE),
-        "final_metric": final, "cost_to_target_s": reach, "reached": pd.notna(reach),
+        "final_metric": final_metrics(runs, curves, metric), "cost_to_target_s": reach, "reached": pd.notna(reach),
         "method_cost_s": method_cost, "wallclock_s": numeric(runs, f"metrics.{contract.TIME_WALLCLOCK}"),
         "samples_backpropagated": samples, "budget": budget,
-        "mean_selected_ratio": selected,
+        "mean_selected_ratio": selected, "optimizer_steps": numeric(runs, f"metrics.{contract.OPTIMIZER_STEPS}"),
         "ideal_saving": ideal, "realized_saving": realized,
         "realized_over_ideal": realized / ideal.where(ideal.abs() > 1e-9),
         "hardness": runs["run_id"].map(by_run["hardness"].mean()).astype(float),
@@ -231,8 +362,10 @@ def order_key(method: str) -> tuple[int, str]:
 
 
 def summarize(per_run: pd.DataFrame) -> pd.DataFrame:
-    """One row per method: mean, std and n of every per-run quantity, the seeds that reached the
-    target, and its standing against AtteNT's budget; reference, matched, then apart rows."""
+    """One row per method: mean, std and n of every per-run quantity (realized / ideal saving:
+    the mean of the per-seed ratios), a 95 % t-interval over seeds of the realized saving and of
+    realized / ideal (``<name>_low``, ``<name>_high``), the seeds that reached the target, and
+    its standing; reference, control, matched, then apart rows."""
     rows = []
     for method, group in per_run.groupby("method", sort=False):
         temperatures = group["temperature"].dropna().unique()
@@ -241,13 +374,14 @@ def summarize(per_run: pd.DataFrame) -> pd.DataFrame:
                "seeds": len(group), "reached": int(group["reached"].sum())}
         for column in QUANTITIES:
             row[column], row[column + "_std"], row[column + "_n"] = mean_std(group[column])
+        for column in INTERVALS:
+            interval = t_test(group[column])
+            row[column + "_low"], row[column + "_high"] = interval.low, interval.high
         rows.append(row)
     summary = pd.DataFrame(rows)
-    summary["realized_over_ideal"] = summary["realized_saving"] / summary["ideal_saving"].where(
-        summary["ideal_saving"].abs() > 1e-9)
     summary["standing"] = standings(summary)
     summary["matched"] = summary["standing"].eq(MATCHED)
-    rank = {REFERENCE: 0, MATCHED: 1, APART: 2}
+    rank = {REFERENCE: 0, CONTROL: 1, MATCHED: 2, APART: 3}
     keys = [(rank[s], *order_key(m)) for s, m in zip(summary["standing"], summary["method"])]
     return summary.iloc[sorted(range(len(summary)), key=keys.__getitem__)].reset_index(drop=True)
 
@@ -258,14 +392,17 @@ def attent_budget(summary: pd.DataFrame) -> float:
 
 
 def standings(summary: pd.DataFrame) -> list[str]:
-    """Full data: the reference; AtteNT and full data at equal cost: matched; others matched
-    where their budget is within BUDGET_TOLERANCE (relative) of AtteNT's, else apart."""
+    """Full data: the reference; full_long: the plateau control; AtteNT and full data at equal
+    cost or equal samples: matched (by construction); others matched where their budget is within
+    BUDGET_TOLERANCE (relative) of AtteNT's, else apart."""
     reference = attent_budget(summary)
     out = []
     for method, budget in zip(summary["method"], summary["budget"]):
         if method == FULL:
             out.append(REFERENCE)
-        elif method in (ATTENT, EQUAL_COST):
+        elif method == FULL_LONG:
+            out.append(CONTROL)
+        elif method in (ATTENT, EQUAL_COST, EQUAL_SAMPLES):
             out.append(MATCHED)
         else:
             close = abs(budget - reference) <= BUDGET_TOLERANCE * reference  # False for NaN
@@ -273,35 +410,45 @@ def standings(summary: pd.DataFrame) -> list[str]:
     return out
 
 
-def paired_comparisons(per_run: pd.DataFrame, summary: pd.DataFrame, lower: bool) -> list[Paired]:
-    """Every other method against AtteNT, seed by seed: the final metric and the cost to reach
-    the target (over the seeds where both reached it). Rows apart from AtteNT's budget get the
-    numbers but no verdict."""
+def seed_pair(mine: pd.DataFrame, other: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """Two methods' values of ``column`` over the seeds where both have one (frames by seed)."""
+    both = pd.concat([mine[column].rename("mine"), other[column].rename("other")], axis=1, join="inner").dropna()
+    return both["mine"].to_numpy(float), both["other"].to_numpy(float)
+
+
+def paired_comparisons(per_run: pd.DataFrame, summary: pd.DataFrame, lower: bool,
+                       margin: float | None) -> list[Paired]:
+    """AtteNT against every other method but full_long (the plateau control), seed by seed: the
+    final metric, and the cost to reach the target over the seeds where both reached it. Each
+    quantity is one family (``judge_family``; the equivalence ``margin`` applies to the final
+    metric; no margin is declared for the cost). Rows apart from AtteNT's budget get the numbers
+    but no word, and are not in the family."""
     attent = per_run[per_run["method"].eq(ATTENT)].set_index("seed")
     if attent.empty:
         return []
     standing = dict(zip(summary["method"], summary["standing"]))
     reference = attent_budget(summary)
-    out = []
+    finals, costs = [], []
     for method in summary["method"]:
-        if method == ATTENT:
+        if method in (ATTENT, FULL_LONG):
             continue
         other = per_run[per_run["method"].eq(method)].set_index("seed")
-        seeds = attent.index.intersection(other.index)
-        a, o = attent.loc[seeds], other.loc[seeds]
         budget = float(summary.loc[summary["method"].eq(method), "budget"].iloc[0])
         apart = (f"budget {percent_cell(budget)} of full data's samples against AtteNT's "
                  f"{percent_cell(reference)}") if standing[method] == APART else ""
-        mean, low, high, n = t_interval(a["final_metric"] - o["final_metric"])
-        out.append(Paired(method, standing[method], "final metric", n, mean, low, high,
-                          "lower" if lower else "higher", apart))
-        both = a["reached"] & o["reached"]
-        mean, low, high, n = t_interval((a["cost_to_target_s"] - o["cost_to_target_s"])[both])
-        reached = (f"reached the target: AtteNT {int(a['reached'].sum())}/{len(seeds)}, "
-                   f"{method} {int(o['reached'].sum())}/{len(seeds)}")
-        out.append(Paired(method, standing[method], "cost to target (s)", n, mean, low, high, "lower",
-                          apart or (reached if n < len(seeds) else "")))
-    return out
+        finals.append(Paired(ATTENT, method, standing[method], FINAL, *seed_pair(attent, other, "final_metric"),
+                             "lower" if lower else "higher", apart))
+        seeds = attent.index.intersection(other.index)
+        reached_a, reached_o = attent.loc[seeds, "reached"], other.loc[seeds, "reached"]
+        cost = Paired(ATTENT, method, standing[method], COST_TO_TARGET,
+                      *seed_pair(attent, other, "cost_to_target_s"), "lower", apart)
+        if not apart and cost.seeds < len(seeds):
+            cost.note = (f"reached the target: AtteNT {int(reached_a.sum())}/{len(seeds)}, "
+                         f"{method} {int(reached_o.sum())}/{len(seeds)}")
+        costs.append(cost)
+    judge_family(finals, margin)
+    judge_family(costs, None)
+    return [p for pair in zip(finals, costs) for p in pair]
 
 
 def temperature_table(summary: pd.DataFrame) -> pd.DataFrame:
@@ -314,26 +461,40 @@ def temperature_table(summary: pd.DataFrame) -> pd.DataFrame:
          "final_metric_n", "budget", "standing"]].reset_index(drop=True)
 
 
-def variant_table(per_run: pd.DataFrame, summary: pd.DataFrame, lower: bool) -> pd.DataFrame:
+VARIANT_COMPARATORS = {FULL: FULL, EQUAL_COST: EQUAL_COST, EQUAL_SAMPLES: EQUAL_SAMPLES}  # key -> method
+
+
+def variant_table(per_run: pd.DataFrame, summary: pd.DataFrame, lower: bool,
+                  margin: float | None) -> tuple[pd.DataFrame, list[Paired]]:
     """The variants of a method (names with a "+", e.g. attent+stale): each one's saving, the
     share of it its scoring spent, the agreement of training and scoring losses, and its final
-    metric paired, seed by seed, against full data, full data at equal cost and the method it
-    varies (95 % t intervals: better, worse or indistinguishable)."""
+    metric paired, seed by seed, against full data, full data at equal cost and at equal samples
+    (those the workload ran) and the method it varies. Those comparisons are one family of their
+    own (``judge_family``: Holm across every variant's, the same words). Returns the table (per
+    comparator key: ``vs_<key>``, ``_low``, ``_high`` at the Holm step's level, ``_level``,
+    ``_n``, ``_verdict``) and the comparisons."""
+    by_method = {m: g.set_index("seed") for m, g in per_run.groupby("method", sort=False)}
+    standing = dict(zip(summary["method"], summary["standing"]))
+    budget = dict(zip(summary["method"], summary["budget"]))
+    variants = [m for m in summary["method"] if "+" in str(m)]
+    comparisons: dict[tuple[str, str], Paired] = {}
+    for variant in variants:
+        apart = (f"budget {percent_cell(budget[variant])} of full data's samples against AtteNT's "
+                 f"{percent_cell(attent_budget(summary))}") if standing[variant] == APART else ""
+        against = {key: m for key, m in VARIANT_COMPARATORS.items() if m in by_method} | {"base": base_method(variant)}
+        for key, method in against.items():
+            values = seed_pair(by_method[variant], by_method[method], "final_metric") if method in by_method \
+                else (np.array([]), np.array([]))
+            comparisons[variant, key] = Paired(variant, method, standing[variant], FINAL, *values,
+                                               "lower" if lower else "higher", apart)
+    judge_family(list(comparisons.values()), margin)
     rows = []
-    for method in summary["method"]:
-        if "+" not in str(method):
-            continue
-        mine = per_run[per_run["method"].eq(method)].set_index("seed")
-        row = summary[summary["method"].eq(method)].iloc[0].to_dict()
-        for against in (FULL, EQUAL_COST, base_method(method)):
-            other = per_run[per_run["method"].eq(against)].set_index("seed")
-            seeds = mine.index.intersection(other.index)
-            mean, low, high, n = t_interval(mine.loc[seeds, "final_metric"] - other.loc[seeds, "final_metric"])
-            good = (high < 0) if lower else (low > 0)
-            bad = (low > 0) if lower else (high < 0)
-            key = "base" if against == base_method(method) else against
-            row.update({f"vs_{key}": mean, f"vs_{key}_low": low, f"vs_{key}_high": high, f"vs_{key}_n": n,
-                        f"vs_{key}_verdict": ("no interval" if n < 2 or math.isnan(low) else
-                                              "better" if good else "worse" if bad else "indistinguishable")})
+    for variant in variants:
+        row = summary[summary["method"].eq(variant)].iloc[0].to_dict()
+        for (name, key), p in comparisons.items():
+            if name == variant:
+                row.update({f"vs_{key}": p.mean, f"vs_{key}_low": p.low, f"vs_{key}_high": p.high,
+                            f"vs_{key}_level": p.level, f"vs_{key}_n": p.seeds,
+                            f"vs_{key}_verdict": p.verdict if p.seeds else "—"})
         rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows), list(comparisons.values())

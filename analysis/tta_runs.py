@@ -1,10 +1,12 @@
 """The time-to-accuracy benchmark's runs and per-epoch curves, read from MLflow alone (the names
-of the run contract): finished runs per workload, method and seed, the parent run they report
-to, and each run's curve with its cumulative method cost, selected ratio, hardness and
-agreement."""
+of the run contract): finished verdict-stage runs per workload, method and seed, the parent run
+they report to and the selection stage's choices recorded on it, and each run's curve with its
+cumulative method cost, selected ratio, hardness and agreement."""
 from __future__ import annotations
 
+import json
 import math
+import tempfile
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -16,6 +18,7 @@ from attent import contract  # the names the engine logs (no engine import)
 WORKLOAD = f"tags.{contract.TAG_BENCH_WORKLOAD}"
 METHOD = f"tags.{contract.TAG_BENCH_METHOD}"
 CURVE_METRIC = f"tags.{contract.TAG_BENCH_METRIC}"
+STAGE = f"tags.{contract.TAG_BENCH_STAGE}"
 PARENT = f"tags.{contract.TAG_PARENT_RUN_ID}"
 ROLE = f"tags.{contract.TAG_ROLE}"
 SEED = f"params.{contract.PARAM_SEED}"
@@ -26,15 +29,19 @@ CURVE_COLUMNS = ["workload", "method", "seed", "run_id", "epoch", "metric", "val
 
 @dataclass
 class Benchmark:
-    runs: pd.DataFrame          # finished benchmark runs, one per workload, method and seed
+    runs: pd.DataFrame          # finished verdict-stage runs, one per workload, method and seed
     parent: str | None          # the parent run the report is logged to
     superseded: dict[str, int] = field(default_factory=dict)  # workload -> older finished runs left out
+    selection_runs: dict[str, int] = field(default_factory=dict)  # workload -> selection-stage runs left out
+    choices: list[dict] = field(default_factory=list)  # the selection stage's choices (choices.json)
 
 
 def load_benchmark(client: MlflowClient, experiment: str) -> Benchmark:
-    """Finished benchmark runs of ``experiment`` (the latest of each workload, method and seed)
-    and the parent run: the one they are children of, else the newest benchmark parent (the one
-    ``attent bench`` reuses)."""
+    """Finished verdict-stage runs of ``experiment`` (the latest of each workload, method and
+    seed; runs without a stage tag count as verdict runs, as older benchmarks logged them), the
+    parent run (the one they are children of, else the newest benchmark parent: the one
+    ``attent bench`` reuses) and the choices recorded on it. Selection-stage runs are counted,
+    never read: they chose on validation, and the verdict reads the test split of other runs."""
     found = client.get_experiment_by_name(experiment)
     if found is None:
         raise ReportError(f"MLflow experiment {experiment!r} does not exist ({client.tracking_uri})")
@@ -46,16 +53,33 @@ def load_benchmark(client: MlflowClient, experiment: str) -> Benchmark:
     frame = frame.assign(start_time=frame["run_id"].map(started)).sort_values("start_time", kind="stable")
     if WORKLOAD not in frame:
         raise ReportError(f"experiment {experiment!r} holds no benchmark runs")
-    runs = frame[frame[WORKLOAD].notna() & frame["status"].eq("FINISHED")]
+    finished = frame[frame[WORKLOAD].notna() & frame["status"].eq("FINISHED")]
+    selection = (finished[STAGE].eq(contract.BENCH_STAGE_SELECTION) if STAGE in finished
+                 else pd.Series(False, index=finished.index))
+    runs = finished[~selection]
     if runs.empty:
-        raise ReportError(f"experiment {experiment!r} has no finished benchmark runs")
+        raise ReportError(f"experiment {experiment!r} has no finished verdict-stage benchmark runs")
     runs = runs.assign(seed=pd.to_numeric(runs[SEED], errors="coerce"))
     latest = runs.drop_duplicates([WORKLOAD, METHOD, "seed"], keep="last").reset_index(drop=True)
     parents = frame.loc[frame[ROLE].eq(contract.ROLE_BENCHMARK), "run_id"]
     linked = latest[PARENT][latest[PARENT].isin(parents)] if PARENT in latest else pd.Series(dtype=object)
     parent = linked.mode().iloc[0] if not linked.empty else (parents.iloc[-1] if not parents.empty else None)
     older = runs[runs.duplicated([WORKLOAD, METHOD, "seed"], keep="last")]
-    return Benchmark(latest, parent, older[WORKLOAD].value_counts().to_dict())
+    return Benchmark(latest, parent, older[WORKLOAD].value_counts().to_dict(),
+                     finished[selection][WORKLOAD].value_counts().to_dict(),
+                     load_choices(client, parent) if parent else [])
+
+
+def load_choices(client: MlflowClient, parent: str) -> list[dict]:
+    """The selection stage's choices on the parent run (``choices.json``: a list of {workload,
+    method, key, value, metric, scores}); none where the file is absent (older benchmarks, or
+    nothing was chosen)."""
+    if contract.BENCH_CHOICES_FILE not in {a.path for a in client.list_artifacts(parent)}:
+        return []
+    with tempfile.TemporaryDirectory(prefix="attent-choices-") as tmp:
+        path = client.download_artifacts(parent, contract.BENCH_CHOICES_FILE, tmp)
+        with open(path) as f:
+            return json.load(f)
 
 
 def metric_history(client: MlflowClient, run_id: str, name: str) -> dict[int, float]:
