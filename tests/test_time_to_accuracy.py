@@ -2,6 +2,7 @@
 run of `attent bench` end to end."""
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -184,8 +185,11 @@ benchmark:
     - name: digits
       base: {REPO}/experiments/digits_vit.yaml
       overrides: {{train.epochs: 3, ray.num_workers: 1, ray.checkpoint_every: 3, train.eval_every: 1,
-                   task.train_limit: 400, task.test_limit: 100, ray.storage_path: {tmp_path}/ray_results}}
+                   task.train_limit: 400, task.val_limit: 100, task.test_limit: 100,
+                   ray.storage_path: {tmp_path}/ray_results}}
       metric: eval_test_accuracy
+      tune:
+        - {{method: attent, key: selection.temperature, values: [0.25, 4.0]}}
       methods: {{full: {{}}, attent: {{}}}}
 """)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -197,8 +201,19 @@ benchmark:
     assert "## digits: eval_test_accuracy" in report.read_text()
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("tta-test")
-    runs = client.search_runs([experiment.experiment_id], f"tags.`{contract.TAG_ROLE}` = 'trial'")
+    trials = client.search_runs([experiment.experiment_id], f"tags.`{contract.TAG_ROLE}` = 'trial'")
+    # the selection stage: AtteNT at each temperature on seed 0, judged on validation, then frozen
+    tried = [r for r in trials if r.data.tags[contract.TAG_BENCH_STAGE] == contract.BENCH_STAGE_SELECTION]
+    assert sorted(r.data.params["selection.temperature"] for r in tried) == ["0.25", "4.0"]
+    parent_id = tried[0].data.tags[contract.TAG_PARENT_RUN_ID]
+    [choice] = json.loads(Path(client.download_artifacts(parent_id, contract.BENCH_CHOICES_FILE, str(tmp_path))).read_text())
+    finals = {r.data.params["selection.temperature"]: r.data.metrics["eval_val_accuracy"] for r in tried}
+    assert str(choice["value"]) == max(finals, key=finals.get) and choice["metric"] == "eval_val_accuracy"
+    runs = [r for r in trials if r.data.tags[contract.TAG_BENCH_STAGE] == contract.BENCH_STAGE_VERDICT]
     assert sorted(r.data.tags[contract.TAG_BENCH_METHOD] for r in runs) == ["attent", "full"]
+    attent = next(r for r in runs if r.data.tags[contract.TAG_BENCH_METHOD] == "attent")
+    assert float(attent.data.params["selection.temperature"]) == float(choice["value"])
+    assert f"selection.temperature = {choice['value']} for attent" in report.read_text()
     for run in runs:
         m = run.data.metrics
         assert m[contract.TIME_STARTUP] >= m[contract.TIME_SETUP] > 0 and m[contract.TIME_TEARDOWN] > 0
@@ -216,4 +231,4 @@ benchmark:
     assert client.get_run(parent).data.tags[contract.TAG_ROLE] == contract.ROLE_BENCHMARK
     assert any(a.path.endswith("figures") for a in client.list_artifacts(parent, "report"))
     again = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300)
-    assert again.returncode == 0 and again.stdout.count("finished earlier, kept") == 2
+    assert again.returncode == 0 and again.stdout.count("finished earlier, kept") == 4

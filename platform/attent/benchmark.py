@@ -91,6 +91,9 @@ class WorkloadSpec(BaseModel):
     # the selection stage's metric, on the validation split; None: `metric` with eval_test_ -> eval_val_
     validation_metric: Optional[str] = Field(None, pattern=r"^eval_val_")
     tune: list[TuneSpec] = []                   # the selection stage's choices, made in this order
+    # the target's tolerance below full data's final metric; None: the larger of 0.005 (1 % of a loss) and its seed std
+    tolerance: Optional[float] = Field(None, gt=0)
+    margin: Optional[float] = Field(None, gt=0)  # "equivalent within ± margin" (a paired TOST); None: the tolerance
     tune_seeds: Optional[list[int]] = Field(None, min_length=1)  # its seeds; None: the first verdict seed
     seeds: Optional[list[int]] = Field(None, min_length=1)  # this workload's seeds; None: the benchmark's
     # method name -> extra overrides; a name is a key of METHODS, or one with a "+suffix" for a
@@ -348,7 +351,10 @@ def run_benchmark(path: str | Path, overrides: list[str] | None = None, *, out_d
         client_for(uri).set_terminated(parent, "FAILED")
         raise
     from analysis.time_to_accuracy import build_time_to_accuracy_report
-    return build_time_to_accuracy_report(spec.name, tracking_uri=uri, out_dir=Path(out_dir) / spec.name)
+    return build_time_to_accuracy_report(
+        spec.name, tracking_uri=uri, out_dir=Path(out_dir) / spec.name,
+        tolerances={w.name: w.tolerance for w in spec.workloads if w.tolerance is not None},
+        margins={w.name: w.margin for w in spec.workloads if w.margin is not None})
 
 
 def _train(run: BenchmarkRun, counter: str, parent: str, runs: list[BenchmarkRun], console) -> None:
