@@ -115,6 +115,7 @@ class BenchmarkSpec(BaseModel):
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1)
     threads: int = Field(1, ge=1)               # torch threads per Ray worker, fixed for every run
     workloads: list[WorkloadSpec] = Field(..., min_length=1)
+    size_axis: bool = False                     # the workloads differ in training-set size: also the size report
 
 
 class BenchmarkRun(BaseModel):
@@ -351,10 +352,15 @@ def run_benchmark(path: str | Path, overrides: list[str] | None = None, *, out_d
         client_for(uri).set_terminated(parent, "FAILED")
         raise
     from analysis.time_to_accuracy import build_time_to_accuracy_report
-    return build_time_to_accuracy_report(
-        spec.name, tracking_uri=uri, out_dir=Path(out_dir) / spec.name,
-        tolerances={w.name: w.tolerance for w in spec.workloads if w.tolerance is not None},
-        margins={w.name: w.margin for w in spec.workloads if w.margin is not None})
+    tolerances = {w.name: w.tolerance for w in spec.workloads if w.tolerance is not None}
+    margins = {w.name: w.margin for w in spec.workloads if w.margin is not None}
+    out = build_time_to_accuracy_report(spec.name, tracking_uri=uri, out_dir=Path(out_dir) / spec.name,
+                                        tolerances=tolerances, margins=margins)
+    if spec.size_axis:
+        from analysis.data_size import build_data_size_report
+        build_data_size_report(spec.name, tracking_uri=uri, out_dir=out / "data_size", tolerances=tolerances,
+                               margins=margins)
+    return out
 
 
 def _train(run: BenchmarkRun, counter: str, parent: str, runs: list[BenchmarkRun], console) -> None:

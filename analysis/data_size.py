@@ -1,0 +1,159 @@
+"""How the answer moves with data size: the time-to-accuracy report's verdicts (``analyse``) for
+one workload per training-set size, side by side, from MLflow alone.
+
+Per size (the runs' ``task.train_limit``): full data's plateau verdict (its 2E control), and
+AtteNT's final metric and cost to the target against Random at its budget, full data, and full
+data at equal measured cost, each as the seed-paired difference with its interval at the Holm
+step's level and the report's word; AtteNT's realized saving and realized / ideal with their 95 %
+seed intervals. Data-pruning theory (Sorscher et al., 2022) predicts that keeping hard examples
+pays only where data is abundant: the figure reads that prediction off the sizes measured.
+
+    python -m analysis.data_size data-size --tracking-uri sqlite:///mlflow.db --out reports
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+from mlflow import MlflowClient
+
+from analysis.time_to_accuracy import WorkloadResult, analyse
+from analysis.tta_results import ATTENT, COST_TO_TARGET, FINAL, FULL
+from analysis.tta_runs import WORKLOAD, load_benchmark
+from attent import contract
+
+TRAIN_LIMIT = "params.task.train_limit"
+# the comparators on the size axis: AtteNT's minus each one's
+AGAINST = {"random": "Random at AtteNT's budget", FULL: "full data",
+           contract.METHOD_FULL_EQUAL_COST: "full data at equal cost (measured)"}
+
+
+def size_table(results: list[WorkloadResult], sizes: dict[str, int]) -> pd.DataFrame:
+    """One row per workload (size): the plateau verdict, each comparison's difference, Holm-step
+    interval and word, and AtteNT's savings with their intervals."""
+    rows = []
+    for result in results:
+        attent = result.summary.set_index("method").loc[ATTENT] if ATTENT in set(result.summary["method"]) else None
+        row = {"workload": result.name, "size": sizes.get(result.name, math.nan), "metric": result.metric,
+               "lower_is_better": result.lower, "plateau": result.plateau.verdict,
+               "plateau_gain": result.plateau.mean, "plateau_low_90": result.plateau.low,
+               "plateau_high_90": result.plateau.high, "target": result.target.value}
+        for p in result.paired:
+            if p.subject != ATTENT or p.method not in AGAINST:
+                continue
+            key = f"{'final' if p.quantity == FINAL else 'cost'}_vs_{p.method}"
+            row.update({key: p.mean, f"{key}_low": p.low, f"{key}_high": p.high, f"{key}_level": p.level,
+                        f"{key}_seeds": p.seeds, f"{key}_verdict": p.verdict})
+        for name in ("realized_saving", "realized_over_ideal"):
+            for suffix in ("", "_low", "_high"):
+                row[name + suffix] = math.nan if attent is None else float(attent.get(name + suffix, math.nan))
+        rows.append(row)
+    return pd.DataFrame(rows).sort_values("size", kind="stable").reset_index(drop=True)
+
+
+def size_figure(table: pd.DataFrame) -> Figure:
+    """Against the training-set size (log scale): AtteNT's final metric minus each comparator's,
+    its method cost to the target minus theirs, and its realized saving, each with its interval."""
+    figure = Figure(figsize=(15, 4.5))
+    final, cost, saving = figure.subplots(1, 3)
+    metric = table["metric"].iloc[0] if len(table) else "metric"
+    for number, (method, label) in enumerate(AGAINST.items()):
+        for ax, quantity in ((final, "final"), (cost, "cost")):
+            key = f"{quantity}_vs_{method}"
+            if key not in table:
+                continue
+            shown = table[table[key].notna()]
+            low, high = shown[key] - shown[f"{key}_low"], shown[f"{key}_high"] - shown[key]
+            # side by side at each size, so the intervals do not hide one another
+            x = shown["size"] * (1 + 0.04 * (number - 1))
+            ax.errorbar(x, shown[key], yerr=[low.fillna(0), high.fillna(0)], fmt="o-", capsize=3,
+                        color=f"C{number}", label=f"AtteNT − {label}")
+    for ax in (final, cost):
+        ax.axhline(0, color="grey", lw=1)
+        ax.set_xscale("log")
+        ax.legend(fontsize=7)
+    final.set(xlabel="training images", ylabel=f"difference of final {metric}",
+              title="AtteNT − comparator, final metric (Holm-step interval)")
+    cost.set(xlabel="training images", ylabel="difference of method cost to the target (s)",
+             title="AtteNT − comparator, cost to target (s)")
+    shown = table[table["realized_saving"].notna()]
+    saving.errorbar(shown["size"], shown["realized_saving"],
+                    yerr=[(shown["realized_saving"] - shown["realized_saving_low"]).fillna(0),
+                          (shown["realized_saving_high"] - shown["realized_saving"]).fillna(0)],
+                    fmt="o-", capsize=3, color="C3", label="realized saving (95 % seed interval)")
+    saving.axhline(0, color="grey", lw=1)
+    saving.set(xscale="log", xlabel="training images", ylabel="1 − method cost / full data's",
+               title="AtteNT's realized saving")
+    saving.legend(fontsize=7)
+    figure.tight_layout()
+    return figure
+
+
+def markdown(table: pd.DataFrame) -> str:
+    def diff(row: dict, key: str, places: int) -> str:
+        if key not in row or row[key] != row[key]:
+            return "—"
+        interval = "" if row[f"{key}_low"] != row[f"{key}_low"] else \
+            f" [{row[f'{key}_low']:+.{places}f}, {row[f'{key}_high']:+.{places}f}]"
+        return f"{row[key]:+.{places}f}{interval} {row[f'{key}_verdict']}"
+
+    def saving(row: dict, name: str) -> str:
+        if row[name] != row[name]:
+            return "—"
+        interval = "" if row[f"{name}_low"] != row[f"{name}_low"] else \
+            f" [{row[f'{name}_low']:.2f}, {row[f'{name}_high']:.2f}]"
+        return f"{row[name]:.2f}{interval}"
+
+    lines = ["| training images | full data's plateau (2E control) | AtteNT − Random, final | AtteNT − full data, final "
+             "| AtteNT − full at equal cost, final | AtteNT − full data, cost to target (s) | realized saving "
+             "| realized / ideal |", "|---:|---|---|---|---|---|---:|---:|"]
+    for row in table.to_dict("records"):
+        lines.append(f"| {int(row['size']) if row['size'] == row['size'] else '?'} | {row['plateau']} "
+                     f"| {diff(row, 'final_vs_random', 4)} | {diff(row, 'final_vs_full', 4)} "
+                     f"| {diff(row, 'final_vs_' + contract.METHOD_FULL_EQUAL_COST, 4)} | {diff(row, 'cost_vs_full', 1)} "
+                     f"| {saving(row, 'realized_saving')} | {saving(row, 'realized_over_ideal')} |")
+    return "\n".join(lines)
+
+
+def build_data_size_report(experiment: str, *, tracking_uri: str, out_dir: str | Path,
+                           tolerances: dict[str, float] | None = None,
+                           margins: dict[str, float] | None = None) -> Path:
+    """``data_size.md``, ``data_size.csv`` and ``figures/data_size.png`` in ``out_dir``, also
+    logged to the benchmark's parent run under ``report/data_size/``; returns the folder."""
+    client = MlflowClient(tracking_uri)
+    runs = load_benchmark(client, experiment).runs
+    sizes = pd.to_numeric(runs[TRAIN_LIMIT], errors="coerce").groupby(runs[WORKLOAD]).max() if TRAIN_LIMIT in runs \
+        else pd.Series(dtype=float)
+    results, parent = analyse(client, experiment, tolerances, margins)
+    table = size_table(results, {name: int(size) for name, size in sizes.dropna().items()})
+    out = Path(out_dir)
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    size_figure(table).savefig(out / "figures" / "data_size.png", dpi=110)
+    table.to_csv(out / "data_size.csv", index=False)
+    (out / "data_size.md").write_text("\n".join([
+        f"# {experiment}: the verdict against the training-set size", "",
+        f"AtteNT's minus each comparator's, seed-paired: the mean difference, its interval at the Holm step's level "
+        f"and the word ({FINAL}: Holm across the workload's comparisons; {COST_TO_TARGET}: its own family). "
+        "Savings: mean and 95 % seed interval. The plateau verdict reads full data for 2E epochs against E.", "",
+        markdown(table), "", "![data size](figures/data_size.png)", ""]))
+    if parent:
+        client.log_artifacts(parent, str(out), "report/data_size")
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("experiment", help="the benchmark's name (its MLflow experiment), e.g. data-size")
+    parser.add_argument("--tracking-uri", default="sqlite:///mlflow.db")
+    parser.add_argument("--out", default="reports", help="written to <out>/<experiment>/data_size/")
+    args = parser.parse_args(argv)
+    out = build_data_size_report(args.experiment, tracking_uri=args.tracking_uri,
+                                 out_dir=Path(args.out) / args.experiment / "data_size")
+    print((out / "data_size.md").read_text())
+
+
+if __name__ == "__main__":
+    main()

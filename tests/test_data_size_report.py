@@ -1,0 +1,44 @@
+"""The data-size view of a benchmark: one workload per training-set size, read from a real MLflow
+SQLite store (runs logged as `attent bench` logs them, test_tta_report's synthetic curves)."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from mlflow import MlflowClient
+
+from analysis.data_size import build_data_size_report
+from attent import contract
+from test_tta_report import log_run, method_specs
+
+COMPARED = ("full", contract.METHOD_FULL_LONG, contract.METHOD_FULL_EQUAL_COST, "attent", "random")
+
+
+def test_each_size_gets_its_plateau_verdict_comparisons_and_savings(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment_id = client.create_experiment("sizes")
+    parent = client.create_run(experiment_id, tags={contract.TAG_ROLE: contract.ROLE_BENCHMARK}).info.run_id
+    for workload, size, gain in (("fm-6000", 6000, 0.05), ("fm-600", 600, 0.0)):
+        for seed in (0, 1, 2):
+            for method, spec in method_specs(seed).items():
+                if method not in COMPARED:
+                    continue
+                if method == "attent":  # AtteNT gains on Random with more data
+                    spec = dict(spec, curve=[v + gain for v in spec["curve"]])
+                run_id = log_run(client, experiment_id, parent, workload, method, seed, spec)
+                client.log_param(run_id, "task.train_limit", str(size))
+    out = build_data_size_report("sizes", tracking_uri=uri, out_dir=tmp_path / "report")
+    table = pd.read_csv(out / "data_size.csv")
+    assert list(table["size"]) == [600, 6000] and list(table["workload"]) == ["fm-600", "fm-6000"]
+    assert set(table["plateau"]) == {"plateaued"}
+    # the 600-image AtteNT differs from Random by seed noise only; at 6,000 it is 5 points higher on every seed
+    small, large = table.iloc[0], table.iloc[1]
+    assert large["final_vs_random"] == pytest.approx(small["final_vs_random"] + 0.05)
+    assert large["final_vs_random_low"] > 0 and large["final_vs_random_verdict"] == "better"
+    assert small["final_vs_random_verdict"] in ("inconclusive", "equivalent within ± 0.005")
+    assert small["realized_saving_low"] < small["realized_saving"] < small["realized_saving_high"]
+    text = (out / "data_size.md").read_text()
+    assert "| 600 | plateaued |" in text and "| 6000 | plateaued |" in text
+    assert (out / "figures" / "data_size.png").stat().st_size > 10_000
+    logged = {a.path for a in client.list_artifacts(parent, "report/data_size")}
+    assert "report/data_size/data_size.md" in logged
