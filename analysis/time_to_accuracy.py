@@ -123,7 +123,9 @@ def choice_lines(result: WorkloadResult) -> list[str]:
         scores = ", ".join(f"{value}: {score:.4f}" for value, score in c.get("scores", {}).items())
         seeds = f", seeds {c['seeds']}" if c.get("seeds") else ""
         lines.append(f"{c['key']} = {c['value']} for {c['method']}, by the mean final {c['metric']} over the "
-                     f"selection runs{seeds} (per value: {scores}).")
+                     f"selection runs{seeds} (per value: {scores})."
+                     + (" It is an end of the candidates tried: a value beyond it may do better."
+                        if c.get("at_edge") else ""))
     return lines
 
 

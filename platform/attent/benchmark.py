@@ -334,11 +334,14 @@ def run_benchmark(path: str | Path, overrides: list[str] | None = None, *, out_d
                 value, scores = choose(tune, validation_finals(tried, workload.selection_metric()),
                                        lower_is_better(workload.selection_metric()))
                 chosen.append((tune, value))
+                # a best value at an end of the candidates may not be the best: say so (the report does too)
+                edge = value in (tune.values[0], tune.values[-1])
                 records.append({"workload": workload.name, "method": tune.method, "key": tune.key, "value": value,
-                                "metric": workload.selection_metric(), "scores": scores,
+                                "metric": workload.selection_metric(), "scores": scores, "at_edge": edge,
                                 "seeds": sorted({run.experiment.seed for run in tried})})
                 print(f"[bench] {workload.name}: {tune.key} = {value} chosen on validation "
-                      f"({', '.join(f'{k}: {v:.4f}' for k, v in scores.items())})", flush=True)
+                      f"({', '.join(f'{k}: {v:.4f}' for k, v in scores.items())})"
+                      + ("; it is an end of the candidates: a value beyond it may do better" if edge else ""), flush=True)
                 from .engine.tracking import client_for
                 client_for(uri).log_dict(parent, records, contract.BENCH_CHOICES_FILE)
             choices[workload.name] = chosen
