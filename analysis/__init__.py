@@ -5,6 +5,7 @@ command line), which builds an experiment's report. The other modules:
 
 - ``analysis.runs``: loads runs and metric histories from MLflow into the runs frame;
 - ``analysis.tables``: the paper's table layouts (which rows and columns each table has);
+- ``analysis.table_verdicts``: each table's plateau verdict, seed intervals and words;
 - ``analysis.render``: cell formatting and the Markdown/CSV/LaTeX text of a table;
 - ``analysis.figures``: the report's plots;
 - ``analysis.time_to_accuracy``: the time-to-accuracy benchmark's report;

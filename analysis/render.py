@@ -1,5 +1,6 @@
 """Rendering of ``analysis.tables``' tables: cell formatting (mean ± std, percentages, ratios,
-the budget mark) and the Markdown, LaTeX and CSV text of a ``Table``, best values marked.
+the budget mark) and the Markdown, LaTeX and CSV text of a ``Table``, best values marked; where
+``analysis.table_verdicts`` judged it, the judged metric's seed interval and the words.
 """
 from __future__ import annotations
 
@@ -55,6 +56,14 @@ def ratio_cell(value: float) -> str:
     return MISSING if math.isnan(value) else f"{value:.2f}"
 
 
+def interval_cell(low: float, high: float, places: int) -> str:
+    return MISSING if math.isnan(low) else f"[{low:.{places}f}, {high:.{places}f}]"
+
+
+def interval_header(metric_name: str) -> str:
+    return f"{metric_header(metric_name)} 95% CI"
+
+
 def selected_cell(ratio: float, differs: bool) -> str:
     if math.isnan(ratio):
         return MISSING
@@ -70,7 +79,8 @@ SAVING_COLUMNS = (("Δ cost vs full", COST_CHANGE, change_cell),
 
 def cell_text(table: Table) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Display strings (labels, n, cost and savings, selected ratio, evaluation time,
-    downstream metrics) and, per cell, whether it is best."""
+    downstream metrics, the judged metric's seed interval, the words) and, per cell, whether it
+    is best."""
     stats = table.stats
     cells = table.labels.astype(str)
     cells["n"] = stats["n"].astype(str)
@@ -86,19 +96,31 @@ def cell_text(table: Table) -> tuple[pd.DataFrame, pd.DataFrame]:
         header = metric_header(name)
         cells[header] = stat_cells(stats, name, decimals(stats[f"{name}_mean"]))
         best[header] = best_rows(table, name)
-    return cells, best
+    if table.judged:
+        places = decimals(stats[f"{table.judged}_mean"])
+        cells[interval_header(table.judged)] = [interval_cell(low, high, places) for low, high in
+                                                zip(stats[f"{table.judged}_low"], stats[f"{table.judged}_high"])]
+    for column in table.words.columns:
+        cells[column] = table.words[column]
+    return cells, best.reindex(columns=cells.columns, fill_value=False)
+
+
+def text_columns(table: Table) -> list[str]:
+    """The left-aligned columns: labels and words."""
+    return [*table.labels.columns, *table.words.columns]
 
 
 def to_markdown(table: Table) -> str:
-    """The table, then its footnotes (if any) after a blank line."""
+    """The table, then its footnotes (if any), each after a blank line."""
     cells, best = cell_text(table)
     cells = cells.mask(best, cells.map("**{}**".format))
-    numeric = [c not in table.labels.columns for c in cells.columns]
+    numeric = [c not in text_columns(table) for c in cells.columns]
     lines = ["| " + " | ".join(cells.columns) + " |",
              "|" + "|".join("---:" if right else ":---" for right in numeric) + "|"]
     lines += ["| " + " | ".join(v.replace("|", "\\|") for v in row) + " |"
               for row in cells.itertuples(index=False)]
-    return "\n".join([*lines, *([""] + table.notes if table.notes else [])])
+    notes = [part for note in table.notes for part in ("", note)]  # a paragraph each
+    return "\n".join([*lines, *notes])
 
 
 LATEX_REPLACEMENTS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
@@ -116,7 +138,7 @@ def to_latex(table: Table) -> str:
     cells, best = cell_text(table)
     escaped = cells.map(latex_escape)
     cells = escaped.mask(best, escaped.map(r"\textbf{{{}}}".format))
-    align = "".join("l" if c in table.labels.columns else "r" for c in cells.columns)
+    align = "".join("l" if c in text_columns(table) else "r" for c in cells.columns)
     body = [" & ".join(row) + r" \\" for row in cells.itertuples(index=False)]
     reference = len(table.baseline_rows)
     if reference and table.baseline_rows == list(range(reference)):
@@ -131,7 +153,8 @@ def to_latex(table: Table) -> str:
 
 def to_csv(table: Table) -> str:
     """Numbers, not display strings: empty = missing, ``*`` in ``<metric>_best`` = best and in
-    ``budget_differs`` = another budget than AtteNT's."""
+    ``budget_differs`` = another budget than AtteNT's; the judged metric's seed interval as
+    ``<metric>_low_95`` / ``_high_95``, and the words as they read."""
     stats, frame = table.stats, table.labels.copy()
     frame["n"] = stats["n"]
     mark = {True: "*", False: ""}
@@ -143,4 +166,9 @@ def to_csv(table: Table) -> str:
     for _, column, _ in SAVING_COLUMNS:
         frame[column] = stats[column]
     frame[BUDGET_DIFFERS] = stats[BUDGET_DIFFERS].map(mark)
+    if table.judged:
+        frame[f"{table.judged}_low_95"] = stats[f"{table.judged}_low"]
+        frame[f"{table.judged}_high_95"] = stats[f"{table.judged}_high"]
+    for column in table.words.columns:
+        frame[column] = table.words[column]
     return frame.to_csv(index=False, float_format="%.10g")  # 10 digits hide float noise

@@ -3,6 +3,12 @@ runs, written to ``out_dir/<experiment>/``, printed, and logged under ``report/`
 parent run(s) the runs belong to.
 
     attent report --experiment NAME [--out DIR] [--tracking-uri URI] [--kinds ablation ratio]
+                  [--margin M]
+
+Each table also gets its regime check and words (``analysis.table_verdicts``): the plateau
+verdict of full data by the plateau control (full data for twice the table's epochs, which is
+no row of the table), a 95 % seed interval per row, and Holm-adjusted words against full data
+(and AtteNT, in the comparison table).
 """
 from __future__ import annotations
 
@@ -22,7 +28,8 @@ from analysis import figures
 from analysis.runs import (HISTORY_KEYS, TASK, ReportError, load_experiment_runs, load_histories,
                            primary_metric)
 from analysis.render import to_csv, to_latex, to_markdown
-from analysis.tables import CONFIG_HEADER, TABLE_BUILDERS, Table, applicable_kinds
+from analysis.table_verdicts import judge_table
+from analysis.tables import CONFIG_HEADER, TABLE_BUILDERS, Table, applicable_kinds, plateau_controls
 
 ARTIFACT_PATH = "report"
 INDEX_FILE = "report.md"
@@ -51,8 +58,10 @@ def runs_by_task(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return {task: runs[tasks.eq(task)] for task in sorted(set(tasks))}
 
 
-def task_tables(runs: pd.DataFrame, task: str, suffix: str, kinds: list[str] | None) -> list[Table]:
-    tables = [TABLE_BUILDERS[kind](runs, name=kind + suffix)
+def task_tables(runs: pd.DataFrame, controls: pd.DataFrame, task: str, suffix: str, kinds: list[str] | None,
+                margin: float | None) -> list[Table]:
+    """The task's tables from ``runs``, each judged with the plateau ``controls``."""
+    tables = [judge_table(TABLE_BUILDERS[kind](runs, name=kind + suffix), controls, margin)
               for kind in (kinds or applicable_kinds(runs))]
     if not suffix:
         return tables
@@ -72,10 +81,15 @@ def task_figures(runs: pd.DataFrame, histories: pd.DataFrame, suffix: str) -> di
 
 
 def write_table(table: Table, out: Path) -> list[Path]:
+    """The table as Markdown, CSV and LaTeX, and its comparisons (p, Holm p, intervals) as CSV."""
     paths = []
     for extension, render in (("md", to_markdown), ("csv", to_csv), ("tex", to_latex)):
         path = out / f"{table.name}.{extension}"
         path.write_text(render(table) + ("\n" if extension == "md" else ""), encoding="utf-8")
+        paths.append(path)
+    if table.comparisons:
+        path = out / f"{table.name}_comparisons.csv"
+        pd.DataFrame([p.record() for p in table.comparisons]).to_csv(path, index=False, float_format="%.10g")
         paths.append(path)
     return paths
 
@@ -94,6 +108,11 @@ def index_markdown(experiment: str, tables: list[Table], figure_paths: list[Path
              "1 − samples back-propagated / full data's; realized saving = 1 − method cost / "
              "full data's; realized / ideal = how much of the sample saving became time "
              "saved. Selected ratio = mean over epochs of the share of the data trained on.",
+             "",
+             "Under each table: whether full data had plateaued, by the plateau control (full data "
+             "for twice the table's epochs, no row of the table); the 95 % interval over seeds of "
+             "each row's mean; and words against full data (and AtteNT, in the comparison table) "
+             "from Holm-adjusted paired tests, as in the time-to-accuracy report.",
              ""]
     for table in tables:
         csv, tex = f"{table.name}.csv", f"{table.name}.tex"
@@ -105,10 +124,11 @@ def index_markdown(experiment: str, tables: list[Table], figure_paths: list[Path
 
 def build_report(experiment: str, tracking_uri: str | None = None,
                  out_dir: str | Path = "reports", kinds: list[str] | None = None,
-                 log_to_parent: bool = True) -> Report:
+                 log_to_parent: bool = True, margin: float | None = None) -> Report:
     """Tables and figures for every finished training run of ``experiment``.
 
     ``kinds`` picks table layouts (see ``TABLE_BUILDERS``); by default those the runs fill.
+    ``margin``: the equivalence margin of the words (default 0.01 for accuracy-like metrics).
     Raises ReportError for problems the user can fix (unknown experiment, no finished runs).
     """
     unknown = sorted(set(kinds or []) - set(TABLE_BUILDERS))
@@ -125,9 +145,11 @@ def build_report(experiment: str, tracking_uri: str | None = None,
     tables: list[Table] = []
     files: list[Path] = []
     figure_paths: list[Path] = []
-    for task, runs in by_task.items():
+    for task, task_runs in by_task.items():
         suffix = f"_{slug(task)}" if len(by_task) > 1 else ""
-        for table in task_tables(runs, task, suffix, kinds):
+        control = plateau_controls(task_runs)  # read by the verdicts, never a row or a curve
+        runs, controls = task_runs[~control], task_runs[control]
+        for table in task_tables(runs, controls, task, suffix, kinds, margin):
             tables.append(table)
             files += write_table(table, out)
         task_histories = histories[histories["run_id"].isin(runs["run_id"])]
@@ -157,12 +179,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI")
     parser.add_argument("--kinds", nargs="+", choices=sorted(TABLE_BUILDERS),
                         help="table layouts to build (default: those the runs fill)")
+    parser.add_argument("--margin", type=float, default=None,
+                        help="equivalence margin of the words (default: 0.01 for accuracy-like metrics, "
+                             "none for lower-is-better ones)")
     parser.add_argument("--no-log-to-parent", action="store_true",
                         help="do not log the files as artifacts of the sweep parent run")
     args = parser.parse_args(argv)
     try:
         build_report(args.experiment, args.tracking_uri, args.out, args.kinds,
-                     log_to_parent=not args.no_log_to_parent)
+                     log_to_parent=not args.no_log_to_parent, margin=args.margin)
     except (ReportError, MlflowException) as error:
         print(f"attent report: {error}", file=sys.stderr)
         return 1

@@ -41,6 +41,7 @@ PARENT_RUN_ID = tag(contract.TAG_PARENT_RUN_ID)
 SEED = param(contract.PARAM_SEED)
 RATIO_KIND = param(contract.PARAM_RATIO_KIND)
 RATIO_START = param(contract.PARAM_RATIO_START)  # a fixed schedule's ratio
+EPOCHS = param(contract.PARAM_EPOCHS)
 
 METHOD_COST = metric(contract.TIME_METHOD)  # training + scoring + selection seconds
 METHOD_COST_PARTS = tuple(metric(contract.time_metric(part)) for part in contract.METHOD_TIME_PARTS)

@@ -9,6 +9,9 @@ the method's cost (training + scoring + selection seconds; evaluation, checkpoin
 apart) against the full-data row trained in the same context, as the realized saving beside the
 ideal saving the back-propagated samples promise; the mean selected ratio, flagged where a
 method trained on another budget than AtteNT; and the best value per column marked.
+
+The plateau control (``plateau_controls``: full data for twice the epochs of the other runs) is
+no row of a table: ``analysis.table_verdicts`` reads it for the table's regime verdict.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from itertools import product
 
 import pandas as pd
 
-from analysis.runs import (IDENTITY, INTERVAL_SCHEDULE, LABEL, METHOD,
+from analysis.runs import (EPOCHS, IDENTITY, INTERVAL_SCHEDULE, LABEL, METHOD,
                            METHOD_NAMES, MISSING, RATIO_KIND, RATIO_SCHEDULE, RATIO_START,
                            SHORT_PREFIX, STRATEGY, STRATEGY_NAMES, config_details, label_names,
                            downstream_metrics, is_full, lower_is_better, metric, param,
@@ -57,6 +60,14 @@ class Table:
     metrics: list[str]  # downstream metrics, best marked
     baseline_rows: list[int]  # positions of the full-data rows
     notes: list[str] = field(default_factory=list)  # footnotes, e.g. the budget flag's
+    # The runs summarized, each with its table ``row``: what the verdicts pair seed by seed.
+    runs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # Filled in by analysis.table_verdicts: the metric judged (its 95 % seed interval in stats as
+    # <metric>_low / _high), the words per row (one column per reference: "vs full data", ...)
+    # and the comparisons behind them (tta_results.Paired).
+    judged: str | None = None
+    words: pd.DataFrame = field(default_factory=pd.DataFrame)
+    comparisons: list = field(default_factory=list)
 
 
 # --- the generic core ----------------------------------------------------------------------
@@ -180,7 +191,8 @@ def build_table(name: str, title: str, keyed: pd.DataFrame, key_headers: list[st
     labels = pd.DataFrame([rows[p] for p in table_rows["position"]], columns=key_headers)
     if table_rows["detail"].ne("").any():
         labels[CONFIG_HEADER] = table_rows["detail"].tolist()
-    return Table(name, title, labels, stats, metrics, baseline_rows, budget_notes(stats, methods))
+    return Table(name, title, labels, stats, metrics, baseline_rows, budget_notes(stats, methods),
+                 runs=placed.assign(row=row_of_run))
 
 
 def best_rows(table: Table, metric_name: str) -> pd.Series:
@@ -208,6 +220,21 @@ def schedule_order(schedules: pd.Series) -> list[str]:
         return (SCHEDULE_KINDS.index(kind) if kind in SCHEDULE_KINDS else len(SCHEDULE_KINDS),
                 schedule)
     return sorted(set(schedules.dropna().astype(str)), key=sort_key) or [MISSING]
+
+
+# --- the plateau control -------------------------------------------------------------------
+def plateau_controls(runs: pd.DataFrame) -> pd.Series:
+    """Per run, whether it is the plateau control: full data trained for twice the epochs
+    (``train.epochs``) of the table's other runs, the selection runs (or, with none, of the
+    shortest full-data runs), at an epoch count no selection run has. Keyed on the epochs
+    rather than a label or tag, so a sweep needs only the trial ``{selection.method: full,
+    train.epochs: 2E}``; runs that logged no epochs are never the control."""
+    epochs = pd.to_numeric(runs.get(EPOCHS, pd.Series(index=runs.index, dtype=float)), errors="coerce")
+    full = is_full(runs)
+    selection_epochs = set(epochs[~full].dropna())
+    table_epochs = selection_epochs or set(epochs[full].dropna().nsmallest(1))
+    doubled = {2 * e for e in table_epochs} - selection_epochs
+    return full & epochs.isin(doubled)
 
 
 # --- the paper's layouts -------------------------------------------------------------------

@@ -108,6 +108,7 @@ class Plateau:
     high: float
     tolerance: float            # the target's
     control: bool               # whether the workload has full_long runs
+    control_name: str = FULL_LONG  # what the verdict calls the control (the paper tables: "2E")
 
     @property
     def verdict(self) -> str:
@@ -116,7 +117,7 @@ class Plateau:
         lower end lies above it; ``undetermined`` otherwise, with the reason where it is not the
         interval's."""
         if not self.control:
-            return f"{UNDETERMINED}: no {FULL_LONG} control"
+            return f"{UNDETERMINED}: no {self.control_name} control"
         if self.seeds < 2 or math.isnan(self.low):
             return f"{UNDETERMINED}: fewer than 2 paired seeds"
         if self.high < self.tolerance:
@@ -284,18 +285,20 @@ def target_of(full_finals: pd.Series, lower: bool, tolerance: float | None = Non
                   f"the larger of {floor_words} and {spread_words}", reference, seed_std, seeds)
 
 
-def plateau_of(per_run: pd.DataFrame, lower: bool, tolerance: float) -> Plateau:
+def plateau_of(per_run: pd.DataFrame, lower: bool, tolerance: float, control_name: str = FULL_LONG) -> Plateau:
     """full_long's final metric minus full data's, seed by seed, signed so that positive is an
-    improvement, and its 90 % t-interval, against the tolerance (``Plateau.verdict``)."""
+    improvement, and its 90 % t-interval, against the tolerance (``Plateau.verdict``).
+    ``per_run``: ``method`` (FULL or FULL_LONG), ``seed``, ``final_metric``; ``control_name``: what
+    the verdict calls the control."""
     def finals(method: str) -> pd.Series:
         return per_run[per_run["method"].eq(method)].set_index("seed")["final_metric"].dropna()
     full, long = finals(FULL), finals(FULL_LONG)
     if long.empty:
-        return Plateau(0, math.nan, math.nan, math.nan, tolerance, control=False)
+        return Plateau(0, math.nan, math.nan, math.nan, tolerance, control=False, control_name=control_name)
     seeds = full.index.intersection(long.index)
     gain = (long[seeds] - full[seeds]) * (-1 if lower else 1)
     test = t_test(gain, PLATEAU_CONFIDENCE)
-    return Plateau(test.n, test.mean, test.low, test.high, tolerance, control=True)
+    return Plateau(test.n, test.mean, test.low, test.high, tolerance, control=True, control_name=control_name)
 
 
 def time_to_target(curve: pd.DataFrame, target: float, lower: bool) -> float:

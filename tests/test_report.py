@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
+from scipy import stats
+from statsmodels.stats.multitest import multipletests
 
 from analysis.figures import time_to_reach_baseline
 from analysis.report import build_report, main
@@ -117,13 +119,22 @@ def report(store):
 HEADERS = ("| Ratio schedule | Interval schedule | Strategy | n | Method cost (s) "
            "| Δ cost vs full "
            "| Ideal saving | Realized saving | Realized / ideal | Selected ratio | Eval (s) "
-           "| accuracy | loss |")
+           "| accuracy | loss | accuracy 95% CI | vs full data |")
 EXPECTED_ABLATION = HEADERS + """
-|:---|:---|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
-| — | — | Full data | 3 | 110.0 ± 10.0 | +0.0% | 0.0% | 0.0% | — | 1.000 | 20.0 ± 4.0 | 0.8200 ± 0.0200 | 0.5200 ± 0.0200 |
-| cosine(0.2→0.8) | incremental(1→4) | Random | 0 | — | — | — | — | — | — | — | — | — |
-| cosine(0.2→0.8) | incremental(1→4) | Hard | 3 | **66.0 ± 6.0** | -40.0% | 50.0% | 40.0% | 0.80 | 0.500 | 20.0 ± 4.0 | 0.8000 ± 0.0100 | 0.6100 ± 0.0100 |
-| cosine(0.2→0.8) | incremental(1→4) | Soft | 3 | 77.0 ± 7.0 | -30.0% | 45.0% | 30.0% | 0.67 | 0.550 | 20.0 ± 4.0 | **0.8400 ± 0.0100** | **0.4600 ± 0.0100** |"""
+|:---|:---|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---|
+| — | — | Full data | 3 | 110.0 ± 10.0 | +0.0% | 0.0% | 0.0% | — | 1.000 | 20.0 ± 4.0 | 0.8200 ± 0.0200 | 0.5200 ± 0.0200 | [0.7703, 0.8697] | reference |
+| cosine(0.2→0.8) | incremental(1→4) | Random | 0 | — | — | — | — | — | — | — | — | — | — | — |
+| cosine(0.2→0.8) | incremental(1→4) | Hard | 3 | **66.0 ± 6.0** | -40.0% | 50.0% | 40.0% | 0.80 | 0.500 | 20.0 ± 4.0 | 0.8000 ± 0.0100 | 0.6100 ± 0.0100 | [0.7752, 0.8248] | inconclusive (-0.0200) |
+| cosine(0.2→0.8) | incremental(1→4) | Soft | 3 | 77.0 ± 7.0 | -30.0% | 45.0% | 30.0% | 0.67 | 0.550 | 20.0 ± 4.0 | **0.8400 ± 0.0100** | **0.4600 ± 0.0100** | [0.8152, 0.8648] | inconclusive (+0.0200) |
+
+Plateau: undetermined: no 2E control (no full-data run for 2E epochs beside the E-epoch ones).
+
+Nothing shows that full data had plateaued at E epochs: the table may measure the training budget, not the selection.
+
+Words (final accuracy, each row's against full data of its context, in brackets the mean paired difference): \
+paired t-tests over seeds, Holm-adjusted across the table's 2 comparisons at 0.05, give "better" / "worse"; \
+else "equivalent within ± 0.01" by a paired TOST, Holm-adjusted likewise; else "inconclusive". Rows with one \
+seed are not judged. Interval column: the 95 % t-interval over seeds of the row's mean."""
 
 
 def test_picks_the_ablation_layout_and_counts_runs(report):
@@ -135,7 +146,10 @@ def test_picks_the_ablation_layout_and_counts_runs(report):
 
 def test_ablation_markdown_cells(report):
     """Means, sample stds, % time vs the full row, bold best (lowest time and loss, highest
-    accuracy) and the Random row nobody ran rendered as — cells."""
+    accuracy) and the Random row nobody ran rendered as — cells; the 95 % seed interval of the
+    accuracy (t with 2 degrees of freedom: full data 0.82 ± 4.303 × 0.02 / √3), the words against
+    full data (Hard and Soft differ by ∓0.02, p = 0.074 each, 0.148 after Holm: inconclusive), and
+    the notes: no control (the runs logged no epochs), the rule of the words."""
     assert to_markdown(report.tables[0]) == EXPECTED_ABLATION
     assert (report.out_dir / "ablation.md").read_text(encoding="utf-8") == EXPECTED_ABLATION + "\n"
 
@@ -160,12 +174,13 @@ def test_ablation_latex(report):
     assert r"\textbf{66.0 $\pm$ 6.0}" in tex
     assert (r"cosine(0.2$\rightarrow$0.8) & incremental(1$\rightarrow$4) & Soft & 3 & "
             r"77.0 $\pm$ 7.0 & -30.0\% & 45.0\% & 30.0\% & 0.67 & 0.550") in tex
-    assert r"\begin{tabular}{lllrrrrrrrrrr}" in tex
+    assert r"\begin{tabular}{lllrrrrrrrrrrrl}" in tex  # the words left-aligned, as text
+    assert r"[0.7752, 0.8248] & inconclusive (-0.0200) \\" in tex
 
 
 def test_files_written_and_logged_to_the_sweep_parent(store, report):
     uri, parent_id, _ = store
-    expected = {"ablation.md", "ablation.csv", "ablation.tex", "report.md",
+    expected = {"ablation.md", "ablation.csv", "ablation.tex", "ablation_comparisons.csv", "report.md",
                 "fig_training_time.png", "fig_loss_curves.png", "fig_time_to_baseline.png",
                 "fig_sample_ratio.png"}
     assert {p.name for p in report.files} == expected
@@ -410,9 +425,140 @@ def test_downstream_job_results_get_columns_before_eval_metrics(store, tmp_path)
     assert table.name == "with_without" and table.metrics == [*names, "eval_accuracy"]
     lines = to_markdown(table).splitlines()
     assert lines[0].endswith("| Eval (s) | classification top1_accuracy | semseg miou "
-                             "| depth delta1 | depth abs_rel | accuracy |")
-    assert lines[2].endswith("| 0.8000 | 0.4000 | **0.8500** | 0.1200 | **0.9000** |")  # w/o
-    assert lines[3].endswith("| **0.8200** | **0.4100** | 0.8400 | **0.1000** | 0.8000 |")  # w/
+                             "| depth delta1 | depth abs_rel | accuracy "
+                             "| classification top1_accuracy 95% CI | vs full data |")  # the first one judged
+    assert lines[2].endswith("| 0.8000 | 0.4000 | **0.8500** | 0.1200 | **0.9000** | — | reference |")  # w/o
+    assert lines[3].endswith("| **0.8200** | **0.4100** | 0.8400 | **0.1000** | 0.8000 | — "
+                             "| one seed: not judged |")  # w/
     rows = list(csv.DictReader(io.StringIO(to_csv(table))))
     assert [r["downstream.depth.abs_rel_best"] for r in rows] == ["", "*"]
     assert [r["downstream.depth.delta1_best"] for r in rows] == ["*", ""]
+
+
+# --- the regime check and the words (analysis.table_verdicts) --------------------------------
+FULL_30 = [0.90, 0.91, 0.92]  # full data's final accuracy per seed at E = 30 epochs; seed std 0.01
+
+
+def log_seeds(client: MlflowClient, experiment_id: str, method: str, accuracies: list[float],
+              epochs: int = 30, ratio: float = 0.5) -> None:
+    """One finished run per seed (0, 1, ...) of ``method`` trained ``epochs`` epochs, as the
+    shipped sweeps log them (``train.epochs`` and the seed among the params)."""
+    budget = 1.0 if method == "full" else ratio
+    for seed, accuracy in enumerate(accuracies):
+        log_run(client, experiment_id, {"selection.method": method, contract.PARAM_EPOCHS: epochs,
+                                        contract.PARAM_SEED: seed},
+                {**cost_metrics(100 * budget, 1000 * budget, accuracy), contract.MEAN_SELECTED_RATIO: budget},
+                tags={contract.TAG_LABEL: "Soft"} if method == "attent" else None)
+
+
+def plus(values: list[float], deltas: list[float]) -> list[float]:
+    return [v + d for v, d in zip(values, deltas)]
+
+
+def with_without_report(store, tmp_path, name: str, control: list[float] | None):
+    """Full data and AtteNT at 30 epochs over 3 seeds, and the 60-epoch control if given."""
+    client, experiment_id = new_experiment(store, name)
+    log_seeds(client, experiment_id, "full", FULL_30)
+    log_seeds(client, experiment_id, "attent", plus(FULL_30, [-0.010, -0.011, -0.009]))
+    if control is not None:
+        log_seeds(client, experiment_id, "full", control, epochs=60)
+    return build_report(name, tracking_uri=store[0], out_dir=tmp_path, log_to_parent=False)
+
+
+def test_a_control_three_points_higher_on_every_seed_reads_still_improving(store, tmp_path):
+    """The 60-epoch full runs end +0.029, +0.030, +0.031 above the 30-epoch ones: the 90 % paired
+    interval [+0.0283, +0.0317] lies above the tolerance max(0.005, seed std 0.01): still
+    improving, and the table says it measures the budget. The control is no row of the table."""
+    report = with_without_report(store, tmp_path, "regime-rising", plus(FULL_30, [0.029, 0.030, 0.031]))
+    [table] = report.tables
+    assert table.labels.values.tolist() == [["w/o AtteNT"], ["w/ AtteNT"]]  # no Config column: control left out
+    assert table.stats["n"].tolist() == [3, 3] and report.runs == 9
+    expected = stats.ttest_1samp([0.029, 0.030, 0.031], 0.0).confidence_interval(0.90)
+    markdown = to_markdown(table)
+    assert (f"Plateau: full data for 60 epochs minus for 30, final accuracy, signed so that positive is an "
+            f"improvement: +0.0300, 90% paired interval [{expected.low:+.4f}, {expected.high:+.4f}] over 3 seeds, "
+            "against the tolerance 0.0100 (the larger of 0.005 absolute and the seed std of full data's final "
+            "value, 0.0100): still improving.") in markdown
+    assert expected.low > 0.01
+    assert ("Full data was still improving at 30 epochs: this table measures the training budget, not the "
+            "selection.") in markdown
+
+
+def test_a_flat_control_reads_plateaued(store, tmp_path):
+    """Control − full per seed: +0.001, −0.001, 0: the interval's upper end (+0.0029) lies below the
+    tolerance 0.01: plateaued."""
+    report = with_without_report(store, tmp_path, "regime-flat", plus(FULL_30, [0.001, -0.001, 0.0]))
+    markdown = to_markdown(report.tables[0])
+    assert "over 3 seeds, against the tolerance 0.0100" in markdown and "): plateaued." in markdown
+    assert "at 30 epochs the rows compare selection, not training budgets." in markdown
+    assert "measures the training budget" not in markdown and "may measure" not in markdown
+
+
+def test_words_follow_holm_across_the_tables_comparisons(store, tmp_path):
+    """Comparison table, 3 seeds: AtteNT, Random at AtteNT's budget and full data; 3 comparisons
+    (AtteNT and Random against full data, Random against AtteNT), one Holm family. AtteNT − full
+    (−0.026, −0.020, −0.014) is significant alone (p = 0.029) but not after Holm (× 3): inconclusive.
+    Random − full (+0.001, −0.001, 0) passes the TOST within ± 0.01 after Holm: equivalent."""
+    client, experiment_id = new_experiment(store, "regime-holm")
+    attent, random = plus(FULL_30, [-0.026, -0.020, -0.014]), plus(FULL_30, [0.001, -0.001, 0.0])
+    log_seeds(client, experiment_id, "full", FULL_30)
+    log_seeds(client, experiment_id, "attent", attent)
+    log_seeds(client, experiment_id, "random", random)
+    table = build_report("regime-holm", tracking_uri=store[0], out_dir=tmp_path, log_to_parent=False).tables[0]
+    assert table.name == "comparison"
+    words = dict(zip(table.labels["Method"], table.words.to_dict("records")))
+    assert words["AtteNT"] == {"vs full data": "inconclusive (-0.0200)", "vs AtteNT": "reference"}
+    assert words["Random subset"] == {"vs full data": "equivalent within ± 0.01 (+0.0000)",
+                                      "vs AtteNT": "inconclusive (+0.0200)"}
+    assert words["Full data"] == {"vs full data": "reference", "vs AtteNT": "—"}
+    assert words["GradNorm"] == {"vs full data": "—", "vs AtteNT": "—"}  # no run
+
+    by = {(p.subject, p.method): p for p in table.comparisons}
+    alone = stats.ttest_rel(attent, FULL_30).pvalue
+    assert by["AtteNT", "Full data"].p == pytest.approx(alone) and alone < 0.05
+    ps = [stats.ttest_rel(attent, FULL_30).pvalue, stats.ttest_rel(random, FULL_30).pvalue,
+          stats.ttest_rel(random, attent).pvalue]
+    holm = multipletests(ps, alpha=0.05, method="holm")[1]
+    assert [by[k].p_holm for k in (("AtteNT", "Full data"), ("Random subset", "Full data"),
+                                   ("Random subset", "AtteNT"))] == pytest.approx(list(holm))
+    assert holm[0] > 0.05
+    markdown = to_markdown(table)
+    assert "Holm-adjusted across the table's 3 comparisons at 0.05" in markdown
+    assert "| accuracy 95% CI | vs full data | vs AtteNT |" in markdown.splitlines()[0]
+    rows = {r["Method"]: r for r in csv.DictReader(io.StringIO(to_csv(table)))}
+    interval = stats.ttest_1samp(FULL_30, 0.0).confidence_interval(0.95)
+    assert (float(rows["Full data"]["eval_accuracy_low_95"]), float(rows["Full data"]["eval_accuracy_high_95"])) \
+        == pytest.approx((interval.low, interval.high))
+    assert rows["AtteNT"]["vs full data"] == "inconclusive (-0.0200)"
+
+
+def test_a_one_seed_table_gets_no_words(store, tmp_path):
+    """One seed per row and no control (the test suite's own small sweeps): no interval, no
+    words, and a plateau that nothing shows."""
+    client, experiment_id = new_experiment(store, "regime-one-seed")
+    log_seeds(client, experiment_id, "full", [0.90], epochs=2)
+    log_seeds(client, experiment_id, "attent", [0.88], epochs=2)
+    report = build_report("regime-one-seed", tracking_uri=store[0], out_dir=tmp_path, log_to_parent=False)
+    [table] = report.tables
+    assert table.words["vs full data"].tolist() == ["reference", "one seed: not judged"]
+    assert not any(p.judged for p in table.comparisons)
+    markdown = to_markdown(table)
+    assert "| **0.9000** | — | reference |" in markdown
+    assert ("Plateau: undetermined: no 2E control (no full-data run for 4 epochs beside the 2-epoch ones).\n\n"
+            "Nothing shows that full data had plateaued at 2 epochs: the table may measure the training budget, "
+            "not the selection.") in markdown
+    assert "No words: no row has two seeds paired with its reference's" in markdown
+
+
+PLATEAU_SWEEPS = ("ablation_digits", "ratio_digits", "comparison_digits", "with_without_digits")
+
+
+@pytest.mark.parametrize("sweep", PLATEAU_SWEEPS)
+def test_shipped_digits_sweeps_train_30_epochs_over_3_seeds_with_a_60_epoch_control(sweep):
+    """Every trial trains E = 30 epochs but the plateau control, full data for 60; seeds 0-2."""
+    loaded = load_sweep(REPO / "experiments" / "sweeps" / f"{sweep}.yaml")
+    assert loaded.spec.seeds == [0, 1, 2]
+    epochs = {(cfg.selection.method, cfg.train.epochs) for _, cfg in loaded.trials}
+    assert {e for _, e in epochs} == {30, 60} and ("full", 30) in epochs
+    assert [m for m, e in epochs if e == 60] == ["full"]
+    assert sum(cfg.train.epochs == 60 for _, cfg in loaded.trials) == 3

@@ -122,6 +122,8 @@ def add_service_commands(sub) -> None:
     p.add_argument("--experiment", required=True)
     p.add_argument("--out", default="reports")
     p.add_argument("--tracking-uri", default=None)
+    p.add_argument("--margin", type=float, default=None,
+                   help="equivalence margin of the tables' words (default: 0.01 for accuracy-like metrics)")
 
     p = sub.add_parser("ui", help="the MLflow dashboard over the local store, on 127.0.0.1")
     p.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db")
@@ -265,7 +267,8 @@ def cmd_report(args) -> int:
     from .engine.tracking import close_runs_of_dead_drivers_in
     uri = _tracking_uri(args.tracking_uri)
     close_runs_of_dead_drivers_in(uri, args.experiment)
-    return report_main(["--experiment", args.experiment, "--out", args.out, "--tracking-uri", uri])
+    margin = [] if args.margin is None else ["--margin", str(args.margin)]
+    return report_main(["--experiment", args.experiment, "--out", args.out, "--tracking-uri", uri, *margin])
 
 
 def _tracking_uri(given: str | None) -> str:

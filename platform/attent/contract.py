@@ -64,6 +64,7 @@ PARAM_RATIO_KIND = "selection.ratio.kind"
 PARAM_RATIO_START = "selection.ratio.start"     # for a fixed schedule: the ratio itself
 PARAM_RATIO_END = "selection.ratio.end"
 PARAM_TEMPERATURE = "selection.temperature"
+PARAM_EPOCHS = "train.epochs"                   # the paper tables' plateau control: full data for twice the others'
 
 # --- metrics --------------------------------------------------------------------------------
 EVAL_PREFIX = "eval_"                           # a run's own evaluation: eval_<name>
