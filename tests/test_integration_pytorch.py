@@ -126,6 +126,18 @@ def test_scoring_pass_runs_without_grad_in_eval_mode_and_restores_train_mode():
     assert selector.metrics()["samples_scored"] == N
 
 
+def test_the_scoring_pass_reads_score_dataset_where_given():
+    """E.g. the training set without augmentation: item i of both is sample i."""
+    model = TableModel()
+    score_set = TensorDataset(torch.arange(N) * 0)  # every item reads as sample 0
+    selector = Selector(dataset(), SelectionConfig(preset="vit"), EPOCHS, model=model, loss_fn=loss_fn,
+                        score_dataset=score_set)
+    selector.begin_epoch(0)
+    assert torch.equal(selector.teacher.scores, losses_at(0)[torch.zeros(N, dtype=torch.long)])
+    with pytest.raises(ValueError, match="score_dataset has 3 items"):
+        Selector(dataset(), SelectionConfig(preset="vit"), EPOCHS, score_dataset=TensorDataset(torch.arange(3)))
+
+
 def test_a_scoring_preset_without_model_is_refused_in_one_line():
     selector = Selector(dataset(), SelectionConfig(preset="vit"), EPOCHS)
     with pytest.raises(ValueError, match="pass model= and loss_fn="):

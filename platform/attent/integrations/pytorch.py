@@ -84,6 +84,7 @@ class Selector:
     def __init__(self, dataset: Dataset, config: SelectionConfig, epochs: int, seed: int = 0, *,
                  model: Optional[torch.nn.Module] = None, loss_fn: Optional[PerSampleLoss] = None,
                  collate_fn: Optional[Callable] = None,     # the scoring pass's; DataLoader's default if None
+                 score_dataset: Optional[Dataset] = None,   # the scoring pass's items (e.g. without augmentation)
                  score_batch_size: int = 256,               # samples per scoring-pass batch
                  groups: Optional[torch.Tensor] = None,     # class per sample: stratify, class_weight
                  rank: Optional[int] = None, world_size: Optional[int] = None,
@@ -94,6 +95,10 @@ class Selector:
         self.dataset, self.config, self.epochs, self.seed = dataset, config, epochs, seed
         self.model, self.loss_fn = model, loss_fn
         self.collate_fn, self.score_batch_size = collate_fn, score_batch_size
+        self.score_dataset = dataset if score_dataset is None else score_dataset
+        if len(self.score_dataset) != len(dataset):
+            raise ValueError(f"score_dataset has {len(self.score_dataset)} items, the training set {len(dataset)}: "
+                             "item i of both must be the same sample")
         self.teacher = Teacher(len(dataset), config, epochs, seed=seed, groups=groups)
         self.sampler = RecordingSampler(self.teacher, self.rank, self.world_size, seed=seed,
                                         shuffle=shuffle, drop_last=drop_last)
@@ -169,7 +174,7 @@ class Selector:
         """Per-sample losses of this rank's share of ``indices`` from ``loss_fn(model, batch)``,
         under no_grad and in eval mode (dropout off), the model's mode restored after."""
         shard = shard_indices(indices, self.rank, self.world_size, shuffle=False)
-        loader = DataLoader(self.dataset, batch_size=self.score_batch_size, sampler=shard.tolist(),
+        loader = DataLoader(self.score_dataset, batch_size=self.score_batch_size, sampler=shard.tolist(),
                             collate_fn=self.collate_fn)
         was_training = self.model.training
         self.model.eval()
