@@ -72,6 +72,7 @@ def layer(module: str) -> str:
 # what each part of the platform may import (besides itself)
 MAY_IMPORT = {
     "selection": set(),
+    "integrations": {"selection"},  # on the selection library only, never on the engine
     "tasks": {"contract"},
     "engine": {"config", "contract", "selection", "tasks", "server"},
     "theory": {"config", "contract", "engine", "selection"},
@@ -98,3 +99,15 @@ def test_a_task_package_imports_only_itself_and_the_task_interface(task):
 
 def test_platform_is_no_package():
     assert not (PLATFORM / "__init__.py").exists()
+
+
+@pytest.mark.parametrize("part", ["selection", "integrations"])
+def test_selection_and_integrations_need_neither_ray_nor_mlflow(part):
+    """Usable in any PyTorch loop: no Ray, no MLflow, at the top or inside a function."""
+    found = set()
+    for path in (PLATFORM / "attent" / part).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            found |= {f"{path.name}: {n}" for n in names if n.split(".")[0] in ("ray", "mlflow")}
+    assert found == set()

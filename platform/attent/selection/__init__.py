@@ -7,4 +7,7 @@
     schedules   ratio and interval schedules over training progress
     sampler     SubsetSampler: a rank's shard of the teacher's subset
     config      SelectionConfig: the ``selection:`` section (pydantic only)
+
+Users import the public names from one place, ``attent`` (``attent.Selector``,
+``attent.SelectionConfig``, ``attent.select``, ...), which loads them on first access.
 """

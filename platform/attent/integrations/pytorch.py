@@ -1,0 +1,253 @@
+"""AtteNT in a plain PyTorch loop, in three lines, with no monkey-patching and the user's dataset
+items unchanged:
+
+    selector = attent.Selector(train_set, SelectionConfig(preset="vit"), epochs=E, seed=0,
+                               model=model, loss_fn=per_sample_loss)   # the scoring pass, if any
+    loader = selector.loader(batch_size=64)          # = DataLoader(train_set, sampler=selector.sampler)
+    for epoch in range(E):
+        selector.begin_epoch(epoch)                   # scores and re-selects when the preset says so
+        for batch in loader:
+            loss = selector.update(per_sample_loss(model, batch))   # observe, weigh, mean
+            loss.backward(); optimizer.step(); optimizer.zero_grad()
+
+How the indices reach ``update``: the selector's sampler records the order it hands the
+DataLoader, and ``update`` takes the next ``len(losses)`` indices of that order. A DataLoader
+returns its batches in its sampler's order (also with worker processes: ``in_order=True`` is its
+default), so this works with any dataset item and any ``collate_fn``, which an index carried in
+the items would not (a custom collate may drop it, a dataset of tuples has no room for it).
+Pass ``indices=`` to ``update`` instead where batches do not follow the sampler one after the
+other (a loader with ``in_order=False``, batches skipped or reordered).
+
+The selection itself is ``attent.selection``'s: a ``Teacher`` (score table, schedules, the
+agreement of ranks) and ``SubsetSampler`` (this rank's shard). This module only wires them to a
+user's loop.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterable, Iterator, Optional
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, Dataset
+
+from ..selection.config import SelectionConfig
+from ..selection.sampler import SubsetSampler, shard_indices
+from ..selection.strategies import budget
+from ..selection.teacher import ScoreFn, Teacher
+
+# loss_fn(model, batch) -> FloatTensor[B]: the per-sample training loss (reduction="none"),
+# moving the batch to the model's device itself; the same function the training loop calls.
+PerSampleLoss = Callable[[torch.nn.Module, Any], torch.Tensor]
+
+
+class RecordingSampler(SubsetSampler):
+    """``SubsetSampler`` that remembers the order it last handed out, so that ``Selector.update``
+    knows which samples each batch holds."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.order = torch.empty(0, dtype=torch.long)  # this rank's indices of the current pass
+        self.cursor = 0                                # how many of them update() has consumed
+        self.passes = 0                                # times iterated, for a missing-sampler check
+
+    def __iter__(self) -> Iterator[int]:
+        self.order, self.cursor = self._indices(), 0
+        self.passes += 1
+        return iter(self.order.tolist())
+
+    def take(self, count: int) -> torch.Tensor:
+        """The next ``count`` indices of the pass."""
+        if self.passes == 0:
+            raise RuntimeError("update() before the sampler was iterated: build the DataLoader with "
+                               "sampler=selector.sampler (or use selector.loader(...))")
+        if self.cursor + count > self.order.numel():
+            raise RuntimeError(f"update() got {count} losses but only {self.order.numel() - self.cursor} of this "
+                               "epoch's samples are left: one call per batch, losses per sample (no packing), "
+                               "and a DataLoader drawing from selector.sampler")
+        taken = self.order[self.cursor:self.cursor + count]
+        self.cursor += count
+        return taken
+
+
+class Selector:
+    """AtteNT's choice of training samples, for a user's own PyTorch loop.
+
+    ``dataset``: the training set (wrapped, not copied; its items are handed out unchanged).
+    ``config``: a ``SelectionConfig`` (e.g. ``preset="vit"``). ``epochs``: the run's length, which
+    the ratio and interval schedules follow. ``model`` and ``loss_fn``: needed only where the
+    config runs scoring passes (the ``vit`` preset does, ``llm`` and ``full`` do not).
+    Under torch.distributed every rank builds its Selector with the same arguments; rank and world
+    size are read from the process group unless given.
+    """
+
+    def __init__(self, dataset: Dataset, config: SelectionConfig, epochs: int, seed: int = 0, *,
+                 model: Optional[torch.nn.Module] = None, loss_fn: Optional[PerSampleLoss] = None,
+                 collate_fn: Optional[Callable] = None,     # the scoring pass's; DataLoader's default if None
+                 score_dataset: Optional[Dataset] = None,   # the scoring pass's items (e.g. without augmentation)
+                 score_batch_size: int = 256,               # samples per scoring-pass batch
+                 groups: Optional[torch.Tensor] = None,     # class per sample: stratify, class_weight
+                 rank: Optional[int] = None, world_size: Optional[int] = None,
+                 shuffle: bool = True, drop_last: bool = False):  # the sampler's, as DistributedSampler's
+        distributed = dist.is_available() and dist.is_initialized()
+        self.rank = rank if rank is not None else (dist.get_rank() if distributed else 0)
+        self.world_size = world_size if world_size is not None else (dist.get_world_size() if distributed else 1)
+        self.dataset, self.config, self.epochs, self.seed = dataset, config, epochs, seed
+        self.model, self.loss_fn = model, loss_fn
+        self.collate_fn, self.score_batch_size = collate_fn, score_batch_size
+        self.score_dataset = dataset if score_dataset is None else score_dataset
+        if len(self.score_dataset) != len(dataset):
+            raise ValueError(f"score_dataset has {len(self.score_dataset)} items, the training set {len(dataset)}: "
+                             "item i of both must be the same sample")
+        self.teacher = Teacher(len(dataset), config, epochs, seed=seed, groups=groups)
+        self.sampler = RecordingSampler(self.teacher, self.rank, self.world_size, seed=seed,
+                                        shuffle=shuffle, drop_last=drop_last)
+        self.next_epoch = 0                 # the epoch a (resumed) loop starts from
+        self.samples_backpropagated = 0     # distinct samples trained on, summed over epochs and ranks
+        self._epoch_metrics: dict[str, float] = {}
+        self._loss_sum, self._seen, self._scored = 0.0, 0, 0  # this rank, this epoch
+        self._ended = True
+
+    def loader(self, batch_size: int, **kwargs) -> DataLoader:
+        """``DataLoader(dataset, batch_size, sampler=selector.sampler, **kwargs)``, with the
+        Selector's ``collate_fn`` unless one is given."""
+        if "sampler" in kwargs or kwargs.get("shuffle"):
+            raise ValueError("the selector's sampler chooses and shuffles the samples: pass neither sampler nor shuffle")
+        kwargs.setdefault("collate_fn", self.collate_fn)
+        return DataLoader(self.dataset, batch_size=batch_size, sampler=self.sampler, **kwargs)
+
+    # --- the epoch -------------------------------------------------------------------------------
+    def begin_epoch(self, epoch: int, score_fn: Optional[ScoreFn] = None) -> torch.Tensor:
+        """Prepare epoch ``epoch``: a scoring pass and a re-selection where the schedules say so;
+        returns the epoch's subset (global indices, identical on every rank). Every rank calls it.
+        ``score_fn(indices)`` overrides the scoring pass built from ``model`` and ``loss_fn``: it
+        yields (indices, losses) for this rank's share of ``indices``."""
+        if not self._ended:
+            self.end_epoch()
+        self._loss_sum, self._seen, self._scored = 0.0, 0, 0
+        if score_fn is None and self.teacher.needs_scoring(epoch):
+            if self.model is None or self.loss_fn is None:
+                raise ValueError(f"epoch {epoch} needs a scoring pass (config {self.config.label(self.epochs)}): "
+                                 "pass model= and loss_fn= to Selector, or score_fn= to begin_epoch")
+            score_fn = self.scoring_pass
+        subset = self.teacher.begin_epoch(epoch, score_fn)
+        self.samples_backpropagated += subset.numel()
+        self.next_epoch, self._ended = epoch + 1, False
+        return subset
+
+    def update(self, losses: torch.Tensor, indices: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Record a batch's per-sample losses ([B], with their graph) as the samples' scores, and
+        return the loss to back-propagate: the mean of the losses weighed by the selection's loss
+        weights (all 1 unless the method reweighs; the plain mean for ``method="full"``).
+        ``indices``: the batch's positions in the dataset; by default the next B of the sampler's
+        order. Under gradient accumulation divide the result as for any mean loss."""
+        if self._ended:
+            raise RuntimeError("update() outside an epoch: call begin_epoch(epoch) before the epoch's batches")
+        if losses.ndim != 1:
+            raise ValueError(f"update() wants one loss per sample, shape [B], got {tuple(losses.shape)}: "
+                             "compute the loss with reduction='none' (and average over tokens per sample)")
+        if indices is None:
+            indices = self.sampler.take(losses.numel())
+        else:  # the caller knows better; the cursor still counts the epoch's samples
+            indices = torch.as_tensor(indices).reshape(-1).cpu()
+            self.sampler.cursor += losses.numel()
+        self.teacher.observe(indices, losses)
+        self._loss_sum += float(losses.detach().float().sum())
+        self._seen += losses.numel()
+        weights = self.teacher.loss_weights[indices].to(losses.device, losses.dtype)
+        loss = (losses * weights).mean()
+        if self.sampler.cursor == self.sampler.order.numel() > 0:  # the shard's last batch: same call on every rank
+            self.end_epoch()
+        return loss
+
+    def end_epoch(self) -> None:
+        """Merge the epoch's scores across ranks (a collective: every rank calls it). ``update``
+        calls it after the shard's last sample; call it yourself where the loader drops the last
+        batch (``drop_last=True``) or the loop leaves an epoch early."""
+        if self._ended:
+            return
+        self.teacher.end_epoch()
+        self._ended = True
+        self._epoch_metrics = self._metrics()
+
+    def scoring_pass(self, indices: torch.Tensor) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+        """Per-sample losses of this rank's share of ``indices`` from ``loss_fn(model, batch)``,
+        under no_grad and in eval mode (dropout off), the model's mode restored after."""
+        shard = shard_indices(indices, self.rank, self.world_size, shuffle=False)
+        loader = DataLoader(self.score_dataset, batch_size=self.score_batch_size, sampler=shard.tolist(),
+                            collate_fn=self.collate_fn)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                for batch_indices, batch in zip(shard.split(self.score_batch_size), loader):
+                    losses = self.loss_fn(self.model, batch)
+                    self._scored += losses.numel()
+                    yield batch_indices, losses
+        finally:
+            self.model.train(was_training)
+
+    # --- what a loop needs around it -------------------------------------------------------------
+    def planned_steps(self, batch_size: int, drop_last: bool = False, accumulation: int = 1) -> int:
+        """Optimiser steps this rank takes over the run on the planned subsets, to size a
+        step-based LR schedule up front (e.g. ``OneCycleLR(total_steps=...)``). ``batch_size`` and
+        ``drop_last``: the DataLoader's; ``accumulation``: batches per optimiser step (a short last
+        window still steps)."""
+        steps = 0
+        for size in planned_subset_sizes(self.config, len(self.dataset), self.epochs):
+            shard = size // self.world_size if self.sampler.drop_last else math.ceil(size / self.world_size)
+            batches = shard // batch_size if drop_last else math.ceil(shard / batch_size)
+            steps += math.ceil(batches / accumulation)
+        return steps
+
+    def metrics(self) -> dict[str, float]:
+        """The latest epoch's selection, for the user's logger: ``selected_ratio``, ``selected``
+        (subset size), ``hardness`` (1: the top-k of the scores, 0: uniform; NaN before a pick),
+        ``overlap`` with the previous pick, ``samples_backpropagated`` (distinct, summed over
+        epochs and ranks), ``samples_scored`` and ``train_loss`` (this rank, this epoch)."""
+        return self._metrics() if not self._ended else dict(self._epoch_metrics)
+
+    def _metrics(self) -> dict[str, float]:
+        last = self.teacher.history[-1] if self.teacher.history else None
+        return {"epoch": self.next_epoch, "selected_ratio": self.teacher.selected_ratio,
+                "selected": self.teacher.subset.numel(),
+                "hardness": last.hardness if last else math.nan, "overlap": last.overlap if last else math.nan,
+                "samples_backpropagated": self.samples_backpropagated, "samples_scored": self._scored,
+                "train_loss": self._loss_sum / self._seen if self._seen else math.nan,
+                "subset_checksum": subset_checksum(self.teacher.subset)}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The teacher's state and the epoch reached: a Selector loaded from it draws the same
+        subsets as the uninterrupted run. Take it between epochs (after the epoch's last update
+        or ``end_epoch()``)."""
+        if not self._ended:
+            raise RuntimeError("state_dict() inside an epoch: take it after the epoch's last update() "
+                               "or after end_epoch()")
+        return {"teacher": self.teacher.state_dict(), "next_epoch": self.next_epoch,
+                "samples_backpropagated": self.samples_backpropagated}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.teacher.load_state_dict(state["teacher"])
+        self.next_epoch = state["next_epoch"]
+        self.samples_backpropagated = state["samples_backpropagated"]
+        self._ended, self._epoch_metrics = True, {}
+
+
+def planned_subset_sizes(config: SelectionConfig, num_samples: int, epochs: int) -> list[int]:
+    """The subset size of every epoch, as the Teacher will choose it: all data before the first
+    re-selection and while annealing, ``budget(N, ratio)`` from each re-selection on. InfoBatch's
+    sizes depend on the losses and cannot be planned."""
+    if config.method == "infobatch":
+        raise ValueError("InfoBatch's subset sizes depend on the losses: planned_steps cannot size a "
+                         "schedule for it; use an epoch-based schedule")
+    sizes = [num_samples] * epochs
+    plan = config.planned_ratios(epochs)
+    ends = [epoch for epoch, _ in plan[1:]] + [config.selecting_epochs(epochs)]
+    for (start, ratio), end in zip(plan, ends):
+        sizes[start:end] = [budget(num_samples, ratio)] * (end - start)
+    return sizes
+
+
+def subset_checksum(subset: torch.Tensor) -> float:
+    """A number that tells subsets apart (the engine's ``subset_checksum``): equal subsets, equal sums."""
+    return float((subset.double() * 2.0 ** -20).sin().sum() + subset.numel())
