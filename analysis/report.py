@@ -29,6 +29,7 @@ from analysis.runs import (HISTORY_KEYS, TASK, ReportError, load_experiment_runs
                            primary_metric)
 from analysis.render import to_csv, to_latex, to_markdown
 from analysis.table_verdicts import judge_table
+from attent import contract  # the names the engine logs (no engine import)
 from analysis.tables import CONFIG_HEADER, TABLE_BUILDERS, Table, applicable_kinds, plateau_controls
 
 ARTIFACT_PATH = "report"
@@ -172,6 +173,33 @@ def build_report(experiment: str, tracking_uri: str | None = None,
                   loaded.unfinished, loaded.killed)
 
 
+def is_benchmark(experiment: str, tracking_uri: str | None) -> bool:
+    """Whether the experiment holds an `attent bench` parent run."""
+    client = MlflowClient(tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    return found is not None and bool(client.search_runs(
+        [found.experiment_id], f"tags.`{contract.TAG_ROLE}` = '{contract.ROLE_BENCHMARK}'", max_results=1))
+
+
+def benchmark_report(experiment: str, tracking_uri: str | None, out: str, margin: float | None) -> None:
+    """The time-to-accuracy report of a benchmark from its runs as they stand (finished runs only:
+    a benchmark still running, or stopped, gets the report of what it has), and the data-size
+    view where its workloads differ in training-set size."""
+    from analysis.data_size import TRAIN_LIMIT, build_data_size_report
+    from analysis.time_to_accuracy import analyse, build_time_to_accuracy_report
+    from analysis.tta_runs import WORKLOAD, load_benchmark
+    client = MlflowClient(tracking_uri)
+    runs = load_benchmark(client, experiment).runs
+    margins = None if margin is None else {name: margin for name in runs[WORKLOAD].unique()}
+    folder = build_time_to_accuracy_report(experiment, tracking_uri=client.tracking_uri,
+                                           out_dir=Path(out) / experiment, margins=margins)
+    sizes = runs.groupby(WORKLOAD)[TRAIN_LIMIT].first().nunique() if TRAIN_LIMIT in runs else 0
+    if sizes > 1:
+        build_data_size_report(experiment, tracking_uri=client.tracking_uri, out_dir=folder / "data_size",
+                               margins=margins)
+    print(f"\nreport: {folder}/time_to_accuracy.md" + (f", {folder}/data_size/data_size.md" if sizes > 1 else ""))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="attent report", description=__doc__.split("\n\n")[0])
     parser.add_argument("--experiment", required=True, help="MLflow experiment name")
@@ -186,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="do not log the files as artifacts of the sweep parent run")
     args = parser.parse_args(argv)
     try:
+        if is_benchmark(args.experiment, args.tracking_uri):  # `attent bench`'s: its own report, rebuilt
+            benchmark_report(args.experiment, args.tracking_uri, args.out, args.margin)
+            return 0
         build_report(args.experiment, args.tracking_uri, args.out, args.kinds,
                      log_to_parent=not args.no_log_to_parent, margin=args.margin)
     except (ReportError, MlflowException) as error:

@@ -7,14 +7,15 @@ import pytest
 from mlflow import MlflowClient
 
 from analysis.data_size import build_data_size_report
+from analysis.report import main as report_main
 from attent import contract
 from test_tta_report import log_run, method_specs
 
 COMPARED = ("full", contract.METHOD_FULL_LONG, contract.METHOD_FULL_EQUAL_COST, "attent", "random")
 
 
-def test_each_size_gets_its_plateau_verdict_comparisons_and_savings(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def log_sizes(uri: str) -> str:
+    """Two sizes of one workload, 3 seeds each; returns the benchmark's parent run."""
     client = MlflowClient(uri)
     experiment_id = client.create_experiment("sizes")
     parent = client.create_run(experiment_id, tags={contract.TAG_ROLE: contract.ROLE_BENCHMARK}).info.run_id
@@ -27,6 +28,13 @@ def test_each_size_gets_its_plateau_verdict_comparisons_and_savings(tmp_path):
                     spec = dict(spec, curve=[v + gain for v in spec["curve"]])
                 run_id = log_run(client, experiment_id, parent, workload, method, seed, spec)
                 client.log_param(run_id, "task.train_limit", str(size))
+    return parent
+
+
+def test_each_size_gets_its_plateau_verdict_comparisons_and_savings(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    parent = log_sizes(uri)
     out = build_data_size_report("sizes", tracking_uri=uri, out_dir=tmp_path / "report")
     table = pd.read_csv(out / "data_size.csv")
     assert list(table["size"]) == [600, 6000] and list(table["workload"]) == ["fm-600", "fm-6000"]
@@ -42,3 +50,12 @@ def test_each_size_gets_its_plateau_verdict_comparisons_and_savings(tmp_path):
     assert (out / "figures" / "data_size.png").stat().st_size > 10_000
     logged = {a.path for a in client.list_artifacts(parent, "report/data_size")}
     assert "report/data_size/data_size.md" in logged
+
+
+def test_attent_report_rebuilds_a_benchmarks_reports_from_its_runs(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    log_sizes(uri)
+    assert report_main(["--experiment", "sizes", "--tracking-uri", uri, "--out", str(tmp_path / "out")]) == 0
+    folder = tmp_path / "out" / "sizes"
+    assert "## fm-600" in (folder / "time_to_accuracy.md").read_text()
+    assert "| 6000 | plateaued |" in (folder / "data_size" / "data_size.md").read_text()
