@@ -13,6 +13,7 @@ no row of the table), a 95 % seed interval per row, and Holm-adjusted words agai
 from __future__ import annotations
 
 import argparse
+import os
 import dataclasses
 import re
 import sys
@@ -187,16 +188,23 @@ def benchmark_report(experiment: str, tracking_uri: str | None, out: str, margin
     view where its workloads differ in training-set size."""
     from analysis.data_size import TRAIN_LIMIT, build_data_size_report
     from analysis.time_to_accuracy import analyse, build_time_to_accuracy_report
-    from analysis.tta_runs import WORKLOAD, load_benchmark
+    from analysis.tta_runs import WORKLOAD, load_benchmark, parent_json
     client = MlflowClient(tracking_uri)
-    runs = load_benchmark(client, experiment).runs
-    margins = None if margin is None else {name: margin for name in runs[WORKLOAD].unique()}
+    bench = load_benchmark(client, experiment)
+    runs = bench.runs
+    # the tolerances and margins the spec declared (logged on the parent), unless --margin says
+    spec = (parent_json(client, bench.parent, contract.BENCH_SPEC_FILE) if bench.parent else None) or {}
+    declared = {w["name"]: w for w in spec.get("workloads", [])}
+    tolerances = {name: w["tolerance"] for name, w in declared.items() if w.get("tolerance") is not None}
+    margins = {name: w["margin"] for name, w in declared.items() if w.get("margin") is not None}
+    if margin is not None:
+        margins = {name: margin for name in runs[WORKLOAD].unique()}
     folder = build_time_to_accuracy_report(experiment, tracking_uri=client.tracking_uri,
-                                           out_dir=Path(out) / experiment, margins=margins)
+                                           out_dir=Path(out) / experiment, tolerances=tolerances, margins=margins)
     sizes = runs.groupby(WORKLOAD)[TRAIN_LIMIT].first().nunique() if TRAIN_LIMIT in runs else 0
     if sizes > 1:
         build_data_size_report(experiment, tracking_uri=client.tracking_uri, out_dir=folder / "data_size",
-                               margins=margins)
+                               tolerances=tolerances, margins=margins)
     print(f"\nreport: {folder}/time_to_accuracy.md" + (f", {folder}/data_size/data_size.md" if sizes > 1 else ""))
 
 
@@ -213,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-log-to-parent", action="store_true",
                         help="do not log the files as artifacts of the sweep parent run")
     args = parser.parse_args(argv)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a report reads small files
     try:
         if is_benchmark(args.experiment, args.tracking_uri):  # `attent bench`'s: its own report, rebuilt
             benchmark_report(args.experiment, args.tracking_uri, args.out, args.margin)

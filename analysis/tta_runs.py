@@ -74,11 +74,15 @@ def load_choices(client: MlflowClient, parent: str) -> list[dict]:
     """The selection stage's choices on the parent run (``choices.json``: a list of {workload,
     method, key, value, metric, scores}); none where the file is absent (older benchmarks, or
     nothing was chosen)."""
-    if contract.BENCH_CHOICES_FILE not in {a.path for a in client.list_artifacts(parent)}:
-        return []
-    with tempfile.TemporaryDirectory(prefix="attent-choices-") as tmp:
-        path = client.download_artifacts(parent, contract.BENCH_CHOICES_FILE, tmp)
-        with open(path) as f:
+    return parent_json(client, parent, contract.BENCH_CHOICES_FILE) or []
+
+
+def parent_json(client: MlflowClient, parent: str, name: str):
+    """A JSON file the benchmark logged on its parent run; None where it is absent."""
+    if name not in {a.path for a in client.list_artifacts(parent)}:
+        return None
+    with tempfile.TemporaryDirectory(prefix="attent-parent-") as tmp:
+        with open(client.download_artifacts(parent, name, tmp)) as f:
             return json.load(f)
 
 

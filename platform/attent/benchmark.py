@@ -433,5 +433,5 @@ def _parent_run(spec: BenchmarkSpec, tracking_uri: str) -> str:
         return found[0].info.run_id
     run = client.create_run(experiment_id, run_name=spec.name,
                             tags={contract.TAG_ROLE: contract.ROLE_BENCHMARK, **driver_tags()})
-    client.log_dict(run.info.run_id, spec.model_dump(mode="json"), "benchmark.json")
+    client.log_dict(run.info.run_id, spec.model_dump(mode="json"), contract.BENCH_SPEC_FILE)
     return run.info.run_id

@@ -41,6 +41,7 @@ TAG_BENCH_METRIC = "attent.benchmark.metric"      # and the per-epoch metric its
 TAG_BENCH_STAGE = "attent.benchmark.stage"        # selection (choices read validation) | verdict (reads test)
 BENCH_STAGE_SELECTION, BENCH_STAGE_VERDICT = "selection", "verdict"
 BENCH_CHOICES_FILE = "choices.json"               # on the benchmark's parent run: what the selection stage chose
+BENCH_SPEC_FILE = "benchmark.json"                # on the benchmark's parent run: its spec (tolerances, margins)
 
 ROLE_RUN, ROLE_TRIAL, ROLE_SWEEP, ROLE_DOWNSTREAM = "run", "trial", "sweep", "downstream"
 ROLE_BENCHMARK = "benchmark"                    # a benchmark's parent run (its report's artifacts)
