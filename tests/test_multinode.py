@@ -64,7 +64,8 @@ def start_run(name: str, address: str, tracking_url: str, storage) -> subprocess
     """`attent train` as a user would drive it against the cluster: the reference run's settings
     (experiments/digits_vit.yaml is its task and selection), 2 workers, one per node."""
     reference = shared_runs.REFERENCE_RUNS[REFERENCE]
-    overrides = [f"name={name}", f"seed={reference['seed']}", f"train.epochs={reference['train']['epochs']}",
+    overrides = [f"name={name}", f"seed={reference['seed']}", f"task.split_seed={reference['task']['split_seed']}",
+                 f"train.epochs={reference['train']['epochs']}",
                  f"train.batch_size={reference['train']['batch_size']}", "ray.num_workers=2", "ray.cpus_per_worker=1",
                  "ray.placement_strategy=STRICT_SPREAD", "ray.max_failures=1",
                  f"ray.storage_path={storage}", f"mlflow.tracking_uri={tracking_url}",
