@@ -295,14 +295,21 @@ def base_method(name: str) -> str:
     return name.split("+", 1)[0]
 
 
-def describe(spec: BenchmarkSpec, runs: list[BenchmarkRun]) -> str:
+def describe(spec: BenchmarkSpec, runs: list[BenchmarkRun], *, chosen: bool = False) -> str:
+    """The runs, a line each; ``chosen``: the selection stage's choices are already applied."""
     lines = [f"benchmark {spec.name!r}: {len(runs)} runs, seeds {spec.seeds} unless a workload says, "
              f"{spec.threads} thread(s) per worker, one run at a time"]
     for run in runs:
         cfg = run.experiment
-        lines.append(f"  {run.workload.name:<12} {run.method:<12} seed {cfg.seed}: {cfg.train.epochs} epochs, "
+        epochs = ("epochs calibrated at run time" if base_method(run.method) == contract.METHOD_FULL_EQUAL_COST
+                  else f"{cfg.train.epochs} epochs")
+        lines.append(f"  {run.workload.name:<12} {run.method:<12} seed {cfg.seed}: {epochs}, "
                      f"{cfg.selection.label(cfg.train.epochs)}"
                      + (f", downstream {[job.name for job in cfg.downstream]}" if cfg.downstream else ""))
+    tuned = [f"{w.name}: {', '.join(f'{t.key} among {t.values} by {t.method}' for t in w.tune)}"
+             for w in spec.workloads if w.tune]
+    if tuned and not chosen:
+        lines.append("  chosen on validation first (the epochs and knobs above are the base values): " + "; ".join(tuned))
     return "\n".join(lines)
 
 
@@ -347,7 +354,7 @@ def run_benchmark(path: str | Path, overrides: list[str] | None = None, *, out_d
             choices[workload.name] = chosen
             _, runs = load_benchmark(path, overrides, name=name, choices=choices)
             runs = resolve([run for run in runs if run.workload.name == workload.name])
-            print(describe(spec, runs), flush=True)
+            print(describe(spec, runs, chosen=True), flush=True)
             for number, run in enumerate(runs, 1):
                 _train(run, f"{workload.name} {number}/{len(runs)}", parent, runs, console)
     except BaseException:  # the parent says so; running the command again continues
