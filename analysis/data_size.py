@@ -60,18 +60,25 @@ def size_figure(table: pd.DataFrame) -> Figure:
     figure = Figure(figsize=(15, 4.5))
     final, cost, saving = figure.subplots(1, 3)
     metric = table["metric"].iloc[0] if len(table) else "metric"
+    plotted = set()
     for number, (method, label) in enumerate(AGAINST.items()):
         for ax, quantity in ((final, "final"), (cost, "cost")):
             key = f"{quantity}_vs_{method}"
             if key not in table:
                 continue
             shown = table[table[key].notna()]
+            if shown.empty:
+                continue
+            plotted.add(quantity)
             low, high = shown[key] - shown[f"{key}_low"], shown[f"{key}_high"] - shown[key]
             # side by side at each size, so the intervals do not hide one another
             x = shown["size"] * (1 + 0.04 * (number - 1))
             ax.errorbar(x, shown[key], yerr=[low.fillna(0), high.fillna(0)], fmt="o-", capsize=3,
                         color=f"C{number}", label=f"AtteNT − {label}")
-    for ax in (final, cost):
+    for ax, quantity in ((final, "final"), (cost, "cost")):
+        if quantity not in plotted:  # e.g. no seed of AtteNT reached the target: nothing to pair
+            ax.text(0.5, 0.5, "no paired seeds", transform=ax.transAxes, ha="center", color="grey")
+            continue
         ax.axhline(0, color="grey", lw=1)
         ax.set_xscale("log")
         ax.legend(fontsize=7)
