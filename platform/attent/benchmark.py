@@ -258,9 +258,7 @@ def calibrate_infobatch(run: BenchmarkRun, reference: ExperimentConfig, budget: 
     ``reference`` (the same seed's InfoBatch run at its defaults, finished)."""
     from .engine.tracking import client_for
     from .selection.baselines import infobatch_prune_for_budget
-    done = latest_run(reference)
-    if done is None or done.info.status != "FINISHED":
-        raise ConfigError(f"{run.experiment.name}: the InfoBatch run it calibrates from ({reference.name}) did not finish")
+    done = finished_source(run, reference, "the InfoBatch run")
     history = client_for(reference.mlflow.tracking_uri).get_metric_history(done.info.run_id, contract.SELECTED_RATIO)
     kept = [m.value for m in sorted(history, key=lambda m: m.step)]
     sel = reference.selection
@@ -273,16 +271,19 @@ def calibrate_equal_cost(run: BenchmarkRun, full: ExperimentConfig, attent: Expe
     """Full data for the epochs whose method cost matches AtteNT's, both measured in the same
     seed's finished runs: a full-data epoch costs the same every epoch (evaluation is not in the
     method cost), so E x AtteNT's cost / full data's cost epochs, rounded, at least one."""
-    costs = []
-    for source in (attent, full):
-        done = latest_run(source)
-        if done is None or done.info.status != "FINISHED":
-            raise ConfigError(f"{run.experiment.name}: the run it calibrates from ({source.name}) did not finish")
-        costs.append(contract.method_cost(done.data.metrics))
-    attent_cost, full_cost = costs
+    attent_cost, full_cost = (contract.method_cost(finished_source(run, source, "the run").data.metrics)
+                              for source in (attent, full))
     epochs = max(1, round(full.train.epochs * attent_cost / full_cost))
     cfg = run.experiment
     return cfg.model_copy(update={"train": cfg.train.model_copy(update={"epochs": epochs})})
+
+
+def finished_source(run: BenchmarkRun, source: ExperimentConfig, what: str):
+    """The finished MLflow run a calibrated ``run`` reads; refused in one line otherwise."""
+    done = latest_run(source)
+    if done is None or done.info.status != "FINISHED":
+        raise ConfigError(f"{run.experiment.name}: {what} it calibrates from ({source.name}) did not finish")
+    return done
 
 
 def latest_run(cfg: ExperimentConfig):
