@@ -50,9 +50,13 @@ class RecordingSampler(SubsetSampler):
         self.order = torch.empty(0, dtype=torch.long)  # this rank's indices of the current pass
         self.cursor = 0                                # how many of them update() has consumed
         self.passes = 0                                # times iterated, for a missing-sampler check
+        # Samples of the next pass trained on before a mid-epoch checkpoint: the pass still hands
+        # out its whole order (a loader that skips batches iterates them too), update() goes on
+        # after them.
+        self.resume_at = 0
 
     def __iter__(self) -> Iterator[int]:
-        self.order, self.cursor = self._indices(), 0
+        self.order, self.cursor, self.resume_at = self._indices(), self.resume_at, 0
         self.passes += 1
         return iter(self.order.tolist())
 
@@ -141,6 +145,15 @@ class Selector:
         weights (all 1 unless the method reweighs; the plain mean for ``method="full"``).
         ``indices``: the batch's positions in the dataset; by default the next B of the sampler's
         order. Under gradient accumulation divide the result as for any mean loss."""
+        _, weights = self.record(losses, indices)
+        return (losses * weights).mean()
+
+    def record(self, losses: torch.Tensor,
+               indices: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``update`` without the reduction, for a loop that reduces the losses its own way (e.g.
+        weighing token sums, as the Hugging Face integration does): records the losses as the
+        samples' scores and returns (the batch's indices in the dataset, their loss weights [B] on
+        the losses' device)."""
         if self._ended:
             raise RuntimeError("update() outside an epoch: call begin_epoch(epoch) before the epoch's batches")
         if losses.ndim != 1:
@@ -155,10 +168,14 @@ class Selector:
         self._loss_sum += float(losses.detach().float().sum())
         self._seen += losses.numel()
         weights = self.teacher.loss_weights[indices].to(losses.device, losses.dtype)
-        loss = (losses * weights).mean()
         if self.sampler.cursor == self.sampler.order.numel() > 0:  # the shard's last batch: same call on every rank
             self.end_epoch()
-        return loss
+        return indices, weights
+
+    @property
+    def in_epoch(self) -> bool:
+        """Between ``begin_epoch`` and the epoch's end (its last update or ``end_epoch``)."""
+        return not self._ended
 
     def end_epoch(self) -> None:
         """Merge the epoch's scores across ranks (a collective: every rank calls it). ``update``
@@ -193,12 +210,15 @@ class Selector:
         step-based LR schedule up front (e.g. ``OneCycleLR(total_steps=...)``). ``batch_size`` and
         ``drop_last``: the DataLoader's; ``accumulation``: batches per optimiser step (a short last
         window still steps)."""
-        steps = 0
+        return sum(math.ceil(batches / accumulation) for batches in self.planned_batches(batch_size, drop_last))
+
+    def planned_batches(self, batch_size: int, drop_last: bool = False) -> list[int]:
+        """Batches this rank draws in each epoch of the run, on the planned subsets."""
+        batches = []
         for size in planned_subset_sizes(self.config, len(self.dataset), self.epochs):
             shard = size // self.world_size if self.sampler.drop_last else math.ceil(size / self.world_size)
-            batches = shard // batch_size if drop_last else math.ceil(shard / batch_size)
-            steps += math.ceil(batches / accumulation)
-        return steps
+            batches.append(shard // batch_size if drop_last else math.ceil(shard / batch_size))
+        return batches
 
     def metrics(self) -> dict[str, float]:
         """The latest epoch's selection, for the user's logger: ``selected_ratio``, ``selected``

@@ -1,0 +1,347 @@
+"""AtteNT in Hugging Face's ``Trainer``: a drop-in subclass that owns the training sampler.
+
+    trainer = attent.AtteNTTrainer(model=model, args=TrainingArguments(...), train_dataset=train_set,
+                                   data_collator=collator, selection=attent.SelectionConfig(preset="llm"))
+    trainer.train()
+
+The selection is the plain ``Selector``'s (``attent.integrations.pytorch``: a Teacher, its
+sampler, the order-recording that tells which samples a batch holds); this module wires it into
+transformers 5's Trainer loop, each change an override of a Trainer method read from its source:
+
+    get_train_dataloader         the loader draws from the Selector's sampler, already this rank's
+                                 shard; accelerate's device placement kept, its sharding not applied
+    set_initial_training_values  max_steps (what the LR schedule is sized by) = the planned steps
+    _run_epoch                   scoring pass and re-selection before each epoch, whose length is
+                                 its own subset's (Trainer assumes every epoch as long as the first)
+    compute_loss                 one loss per sample, recorded as its score, weighed, reduced as
+                                 Trainer reduces
+    _save_checkpoint, _init_training_state   the selection's state saved per rank with each
+                                 checkpoint and restored on resume_from_checkpoint
+
+The objective. Causal LM: sample i's loss terms are the next-token cross-entropies of its
+labelled tokens (labels != -100), S_i their sum and n_i their count; the loss back-propagated is
+sum_i w_i S_i / D, with w_i the selection's loss weight (1 unless the method reweighs) and D
+Trainer's own ``num_items_in_batch`` (labelled tokens in the whole accumulated batch, over all ranks
+with ``average_tokens_across_devices``). With every w_i = 1 that is exactly Trainer's token mean, so
+``method="full"`` trains as the plain Trainer does, with and without gradient accumulation. A
+sample's score for the selection is its own token mean S_i / n_i (as the engine's LLM task), so
+a long answer is not hard for being long. Sequence classification: S_i is the sample's
+cross-entropy, n_i = 1 (D: the samples of the accumulated batch). Models whose forward takes no
+loss kwargs get no ``num_items_in_batch``: then D is the micro-batch's count and Trainer divides
+by the accumulation steps, as it does for their own loss.
+"""
+from __future__ import annotations
+
+import math
+import os
+from functools import partial
+from typing import Any, Optional
+
+import torch
+import torch.nn.functional as F
+from accelerate.data_loader import prepare_data_loader
+from torch.utils.data import DataLoader, IterableDataset
+from transformers import DataCollatorWithFlattening, Trainer
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, has_length, seed_worker
+
+from ..selection.config import SelectionConfig
+from .pytorch import Selector, planned_subset_sizes
+
+IGNORE_INDEX = -100  # Trainer's label of tokens that carry no loss
+# This rank's selection state in a checkpoint folder (ranks differ inside an epoch: each holds
+# the losses of its own shard that are not merged yet).
+STATE_FILE = "attent_selection_rank{rank}.pt"
+
+
+def per_sample_cross_entropy(logits: torch.Tensor, labels: torch.Tensor,
+                             shift: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(S, n), each [B]: the sum and the count of each sample's loss terms. Token labels [B, T]:
+    the cross-entropy of every labelled token, token t's logits predicting label t+1 where
+    ``shift`` (causal LM). One label per sample [B]: its cross-entropy, n = 1."""
+    if labels.ndim == 1:
+        if logits.ndim != 2 or labels.is_floating_point():
+            raise ValueError(f"per-sample losses need class labels [B] and logits [B, C], got labels "
+                             f"{labels.dtype} {tuple(labels.shape)} and logits {tuple(logits.shape)}: "
+                             "regression and multi-label losses are not built in")
+        return F.cross_entropy(logits.float(), labels, reduction="none"), torch.ones_like(labels)
+    if shift:
+        logits, labels = logits[:, :-1], labels[:, 1:]
+    token_loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX,
+                                 reduction="none").view_as(labels)
+    return token_loss.sum(dim=1), (labels != IGNORE_INDEX).sum(dim=1)
+
+
+class AtteNTTrainerMixin:
+    """The selection, for ``Trainer`` and its subclasses (TRL's ``SFTTrainer``): put it first
+    among the bases. Keyword arguments: ``selection`` (a ``SelectionConfig``) and ``seed`` (of the
+    selection's draws and shuffles; ``args.seed`` if None)."""
+
+    def __init__(self, *args, selection: SelectionConfig, seed: Optional[int] = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.selection = selection
+        self.selection_seed = self.args.seed if seed is None else seed
+        self.selector: Optional[Selector] = None  # built with the train dataloader
+        self.planned_batches: list[int] = []      # this rank's batches in each epoch
+        self._epoch_start: dict[str, Any] = {}    # the selection as the current epoch began
+        self._observed: list[tuple[torch.Tensor, torch.Tensor]] = []  # this rank's (indices, scores) this epoch
+        self._batches_left = 0                    # of this rank's current epoch
+        self._resume_observed: Optional[list] = None  # a mid-epoch checkpoint's observations, replayed on resume
+        self.refuse_settings()
+
+    # --- settings that would break the selection, refused in one line naming the fix -------------
+    def refuse_settings(self) -> None:
+        args, problem = self.args, None
+        if self.selection.method == "infobatch":
+            problem = ("InfoBatch's subset sizes depend on the losses, so Trainer's step-based LR schedule "
+                       "cannot be sized for them: use attent.Selector in your own loop with an epoch-based schedule")
+        elif args.max_steps > 0:
+            problem = ("AtteNT plans its subsets by epoch and sets max_steps from them: set num_train_epochs "
+                       "and leave max_steps at -1")
+        elif args.num_train_epochs != int(args.num_train_epochs) or args.num_train_epochs < 1:
+            problem = (f"num_train_epochs={args.num_train_epochs}: the ratio and interval schedules count whole "
+                       "epochs, set a whole number")
+        elif args.train_sampling_strategy in ("group_by_length", "batch_rebalance"):
+            problem = (f"train_sampling_strategy={args.train_sampling_strategy!r} would replace AtteNT's sampler: "
+                       "use 'random' or 'sequential'")
+        elif args.auto_find_batch_size:
+            problem = ("auto_find_batch_size changes the batch size mid-run, which the planned steps and the "
+                       "selection state do not follow: set per_device_train_batch_size")
+        elif self.compute_loss_func is not None:
+            problem = ("compute_loss_func returns one loss per batch and AtteNT needs one per sample: drop it "
+                       "(AtteNTTrainer computes per-sample cross-entropy)")
+        elif args.label_smoothing_factor:
+            problem = "label smoothing is not built into AtteNT's per-sample loss: set label_smoothing_factor=0"
+        elif args.n_gpu > 1:
+            problem = ("nn.DataParallel (several GPUs in one process) is not supported: launch one process per "
+                       "GPU with torchrun or accelerate launch")
+        elif self.train_dataset is None or isinstance(self.train_dataset, IterableDataset) \
+                or not has_length(self.train_dataset):
+            problem = ("AtteNT picks samples by their index: pass a map-style train_dataset with a length, "
+                       "not an IterableDataset")
+        elif isinstance(self.data_collator, DataCollatorWithFlattening):
+            problem = ("DataCollatorWithFlattening puts a batch in one row, losing which sample each loss belongs "
+                       "to: use a padding collator (DataCollatorForSeq2Seq, DataCollatorWithPadding)")
+        elif not args.dataloader_in_order and args.dataloader_num_workers > 0:
+            problem = ("dataloader_in_order=False lets batches overtake each other, and AtteNT knows a batch's "
+                       "samples from the sampler's order: keep dataloader_in_order=True")
+        if problem:
+            raise ValueError(f"{type(self).__name__}: {problem}")
+
+    # --- the data -----------------------------------------------------------------------------------
+    def get_train_dataloader(self) -> DataLoader:
+        """The training loader, drawing this rank's shard of the epoch's subset from the
+        Selector's sampler (built here, with the Trainer's collator for its scoring passes)."""
+        dataset, collator = self._training_data()
+        args = self.args
+        self.selector = Selector(
+            dataset, self.selection, epochs=int(args.num_train_epochs), seed=self.selection_seed,
+            model=self.model, loss_fn=self._scoring_losses, collate_fn=collator,
+            score_batch_size=args.per_device_eval_batch_size, rank=args.process_index, world_size=args.world_size,
+            shuffle=args.train_sampling_strategy != "sequential")
+        loader = DataLoader(
+            dataset, batch_size=self._train_batch_size, sampler=self.selector.sampler, collate_fn=collator,
+            drop_last=args.dataloader_drop_last, num_workers=args.dataloader_num_workers,
+            pin_memory=args.dataloader_pin_memory, persistent_workers=args.dataloader_persistent_workers,
+            multiprocessing_context=args.dataloader_multiprocessing_context,
+            prefetch_factor=args.dataloader_prefetch_factor, in_order=args.dataloader_in_order,
+            worker_init_fn=partial(seed_worker, num_workers=args.dataloader_num_workers, rank=args.process_index))
+        # Trainer hands its loader to accelerator.prepare, which under several processes wraps the
+        # batches in a BatchSamplerShard that gives rank r every W-th batch: of a shard that is
+        # already rank r's, that keeps 1/W of it (accelerate #4075, transformers #34365). And with
+        # one process the same wrapper would pad a short last batch from the epoch's start
+        # (even_batches). prepare_data_loader told this loader is one process's whole data wraps
+        # nothing: it keeps accelerate's device placement and RNG sync, and shards nothing.
+        return prepare_data_loader(
+            loader, self.accelerator.device, num_processes=1, process_index=0,
+            put_on_device=self.accelerator.device_placement, rng_types=list(self.accelerator.rng_types),
+            non_blocking=self.accelerator.non_blocking, use_stateful_dataloader=self.accelerator.use_stateful_dataloader)
+
+    def _training_data(self):
+        """(dataset, collator) as Trainer's own training loader has them: a ``datasets.Dataset``
+        loses the columns the model's forward does not take, other datasets get a collator that
+        drops them. Rows keep their positions either way."""
+        if isinstance(self.train_dataset, _datasets_dataset()):
+            return self._remove_unused_columns(self.train_dataset, description="training"), self.data_collator
+        return self.train_dataset, self._get_collator_with_removed_columns(self.data_collator, description="training")
+
+    # --- the run's length ---------------------------------------------------------------------------
+    def set_initial_training_values(self, args, dataloader):
+        """Trainer's values with max_steps, which sizes the LR schedule, from the planned subsets."""
+        epochs, per_epoch, examples, _, total_batch, steps_in_epoch, _ = super().set_initial_training_values(
+            args, dataloader)
+        self.planned_batches = self.selector.planned_batches(self._train_batch_size, args.dataloader_drop_last)
+        if 0 in self.planned_batches:
+            epoch = self.planned_batches.index(0)
+            raise ValueError(f"{type(self).__name__}: epoch {epoch}'s subset fills no batch of "
+                             f"{self._train_batch_size} on each of {args.world_size} rank(s) with "
+                             "dataloader_drop_last=True: lower per_device_train_batch_size or set it False")
+        max_steps = sum(self._steps(batches) for batches in self.planned_batches)
+        samples = sum(planned_subset_sizes(self.selection, len(self.selector.dataset), int(args.num_train_epochs)))
+        return epochs, per_epoch, examples, samples, total_batch, steps_in_epoch, max_steps
+
+    def _steps(self, batches: int) -> int:
+        """Optimiser steps of an epoch of ``batches`` (a short last window still steps)."""
+        return math.ceil(batches / self.args.gradient_accumulation_steps)
+
+    def _run_epoch(self, model, epoch, train_dataloader, steps_in_epoch, num_update_steps_per_epoch, **rest):
+        """Trainer's epoch, on this epoch's subset: the scoring pass and re-selection first, then
+        as many batches as the subset fills (Trainer would assume the first epoch's count)."""
+        self._begin_selection_epoch(epoch)
+        batches = self.planned_batches[epoch]
+        if len(train_dataloader) != batches:  # the plan and the Teacher disagree: a bug, not a setting
+            raise RuntimeError(f"epoch {epoch}: the loader holds {len(train_dataloader)} batches, "
+                               f"the plan {batches}")
+        super()._run_epoch(model=model, epoch=epoch, train_dataloader=train_dataloader, steps_in_epoch=batches,
+                           num_update_steps_per_epoch=self._steps(batches), **rest)
+        self.selector.end_epoch()  # where a callback stopped the epoch early; otherwise done already
+        self.log(self.selection_metrics())
+
+    def _begin_selection_epoch(self, epoch: int) -> None:
+        """The Selector's begin_epoch, remembering the selection as the epoch begins (a mid-epoch
+        checkpoint stores it); on a resume inside this epoch, the observations made before the
+        checkpoint are replayed and the loader's order continues after them."""
+        backpropagated_before = self.selector.samples_backpropagated
+        # On a resume inside the epoch the teacher is already in the epoch's state: begin_epoch
+        # neither scores nor re-selects again (the re-selection moved its next one past this epoch).
+        self.selector.begin_epoch(epoch)
+        self._epoch_start = {"teacher": self.selector.teacher.state_dict(),
+                             "samples_backpropagated": backpropagated_before}
+        self._observed, self._batches_left = [], self.planned_batches[epoch]
+        if self._resume_observed is not None:
+            for indices, scores in self._resume_observed:
+                self._record(scores, indices)
+            self.selector.sampler.resume_at = sum(len(indices) for indices, _ in self._resume_observed)
+            self._resume_observed = None
+
+    def selection_metrics(self) -> dict[str, float]:
+        """The latest epoch's selection, under the names the engine logs to MLflow."""
+        metrics = self.selector.metrics()
+        renamed = {"hardness": "selection_hardness", "overlap": "selection_overlap",
+                   "train_loss": "selected_samples_loss"}  # this rank's mean per-sample loss of the epoch
+        return {renamed.get(key, key): value for key, value in metrics.items() if key != "epoch"}
+
+    # --- the loss -----------------------------------------------------------------------------------
+    def per_sample_loss(self, model, inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(S, n) [B] of ``per_sample_cross_entropy`` from one forward of ``model``."""
+        labels = inputs.get("labels")
+        if labels is None:
+            raise ValueError(f"{type(self).__name__}: a batch without 'labels': per-sample losses need them "
+                             "(labels -100 where a token carries no loss)")
+        outputs = model(**{key: value for key, value in inputs.items() if key != "labels"})
+        logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
+        return per_sample_cross_entropy(logits, labels, shift=self._loss_shifts_labels)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """Training: per-sample losses recorded as the samples' scores, and the weighted loss
+        (module docstring). Evaluation: Trainer's own loss."""
+        if not model.training or return_outputs:
+            return super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                        num_items_in_batch=num_items_in_batch)
+        sums, counts = self.per_sample_loss(model, inputs)
+        weights = self._record(sums / counts.clamp(min=1))
+        weighted = (sums * weights).sum()
+        # loss_is_scaled_for_ga stays None: Trainer then divides by the accumulation steps exactly
+        # when it passed no num_items_in_batch, i.e. when this is a micro-batch mean.
+        if num_items_in_batch is None:
+            return weighted / counts.sum().clamp(min=1)
+        loss = weighted / num_items_in_batch
+        if self.args.average_tokens_across_devices:  # as Trainer: D counts every rank's tokens, DDP averages
+            loss = loss * (self.accelerator.num_processes // self.get_tp_size())
+        return loss
+
+    def _record(self, scores: torch.Tensor, indices: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Record a batch's per-sample scores; its loss weights [B]. Ends the Selector's epoch at
+        the epoch's last batch (also where the loader drops a short one), so that a checkpoint
+        after it holds the merged scores."""
+        if indices is None:
+            self._check_one_sample_per_row(len(scores))
+        indices, weights = self.selector.record(scores, indices)
+        self._observed.append((indices, scores.detach().float().cpu()))
+        self._batches_left -= 1
+        if self._batches_left == 0:
+            self.selector.end_epoch()
+        return weights
+
+    def _check_one_sample_per_row(self, rows: int) -> None:
+        sampler = self.selector.sampler
+        samples = min(self._train_batch_size, sampler.order.numel() - sampler.cursor)
+        if rows != samples:
+            raise ValueError(f"{type(self).__name__}: a batch of {rows} rows holds {samples} samples: the collator "
+                             "merges samples (packing, padding-free), losing which sample each loss belongs to; "
+                             "use a padding collator")
+
+    def _scoring_losses(self, model, batch) -> torch.Tensor:
+        """A scoring pass's per-sample scores (the Selector runs it under no_grad, in eval mode)."""
+        inputs = self._prepare_inputs(batch)
+        with self.compute_loss_context_manager():
+            sums, counts = self.per_sample_loss(model, inputs)
+        return sums / counts.clamp(min=1)
+
+    # --- checkpoints --------------------------------------------------------------------------------
+    def selection_state(self) -> dict[str, Any]:
+        """This rank's selection state. Between epochs: the Selector's. Inside one: the Selector's
+        state as the epoch began, and this rank's observations since (replayed on resume)."""
+        if not self.selector.in_epoch:
+            return {"selector": self.selector.state_dict(), "observed": None}
+        start = {"teacher": self._epoch_start["teacher"], "next_epoch": self.selector.next_epoch - 1,
+                 "samples_backpropagated": self._epoch_start["samples_backpropagated"]}
+        return {"selector": start, "observed": list(self._observed)}
+
+    def _save_checkpoint(self, model, trial) -> None:
+        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        os.makedirs(folder, exist_ok=True)
+        state = {**self.selection_state(), "world_size": self.args.world_size, "global_step": self.state.global_step}
+        torch.save(state, os.path.join(folder, STATE_FILE.format(rank=self.args.process_index)))
+        super()._save_checkpoint(model, trial)
+
+    def _init_training_state(self, max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint,
+                             trial):
+        """Trainer's, with the epoch and the batches to skip in it found from the planned epochs
+        (Trainer divides by the first epoch's steps), and the selection's state restored."""
+        super()._init_training_state(max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint,
+                                     trial)
+        if resume_from_checkpoint is None:
+            return 0, 0
+        epoch, steps = self._planned_position(self.state.global_step)
+        self._load_selection_state(resume_from_checkpoint, epoch, steps)
+        return epoch, steps * self.args.gradient_accumulation_steps
+
+    def _planned_position(self, global_step: int) -> tuple[int, int]:
+        """(epoch, optimiser steps taken in it) after ``global_step`` steps of the plan."""
+        for epoch, batches in enumerate(self.planned_batches):
+            if global_step < self._steps(batches):
+                return epoch, global_step
+            global_step -= self._steps(batches)
+        return len(self.planned_batches), 0
+
+    def _load_selection_state(self, checkpoint: str, epoch: int, steps: int) -> None:
+        name = type(self).__name__
+        path = os.path.join(checkpoint, STATE_FILE.format(rank=self.args.process_index))
+        if not os.path.isfile(path):
+            raise ValueError(f"{name}: {checkpoint} holds no AtteNT selection state for rank "
+                             f"{self.args.process_index}: resume from a checkpoint {name} wrote, on as many ranks")
+        state = torch.load(path, weights_only=True)
+        resumes_at = state["selector"]["next_epoch"]
+        mid_epoch = state["observed"] is not None
+        if state["world_size"] != self.args.world_size or resumes_at != epoch or mid_epoch != (steps > 0):
+            raise ValueError(f"{name}: the checkpoint's selection resumes at epoch {resumes_at} "
+                             f"({'inside it' if mid_epoch else 'its start'}, {state['world_size']} rank(s)) but "
+                             f"step {self.state.global_step} lies in epoch {epoch} after {steps} steps of this run's "
+                             f"plan ({self.args.world_size} rank(s)): resume with the settings the checkpoint was "
+                             "trained with (batch size, accumulation, epochs, selection, ranks)")
+        if mid_epoch and self.args.ignore_data_skip:
+            raise ValueError(f"{name}: resuming inside an epoch with ignore_data_skip=True would train the epoch's "
+                             "first batches twice: set ignore_data_skip=False")
+        self.selector.load_state_dict(state["selector"])
+        self._resume_observed = state["observed"]
+
+
+def _datasets_dataset():
+    """``datasets.Dataset`` (a core dependency; imported late, as Trainer does)."""
+    import datasets
+    return datasets.Dataset
+
+
+class AtteNTTrainer(AtteNTTrainerMixin, Trainer):
+    """``transformers.Trainer`` training on the samples AtteNT picks: pass ``selection=
+    SelectionConfig(...)`` (and optionally ``seed=``) besides Trainer's own arguments."""
