@@ -328,7 +328,7 @@ def test_public_names():
     assert attent.Selector is selector_class and attent.select is select
     assert {"Selector", "SelectionConfig", "select"} <= set(dir(attent))
     with pytest.raises(AttributeError):
-        attent.AtteNTTrainer  # planned, not built: not exported
+        attent.AtteNTCallback  # planned, not built: not exported
 
 
 # --- the example ----------------------------------------------------------------------------------------

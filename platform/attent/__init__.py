@@ -11,9 +11,10 @@ Public names, each imported on first access (PEP 562), so that ``import attent``
     select           attent.selection.strategies  — k of N by hard / soft / random, a pure function
     Teacher          attent.selection.teacher     — the score table behind Selector
     SubsetSampler    attent.selection.sampler     — a rank's shard of the teacher's subset
+    AtteNTTrainer    attent.integrations.huggingface      — Hugging Face's Trainer, drop-in
+    AtteNTSFTTrainer attent.integrations.huggingface_trl  — TRL's SFTTrainer (extra ``hf``)
 
-Planned (issue 28), not exported until they exist: ``AtteNTTrainer`` (Hugging Face Trainer and
-TRL), ``AtteNTCallback`` (Lightning).
+Planned (issue 28), not exported until it exists: ``AtteNTCallback`` (Lightning).
 """
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ _EXPORTS = {
     "select": "attent.selection.strategies",
     "Teacher": "attent.selection.teacher",
     "SubsetSampler": "attent.selection.sampler",
+    "AtteNTTrainer": "attent.integrations.huggingface",
+    "AtteNTSFTTrainer": "attent.integrations.huggingface_trl",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -1,8 +1,11 @@
 """AtteNT in the training code users already have (issue 28). Each integration sits on
 ``attent.selection`` only (never on the engine) and imports its framework when it is imported:
 
-    pytorch   Selector: a plain PyTorch loop in three lines (sampler, scoring pass, weighted loss)
+    pytorch          Selector: a plain PyTorch loop in three lines (sampler, scoring pass, weighted loss)
+    huggingface      AtteNTTrainer: Hugging Face's Trainer, drop-in (and AtteNTTrainerMixin for its
+                     subclasses): owns the train sampler, per-sample loss, LR schedule sized by the
+                     planned subsets, selection state in checkpoints
+    huggingface_trl  AtteNTSFTTrainer: TRL's SFTTrainer, the same (``pip install attent[hf]``)
 
-Planned, not built yet: ``AtteNTTrainer`` (Hugging Face Trainer / TRL), ``AtteNTCallback``
-(Lightning), and the Hugging Face path under Ray Train.
+Planned, not built yet: ``AtteNTCallback`` (Lightning), and the Hugging Face path under Ray Train.
 """

@@ -47,6 +47,15 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, has_length, seed_w
 from ..selection.config import SelectionConfig
 from .pytorch import Selector, planned_subset_sizes
 
+# The Trainer methods overridden here, as transformers 5 (read in 5.24) has them: an older Trainer
+# lacks some, and would silently skip the override.
+TRAINER_HOOKS = ("get_train_dataloader", "set_initial_training_values", "_run_epoch", "compute_loss",
+                 "_save_checkpoint", "_init_training_state")
+_missing = [name for name in TRAINER_HOOKS if not hasattr(Trainer, name)]
+if _missing:
+    raise ImportError(f"attent.AtteNTTrainer needs transformers' Trainer of version 5 (>= 5.24): this one lacks "
+                      f"{', '.join(_missing)}")
+
 IGNORE_INDEX = -100  # Trainer's label of tokens that carry no loss
 # This rank's selection state in a checkpoint folder (ranks differ inside an epoch: each holds
 # the losses of its own shard that are not merged yet).
@@ -91,7 +100,11 @@ class AtteNTTrainerMixin:
     # --- settings that would break the selection, refused in one line naming the fix -------------
     def refuse_settings(self) -> None:
         args, problem = self.args, None
-        if self.selection.method == "infobatch":
+        if self.train_dataset is None or isinstance(self.train_dataset, IterableDataset) \
+                or not has_length(self.train_dataset):
+            problem = ("AtteNT picks samples by their index: pass a map-style train_dataset with a length, "
+                       "not an IterableDataset")
+        elif self.selection.method == "infobatch":
             problem = ("InfoBatch's subset sizes depend on the losses, so Trainer's step-based LR schedule "
                        "cannot be sized for them: use attent.Selector in your own loop with an epoch-based schedule")
         elif args.max_steps > 0:
@@ -114,10 +127,6 @@ class AtteNTTrainerMixin:
         elif args.n_gpu > 1:
             problem = ("nn.DataParallel (several GPUs in one process) is not supported: launch one process per "
                        "GPU with torchrun or accelerate launch")
-        elif self.train_dataset is None or isinstance(self.train_dataset, IterableDataset) \
-                or not has_length(self.train_dataset):
-            problem = ("AtteNT picks samples by their index: pass a map-style train_dataset with a length, "
-                       "not an IterableDataset")
         elif isinstance(self.data_collator, DataCollatorWithFlattening):
             problem = ("DataCollatorWithFlattening puts a batch in one row, losing which sample each loss belongs "
                        "to: use a padding collator (DataCollatorForSeq2Seq, DataCollatorWithPadding)")
@@ -290,7 +299,7 @@ class AtteNTTrainerMixin:
     def _save_checkpoint(self, model, trial) -> None:
         folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
         os.makedirs(folder, exist_ok=True)
-        state = {**self.selection_state(), "world_size": self.args.world_size, "global_step": self.state.global_step}
+        state = {**self.selection_state(), "plan": self._plan()}
         torch.save(state, os.path.join(folder, STATE_FILE.format(rank=self.args.process_index)))
         super()._save_checkpoint(model, trial)
 
@@ -305,6 +314,11 @@ class AtteNTTrainerMixin:
         epoch, steps = self._planned_position(self.state.global_step)
         self._load_selection_state(resume_from_checkpoint, epoch, steps)
         return epoch, steps * self.args.gradient_accumulation_steps
+
+    def _plan(self) -> dict[str, Any]:
+        """What a checkpoint's selection state holds for: each epoch's batches on each rank."""
+        return {"batches": list(self.planned_batches), "accumulation": self.args.gradient_accumulation_steps,
+                "world_size": self.args.world_size}
 
     def _planned_position(self, global_step: int) -> tuple[int, int]:
         """(epoch, optimiser steps taken in it) after ``global_step`` steps of the plan."""
@@ -323,12 +337,11 @@ class AtteNTTrainerMixin:
         state = torch.load(path, weights_only=True)
         resumes_at = state["selector"]["next_epoch"]
         mid_epoch = state["observed"] is not None
-        if state["world_size"] != self.args.world_size or resumes_at != epoch or mid_epoch != (steps > 0):
-            raise ValueError(f"{name}: the checkpoint's selection resumes at epoch {resumes_at} "
-                             f"({'inside it' if mid_epoch else 'its start'}, {state['world_size']} rank(s)) but "
-                             f"step {self.state.global_step} lies in epoch {epoch} after {steps} steps of this run's "
-                             f"plan ({self.args.world_size} rank(s)): resume with the settings the checkpoint was "
-                             "trained with (batch size, accumulation, epochs, selection, ranks)")
+        if state["plan"] != self._plan() or resumes_at != epoch or mid_epoch != (steps > 0):
+            raise ValueError(f"{name}: the checkpoint was trained on another plan ({state['plan']}, resuming at "
+                             f"epoch {resumes_at}) than this run's ({self._plan()}, step {self.state.global_step} "
+                             f"in epoch {epoch}): resume with the settings the checkpoint was trained with (batch "
+                             "size, accumulation, epochs, selection, drop_last, ranks)")
         if mid_epoch and self.args.ignore_data_skip:
             raise ValueError(f"{name}: resuming inside an epoch with ignore_data_skip=True would train the epoch's "
                              "first batches twice: set ignore_data_skip=False")

