@@ -28,7 +28,7 @@ class AtteNTSFTTrainer(AtteNTTrainerMixin, SFTTrainer):
     def __init__(self, *args, selection, seed=None, **kwargs):
         config = kwargs.get("args", args[1] if len(args) > 1 else None)
         # Refused before SFTTrainer packs or flattens the dataset, which may take long.
-        if config is not None and (config.packing or config.padding_free):
+        if getattr(config, "packing", False) or getattr(config, "padding_free", False):
             knob = "packing" if config.packing else "padding_free"
             raise ValueError(f"{type(self).__name__}: {knob}=True puts several samples in one row, losing which "
                              f"sample each loss belongs to: set {knob}=False")
