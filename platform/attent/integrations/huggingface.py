@@ -37,6 +37,7 @@ import os
 from functools import partial
 from typing import Any, Optional
 
+import datasets
 import torch
 import torch.nn.functional as F
 from accelerate.data_loader import prepare_data_loader
@@ -156,10 +157,12 @@ class AtteNTTrainerMixin:
             worker_init_fn=partial(seed_worker, num_workers=args.dataloader_num_workers, rank=args.process_index))
         # Trainer hands its loader to accelerator.prepare, which under several processes wraps the
         # batches in a BatchSamplerShard that gives rank r every W-th batch: of a shard that is
-        # already rank r's, that keeps 1/W of it (accelerate #4075, transformers #34365). And with
-        # one process the same wrapper would pad a short last batch from the epoch's start
-        # (even_batches). prepare_data_loader told this loader is one process's whole data wraps
-        # nothing: it keeps accelerate's device placement and RNG sync, and shards nothing.
+        # already rank r's, that keeps 1/W of it (accelerate #4075, transformers #34365). Trainer's
+        # own way out for its rank-aware BatchRebalanceSampler, setting the wrapper's num_processes
+        # to 1, would here pad a short last batch with samples from the epoch's start
+        # (even_batches). Told that this loader is all of one process's data (num_processes=1),
+        # prepare_data_loader wraps no BatchSamplerShard: device placement and RNG sync stay, the
+        # sharding is the sampler's alone.
         return prepare_data_loader(
             loader, self.accelerator.device, num_processes=1, process_index=0,
             put_on_device=self.accelerator.device_placement, rng_types=list(self.accelerator.rng_types),
@@ -169,7 +172,7 @@ class AtteNTTrainerMixin:
         """(dataset, collator) as Trainer's own training loader has them: a ``datasets.Dataset``
         loses the columns the model's forward does not take, other datasets get a collator that
         drops them. Rows keep their positions either way."""
-        if isinstance(self.train_dataset, _datasets_dataset()):
+        if isinstance(self.train_dataset, datasets.Dataset):
             return self._remove_unused_columns(self.train_dataset, description="training"), self.data_collator
         return self.train_dataset, self._get_collator_with_removed_columns(self.data_collator, description="training")
 
@@ -347,12 +350,6 @@ class AtteNTTrainerMixin:
                              "first batches twice: set ignore_data_skip=False")
         self.selector.load_state_dict(state["selector"])
         self._resume_observed = state["observed"]
-
-
-def _datasets_dataset():
-    """``datasets.Dataset`` (a core dependency; imported late, as Trainer does)."""
-    import datasets
-    return datasets.Dataset
 
 
 class AtteNTTrainer(AtteNTTrainerMixin, Trainer):
