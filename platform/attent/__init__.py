@@ -7,13 +7,14 @@ Public names, each imported on first access (PEP 562), so that ``import attent``
 ``attent validate`` stay free of torch:
 
     Selector         attent.integrations.pytorch  — a plain PyTorch loop in three lines
+    AtteNTCallback   attent.integrations.lightning — a Lightning Trainer callback (extra `lightning`)
     SelectionConfig  attent.selection.config      — the ``selection:`` settings and presets
     select           attent.selection.strategies  — k of N by hard / soft / random, a pure function
     Teacher          attent.selection.teacher     — the score table behind Selector
     SubsetSampler    attent.selection.sampler     — a rank's shard of the teacher's subset
 
-Planned (issue 28), not exported until they exist: ``AtteNTTrainer`` (Hugging Face Trainer and
-TRL), ``AtteNTCallback`` (Lightning).
+Planned (issue 28), not exported until it exists: ``AtteNTTrainer`` (Hugging Face Trainer and
+TRL).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import importlib
 # public name -> the module that defines it
 _EXPORTS = {
     "Selector": "attent.integrations.pytorch",
+    "AtteNTCallback": "attent.integrations.lightning",
     "SelectionConfig": "attent.selection.config",
     "select": "attent.selection.strategies",
     "Teacher": "attent.selection.teacher",
