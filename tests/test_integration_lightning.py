@@ -84,6 +84,9 @@ class Record(L.Callback):
         self.selection, self.path = selection, path
         self.subsets, self.checksums, self.hardness, self.trained = [], [], [], []
 
+    def on_train_start(self, trainer, module):
+        self.first_subset = self.selection.selector.teacher.subset.clone()  # also of an epoch resumed midway
+
     def on_train_epoch_start(self, trainer, module):
         self.subsets.append(self.selection.selector.teacher.subset.clone())
         metrics = self.selection.selector.metrics()  # the Selector's: of the epoch starting
@@ -92,6 +95,8 @@ class Record(L.Callback):
         self.trained.append([])
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if not self.trained:  # an epoch resumed midway: Lightning skips its on_train_epoch_start
+            self.trained.append([])
         self.trained[-1].append(batch[0].clone())
 
     def on_train_end(self, trainer, module):
@@ -100,7 +105,7 @@ class Record(L.Callback):
             torch.save(self.result(module), os.path.join(self.path, f"rank{trainer.global_rank}.pt"))
 
     def result(self, module: SampleModule) -> dict:
-        return {"subsets": self.subsets, "checksums": self.checksums, "hardness": self.hardness, "table": self.table,
+        return {"first_subset": self.first_subset, "subsets": self.subsets, "checksums": self.checksums, "hardness": self.hardness, "table": self.table,
                 "trained": [torch.cat(t) for t in self.trained], "value": module.value.detach().clone()}
 
 
@@ -248,6 +253,24 @@ def test_a_run_resumed_from_a_checkpoint_draws_the_same_subsets(saved_at, tmp_pa
     tail = {key: uninterrupted[key][stop + 1:] for key in ("subsets", "checksums")}
     assert_same_run(resumed, {**uninterrupted, **tail})
     assert len({tuple(s.tolist()) for s in tail["subsets"]}) > 1  # not vacuous
+
+
+def test_a_run_resumed_from_inside_an_epoch_trains_that_epochs_subset(tmp_path):
+    """Lightning restarts the epoch's (unresumable) loader and trains its remaining batch count;
+    the subset is the uninterrupted run's, the scores of the batches before the checkpoint are lost."""
+    config, epochs = SelectionConfig(**CONFIGS["vit"]), 5
+    checkpoints = L.pytorch.callbacks.ModelCheckpoint(tmp_path, "{epoch}-{step}", save_top_k=-1,
+                                                      every_n_train_steps=5)
+    uninterrupted, trainer = fit(config, epochs, 2, callbacks=[checkpoints], enable_checkpointing=True,
+                                 default_root_dir=tmp_path)
+    batches = [math.ceil(len(s) / 8) for s in uninterrupted["subsets"]]
+    epoch = next(e for e in range(epochs) if 15 < sum(batches[:e + 1]))  # the epoch that step 15 falls in
+    assert 15 > sum(batches[:epoch])                                      # inside it, not at its end
+    resumed, resumed_trainer = fit(config, epochs, 2, ckpt_path=tmp_path / f"epoch={epoch}-step=15.ckpt",
+                                   default_root_dir=tmp_path)
+    assert torch.equal(resumed["first_subset"], uninterrupted["subsets"][epoch])
+    assert len(resumed["trained"][0]) == 8 * (sum(batches[:epoch + 1]) - 15)
+    assert resumed_trainer.global_step == trainer.global_step
 
 
 # --- (c) full data is a plain Lightning run -------------------------------------------------------------

@@ -127,6 +127,10 @@ class AtteNTCallback(pl.Callback):
             self.selector = Selector(self.dataset, self.config, trainer.max_epochs, self.seed, model=pl_module,
                                      loss_fn=self._scoring_loss, rank=trainer.global_rank,
                                      world_size=trainer.world_size, **self.selector_kwargs)
+        elif self.selector.epochs != trainer.max_epochs:
+            raise ValueError(f"this AtteNTCallback planned {self.selector.epochs} epochs, the Trainer runs "
+                             f"{trainer.max_epochs}: build a new callback for another run length")
+        self.prepared_epoch = None  # chosen at on_fit_start, after a checkpoint's state is loaded
         self._accumulation = trainer.accumulate_grad_batches
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -203,8 +207,9 @@ def check_trainer(trainer: pl.Trainer) -> None:
     if trainer.max_epochs is None or trainer.max_epochs < 1:
         raise ValueError("AtteNTCallback needs Trainer(max_epochs=E): its ratio and interval schedules follow the "
                          "run's epochs")
-    # Lightning 2.6 keeps this flag only on its private accelerator connector
-    if trainer.world_size > 1 and trainer._accelerator_connector.use_distributed_sampler:
+    # Lightning 2.6 keeps this flag only on its private accelerator connector; where it is gone,
+    # check_loader still finds the wrapped sampler at on_train_start
+    if trainer.world_size > 1 and getattr(trainer._accelerator_connector, "use_distributed_sampler", False):
         raise ValueError("AtteNTCallback needs Trainer(use_distributed_sampler=False) under DDP: its sampler already "
                          "gives each rank its shard of the subset")
 
