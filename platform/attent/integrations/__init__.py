@@ -6,6 +6,7 @@
                      subclasses): owns the train sampler, per-sample loss, LR schedule sized by the
                      planned subsets, selection state in checkpoints
     huggingface_trl  AtteNTSFTTrainer: TRL's SFTTrainer, the same (``pip install attent[hf]``)
+    lightning        AtteNTCallback: a Lightning Trainer callback on Selector (``attent[lightning]``)
 
-Planned, not built yet: ``AtteNTCallback`` (Lightning), and the Hugging Face path under Ray Train.
+Planned, not built yet: the Hugging Face path under Ray Train.
 """
