@@ -190,6 +190,18 @@ def test_an_llm_run_logs_its_lora_adapter_with_the_transformers_flavour(store, t
     assert same_tensors({k: v for k, v in other.state_dict().items() if "lora_" in k}, adapter)
 
 
+def test_the_pytorch_flavour_is_imported_without_lightning_which_stays_importable():
+    """Lightning is installed (attent[lightning]); MLflow's PyTorch flavour would import it (2 s)."""
+    import subprocess
+    import sys
+    probe = ("import sys; from attent.tasks.weights import mlflow_pytorch; flavour = mlflow_pytorch(); "
+             "print(hasattr(flavour, 'log_model'), 'pytorch_lightning' in sys.modules); "
+             "import pytorch_lightning; print('pytorch_lightning' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "False", "True"]
+
+
 def test_init_weights_paths_resolve_and_a_missing_one_is_refused(tmp_path):
     cfg = build_experiment({"name": "m", "task": DIGITS_TASK, "train": {"epochs": 1, "init_weights": "ckpt"},
                             "mlflow": {"registered_model": "digits-vit"}})

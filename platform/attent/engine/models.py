@@ -21,6 +21,7 @@ import torch
 
 from .. import contract
 from ..tasks.task import AdapterModel, Task, TorchModel
+from ..tasks.weights import mlflow_pytorch
 
 
 def log_trained_model(task: Task, model: torch.nn.Module, *, run_id: str, step: int,
@@ -51,7 +52,7 @@ def log_trained_model(task: Task, model: torch.nn.Module, *, run_id: str, step: 
 def log_torch_model(exported: TorchModel, **options):
     """MLflow's PyTorch flavour, pt2 format, of a CPU copy of the module in eval mode (the
     training model keeps its device and mode)."""
-    import mlflow.pytorch
+    import mlflow
     from mlflow.models import ModelSignature
     from mlflow.types import Schema, TensorSpec
     module = copy.deepcopy(exported.module).cpu().eval()
@@ -67,11 +68,12 @@ def log_torch_model(exported: TorchModel, **options):
         outputs=Schema([TensorSpec(output.dtype, (any_batch, *output.shape[1:]))]))
     # validate_serving_input=False: MLflow would load the model back and predict on the example,
     # seconds per run that the tests do once (tests/test_models.py).
-    return mlflow.pytorch.log_model(
+    pytorch_flavour = mlflow_pytorch()
+    return pytorch_flavour.log_model(
         module, serialization_format="pt2", signature=signature,
         # one input is stored as the input example (MLflow stores an array, not a tuple of them)
         input_example=inputs[0] if len(inputs) == 1 else tuple(inputs),
-        metadata=exported.metadata or None, pip_requirements=mlflow.pytorch.get_default_pip_requirements(),
+        metadata=exported.metadata or None, pip_requirements=pytorch_flavour.get_default_pip_requirements(),
         validate_serving_input=False, **options)
 
 

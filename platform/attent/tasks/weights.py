@@ -11,7 +11,9 @@ its state dict; a transformers model holding a peft adapter gives the adapter's 
 """
 from __future__ import annotations
 
+import importlib
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,21 @@ PEFT_WEIGHTS_FILE = "adapter_model.safetensors"
 class SavedWeights:
     state: dict[str, torch.Tensor]        # tensor name -> tensor, as the saved model names them
     metadata: dict[str, Any] = field(default_factory=dict)  # a logged model's metadata (MLmodel file)
+
+
+def mlflow_pytorch():
+    """``mlflow.pytorch``, imported without ``pytorch_lightning``. Where Lightning is installed
+    (``attent[lightning]``), MLflow's PyTorch flavour imports it at its own import for an
+    autologging checkpoint callback that no run uses: 2.2 s of torchmetrics and scipy in every
+    worker that logs or loads a model (measured on 2 cores). The block lasts for this import only;
+    a later ``import pytorch_lightning`` works as usual."""
+    if "mlflow.pytorch" in sys.modules or "pytorch_lightning" in sys.modules:
+        return importlib.import_module("mlflow.pytorch")
+    sys.modules["pytorch_lightning"] = None  # an ImportError, which mlflow.pytorch expects and passes
+    try:
+        return importlib.import_module("mlflow.pytorch")
+    finally:
+        del sys.modules["pytorch_lightning"]
 
 
 def is_mlflow_uri(source: str) -> bool:
@@ -53,8 +70,7 @@ def logged_model_weights(folder: Path) -> SavedWeights | None:
     model = Model.load(str(folder))
     metadata = dict(model.metadata or {})
     if "pytorch" in model.flavors:
-        import mlflow.pytorch
-        module = mlflow.pytorch.load_model(str(folder))
+        module = mlflow_pytorch().load_model(str(folder))
         return SavedWeights({k: v.detach().cpu() for k, v in module.state_dict().items()}, metadata)
     adapter = model.flavors.get("transformers", {}).get("peft_adaptor")
     if adapter:
