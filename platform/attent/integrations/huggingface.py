@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from functools import partial
 from typing import Any, Optional
 
-import datasets
 import torch
 import torch.nn.functional as F
 from accelerate.data_loader import prepare_data_loader
@@ -172,7 +172,9 @@ class AtteNTTrainerMixin:
         """(dataset, collator) as Trainer's own training loader has them: a ``datasets.Dataset``
         loses the columns the model's forward does not take, other datasets get a collator that
         drops them. Rows keep their positions either way."""
-        if isinstance(self.train_dataset, datasets.Dataset):
+        # a datasets.Dataset only where `datasets` is imported (it is no need of Trainer's)
+        hf_datasets = sys.modules.get("datasets")
+        if hf_datasets is not None and isinstance(self.train_dataset, hf_datasets.Dataset):
             return self._remove_unused_columns(self.train_dataset, description="training"), self.data_collator
         return self.train_dataset, self._get_collator_with_removed_columns(self.data_collator, description="training")
 
