@@ -77,3 +77,39 @@ def test_gpu_system_metrics_reach_mlflow(ray_cluster, tmp_path, mlflow_uri):
     result = train(cfg)
     metrics = mlflow.MlflowClient(mlflow_uri).get_run(result.run_id).data.metrics
     assert any(name.startswith("system/") and "gpu" in name for name in metrics), sorted(metrics)
+
+
+# --- the integrations on a GPU (issue 28) ------------------------------------------------------------------
+def test_the_trainer_chooses_on_cuda_what_it_chooses_on_the_cpu(tmp_path):
+    """AtteNTTrainer on CUDA, fp32, learning rate 0: every sample keeps the loss the initial model
+    gives it, and CUDA's kernels move those losses by float rounding only, far below the gaps
+    between them, so the subsets equal the CPU's at every re-selection; in bf16 it trains."""
+    from test_integration_huggingface import (CONFIGS, RecordingTrainer, collate, samples, selection_rows,
+                                              tiny_llama, training_args)
+    from attent.selection.config import SelectionConfig
+    picks = {}
+    for device in ("cpu", "cuda"):
+        trainer = RecordingTrainer(model=tiny_llama(), train_dataset=samples(), data_collator=collate,
+                                   args=training_args(tmp_path / device, learning_rate=0.0, num_train_epochs=4,
+                                                      use_cpu=device == "cpu"),
+                                   selection=SelectionConfig(**CONFIGS["vit"]), seed=3)
+        trainer.train()
+        assert next(trainer.model.parameters()).device.type == device
+        picks[device] = [row["subset_checksum"] for row in selection_rows(trainer)], trainer.subsets
+    assert picks["cuda"] == picks["cpu"]
+    bf16 = RecordingTrainer(model=tiny_llama(), train_dataset=samples(), args=training_args(tmp_path / "bf16", bf16=True,
+                            use_cpu=False), data_collator=collate,
+                            selection=SelectionConfig(**CONFIGS["llm"]), seed=3)
+    bf16.train()
+    losses = [row["loss"] for row in bf16.state.log_history if "loss" in row]
+    assert losses and all(torch.isfinite(torch.tensor(losses)))
+
+
+def test_the_lightning_callback_chooses_on_cuda_what_it_chooses_on_the_cpu():
+    """The Lightning callback on one GPU against the CPU: the same model, optimiser and seed; the
+    per-sample losses of this model are exact in fp32 on either device (squared differences)."""
+    from test_integration_lightning import CONFIGS, fit
+    from attent.selection.config import SelectionConfig
+    runs = {device: fit(SelectionConfig(**CONFIGS["vit"]), 4, 0, accelerator=device)[0] for device in ("cpu", "gpu")}
+    assert runs["gpu"]["checksums"] == runs["cpu"]["checksums"]
+    torch.testing.assert_close(runs["gpu"]["value"].cpu(), runs["cpu"]["value"], rtol=1e-6, atol=1e-6)
