@@ -4,7 +4,8 @@ visible (CI runs none of them; the precision plumbing runs on the CPU in test_pr
 - bf16 training and scoring on a GPU through the recipe;
 - the fused loss kernel (cut-cross-entropy) equal to the chunked loss;
 - two-worker NCCL DDP through Ray Train, both ranks training on the same subsets;
-- MLflow's GPU system metrics logged for a GPU run.
+- MLflow's GPU system metrics logged for a GPU run;
+- AtteNTTrainer and the Lightning callback choosing on CUDA what they choose on the CPU.
 """
 from __future__ import annotations
 

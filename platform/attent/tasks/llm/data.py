@@ -10,7 +10,6 @@ import hashlib
 from pathlib import Path
 from typing import Any, Callable
 
-import datasets
 import torch
 from torch.utils.data import Dataset
 
@@ -29,6 +28,7 @@ def hub_records(hub_path: str | Path, hub_config: str | None,
     ``hub_path`` is a hub name, or a local folder laid out like the hub repository (a
     ``git clone`` of it: the same data files, and the README whose ``configs`` name them).
     """
+    import datasets  # here, not at the top: the loss and the collator need no `datasets` (nor a GPU node)
     parts = [datasets.load_dataset(str(hub_path), hub_config, split=split) for split in splits]
     return datasets.concatenate_datasets(parts).to_list()
 
