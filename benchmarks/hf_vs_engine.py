@@ -1,0 +1,421 @@
+"""The same LoRA job through AtteNTTrainer, the plain Trainer and the engine (issue 28, measured).
+
+For each seed, one run after another (never two at once), on the same GSM8K training problems and
+the same held-out problems (the seed draws both, the same for every arm):
+
+    trainer_full     transformers.Trainer, all data
+    trainer_attent   attent.AtteNTTrainer, SelectionConfig(preset="llm")
+    engine_attent    the engine's own run of the job (attent.engine.driver.train: Ray Train, one worker,
+                     MLflow), selection preset llm
+    engine_full      the engine's run on all data
+
+The job is the engine's LLM task (experiments/gsm8k_smollm2.yaml with the sizes below): SmolLM2-135M-
+Instruct in float32, LoRA of rank --lora-r on every linear layer of the blocks (alpha = r, dropout
+0.05), the task's prompt template and truncation to --max-length tokens, AdamW (0.9, 0.999), no weight
+decay, --lr with a cosine schedule after 3 % warm-up, gradient-norm clipping at 1, micro-batches of
+--batch-size and gradient accumulation up to --global-batch-size, --epochs epochs. The Trainer arms get
+the very same pieces from the engine's task object: its tokenised training set and right-padding
+collate (without the index column), its model builder (the same seeded LoRA initialisation), its
+optimiser settings.
+
+Measured, per run:
+  method_s       the cost of the method, as the engine counts it (``time_method_s``): training +
+                 scoring + selection; not evaluation, checkpoints, model logging or start-up. Engine:
+                 its own counter (each epoch's train_one_epoch, plus the teacher's scoring and
+                 selection clocks), from the run's MLflow metrics. Trainer arms: ``MethodClock``, a
+                 TrainerCallback summing the wall-clock from each on_epoch_begin to its on_epoch_end.
+                 That window holds everything Trainer does in the epoch: AtteNTTrainer's scoring pass
+                 and re-selection (its ``_run_epoch`` begins with them, after on_epoch_begin), loading
+                 each batch, forward, backward, clipping, optimiser and scheduler steps. Outside it:
+                 Trainer's set-up before on_train_begin, and what follows on_epoch_end (logging at
+                 epoch ends; no evaluation or checkpoint is configured). ``scoring_s`` and
+                 ``selection_s`` are the teacher's own clocks (the engine's too), ``train_s`` the rest;
+                 ``steps_s`` sums on_step_begin..on_step_end (forward to optimiser step, without the
+                 loading of each window's first batch), a diagnostic only.
+  samples_backpropagated   distinct samples trained on, summed over epochs (the engine's counter;
+                 AtteNTTrainer's Selector; for the plain Trainer the rows of its training batches).
+  realized_saving = 1 - method_s / method_s of the same seed's full-data run of the same framework
+                 (trainer_full for trainer_attent, engine_full for engine_attent); ideal_saving the
+                 same with samples_backpropagated.
+  heldout_loss   mean cross-entropy of the response tokens of the held-out problems (GSM8K test
+                 problems and their reference solutions, encoded like training examples), token-
+                 weighted: one function (``heldout_loss``: the engine task's ``evaluate_response_loss``)
+                 run in this process on every arm's final model; the engine's final adapter is read
+                 back from the run's logged MLflow model. The engine's own evaluation of the same
+                 function inside its worker is kept as ``engine_own_heldout_loss``, a check.
+
+What differs between the frameworks by design, not by this script: Trainer (and so AtteNTTrainer,
+which keeps Trainer's reduction) averages the loss over the tokens of an accumulated batch, the
+engine over the samples (each sample's mean token loss, equally weighted); Trainer's cosine schedule
+is indexed by optimiser steps, the engine's by epoch progress; the plain Trainer shuffles with its own
+sampler. The per-sample score AtteNT selects by is the sample's mean response-token loss in both.
+
+Each engine run starts a local Ray and shuts it down after (start-up: not method cost), so no arm
+trains beside the processes of another. Torch threads: --threads in every arm (the Ray worker gets
+as many CPUs and the same OMP_NUM_THREADS).
+
+Output: ``runs.csv`` (a row per run) and ``summary.md`` (per-arm mean ± std; paired differences per
+seed with a two-sided 95 % t interval) under --out. Runs are not resumed: each invocation trains anew.
+
+    # the real run (a quiet machine, nothing else running; about 2 h at one thread, ~35 min a seed):
+    PYTHONPATH=platform python benchmarks/hf_vs_engine.py --problems 128 --heldout 128 --seeds 0 1 2
+    # the smoke run:
+    PYTHONPATH=platform python benchmarks/hf_vs_engine.py --problems 16 --heldout 16 --seeds 0 --epochs 2 \\
+        --out benchmarks/results/hf_vs_engine/smoke
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BASE = REPO / "experiments" / "gsm8k_smollm2.yaml"
+RESULTS = REPO / "benchmarks" / "results" / "hf_vs_engine"
+ARMS = ("trainer_full", "trainer_attent", "engine_attent", "engine_full")
+LABELS = {"trainer_full": "Trainer, full data", "trainer_attent": "AtteNTTrainer (llm preset)",
+          "engine_attent": "engine, AtteNT (llm preset)", "engine_full": "engine, full data"}
+FULL_OF = {"trainer_attent": "trainer_full", "engine_attent": "engine_full",
+           "trainer_full": "trainer_full", "engine_full": "engine_full"}
+# paired differences reported (a - b), per seed
+PAIRS = (("trainer_attent", "trainer_full"), ("trainer_attent", "engine_attent"), ("engine_attent", "engine_full"))
+COLUMNS = ("seed", "arm", "method_s", "train_s", "scoring_s", "selection_s", "steps_s", "samples_backpropagated",
+           "optimizer_steps", "realized_saving", "ideal_saving", "heldout_loss", "engine_own_heldout_loss",
+           "wall_s", "train_problems", "heldout_problems", "train_fingerprint", "heldout_fingerprint", "run_id")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--problems", type=int, default=128, help="GSM8K training problems (drawn by the seed)")
+    parser.add_argument("--heldout", type=int, default=128, help="GSM8K test problems of the held-out loss")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=4, help="micro-batch")
+    parser.add_argument("--global-batch-size", type=int, default=8, help="reached by gradient accumulation")
+    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--lora-r", type=int, default=4)
+    parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument("--eval-batch-size", type=int, default=16, help="held-out loss batch")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of every arm (Ray: CPUs per worker)")
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    parser.add_argument("--data-dir", default=str(REPO.parent / "shared" / "datasets"),
+                        help="offline mirror holding gsm8k/train.jsonl and gsm8k/test.jsonl")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where runs.csv and summary.md go")
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="MLflow store, Ray checkpoints, Trainer output (default: a fresh temp folder)")
+    return parser.parse_args(argv)
+
+
+# --- the job -----------------------------------------------------------------------------------------------
+def experiment(args, seed: int, arm: str, workdir: Path, stamp: str):
+    """The engine's experiment of ``arm`` at ``seed`` (the Trainer arms read their task from it too)."""
+    from attent.config import load_experiment
+    overrides = [
+        f"name=hf-vs-engine-{arm.replace('_', '-')}-s{seed}-{stamp}", f"seed={seed}",
+        f"task.data_dir={args.data_dir}", f"task.train_limit={args.problems}", "task.split_seed=null",
+        f"task.max_length={args.max_length}", f"task.lora_r={args.lora_r}",
+        "task.eval.benchmarks=[gsm8k_loss]", f"task.eval.response_loss_limit={args.heldout}",
+        f"task.eval.eval_batch_size={args.eval_batch_size}",
+        f"train.epochs={args.epochs}", f"train.batch_size={args.batch_size}",
+        f"train.global_batch_size={args.global_batch_size}", f"train.lr={args.lr}",
+        f"train.eval_every={args.epochs}",   # the engine evaluates once, after the last epoch
+        "ray.num_workers=1", f"ray.cpus_per_worker={args.threads}", f"ray.checkpoint_every={args.epochs}",
+        f"ray.storage_path={workdir / 'ray_results'}", f"mlflow.tracking_uri=sqlite:///{workdir / 'mlflow.db'}",
+        "mlflow.experiment=hf-vs-engine",
+    ]
+    if arm.endswith("_full"):
+        overrides += ["selection.preset=null", "selection.method=full"]
+    else:
+        overrides += ["selection.preset=llm"]
+    return load_experiment(BASE, overrides).resolved(REPO)
+
+
+def heldout_loss(task, model) -> float:
+    """The held-out response loss of ``model``: the one function every arm is scored with."""
+    was_training = model.training
+    model.eval()
+    try:
+        return float(task.evaluate_response_loss(model)["gsm8k_test_response_loss"])
+    finally:
+        model.train(was_training)
+
+
+def data_identity(task) -> dict:
+    from attent.tasks.llm.data import fingerprint
+    train, heldout = task.train_dataset().examples, task.gsm8k_test_answers().examples
+    return {"train_problems": len(train), "heldout_problems": len(heldout),
+            "train_fingerprint": fingerprint(train)[:12], "heldout_fingerprint": fingerprint(heldout)[:12]}
+
+
+# --- the Trainer arms ----------------------------------------------------------------------------------------
+def trainer_classes():
+    import time as clock
+
+    from transformers import Trainer, TrainerCallback
+
+    from attent.integrations.huggingface import AtteNTTrainer
+
+    class MethodClock(TrainerCallback):
+        """Seconds from each on_epoch_begin to its on_epoch_end (the method's cost, see the module
+        docstring), and from each on_step_begin to its on_step_end."""
+
+        def __init__(self):
+            self.epochs, self.steps = [], 0.0
+            self._epoch = self._step = None
+
+        def on_epoch_begin(self, args, state, control, **kwargs):
+            self._epoch = clock.perf_counter()
+
+        def on_epoch_end(self, args, state, control, **kwargs):
+            self.epochs.append(clock.perf_counter() - self._epoch)
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self._step = clock.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.steps += clock.perf_counter() - self._step
+
+    class Counting:
+        """Counts the rows (samples) of every training micro-batch."""
+        rows = 0
+
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            self.rows += int(inputs["input_ids"].shape[0])
+            return super().training_step(model, inputs, num_items_in_batch)
+
+    class CountingTrainer(Counting, Trainer):
+        pass
+
+    class CountingAtteNTTrainer(Counting, AtteNTTrainer):
+        pass
+
+    return MethodClock, CountingTrainer, CountingAtteNTTrainer
+
+
+def run_trainer(args, cfg, arm: str, workdir: Path) -> tuple[dict, object, object]:
+    """One Trainer arm on the engine task's data, model and optimiser settings; (row, task, model)."""
+    from transformers import TrainingArguments
+
+    from attent.engine.recipe import resolve_optimizer
+    from attent.selection.config import SelectionConfig
+    from attent.tasks.registry import build_task
+
+    MethodClock, CountingTrainer, CountingAtteNTTrainer = trainer_classes()
+    started = time.perf_counter()
+    task = build_task(cfg.task, seed=cfg.seed)
+    optim = resolve_optimizer(task.optimizer_spec(), cfg)
+    accumulation = max(1, math.ceil(optim.global_batch_size / cfg.train.batch_size))
+
+    def collate(items):  # the task's right-padding collate; Trainer's model takes no index
+        batch = task.collate(items)
+        batch.pop("index")
+        return batch
+
+    training = TrainingArguments(
+        output_dir=str(workdir / f"{cfg.name}"), num_train_epochs=cfg.train.epochs,
+        per_device_train_batch_size=cfg.train.batch_size, gradient_accumulation_steps=accumulation,
+        learning_rate=optim.lr, weight_decay=optim.weight_decay, adam_beta1=optim.betas[0],
+        adam_beta2=optim.betas[1], adam_epsilon=optim.eps, lr_scheduler_type=optim.schedule,
+        warmup_steps=optim.warmup_ratio, max_grad_norm=cfg.train.grad_clip or 0.0, seed=cfg.seed,
+        use_cpu=True, dataloader_num_workers=cfg.train.loader_workers, remove_unused_columns=False,
+        logging_strategy="epoch", save_strategy="no", eval_strategy="no", report_to="none", disable_tqdm=True)
+    clock = MethodClock()
+    kwargs = dict(model=task.build_model(), args=training, train_dataset=task.train_dataset(),
+                  data_collator=collate, callbacks=[clock])
+    if arm == "trainer_attent":
+        trainer = CountingAtteNTTrainer(**kwargs, selection=SelectionConfig(preset="llm"), seed=cfg.seed)
+    else:
+        trainer = CountingTrainer(**kwargs)
+    trainer.train()
+    wall = time.perf_counter() - started
+    method = sum(clock.epochs)
+    if arm == "trainer_attent":
+        seconds, backpropagated = trainer.selector.teacher.seconds, trainer.selector.samples_backpropagated
+        if backpropagated != trainer.rows:
+            raise RuntimeError(f"AtteNTTrainer trained {trainer.rows} rows but its Selector counts {backpropagated}")
+    else:
+        seconds, backpropagated = {"scoring": 0.0, "selection": 0.0}, trainer.rows
+    row = {"method_s": method, "scoring_s": seconds["scoring"], "selection_s": seconds["selection"],
+           "train_s": method - seconds["scoring"] - seconds["selection"], "steps_s": clock.steps,
+           "samples_backpropagated": backpropagated, "optimizer_steps": trainer.state.global_step,
+           "wall_s": wall, "run_id": ""}
+    return row, task, trainer.model
+
+
+# --- the engine arms -----------------------------------------------------------------------------------------
+def run_engine(cfg) -> tuple[dict, object, object]:
+    """The engine's run of the job on Ray Train; its counters from MLflow, its final adapter read
+    back from the run's logged model; (row, task, model)."""
+    from mlflow import MlflowClient
+
+    from attent import contract
+    from attent.engine.driver import train
+    from attent.tasks import weights
+    from attent.tasks.registry import build_task
+
+    import ray
+    try:
+        result = train(cfg)
+    finally:  # the next arms run without Ray's processes beside them; the next engine run starts it anew
+        ray.shutdown()
+    m = MlflowClient(cfg.mlflow.tracking_uri).get_run(result.run_id).data.metrics
+    os.environ["MLFLOW_TRACKING_URI"] = cfg.mlflow.tracking_uri
+    task = build_task(cfg.task, seed=cfg.seed)
+    model = task.build_model()
+    task.load_weights(model, weights.load_weights(f"runs:/{result.run_id}/{contract.MODEL_NAME}").state)
+    row = {"method_s": m[contract.TIME_METHOD], "train_s": m[contract.time_metric("train")],
+           "scoring_s": m[contract.time_metric("scoring")], "selection_s": m[contract.time_metric("selection")],
+           "steps_s": math.nan, "samples_backpropagated": int(m[contract.SAMPLES_BACKPROPAGATED]),
+           "optimizer_steps": int(m[contract.OPTIMIZER_STEPS]), "wall_s": result.wallclock_s,
+           "engine_own_heldout_loss": m.get(contract.EVAL_PREFIX + "gsm8k_test_response_loss", math.nan),
+           "run_id": result.run_id}
+    return row, task, model
+
+
+# --- the report ----------------------------------------------------------------------------------------------
+def add_savings(rows: list[dict]) -> None:
+    """realized_saving and ideal_saving of each row, against its seed's full-data run of the same
+    framework (NaN where that run is missing)."""
+    for row in rows:
+        full = next((r for r in rows if r["seed"] == row["seed"] and r["arm"] == FULL_OF[row["arm"]]), None)
+        row["realized_saving"] = 1 - row["method_s"] / full["method_s"] if full else math.nan
+        row["ideal_saving"] = 1 - row["samples_backpropagated"] / full["samples_backpropagated"] if full else math.nan
+
+
+def processor() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def mean_std(values: list[float]) -> str:
+    values = [v for v in values if v == v]
+    if not values:
+        return "–"
+    mean = statistics.fmean(values)
+    spread = statistics.stdev(values) if len(values) > 1 else math.nan
+    return f"{mean:.4g} ± {spread:.2g}" if spread == spread else f"{mean:.4g}"
+
+
+def paired(rows: list[dict], a: str, b: str, key: str) -> str:
+    """Mean of (a - b) over the seeds that ran both, with a two-sided 95 % t interval."""
+    from scipy import stats
+    by = {(r["seed"], r["arm"]): r[key] for r in rows}
+    diffs = [by[s, a] - by[s, b] for s in sorted({r["seed"] for r in rows}) if (s, a) in by and (s, b) in by]
+    if not diffs:
+        return "–"
+    mean = statistics.fmean(diffs)
+    if len(diffs) < 2:
+        return f"{mean:+.4g} (1 seed: no interval)"
+    sem = stats.sem(diffs)
+    low, high = stats.t.interval(0.95, len(diffs) - 1, loc=mean, scale=sem) if sem > 0 else (mean, mean)
+    return f"{mean:+.4g} [{low:+.4g}, {high:+.4g}]"
+
+
+def summary(args, rows: list[dict], total: float) -> str:
+    seeds = sorted({r["seed"] for r in rows})
+    lines = [
+        "# The same LoRA job: AtteNTTrainer vs Trainer vs the engine",
+        "",
+        f"SmolLM2-135M-Instruct, LoRA r={args.lora_r}, {args.problems} GSM8K training problems and "
+        f"{args.heldout} held-out GSM8K test problems per seed (drawn by the seed, the same for every arm), "
+        f"{args.epochs} epochs, micro-batch {args.batch_size}, global batch {args.global_batch_size}, "
+        f"lr {args.lr:g} (cosine, 3 % warm-up), max length {args.max_length}, {args.threads} torch thread(s) "
+        f"per arm; seeds {seeds}; one run at a time. `benchmarks/hf_vs_engine.py` (its docstring: what is "
+        "timed and what differs between the frameworks by design).",
+        "",
+        f"Machine: {processor()}, {os.cpu_count()} CPUs; load average at the end "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; total {total / 60:.1f} min "
+        f"({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC).",
+        "",
+        "## Per arm (mean ± std over seeds)",
+        "",
+        "| arm | method cost (s) | samples back-propagated | optimiser steps | realized saving | ideal saving "
+        "| held-out loss |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for arm in ARMS:
+        mine = [r for r in rows if r["arm"] == arm]
+        if not mine:
+            continue
+        cells = [mean_std([r[k] for r in mine]) for k in ("method_s", "samples_backpropagated", "optimizer_steps",
+                                                           "realized_saving", "ideal_saving", "heldout_loss")]
+        lines.append(f"| {LABELS[arm]} | " + " | ".join(cells) + " |")
+    lines += ["", "Savings: against the same seed's full-data run of the same framework (Trainer for "
+              "AtteNTTrainer, the engine's for the engine's AtteNT).", "",
+              "## Paired over seeds: mean difference [95 % t interval]", "",
+              "| difference | held-out loss | method cost (s) |", "|---|---:|---:|"]
+    for a, b in PAIRS:
+        lines.append(f"| {LABELS[a]} − {LABELS[b]} | {paired(rows, a, b, 'heldout_loss')} "
+                     f"| {paired(rows, a, b, 'method_s')} |")
+    checks = [r for r in rows if r["arm"].startswith("engine") and r["engine_own_heldout_loss"] == r["engine_own_heldout_loss"]]
+    if checks:
+        worst = max(abs(r["heldout_loss"] - r["engine_own_heldout_loss"]) for r in checks)
+        lines += ["", f"Check: the engine's own evaluation of its final model and this script's evaluation of the "
+                  f"adapter read back from MLflow differ by at most {worst:.2g}."]
+    return "\n".join(lines) + "\n"
+
+
+def write(args, rows: list[dict], total: float) -> None:
+    args.out.mkdir(parents=True, exist_ok=True)
+    with open(args.out / "runs.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: row.get(k, "") for k in COLUMNS})
+    (args.out / "summary.md").write_text(summary(args, rows, total))
+
+
+# --- the run -------------------------------------------------------------------------------------------------
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    # every arm on the same number of threads: the Ray worker inherits OMP_NUM_THREADS (Ray's own
+    # default would be its CPUs per worker, which --threads also sets)
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    import torch
+    torch.set_num_threads(args.threads)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="attent-hf-vs-engine-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d%H%M%S")  # fresh run names: the engine never resumes
+    started = time.perf_counter()
+    rows: list[dict] = []
+    for seed in args.seeds:
+        for arm in [a for a in ARMS if a in args.arms]:
+            cfg = experiment(args, seed, arm, workdir, stamp)
+            print(f"[hf_vs_engine] seed {seed}, {LABELS[arm]} ...", file=sys.stderr, flush=True)
+            if arm.startswith("trainer"):
+                row, task, model = run_trainer(args, cfg, arm, workdir)
+            else:
+                row, task, model = run_engine(cfg)
+            row.update(seed=seed, arm=arm, heldout_loss=heldout_loss(task, model), **data_identity(task))
+            row.setdefault("engine_own_heldout_loss", math.nan)
+            rows.append(row)
+            del model, task
+            print(f"[hf_vs_engine] seed {seed}, {LABELS[arm]}: method {row['method_s']:.1f} s, "
+                  f"{row['samples_backpropagated']} samples back-propagated, held-out loss {row['heldout_loss']:.4f}"
+                  f" ({time.perf_counter() - started:.0f} s so far)", file=sys.stderr, flush=True)
+        same = {(r["train_fingerprint"], r["heldout_fingerprint"]) for r in rows if r["seed"] == seed}
+        if len(same) != 1:
+            raise RuntimeError(f"seed {seed}: the arms trained or were scored on different problems: {same}")
+    add_savings(rows)
+    total = time.perf_counter() - started
+    write(args, rows, total)
+    print(summary(args, rows, total))
+    print(f"total time {total:.0f} s ({total / 60:.1f} min); results in {args.out}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,263 @@
+"""The same subsets everywhere (issue 28's proof): with the same seed, data and selection config,
+the plain-PyTorch wrapper (``attent.Selector``), ``AtteNTTrainer``, the Lightning callback and
+the engine's own training recipe choose identical subsets at every re-selection (checksums), in
+one process and on two gloo ranks.
+
+How the four see the same per-sample losses without four identical training loops: learning rate
+0, so the model never changes and every per-sample loss (scoring pass and training forward) is the
+same function of the sample in all four. The workload is the engine's digits ViT task (no
+augmentation, no dropout or drop-path); the integrations train the same weights (built once, the
+state dict copied into each) with the task's own per-sample loss as the user's loss function, on
+the task's training set, collate and batch sizes. Each integration then differs from the engine
+only in what it is meant to: its loop, its sampler wiring, its scoring pass.
+
+What is compared, per selection config: the checksum of each epoch's subset as each integration
+reports it (the engine's ``subset_checksum`` metric, the Selector's and the callback's metrics,
+AtteNTTrainer's logged row), the epoch and checksum of every re-selection (the teacher's
+history), the distinct samples back-propagated, and the score table at the end (bit for bit: the
+losses each teacher saw, on the right samples).
+
+The engine's config refuses ``train.lr: 0`` (it must be > 0), so the test sets the recipe's
+resolved optimiser spec to lr 0 after ``setup``: the recipe sets every step's learning rate from
+it. Every run checks that its weights came out unchanged.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import threading
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel
+
+from conftest import free_port
+
+L = pytest.importorskip("lightning")
+transformers = pytest.importorskip("transformers")
+
+import attent  # noqa: E402
+from attent import contract  # noqa: E402
+from attent.config import build_experiment  # noqa: E402
+from attent.engine.recipe import TrainingRecipe, WorkerContext  # noqa: E402
+from attent.integrations.huggingface import AtteNTTrainer  # noqa: E402
+from attent.integrations.lightning import AtteNTCallback  # noqa: E402
+from attent.integrations.pytorch import subset_checksum  # noqa: E402
+from attent.selection.teacher import Teacher  # noqa: E402
+from attent.tasks.registry import build_task  # noqa: E402
+
+SEED, N, EPOCHS, BATCH, SCORE_BATCH = 3, 90, 6, 16, 32
+CONFIGS = {
+    "vit": {"preset": "vit"},   # scoring passes before each re-selection, Soft, growing ratio and interval
+    "llm": {"preset": "llm"},   # epoch 1 on all data, then Hard top 70 % by the training forwards' losses
+    # Hard, growing ratio, a re-selection every 2 epochs; one scoring pass (epoch 0: nothing scored
+    # yet), then the training forwards' losses and the scores of samples not trained on since
+    "hard": {"strategy": "hard", "ratio": {"kind": "incremental", "start": 0.3, "end": 0.9},
+             "interval": {"kind": "fixed", "start": 2}},
+}
+FRAMEWORKS = ("engine", "plain", "huggingface", "lightning")
+
+
+def experiment(name: str):
+    """The engine's digits ViT run of selection config ``name``."""
+    return build_experiment({
+        "name": f"agreement-{name}", "seed": SEED,
+        "task": {"name": "vision", "dataset": "digits", "img_size": 8, "train_limit": N, "test_limit": 30,
+                 "model": {"preset": "vit_tiny_cpu", "patch_size": 2}},
+        "train": {"epochs": EPOCHS, "batch_size": BATCH, "scoring_batch_size": SCORE_BATCH},
+        "selection": CONFIGS[name],
+    })
+
+
+def outcome(checksums: list[float], teacher: Teacher, backpropagated: int, model: torch.nn.Module,
+            initial: dict[str, torch.Tensor], sampler) -> dict:
+    """What one run chose, in the form every framework's run is compared in."""
+    return {"checksums": [float(c) for c in checksums],
+            "shard": (sampler.rank, sampler.world_size),  # whose shard of each subset this rank trained
+            "reselections": [(r.epoch, subset_checksum(r.indices)) for r in teacher.history],
+            "subsets": [r.indices.clone() for r in teacher.history],
+            "backpropagated": int(backpropagated),
+            "table": teacher.scores.clone(),
+            "unchanged": all(torch.equal(value, initial[key]) for key, value in model.state_dict().items())}
+
+
+def copy_of(task, initial: dict[str, torch.Tensor]) -> torch.nn.Module:
+    model = task.build_model()
+    model.load_state_dict(initial)
+    return model
+
+
+# --- the four runs ---------------------------------------------------------------------------------------
+def run_engine(cfg, initial, rank: int = 0, world: int = 1) -> dict:
+    """The engine's recipe as a Ray Train worker runs it (``driver.train_run``), without Ray."""
+    recipe = TrainingRecipe(cfg, WorkerContext(rank, world))
+
+    def wrap(model):
+        model.load_state_dict(initial)
+        return DistributedDataParallel(model) if world > 1 else model
+
+    recipe.setup(wrap_model=wrap)
+    recipe.optim = dataclasses.replace(recipe.optim, lr=0.0)  # every step's lr is optim.lr x the schedule
+    checksums = [recipe.run_epoch(epoch)[contract.SUBSET_CHECKSUM] for epoch in range(EPOCHS)]
+    return outcome(checksums, recipe.teacher, recipe.counters.samples_backpropagated, recipe.raw_model, initial,
+                   recipe.loader.sampler)
+
+
+def run_plain(cfg, task, initial, world: int = 1) -> dict:
+    """The README's three-line loop (under DDP where there are two ranks)."""
+    model = copy_of(task, initial)
+    trained = DistributedDataParallel(model) if world > 1 else model
+    selector = attent.Selector(task.train_dataset(), cfg.selection, EPOCHS, seed=cfg.seed, model=model,
+                               loss_fn=task.per_sample_loss, collate_fn=task.collate, score_batch_size=SCORE_BATCH)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)
+    loader = selector.loader(BATCH)
+    checksums = []
+    for epoch in range(EPOCHS):
+        selector.begin_epoch(epoch)
+        for batch in loader:
+            selector.update(task.per_sample_loss(trained, batch)).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        checksums.append(selector.metrics()["subset_checksum"])
+    return outcome(checksums, selector.teacher, selector.samples_backpropagated, model, initial, selector.sampler)
+
+
+class Classifier(torch.nn.Module):
+    """The task's ViT as Trainer calls a model: keyword inputs, a dict with the logits out."""
+
+    def __init__(self, net: torch.nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, image, labels=None):
+        return {"logits": self.net(image)}
+
+
+def run_huggingface(cfg, task, initial, output_dir) -> dict:
+    """AtteNTTrainer on the task's items: its built-in per-sample cross-entropy is the task's loss
+    (the digits task has no label smoothing). Ranks and world size come from the environment."""
+    def collate(items):
+        batch = task.collate(items)
+        return {"image": batch["image"], "labels": batch["label"]}
+
+    net = copy_of(task, initial)
+    args = transformers.TrainingArguments(
+        output_dir=str(output_dir), per_device_train_batch_size=BATCH, per_device_eval_batch_size=SCORE_BATCH,
+        num_train_epochs=EPOCHS, learning_rate=0.0, weight_decay=0.0, seed=cfg.seed, use_cpu=True,
+        report_to="none", save_strategy="no", logging_strategy="no", disable_tqdm=True,
+        remove_unused_columns=False)  # the task's collate reads each item's index
+    trainer = AtteNTTrainer(model=Classifier(net), args=args, train_dataset=task.train_dataset(), data_collator=collate,
+                            selection=cfg.selection, seed=cfg.seed)
+    trainer.train()
+    checksums = [row["subset_checksum"] for row in trainer.state.log_history if "subset_checksum" in row]
+    return outcome(checksums, trainer.selector.teacher, trainer.selector.samples_backpropagated, net, initial,
+                   trainer.selector.sampler)
+
+
+class DigitsModule(L.LightningModule):
+    def __init__(self, net, loss_fn, selection: AtteNTCallback):
+        super().__init__()
+        self.net, self.loss_fn, self.selection = net, loss_fn, selection
+        self.checksums = []
+
+    def training_step(self, batch, batch_idx):
+        return self.selection.update(self.loss_fn(self.net, batch))
+
+    def train_dataloader(self):
+        return self.selection.loader(BATCH)
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=0.0)
+
+    def on_train_epoch_end(self):  # after the callback's: its metrics are this epoch's
+        self.checksums.append(self.selection.metrics()["subset_checksum"])
+
+
+def run_lightning(cfg, task, initial, world: int = 1) -> dict:
+    """The callback in a Lightning Trainer; on two ranks Lightning's DDP joins the process group
+    the test started (LOCAL_RANK set: launched externally)."""
+    net = copy_of(task, initial)
+    selection = AtteNTCallback(task.train_dataset(), cfg.selection, cfg.seed,
+                               loss_fn=lambda module, batch: task.per_sample_loss(module.net, batch),
+                               collate_fn=task.collate, score_batch_size=SCORE_BATCH)
+    module = DigitsModule(net, task.per_sample_loss, selection)
+    trainer = L.Trainer(accelerator="cpu", devices=world, strategy="ddp" if world > 1 else "auto",
+                        max_epochs=EPOCHS, reload_dataloaders_every_n_epochs=1, use_distributed_sampler=False,
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, num_sanity_val_steps=0, callbacks=[selection])
+    trainer.fit(module)
+    return outcome(module.checksums, selection.selector.teacher, selection.selector.samples_backpropagated, net,
+                   initial, selection.sampler)
+
+
+def run_all(name: str, output_dir, rank: int = 0, world: int = 1) -> dict[str, dict]:
+    cfg = experiment(name)
+    task = build_task(cfg.task, seed=cfg.seed)
+    initial = {k: v.clone() for k, v in task.build_model().state_dict().items()}  # built once, copied into each
+    return {"engine": run_engine(cfg, initial, rank, world),
+            "plain": run_plain(cfg, task, initial, world),
+            "huggingface": run_huggingface(cfg, task, initial, output_dir),
+            "lightning": run_lightning(cfg, task, initial, world)}
+
+
+def assert_all_agree(runs: dict[str, dict], name: str, rank: int = 0, world: int = 1) -> None:
+    engine = runs["engine"]
+    plan = experiment(name).selection.planned_ratios(EPOCHS)
+    assert [epoch for epoch, _ in engine["reselections"]] == [epoch for epoch, _ in plan]
+    assert len(engine["checksums"]) == EPOCHS
+    for framework in FRAMEWORKS:
+        run = runs[framework]
+        assert run["unchanged"], f"{framework}: the weights moved (learning rate 0 expected)"
+        assert run["shard"] == (rank, world), framework
+        assert run["checksums"] == engine["checksums"], framework
+        assert run["reselections"] == engine["reselections"], framework
+        for a, b in zip(run["subsets"], engine["subsets"], strict=True):
+            assert torch.equal(a, b), framework
+        assert run["backpropagated"] == engine["backpropagated"], framework
+        # the same losses on the same samples, to the bit
+        assert torch.equal(run["table"].nan_to_num(-1.0), engine["table"].nan_to_num(-1.0)), framework
+    assert len(set(engine["checksums"])) > 1  # not vacuous: the subsets changed
+
+
+# --- in one process ----------------------------------------------------------------------------------------
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", CONFIGS)
+def test_the_four_choose_the_same_subsets_in_one_process(name, tmp_path):
+    runs = run_all(name, tmp_path)
+    assert_all_agree(runs, name)
+    sizes = [len(s) for s in runs["engine"]["subsets"]]
+    assert sizes == [round(ratio * N) for _, ratio in experiment(name).selection.planned_ratios(EPOCHS)]
+
+
+# --- on two ranks ------------------------------------------------------------------------------------------
+def _rank(rank: int, world: int, port: int, out_dir: str) -> None:
+    from accelerate.state import AcceleratorState
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world), NODE_RANK="0")
+    AcceleratorState._reset_state(reset_partial_state=True)  # a forked child: the parent's one-process state
+    dist.init_process_group("gloo", rank=rank, world_size=world)  # the engine, Trainer and Lightning all join it
+    try:
+        results = {name: run_all(name, os.path.join(out_dir, f"hf-{name}-{rank}"), rank, world) for name in CONFIGS}
+        torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(240)
+def test_the_four_choose_the_same_subsets_on_two_ranks(tmp_path):
+    # fork where safe (as the other integration tests): spawn re-imports torch, Lightning, transformers
+    method = "fork" if "fork" in mp.get_all_start_methods() and threading.active_count() == 1 else "spawn"
+    mp.start_processes(_rank, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True, start_method=method)
+    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
+    for name in CONFIGS:
+        assert_all_agree(r0[name], name, rank=0, world=2)
+        assert_all_agree(r1[name], name, rank=1, world=2)
+        for framework in FRAMEWORKS:  # the ranks agree (each framework checks it too, by collectives)
+            assert r0[name][framework]["checksums"] == r1[name][framework]["checksums"]
+            assert torch.equal(r0[name][framework]["table"].nan_to_num(-1.0), r1[name][framework]["table"].nan_to_num(-1.0))
+    # some subset was odd-sized: the ranks' shards were padded, and still agreed
+    assert any(len(s) % 2 for name in CONFIGS for s in r0[name]["engine"]["subsets"])
