@@ -18,6 +18,10 @@ transformers 5's Trainer loop, each change an override of a Trainer method read 
     _save_checkpoint, _init_training_state   the selection's state saved per rank with each
                                  checkpoint and restored on resume_from_checkpoint
 
+and one callback of its own, whose on_epoch_end logs the epoch's selection before Trainer's
+epoch-end evaluation and save, so that the checkpoint's log history (and what Ray's
+RayTrainReportCallback reports with it) holds the epoch's selection.
+
 The objective. Causal LM: sample i's loss terms are the next-token cross-entropies of its
 labelled tokens (labels != -100), S_i their sum and n_i their count; the loss back-propagated is
 sum_i w_i S_i / D, with w_i the selection's loss weight (1 unless the method reweighs) and D
@@ -39,10 +43,11 @@ from functools import partial
 from typing import Any, Optional
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from accelerate.data_loader import prepare_data_loader
 from torch.utils.data import DataLoader, IterableDataset
-from transformers import DataCollatorWithFlattening, Trainer
+from transformers import DataCollatorWithFlattening, Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, has_length, seed_worker
 
 from ..selection.config import SelectionConfig
@@ -87,6 +92,8 @@ class AtteNTTrainerMixin:
     selection's draws and shuffles; ``args.seed`` if None)."""
 
     def __init__(self, *args, selection: SelectionConfig, seed: Optional[int] = None, **kwargs):
+        # The class as built, for messages: Ray's prepare_trainer swaps in a subclass of its own name.
+        self.trainer_name = type(self).__name__
         super().__init__(*args, **kwargs)
         self.selection = selection
         self.selection_seed = self.args.seed if seed is None else seed
@@ -97,11 +104,16 @@ class AtteNTTrainerMixin:
         self._batches_left = 0                    # of this rank's current epoch
         self._resume_observed: Optional[list] = None  # a mid-epoch checkpoint's observations, replayed on resume
         self.refuse_settings()
+        self.add_callback(_EpochEnd(self))
 
     # --- settings that would break the selection, refused in one line naming the fix -------------
     def refuse_settings(self) -> None:
         args, problem = self.args, None
-        if self.train_dataset is None or isinstance(self.train_dataset, IterableDataset) \
+        if type(self.train_dataset).__module__.startswith("ray.data"):
+            problem = ("a Ray Data iterable (get_dataset_shard(...).iter_torch_batches()) arrives split and streamed, "
+                       "and AtteNT picks samples by their index: pass the whole map-style dataset on every worker "
+                       "(AtteNTTrainer shards each epoch's subset itself)")
+        elif self.train_dataset is None or isinstance(self.train_dataset, IterableDataset) \
                 or not has_length(self.train_dataset):
             problem = ("AtteNT picks samples by their index: pass a map-style train_dataset with a length, "
                        "not an IterableDataset")
@@ -125,6 +137,11 @@ class AtteNTTrainerMixin:
                        "(AtteNTTrainer computes per-sample cross-entropy)")
         elif args.label_smoothing_factor:
             problem = "label smoothing is not built into AtteNT's per-sample loss: set label_smoothing_factor=0"
+        elif dist.is_available() and dist.is_initialized() and dist.get_world_size() != args.world_size:
+            problem = (f"torch.distributed holds {dist.get_world_size()} processes but the TrainingArguments see "
+                       f"{args.world_size}: each process would train alone on all of every subset (accelerate "
+                       "runs CPU processes as one job only with use_cpu=True, e.g. under Ray Train without GPUs): "
+                       "set use_cpu=True, or give each process a GPU")
         elif args.n_gpu > 1:
             problem = ("nn.DataParallel (several GPUs in one process) is not supported: launch one process per "
                        "GPU with torchrun or accelerate launch")
@@ -135,7 +152,7 @@ class AtteNTTrainerMixin:
             problem = ("dataloader_in_order=False lets batches overtake each other, and AtteNT knows a batch's "
                        "samples from the sampler's order: keep dataloader_in_order=True")
         if problem:
-            raise ValueError(f"{type(self).__name__}: {problem}")
+            raise ValueError(f"{self.trainer_name}: {problem}")
 
     # --- the data -----------------------------------------------------------------------------------
     def get_train_dataloader(self) -> DataLoader:
@@ -186,7 +203,7 @@ class AtteNTTrainerMixin:
         self.planned_batches = self.selector.planned_batches(self._train_batch_size, args.dataloader_drop_last)
         if 0 in self.planned_batches:
             epoch = self.planned_batches.index(0)
-            raise ValueError(f"{type(self).__name__}: epoch {epoch}'s subset fills no batch of "
+            raise ValueError(f"{self.trainer_name}: epoch {epoch}'s subset fills no batch of "
                              f"{self._train_batch_size} on each of {args.world_size} rank(s) with "
                              "dataloader_drop_last=True: lower per_device_train_batch_size or set it False")
         max_steps = sum(self._steps(batches) for batches in self.planned_batches)
@@ -206,7 +223,10 @@ class AtteNTTrainerMixin:
             raise RuntimeError(f"epoch {epoch}: the loader holds {len(train_dataloader)} batches, "
                                f"the plan {batches}")
         super()._run_epoch(model=model, epoch=epoch, train_dataloader=train_dataloader, steps_in_epoch=batches,
-                           num_update_steps_per_epoch=self._steps(batches), **rest)
+                           num_update_steps_per_epoch=self._steps(batches), **rest)  # ends in _EpochEnd
+
+    def _end_selection_epoch(self) -> None:
+        """The epoch's end (its on_epoch_end): the scores merged and the selection logged."""
         self.selector.end_epoch()  # where a callback stopped the epoch early; otherwise done already
         self.log(self.selection_metrics())
 
@@ -239,7 +259,7 @@ class AtteNTTrainerMixin:
         """(S, n) [B] of ``per_sample_cross_entropy`` from one forward of ``model``."""
         labels = inputs.get("labels")
         if labels is None:
-            raise ValueError(f"{type(self).__name__}: a batch without 'labels': per-sample losses need them "
+            raise ValueError(f"{self.trainer_name}: a batch without 'labels': per-sample losses need them "
                              "(labels -100 where a token carries no loss)")
         outputs = model(**{key: value for key, value in inputs.items() if key != "labels"})
         logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
@@ -280,7 +300,7 @@ class AtteNTTrainerMixin:
         sampler = self.selector.sampler
         samples = min(self._train_batch_size, sampler.order.numel() - sampler.cursor)
         if rows != samples:
-            raise ValueError(f"{type(self).__name__}: a batch of {rows} rows holds {samples} samples: the collator "
+            raise ValueError(f"{self.trainer_name}: a batch of {rows} rows holds {samples} samples: the collator "
                              "merges samples (packing, padding-free), losing which sample each loss belongs to; "
                              "use a padding collator")
 
@@ -334,7 +354,7 @@ class AtteNTTrainerMixin:
         return len(self.planned_batches), 0
 
     def _load_selection_state(self, checkpoint: str, epoch: int, steps: int) -> None:
-        name = type(self).__name__
+        name = self.trainer_name
         path = os.path.join(checkpoint, STATE_FILE.format(rank=self.args.process_index))
         if not os.path.isfile(path):
             raise ValueError(f"{name}: {checkpoint} holds no AtteNT selection state for rank "
@@ -352,6 +372,17 @@ class AtteNTTrainerMixin:
                              "first batches twice: set ignore_data_skip=False")
         self.selector.load_state_dict(state["selector"])
         self._resume_observed = state["observed"]
+
+
+class _EpochEnd(TrainerCallback):
+    """Ends the trainer's selection epoch at on_epoch_end, which Trainer calls just before its
+    epoch-end logging, evaluation and save."""
+
+    def __init__(self, trainer: AtteNTTrainerMixin):
+        self.trainer = trainer
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        self.trainer._end_selection_epoch()
 
 
 class AtteNTTrainer(AtteNTTrainerMixin, Trainer):

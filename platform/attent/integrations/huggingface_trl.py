@@ -37,7 +37,7 @@ class AtteNTSFTTrainer(AtteNTTrainerMixin, SFTTrainer):
     def refuse_settings(self) -> None:
         super().refuse_settings()
         if self.aux_loss_enabled:
-            raise ValueError(f"{type(self).__name__}: the MoE router's auxiliary loss is one per batch, not per "
+            raise ValueError(f"{self.trainer_name}: the MoE router's auxiliary loss is one per batch, not per "
                              "sample: set router_aux_loss_coef=0.0 in the SFTConfig")
 
     def per_sample_loss(self, model, inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
