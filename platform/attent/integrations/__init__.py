@@ -8,5 +8,6 @@
     huggingface_trl  AtteNTSFTTrainer: TRL's SFTTrainer, the same (``pip install attent[hf]``)
     lightning        AtteNTCallback: a Lightning Trainer callback on Selector (``attent[lightning]``)
 
-Planned, not built yet: the Hugging Face path under Ray Train.
+Under Ray Train, AtteNTTrainer runs as it is through ``prepare_trainer`` (``examples/ray_hf_trainer.py``);
+nothing here imports Ray.
 """
