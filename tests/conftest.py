@@ -154,22 +154,10 @@ def start_tracking_server(backend_uri: str, artifacts: Path):
 RAY_FIXTURES = {"ray_cluster", "reference_runs", "restarted_reference", "digits_sweeps"}
 
 
-# Session fixtures that train runs, and the xdist group of the tests that read them: under
-# `pytest -n 2 --dist loadgroup` each group runs on one worker, so no run is trained twice.
-SHARED_RUN_GROUPS = {"digits_sweeps": "digits_sweeps", "reference_runs": "reference_runs",
-                     "restarted_reference": "reference_runs"}
-
-
 def pytest_collection_modifyitems(config, items):
     """The fast tier (`-m "not slow"`, `make test-fast`) starts no Ray: a test that uses the
-    session's Ray must say it is slow. Each slow test joins an xdist group: the shared runs' group
-    if it reads one, else its module's (whose module-scoped fixtures train once)."""
+    session's Ray must say it is slow."""
     unmarked = [item.nodeid for item in items
                 if RAY_FIXTURES & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("slow")]
     if unmarked:
         raise pytest.UsageError(f"tests using Ray without the slow marker: {unmarked}")
-    for item in items:
-        if item.get_closest_marker("slow"):
-            fixtures = set(getattr(item, "fixturenames", ()))
-            group = next((g for f, g in SHARED_RUN_GROUPS.items() if f in fixtures), item.module.__name__)
-            item.add_marker(pytest.mark.xdist_group(group))
