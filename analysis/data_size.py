@@ -8,7 +8,12 @@ step's level and the report's word; AtteNT's realized saving and realized / idea
 seed intervals. Data-pruning theory (Sorscher et al., 2022) predicts that keeping hard examples
 pays only where data is abundant: the figure reads that prediction off the sizes measured.
 
-    python -m analysis.data_size data-size --tracking-uri sqlite:///mlflow.db --out reports
+    python -m analysis.data_size data-size --tracking-uri sqlite:///mlflow.db --out reports \
+        --with benchmarks/results/data_size/data_size/data_size.csv   # sizes measured in another store
+
+A size too long to run beside the others (``attent bench --workload``) lands in a store of its
+own; ``--with`` adds the rows an earlier report saved (its ``data_size.csv``, built the same way
+from its own store) for the sizes this store lacks, and the report names where each row comes from.
 """
 from __future__ import annotations
 
@@ -52,6 +57,18 @@ def size_table(results: list[WorkloadResult], sizes: dict[str, int]) -> pd.DataF
                 row[name + suffix] = math.nan if attent is None else float(attent.get(name + suffix, math.nan))
         rows.append(row)
     return pd.DataFrame(rows).sort_values("size", kind="stable").reset_index(drop=True)
+
+
+def with_earlier_sizes(table: pd.DataFrame, earlier: list[str | Path]) -> pd.DataFrame:
+    """``table`` (this store's sizes) and, for the sizes it lacks, the rows earlier reports saved in
+    their ``data_size.csv``; column ``source``: "this store" or the file a row came from."""
+    table = table.assign(source="this store")
+    frames = [table]
+    for path in earlier:
+        saved = pd.read_csv(path).assign(source=str(path))
+        frames.append(saved[~saved["size"].isin(pd.concat(frames)["size"])])
+    merged = pd.concat(frames, ignore_index=True)
+    return merged.sort_values("size", kind="stable").reset_index(drop=True)
 
 
 def size_figure(table: pd.DataFrame) -> Figure:
@@ -127,15 +144,17 @@ def markdown(table: pd.DataFrame) -> str:
 
 def build_data_size_report(experiment: str, *, tracking_uri: str, out_dir: str | Path,
                            tolerances: dict[str, float] | None = None,
-                           margins: dict[str, float] | None = None) -> Path:
+                           margins: dict[str, float] | None = None, earlier: list[str | Path] = ()) -> Path:
     """``data_size.md``, ``data_size.csv`` and ``figures/data_size.png`` in ``out_dir``, also
-    logged to the benchmark's parent run under ``report/data_size/``; returns the folder."""
+    logged to the benchmark's parent run under ``report/data_size/``; returns the folder.
+    ``earlier``: saved ``data_size.csv`` files whose sizes this store lacks (``with_earlier_sizes``)."""
     client = MlflowClient(tracking_uri)
     runs = load_benchmark(client, experiment).runs
     sizes = pd.to_numeric(runs[TRAIN_LIMIT], errors="coerce").groupby(runs[WORKLOAD]).max() if TRAIN_LIMIT in runs \
         else pd.Series(dtype=float)
     results, parent = analyse(client, experiment, tolerances, margins)
     table = size_table(results, {name: int(size) for name, size in sizes.dropna().items()})
+    table = with_earlier_sizes(table, list(earlier))
     out = Path(out_dir)
     (out / "figures").mkdir(parents=True, exist_ok=True)
     size_figure(table).savefig(out / "figures" / "data_size.png", dpi=110)
@@ -145,10 +164,20 @@ def build_data_size_report(experiment: str, *, tracking_uri: str, out_dir: str |
         f"AtteNT's minus each comparator's, seed-paired: the mean difference, its interval at the Holm step's level "
         f"and the word ({FINAL}: Holm across the workload's comparisons; {COST_TO_TARGET}: its own family). "
         "Savings: mean and 95 % seed interval. The plateau verdict reads full data for 2E epochs against E.", "",
-        markdown(table), "", "![data size](figures/data_size.png)", ""]))
+        markdown(table), "", *sources(table), "![data size](figures/data_size.png)", ""]))
     if parent:
         client.log_artifacts(parent, str(out), "report/data_size")
     return out
+
+
+def sources(table: pd.DataFrame) -> list[str]:
+    """A line naming the saved reports some rows come from (none when all are this store's)."""
+    saved = table[table["source"] != "this store"]
+    if saved.empty:
+        return []
+    by_file = saved.groupby("source")["size"].apply(lambda s: ", ".join(str(int(v)) for v in s))
+    return ["Rows from earlier reports, each built the same way from its own store: "
+            + "; ".join(f"{sizes} images from `{path}`" for path, sizes in by_file.items()) + ".", ""]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -156,9 +185,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("experiment", help="the benchmark's name (its MLflow experiment), e.g. data-size")
     parser.add_argument("--tracking-uri", default="sqlite:///mlflow.db")
     parser.add_argument("--out", default="reports", help="written to <out>/<experiment>/data_size/")
+    parser.add_argument("--with", dest="earlier", action="append", default=[], metavar="CSV",
+                        help="an earlier report's data_size.csv: its sizes this store lacks (repeatable)")
     args = parser.parse_args(argv)
     out = build_data_size_report(args.experiment, tracking_uri=args.tracking_uri,
-                                 out_dir=Path(args.out) / args.experiment / "data_size")
+                                 out_dir=Path(args.out) / args.experiment / "data_size", earlier=args.earlier)
     print((out / "data_size.md").read_text())
 
 

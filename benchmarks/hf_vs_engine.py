@@ -55,7 +55,8 @@ trains beside the processes of another. Torch threads: --threads in every arm (t
 as many CPUs and the same OMP_NUM_THREADS).
 
 Output: ``runs.csv`` (a row per run) and ``summary.md`` (per-arm mean ± std; paired differences per
-seed with a two-sided 95 % t interval) under --out. Runs are not resumed: each invocation trains anew.
+seed with a two-sided 95 % t interval) under --out. ``runs.csv`` is rewritten after every run;
+``--resume`` keeps the rows it holds (the same settings) and trains only the (seed, arm) pairs it lacks.
 
     # the real run (a quiet machine, nothing else running; about 2 h at one thread, ~35 min a seed):
     PYTHONPATH=platform python benchmarks/hf_vs_engine.py --problems 128 --heldout 128 --seeds 0 1 2
@@ -106,6 +107,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--eval-batch-size", type=int, default=16, help="held-out loss batch")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of every arm (Ray: CPUs per worker)")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    parser.add_argument("--resume", action="store_true", help="keep the rows of --out/runs.csv, train the rest")
     parser.add_argument("--data-dir", default=str(REPO.parent / "shared" / "datasets"),
                         help="offline mirror holding gsm8k/train.jsonl and gsm8k/test.jsonl")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where runs.csv and summary.md go")
@@ -368,6 +370,26 @@ def summary(args, rows: list[dict], total: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+def finished_rows(args) -> list[dict]:
+    """The rows of ``--out/runs.csv`` (numbers as numbers), for ``--resume``."""
+    path = args.out / "runs.csv"
+    if not (args.resume and path.is_file()):
+        return []
+    def value(text: str):
+        try:
+            number = float(text)
+        except ValueError:
+            return text
+        return int(number) if number.is_integer() and "." not in text and "e" not in text else number
+    with open(path, newline="") as f:
+        rows = [{k: value(v) for k, v in row.items() if v != ""} for row in csv.DictReader(f)]
+    for row in rows:  # a row of other settings would pair with nothing: refuse rather than mix
+        if (row["train_problems"], row["heldout_problems"]) != (args.problems, args.heldout):
+            raise SystemExit(f"{path}: rows of {row['train_problems']} / {row['heldout_problems']} problems, not "
+                             f"{args.problems} / {args.heldout}: resume into another --out")
+    return rows
+
+
 def write(args, rows: list[dict], total: float) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "runs.csv", "w", newline="") as f:
@@ -390,9 +412,11 @@ def main(argv=None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d%H%M%S")  # fresh run names: the engine never resumes
     started = time.perf_counter()
-    rows: list[dict] = []
+    rows: list[dict] = finished_rows(args)
     for seed in args.seeds:
         for arm in [a for a in ARMS if a in args.arms]:
+            if any(r["seed"] == seed and r["arm"] == arm for r in rows):
+                continue  # --resume: trained by an earlier invocation
             cfg = experiment(args, seed, arm, workdir, stamp)
             print(f"[hf_vs_engine] seed {seed}, {LABELS[arm]} ...", file=sys.stderr, flush=True)
             if arm.startswith("trainer"):
@@ -402,6 +426,7 @@ def main(argv=None) -> int:
             row.update(seed=seed, arm=arm, heldout_loss=heldout_loss(task, model), **data_identity(task))
             row.setdefault("engine_own_heldout_loss", math.nan)
             rows.append(row)
+            write(args, rows, time.perf_counter() - started)  # a stop loses at most the run in progress
             del model, task
             print(f"[hf_vs_engine] seed {seed}, {LABELS[arm]}: method {row['method_s']:.1f} s, "
                   f"{row['samples_backpropagated']} samples back-propagated, held-out loss {row['heldout_loss']:.4f}"

@@ -138,3 +138,12 @@ def test_the_selection_stage_needs_a_validation_metric(tmp_path):
         load_benchmark(path)
     assert TuneSpec(key="train.epochs", values=[1, 2], method="full").targets("random")
     assert not TuneSpec(key="selection.temperature", values=[1, 2]).targets("random")
+
+
+def test_a_benchmark_runs_only_the_workloads_named_and_refuses_an_unknown_one(tmp_path):
+    from attent.config import ConfigError
+    spec, runs = load_benchmark(REPO / "benchmarks" / "data_size.yaml", workloads=["fmnist-20000"])
+    assert [w.name for w in spec.workloads] == ["fmnist-20000"]
+    assert {run.workload.name for run in runs} == {"fmnist-20000"} and len(runs) == 21
+    with pytest.raises(ConfigError, match="no workload 'fmnist-60000'; its workloads: fmnist-600, fmnist-2000"):
+        load_benchmark(REPO / "benchmarks" / "data_size.yaml", workloads=["fmnist-60000"])

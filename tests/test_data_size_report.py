@@ -59,3 +59,23 @@ def test_attent_report_rebuilds_a_benchmarks_reports_from_its_runs(tmp_path):
     folder = tmp_path / "out" / "sizes"
     assert "## fm-600" in (folder / "time_to_accuracy.md").read_text()
     assert "| 6000 | plateaued |" in (folder / "data_size" / "data_size.md").read_text()
+
+
+def test_sizes_an_earlier_report_saved_join_this_stores_and_say_where_they_come_from(tmp_path):
+    """A size run on its own (attent bench --workload) in another store: its row joins the rows an
+    earlier report saved, which keep their numbers; a size both hold is this store's."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    log_sizes(uri)
+    first = build_data_size_report("sizes", tracking_uri=uri, out_dir=tmp_path / "first")
+    saved = pd.read_csv(first / "data_size.csv")
+    saved.loc[saved["size"] == 6000, "size"] = 60000   # stands for a size measured elsewhere
+    saved.loc[saved["size"] == 60000, "workload"] = "fm-60000"
+    earlier = tmp_path / "earlier.csv"
+    saved.to_csv(earlier, index=False)
+    out = build_data_size_report("sizes", tracking_uri=uri, out_dir=tmp_path / "merged", earlier=[earlier])
+    table = pd.read_csv(out / "data_size.csv")
+    assert list(table["size"]) == [600, 6000, 60000]
+    assert list(table["source"]) == ["this store", "this store", str(earlier)]
+    assert table.iloc[2]["final_vs_random"] == pytest.approx(saved.iloc[1]["final_vs_random"])
+    text = (out / "data_size.md").read_text()
+    assert "| 60000 | plateaued |" in text and f"60000 images from `{earlier}`" in text

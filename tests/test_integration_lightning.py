@@ -354,12 +354,18 @@ def test_a_trainer_without_max_epochs_is_refused():
 
 @pytest.mark.timeout(120)
 def test_ddp_with_lightnings_distributed_sampler_is_refused():
+    """Refused at the callback's ``setup``, which Lightning calls on each rank before any loader is
+    built; called here on a two-device DDP Trainer that launches no process (the two-rank test
+    above fits one with the setting the refusal names)."""
     selection = AtteNTCallback(dataset(), SelectionConfig(**CONFIGS["llm"]), 0)
     trainer = L.Trainer(**{**TRAINER, "devices": 2}, strategy=f"ddp_{_fork_or_spawn()}", max_epochs=2,
                         callbacks=[selection])
-    # raised on each rank; the launcher re-raises it with the rank's traceback
-    with pytest.raises(Exception, match=r"needs Trainer\(use_distributed_sampler=False\) under DDP: its sampler"):
-        trainer.fit(SampleModule(selection))
+    assert trainer.world_size == 2
+    with pytest.raises(ValueError, match=r"needs Trainer\(use_distributed_sampler=False\) under DDP: its sampler"):
+        selection.setup(trainer, SampleModule(selection), "fit")
+    quiet = L.Trainer(**{**TRAINER, "devices": 2}, strategy=f"ddp_{_fork_or_spawn()}", max_epochs=2,
+                      use_distributed_sampler=False, callbacks=[selection])
+    selection.setup(quiet, SampleModule(selection), "fit")  # the setting it names is enough
 
 
 class OwnLoaderModule(SampleModule):

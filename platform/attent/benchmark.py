@@ -137,14 +137,21 @@ CALIBRATED_FROM = {contract.METHOD_INFOBATCH_BUDGET: ("infobatch",),
 
 
 def load_benchmark(path: str | Path, overrides: list[str] | None = None, *, name: str | None = None,
-                   choices: Choices | None = None) -> tuple[BenchmarkSpec, list[BenchmarkRun]]:
+                   choices: Choices | None = None,
+                   workloads: list[str] | None = None) -> tuple[BenchmarkSpec, list[BenchmarkRun]]:
     """The spec in ``path`` and its verdict runs in execution order (workload, seed, method: a
     seed's methods run back to back, so slow drifts of the machine hit them alike; calibrated
     methods after the runs they read), with the selection stage's ``choices`` applied (None: the
     base values). ``overrides`` (key.path=value) apply to every run; ``name`` renames the
-    benchmark (a fresh one)."""
+    benchmark (a fresh one); ``workloads``: only the workloads of these names (None: all)."""
     path = Path(path)
     spec = load_section(path, "benchmark", BenchmarkSpec, name=name)
+    if workloads:
+        known = [w.name for w in spec.workloads]
+        unknown = [w for w in workloads if w not in known]
+        if unknown:
+            raise ConfigError(f"{path}: no workload {', '.join(map(repr, unknown))}; its workloads: {', '.join(known)}")
+        spec = spec.model_copy(update={"workloads": [w for w in spec.workloads if w.name in workloads]})
     cli = parse_overrides(overrides or [])
     runs = []
     for workload in spec.workloads:
@@ -315,12 +322,13 @@ def describe(spec: BenchmarkSpec, runs: list[BenchmarkRun], *, chosen: bool = Fa
 
 
 def run_benchmark(path: str | Path, overrides: list[str] | None = None, *, out_dir: str | Path = "reports",
-                  name: str | None = None, console=None) -> Path:
+                  name: str | None = None, console=None, workloads: list[str] | None = None) -> Path:
     """The selection stage (each workload's choices, on validation), then every verdict run, one
     at a time, then the report; returns the report folder. A finished run is kept, so running
     the command again continues where it stopped. ``console``: the driver's
-    (``engine.progress.Console``; default: everything Ray prints)."""
-    spec, runs = load_benchmark(path, overrides, name=name)
+    (``engine.progress.Console``; default: everything Ray prints). ``workloads``: only these (a
+    long workload run on its own; the reports then cover the workloads the store holds)."""
+    spec, runs = load_benchmark(path, overrides, name=name, workloads=workloads)
     candidates = [run for workload in spec.workloads for tune in workload.tune
                   for run in selection_runs(path, workload, tune, [], overrides, name=name)]
     resolve = lambda runs: [r.model_copy(update={"experiment": r.experiment.resolved()}) for r in runs]  # noqa: E731
@@ -353,7 +361,7 @@ def run_benchmark(path: str | Path, overrides: list[str] | None = None, *, out_d
                 from .engine.tracking import client_for
                 client_for(uri).log_dict(parent, records, contract.BENCH_CHOICES_FILE)
             choices[workload.name] = chosen
-            _, runs = load_benchmark(path, overrides, name=name, choices=choices)
+            _, runs = load_benchmark(path, overrides, name=name, choices=choices, workloads=workloads)
             runs = resolve([run for run in runs if run.workload.name == workload.name])
             print(describe(spec, runs, chosen=True), flush=True)
             for number, run in enumerate(runs, 1):

@@ -103,6 +103,8 @@ def add_run_commands(sub) -> None:
     p.add_argument("config", help="benchmark YAML, e.g. benchmarks/time_to_accuracy_small.yaml")
     p.add_argument("--out", default="reports", help="the report goes to <out>/<benchmark name>/")
     p.add_argument("--dry-run", action="store_true", help="list and check the runs, start nothing")
+    p.add_argument("--workload", action="append", metavar="NAME",
+                   help="only this workload (repeatable): a long one run on its own")
     p.add_argument("overrides", nargs="*", help="key.path=value for every run")
 
     p = sub.add_parser("downstream", help="run an experiment's downstream jobs on a finished training run")
@@ -174,7 +176,7 @@ def cmd_validate(args) -> int:
         return 0
     if set(data) == {"benchmark"}:
         from .benchmark import describe, load_benchmark
-        spec, runs = load_benchmark(args.config, args.overrides)
+        spec, runs = load_benchmark(args.config, args.overrides, workloads=getattr(args, "workload", None))
         configs = [run.experiment.resolved() for run in runs]
         summary = describe(spec, runs)
     elif is_sweep_file(args.config):
@@ -255,7 +257,8 @@ def cmd_bench(args) -> int:
     if args.dry_run:
         return cmd_validate(args)
     from .engine.progress import Console
-    out = run_benchmark(args.config, args.overrides, out_dir=args.out, console=Console.for_cli(args.verbose))
+    out = run_benchmark(args.config, args.overrides, out_dir=args.out, console=Console.for_cli(args.verbose),
+                        workloads=args.workload)
     print(f"\nreport: {out}/time_to_accuracy.md (CSV and figures beside it; also on the MLflow parent run)")
     return 0
 
