@@ -187,7 +187,7 @@ def benchmark_report(experiment: str, tracking_uri: str | None, out: str, margin
     a benchmark still running, or stopped, gets the report of what it has), and the data-size
     view where its workloads differ in training-set size."""
     from analysis.data_size import TRAIN_LIMIT, build_data_size_report
-    from analysis.time_to_accuracy import analyse, build_time_to_accuracy_report
+    from analysis.time_to_accuracy import build_time_to_accuracy_report
     from analysis.tta_runs import WORKLOAD, load_benchmark, parent_json
     client = MlflowClient(tracking_uri)
     bench = load_benchmark(client, experiment)

@@ -24,7 +24,6 @@ it. Every run checks that its weights came out unchanged.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import threading
 

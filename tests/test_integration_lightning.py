@@ -11,11 +11,8 @@ the later subsets."""
 from __future__ import annotations
 
 import csv
-import json
 import math
 import os
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -26,14 +23,12 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDataset
 
-from conftest import REPO
 
 L = pytest.importorskip("lightning")
 
 import attent  # noqa: E402
 from attent.integrations.lightning import AtteNTCallback  # noqa: E402
 from attent.selection.config import SelectionConfig  # noqa: E402
-from attent.selection.strategies import budget  # noqa: E402
 
 N, EPOCHS = 103, 6
 CONFIGS = {
@@ -446,19 +441,6 @@ def test_the_callback_is_a_public_name():
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("devices", [1, 2])  # 2: Lightning's "ddp", which starts the script again per rank
 def test_lightning_example_runs_and_follows_the_ratio_schedule(devices):
-    epochs, limit = 4, 240
-    result = subprocess.run([sys.executable, str(REPO / "examples" / "lightning_vit.py"), "--epochs", str(epochs),
-                             "--limit", str(limit), "--batch-size", str(32 // devices), "--devices", str(devices)],
-                            capture_output=True, text=True, timeout=280,
-                            env={**os.environ, "PYTHONPATH": f"{REPO / 'platform'}{os.pathsep}{REPO}"})
-    assert result.returncode == 0, result.stderr
-    rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
-    assert len(rows) == epochs
-    assert rows[-1]["train_loss"] < rows[0]["train_loss"]
-    assert rows[-1]["steps"] == rows[-1]["planned_steps"]   # the OneCycle schedule ran out exactly
-    plan = dict(SelectionConfig(preset="vit").planned_ratios(epochs))
-    sizes, size = [], limit
-    for epoch in range(epochs):
-        size = budget(limit, plan[epoch]) if epoch in plan else size
-        sizes.append(size)
-    assert [row["selected"] for row in rows] == sizes
+    from test_integration_pytorch import assert_example_follows_the_vit_preset
+    assert_example_follows_the_vit_preset("lightning_vit.py", "--batch-size", str(32 // devices),
+                                          "--devices", str(devices))

@@ -23,7 +23,6 @@ from conftest import REPO
 import attent
 from attent.integrations.pytorch import subset_checksum
 from attent.selection.config import SelectionConfig
-from attent.selection.sampler import shard_indices
 from attent.selection.strategies import budget
 from attent.selection.teacher import Teacher
 
@@ -333,11 +332,12 @@ def test_public_names():
 
 
 # --- the example ----------------------------------------------------------------------------------------
-@pytest.mark.timeout(300)
-def test_plain_pytorch_example_runs_and_follows_the_ratio_schedule():
-    epochs, limit = 4, 240
-    result = subprocess.run([sys.executable, str(REPO / "examples" / "plain_pytorch.py"), "--epochs", str(epochs),
-                             "--limit", str(limit), "--batch-size", "32"], capture_output=True, text=True,
+def assert_example_follows_the_vit_preset(script: str, *args: str, epochs: int = 4, limit: int = 240) -> None:
+    """``examples/<script>`` trains ``limit`` digits for ``epochs`` epochs, printing a JSON row per
+    epoch: its loss falls, its OneCycle schedule runs out exactly, its subsets follow the ``vit``
+    preset's planned ratios."""
+    result = subprocess.run([sys.executable, str(REPO / "examples" / script), "--epochs", str(epochs),
+                             "--limit", str(limit), *args], capture_output=True, text=True,
                             timeout=280, env={**os.environ, "PYTHONPATH": f"{REPO / 'platform'}{os.pathsep}{REPO}"})
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
@@ -350,3 +350,8 @@ def test_plain_pytorch_example_runs_and_follows_the_ratio_schedule():
         size = budget(limit, plan[epoch]) if epoch in plan else size
         sizes.append(size)
     assert [row["selected"] for row in rows] == sizes
+
+
+@pytest.mark.timeout(300)
+def test_plain_pytorch_example_runs_and_follows_the_ratio_schedule():
+    assert_example_follows_the_vit_preset("plain_pytorch.py", "--batch-size", "32")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import time
 import traceback
-from pathlib import Path
 
 from .engine.progress import LOG_DIR_ENV, log_folder  # noqa: F401 -- LOG_DIR_ENV: where tracebacks go
 

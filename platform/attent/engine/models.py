@@ -52,7 +52,6 @@ def log_trained_model(task: Task, model: torch.nn.Module, *, run_id: str, step: 
 def log_torch_model(exported: TorchModel, **options):
     """MLflow's PyTorch flavour, pt2 format, of a CPU copy of the module in eval mode (the
     training model keeps its device and mode)."""
-    import mlflow
     from mlflow.models import ModelSignature
     from mlflow.types import Schema, TensorSpec
     module = copy.deepcopy(exported.module).cpu().eval()
