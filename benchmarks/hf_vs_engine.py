@@ -426,6 +426,7 @@ def main(argv=None) -> int:
             row.update(seed=seed, arm=arm, heldout_loss=heldout_loss(task, model), **data_identity(task))
             row.setdefault("engine_own_heldout_loss", math.nan)
             rows.append(row)
+            add_savings(rows)
             write(args, rows, time.perf_counter() - started)  # a stop loses at most the run in progress
             del model, task
             print(f"[hf_vs_engine] seed {seed}, {LABELS[arm]}: method {row['method_s']:.1f} s, "
