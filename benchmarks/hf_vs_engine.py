@@ -55,7 +55,7 @@ trains beside the processes of another. Torch threads: --threads in every arm (t
 as many CPUs and the same OMP_NUM_THREADS).
 
 Output: ``runs.csv`` (a row per run) and ``summary.md`` (per-arm mean ± std; paired differences per
-seed with a two-sided 95 % t interval) under --out. ``runs.csv`` is rewritten after every run;
+seed, each column a Holm-adjusted family with its words) under --out. ``runs.csv`` is rewritten after every run;
 ``--resume`` keeps the rows it holds (the same settings) and trains only the (seed, arm) pairs it lacks.
 
     # the real run (a quiet machine, nothing else running; about 2 h at one thread, ~35 min a seed):
@@ -106,6 +106,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--eval-batch-size", type=int, default=16, help="held-out loss batch")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of every arm (Ray: CPUs per worker)")
+    parser.add_argument("--margin", type=float, default=0.02,
+                        help="equivalence margin of the held-out loss (nats; 0.02 is about 2 %% in perplexity)")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     parser.add_argument("--resume", action="store_true", help="keep the rows of --out/runs.csv, train the rest")
     parser.add_argument("--data-dir", default=str(REPO.parent / "shared" / "datasets"),
@@ -311,19 +313,35 @@ def mean_std(values: list[float]) -> str:
     return f"{mean:.4g} ± {spread:.2g}" if spread == spread else f"{mean:.4g}"
 
 
-def paired(rows: list[dict], a: str, b: str, key: str) -> str:
-    """Mean of (a - b) over the seeds that ran both, with a two-sided 95 % t interval."""
-    from scipy import stats
+def judged(rows: list[dict], key: str, margin: float | None) -> list:
+    """The PAIRS as one family of paired comparisons of ``key`` over the seeds that ran both arms,
+    judged by the analysis package's ``judge_family``: paired t-tests Holm-adjusted across the
+    family (the interval shown is the one at each comparison's Holm step), "lower" / "higher" only
+    where the adjusted test rejects, "equivalent within ± margin" from Holm-adjusted paired TOSTs
+    where a margin is declared, "inconclusive" otherwise."""
+    import numpy as np
+    from analysis.tta_results import MATCHED, Paired, judge_family
     by = {(r["seed"], r["arm"]): r[key] for r in rows}
-    diffs = [by[s, a] - by[s, b] for s in sorted({r["seed"] for r in rows}) if (s, a) in by and (s, b) in by]
-    if not diffs:
+    seeds = sorted({r["seed"] for r in rows})
+    family = []
+    for a, b in PAIRS:
+        both = [s for s in seeds if (s, a) in by and (s, b) in by]
+        family.append(Paired(subject=LABELS[a], method=LABELS[b], standing=MATCHED, quantity=key,
+                             subject_values=np.array([by[s, a] for s in both], dtype=float),
+                             method_values=np.array([by[s, b] for s in both], dtype=float),
+                             better_when="lower"))  # lower held-out loss, lower cost
+    return judge_family(family, margin)
+
+
+def judged_cell(p) -> str:
+    """mean difference [Holm-step interval] and its word; the word for "better" at lower values is
+    "lower" here, since neither quantity is a verdict on a method by itself."""
+    if p.seeds == 0:
         return "–"
-    mean = statistics.fmean(diffs)
-    if len(diffs) < 2:
-        return f"{mean:+.4g} (1 seed: no interval)"
-    sem = stats.sem(diffs)
-    low, high = stats.t.interval(0.95, len(diffs) - 1, loc=mean, scale=sem) if sem > 0 else (mean, mean)
-    return f"{mean:+.4g} [{low:+.4g}, {high:+.4g}]"
+    if p.seeds < 2:
+        return f"{p.mean:+.4g} (1 seed: no interval)"
+    word = {"better": "lower", "worse": "higher"}.get(p.verdict, p.verdict)
+    return f"{p.mean:+.4g} [{p.low:+.4g}, {p.high:+.4g}] at {p.level:.1%}: **{word}**"
 
 
 def summary(args, rows: list[dict], total: float) -> str:
@@ -357,11 +375,17 @@ def summary(args, rows: list[dict], total: float) -> str:
         lines.append(f"| {LABELS[arm]} | " + " | ".join(cells) + " |")
     lines += ["", "Savings: against the same seed's full-data run of the same framework (Trainer for "
               "AtteNTTrainer, the engine's for the engine's AtteNT).", "",
-              "## Paired over seeds: mean difference [95 % t interval]", "",
+              "## Paired over seeds: mean difference [interval] and what it allows",
+              "",
+              f"Each column is one family of {len(PAIRS)} comparisons: paired t-tests Holm-adjusted across the "
+              "family (the interval is the t-interval at each comparison's Holm step); \"lower\" / \"higher\" "
+              "only where the adjusted test rejects at 5 %; for the held-out loss, \"equivalent within ± "
+              f"{args.margin:g}\" where Holm-adjusted paired TOSTs with that declared margin (nats) pass; "
+              "\"inconclusive\" otherwise.", "",
               "| difference | held-out loss | method cost (s) |", "|---|---:|---:|"]
-    for a, b in PAIRS:
-        lines.append(f"| {LABELS[a]} − {LABELS[b]} | {paired(rows, a, b, 'heldout_loss')} "
-                     f"| {paired(rows, a, b, 'method_s')} |")
+    losses, costs = judged(rows, "heldout_loss", args.margin), judged(rows, "method_s", None)
+    for (a, b), loss, cost in zip(PAIRS, losses, costs):
+        lines.append(f"| {LABELS[a]} − {LABELS[b]} | {judged_cell(loss)} | {judged_cell(cost)} |")
     checks = [r for r in rows if r["arm"].startswith("engine") and r["engine_own_heldout_loss"] == r["engine_own_heldout_loss"]]
     if checks:
         worst = max(abs(r["heldout_loss"] - r["engine_own_heldout_loss"]) for r in checks)

@@ -1,6 +1,6 @@
 """benchmarks/hf_vs_engine.py without training (its smoke run trains; see the script): the four
 arms are one job on one task section, the savings pair each arm with its own framework's full run,
-and the paired interval is scipy's t interval of the per-seed differences."""
+and the words of the paired comparisons come from Holm-adjusted intervals."""
 from __future__ import annotations
 
 import importlib.util
@@ -58,20 +58,28 @@ def test_savings_pair_each_arm_with_its_frameworks_full_run(script):
     assert by["trainer_full"]["realized_saving"] == by["engine_full"]["ideal_saving"] == 0
 
 
-def test_paired_interval_and_summary(script):
+def test_paired_words_come_from_holm_adjusted_intervals(script):
     table = rows({"trainer_full": 100, "trainer_attent": 80, "engine_attent": 60, "engine_full": 120},
                  {"trainer_full": 384, "trainer_attent": 307, "engine_attent": 307, "engine_full": 384},
                  {"trainer_full": 1.50, "trainer_attent": 1.49, "engine_attent": 1.52, "engine_full": 1.51})
     script.add_savings(table)
+    # held-out loss, per seed: AtteNTTrainer − Trainer -0.01, 0, +0.01 (p = 1); AtteNTTrainer − engine
+    # -0.03, -0.02, -0.01 (p = 0.07, not rejected); engine AtteNT − engine full +0.01 on every seed
+    loss = script.judged(table, "heldout_loss", margin=0.02)
+    assert [p.verdict for p in loss] == ["inconclusive", "inconclusive", "worse"]
     diffs = [1.49 + 0.01 * s - 1.50 for s in (0, 1, 2)]
+    # the largest p is Holm's last step: its interval is the plain 95 % one
     low, high = stats.t.interval(0.95, 2, loc=sum(diffs) / 3, scale=stats.sem(diffs))
-    assert script.paired(table, "trainer_attent", "trainer_full", "heldout_loss") == \
-        f"{sum(diffs) / 3:+.4g} [{low:+.4g}, {high:+.4g}]"
-    assert script.paired(table[:4], "trainer_attent", "trainer_full", "method_s") == "-20 (1 seed: no interval)"
-    args = script.parse_args([])
-    text = script.summary(args, table, 60.0)
+    assert (loss[0].level, loss[0].low, loss[0].high) == (pytest.approx(0.95), pytest.approx(low), pytest.approx(high))
+    assert "**higher**" in script.judged_cell(loss[2]) and "at 98.3%" in script.judged_cell(loss[2])
+    # a margin wide enough: the spread-out differences become equivalent, by TOST
+    assert script.judged(table, "heldout_loss", margin=1.0)[0].verdict == "equivalent within ± 1"
+    # cost: constant differences on every seed (zero-width intervals) are lower / higher
+    cost = script.judged(table, "method_s", None)
+    assert [script.judged_cell(p).rsplit("**", 2)[1] for p in cost] == ["lower", "higher", "lower"]
+    assert script.judged_cell(cost[1]).startswith("+20 [+20, +20]")
+    assert script.judged_cell(script.judged(table[:4], "method_s", None)[0]) == "-20 (1 seed: no interval)"
+    text = script.summary(script.parse_args([]), table, 60.0)
     assert "| AtteNTTrainer (llm preset) − Trainer, full data |" in text
     assert "| AtteNTTrainer (llm preset) − engine, AtteNT (llm preset) |" in text
-    assert "differ by at most 0." in text
-    # equal differences on every seed: a zero-width interval, not NaN
-    assert script.paired(table, "trainer_attent", "engine_attent", "method_s") == "+20 [+20, +20]"
+    assert "equivalent within ± 0.02" in text and "differ by at most 0." in text
