@@ -340,7 +340,8 @@ def judged_cell(p) -> str:
         return "–"
     if p.seeds < 2:
         return f"{p.mean:+.4g} (1 seed: no interval)"
-    word = {"better": "lower", "worse": "higher"}.get(p.verdict, p.verdict)
+    from analysis.tta_results import BETTER, WORSE
+    word = {BETTER: "lower", WORSE: "higher"}.get(p.verdict, p.verdict)
     return f"{p.mean:+.4g} [{p.low:+.4g}, {p.high:+.4g}] at {p.level:.1%}: **{word}**"
 
 

@@ -23,7 +23,6 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDataset
 
-
 L = pytest.importorskip("lightning")
 
 import attent  # noqa: E402
