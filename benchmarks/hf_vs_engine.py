@@ -70,13 +70,14 @@ import argparse
 import csv
 import math
 import os
-import platform
 import statistics
 import sys
 import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+
+from attent.doctor import cpu_model
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = REPO / "experiments" / "gsm8k_smollm2.yaml"
@@ -294,16 +295,6 @@ def add_savings(rows: list[dict]) -> None:
         row["ideal_saving"] = 1 - row["samples_backpropagated"] / full["samples_backpropagated"] if full else math.nan
 
 
-def processor() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def mean_std(values: list[float]) -> str:
     values = [v for v in values if v == v]
     if not values:
@@ -357,7 +348,7 @@ def summary(args, rows: list[dict], total: float) -> str:
         f"per arm; seeds {seeds}; one run at a time. `benchmarks/hf_vs_engine.py` (its docstring: what is "
         "timed and what differs between the frameworks by design).",
         "",
-        f"Machine: {processor()}, {os.cpu_count()} CPUs; load average at the end "
+        f"Machine: {cpu_model()}, {os.cpu_count()} CPUs; load average at the end "
         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; total {total / 60:.1f} min "
         f"({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC).",
         "",
@@ -460,7 +451,7 @@ def main(argv=None) -> int:
         same = {(r["train_fingerprint"], r["heldout_fingerprint"]) for r in rows if r["seed"] == seed}
         if len(same) != 1:
             raise RuntimeError(f"seed {seed}: the arms trained or were scored on different problems: {same}")
-    add_savings(rows)
+    add_savings(rows)  # also for rows all read back by --resume
     total = time.perf_counter() - started
     write(args, rows, total)
     print(summary(args, rows, total))

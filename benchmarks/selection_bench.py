@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import sys
@@ -33,9 +32,11 @@ import numpy as np
 import torch
 
 try:
+    from attent.doctor import cpu_model
     from attent.selection import strategies, topk
 except ImportError:  # run from a checkout without installing the package
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "platform"))
+    from attent.doctor import cpu_model
     from attent.selection import strategies, topk
 
 GOAL_SECONDS = 1.0   # per strategy at 100M scores
@@ -71,16 +72,6 @@ def load_average() -> str:
         return " ".join(f"{x:.2f}" for x in os.getloadavg())
     except OSError:
         return "n/a"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def bench(sizes, ratios, repeats, seed=0) -> list[dict]:

@@ -50,10 +50,23 @@ def run_checks(tracking_uri: str, storage_path: Path) -> int:
     return 1 if failed else 0
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else what Python's platform module says: the
+    machine a measurement was taken on."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or platform.machine()
+
+
 def check_torch() -> str:
     import torch
     return f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}, " \
-           f"{torch.get_num_threads()} threads"
+           f"{torch.get_num_threads()} threads, {cpu_model()}"
 
 
 def check_cuda() -> str:
