@@ -23,10 +23,9 @@ from matplotlib.figure import Figure
 
 from analysis.report import ARTIFACT_PATH
 from analysis.runs import EPOCHS, SEED, ReportError, is_full, load_experiment_runs, lower_is_better, metric
+from analysis.table_verdicts import CONTROL_NAME
 from analysis.tta_results import FULL, FULL_LONG, PLATEAU_CONFIDENCE, PLATEAUED, plateau_of, target_of
 from attent import contract
-
-
 
 STEM = "epochs_pilot"  # <out>/<experiment>/epochs_pilot.{md,png}
 
@@ -60,7 +59,7 @@ def pilot_rows(runs: pd.DataFrame, metric_name: str) -> tuple[pd.DataFrame, int 
             per_run = pd.concat([at_e.rename("final_metric").reset_index().assign(method=FULL),
                                  finals.loc[2 * epochs].rename("final_metric").reset_index().assign(method=FULL_LONG)])
             target = target_of(at_e, lower)
-            plateau = plateau_of(per_run, lower, target.tolerance, "2E")
+            plateau = plateau_of(per_run, lower, target.tolerance, CONTROL_NAME)
             row.update(gain=plateau.mean, low=plateau.low, high=plateau.high, tolerance=plateau.tolerance,
                        verdict=plateau.verdict)
             if plateau.verdict == PLATEAUED and chosen is None:
@@ -73,7 +72,8 @@ def markdown(table: pd.DataFrame, chosen: int | None, metric_name: str, experime
     lines = [f"# Epoch pilot: {experiment}", "",
              f"Full data's final {metric_name} per epoch count E (mean ± std over seeds), and the gain of 2E "
              f"over E seed by seed (positive = better), its {PLATEAU_CONFIDENCE:.0%} paired t-interval and the "
-             "plateau verdict against the tolerance (the larger of 0.005 absolute and the seed std at E).", "",
+             "plateau verdict against the tolerance (the larger of a floor, 0.005 absolute or 1 % of a loss, and "
+             "full data's seed std at E).", "",
              f"| E | seeds | {metric_name} | gain of 2E | {PLATEAU_CONFIDENCE:.0%} interval | tolerance | verdict |",
              "|---:|---:|---:|---:|---|---:|---|"]
     for r in table.to_dict("records"):

@@ -554,11 +554,16 @@ PLATEAU_SWEEPS = ("ablation_digits", "ratio_digits", "comparison_digits", "with_
 
 
 @pytest.mark.parametrize("sweep", PLATEAU_SWEEPS)
-def test_shipped_digits_sweeps_train_30_epochs_over_3_seeds_with_a_60_epoch_control(sweep):
-    """Every trial trains E = 30 epochs but the plateau control, full data for 60; seeds 0-2."""
+def test_shipped_digits_sweeps_train_the_pilots_epochs_over_3_seeds_with_a_2e_control(sweep):
+    """Every trial trains the epoch pilot's E (``epochs_pilot_digits.yaml``: one of its counts, on
+    the same validation hold-out) but the plateau control, full data for 2E; seeds 0-2."""
+    pilot = load_sweep(REPO / "experiments" / "sweeps" / "epochs_pilot_digits.yaml")
     loaded = load_sweep(REPO / "experiments" / "sweeps" / f"{sweep}.yaml")
-    assert loaded.spec.seeds == [0, 1, 2]
+    assert loaded.spec.seeds == pilot.spec.seeds == [0, 1, 2]
     epochs = {(cfg.selection.method, cfg.train.epochs) for _, cfg in loaded.trials}
-    assert {e for _, e in epochs} == {30, 60} and ("full", 30) in epochs
-    assert [m for m, e in epochs if e == 60] == ["full"]
-    assert sum(cfg.train.epochs == 60 for _, cfg in loaded.trials) == 3
+    e = min(e for _, e in epochs)
+    assert {e for _, e in epochs} == {e, 2 * e} and ("full", e) in epochs
+    assert e in {cfg.train.epochs for _, cfg in pilot.trials}
+    assert [m for m, epochs_ in epochs if epochs_ == 2 * e] == ["full"]
+    assert sum(cfg.train.epochs == 2 * e for _, cfg in loaded.trials) == 3
+    assert {cfg.task.val_limit for _, cfg in loaded.trials} == {cfg.task.val_limit for _, cfg in pilot.trials} == {300}

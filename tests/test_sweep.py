@@ -58,7 +58,7 @@ def test_sweep_file_expands_grid_times_seeds(tmp_path, mlflow_uri):
 
 def test_a_sweep_is_its_own_mlflow_experiment():
     sweep = load_sweep(REPO / "experiments/sweeps/ablation_digits.yaml")
-    assert len(sweep.trials) == 42  # (12 grid + full + its 60-epoch plateau control) x 3 seeds
+    assert len(sweep.trials) == 42  # (12 grid + full + its 2E plateau control) x 3 seeds
     assert {c.mlflow.experiment for _, c in sweep.trials} == {"ablation-digits"}  # not the base's digits-vit
 
 
