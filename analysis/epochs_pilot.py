@@ -24,7 +24,8 @@ from matplotlib.figure import Figure
 from analysis.report import ARTIFACT_PATH
 from analysis.runs import EPOCHS, SEED, ReportError, is_full, load_experiment_runs, lower_is_better, metric
 from analysis.table_verdicts import CONTROL_NAME
-from analysis.tta_results import FULL, FULL_LONG, PLATEAU_CONFIDENCE, PLATEAUED, plateau_of, target_of
+from analysis.tta_results import (ACCURACY_TOLERANCE, FULL, FULL_LONG, LOSS_TOLERANCE, PLATEAU_CONFIDENCE,
+                                  PLATEAUED, plateau_of, target_of)
 from attent import contract
 
 STEM = "epochs_pilot"  # <out>/<experiment>/epochs_pilot.{md,png}
@@ -44,12 +45,10 @@ def pilot_finals(runs: pd.DataFrame, metric_name: str) -> pd.Series:
     return full.groupby(["epochs", "seed"])["final_metric"].mean()
 
 
-def pilot_rows(runs: pd.DataFrame, metric_name: str) -> tuple[pd.DataFrame, int | None]:
-    """One row per trained epoch count E: full data's final ``metric_name`` (mean, std, seeds) and,
-    where 2E was trained too, the gain of 2E over E with its interval and verdict. Also the pilot's
-    E: the smallest plateaued count (None when none is)."""
-    lower = lower_is_better(metric_name)
-    finals = pilot_finals(runs, metric_name)
+def pilot_rows(finals: pd.Series, lower: bool) -> tuple[pd.DataFrame, int | None]:
+    """One row per trained epoch count E of ``finals`` (``pilot_finals``): full data's final metric
+    (mean, std, seeds) and, where 2E was trained too, the gain of 2E over E with its interval and
+    verdict. Also the pilot's E: the smallest plateaued count (None when none is)."""
     rows, chosen = [], None
     for epochs in sorted(finals.index.get_level_values("epochs").unique()):
         at_e = finals.loc[epochs]
@@ -72,8 +71,8 @@ def markdown(table: pd.DataFrame, chosen: int | None, metric_name: str, experime
     lines = [f"# Epoch pilot: {experiment}", "",
              f"Full data's final {metric_name} per epoch count E (mean ± std over seeds), and the gain of 2E "
              f"over E seed by seed (positive = better), its {PLATEAU_CONFIDENCE:.0%} paired t-interval and the "
-             "plateau verdict against the tolerance (the larger of a floor, 0.005 absolute or 1 % of a loss, and "
-             "full data's seed std at E).", "",
+             "plateau verdict against the tolerance (the larger of a floor, "
+             f"{ACCURACY_TOLERANCE} absolute or {LOSS_TOLERANCE:.0%} of a loss, and full data's seed std at E).", "",
              f"| E | seeds | {metric_name} | gain of 2E | {PLATEAU_CONFIDENCE:.0%} interval | tolerance | verdict |",
              "|---:|---:|---:|---:|---|---:|---|"]
     for r in table.to_dict("records"):
@@ -119,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     client = MlflowClient(args.tracking_uri)
     try:
         loaded = load_experiment_runs(client, args.experiment)
-        table, chosen = pilot_rows(loaded.runs, args.metric)
+        finals = pilot_finals(loaded.runs, args.metric)
+        table, chosen = pilot_rows(finals, lower_is_better(args.metric))
     except ReportError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out / args.experiment
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{STEM}.md").write_text(f"{text}\n\n![{STEM}]({STEM}.png)\n", encoding="utf-8")
-    pilot_figure(pilot_finals(loaded.runs, args.metric), chosen, args.metric).savefig(out / f"{STEM}.png", dpi=120)
+    pilot_figure(finals, chosen, args.metric).savefig(out / f"{STEM}.png", dpi=120)
     for parent_id in loaded.sweep_parent_ids:
         for path in (out / f"{STEM}.md", out / f"{STEM}.png"):
             client.log_artifact(parent_id, str(path), artifact_path=ARTIFACT_PATH)

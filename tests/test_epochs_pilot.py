@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from analysis.epochs_pilot import pilot_rows
+from analysis.epochs_pilot import pilot_finals, pilot_rows
 from analysis.runs import EPOCHS, METHOD, SEED, ReportError, metric
 from analysis.tta_results import PLATEAUED, STILL_RISING
 from attent import contract
@@ -20,7 +20,7 @@ def runs(finals=FINALS, name="eval_val_accuracy") -> pd.DataFrame:
 
 
 def test_the_pilot_picks_the_smallest_count_whose_doubling_gains_less_than_the_tolerance():
-    table, chosen = pilot_rows(runs(), "eval_val_accuracy")
+    table, chosen = pilot_rows(pilot_finals(runs(), "eval_val_accuracy"), lower=False)
     verdicts = dict(zip(table["epochs"], table["verdict"]))
     assert verdicts[30] == STILL_RISING and verdicts[60] == PLATEAUED and verdicts[120] == "no 2E run"
     assert chosen == 60
@@ -29,19 +29,19 @@ def test_the_pilot_picks_the_smallest_count_whose_doubling_gains_less_than_the_t
 
 def test_no_count_is_chosen_while_every_doubling_still_gains():
     rising = {30: [0.80, 0.81, 0.79], 60: [0.85, 0.86, 0.84], 120: [0.90, 0.91, 0.89]}
-    table, chosen = pilot_rows(runs(rising), "eval_val_accuracy")
+    table, chosen = pilot_rows(pilot_finals(runs(rising), "eval_val_accuracy"), lower=False)
     assert chosen is None and table.set_index("epochs").loc[60, "verdict"] == STILL_RISING
 
 
 def test_the_pilot_reads_no_test_metric():
     with pytest.raises(ReportError, match="validation metrics only"):
-        pilot_rows(runs(), "eval_test_accuracy")
+        pilot_finals(runs(), "eval_test_accuracy")
     with pytest.raises(ReportError, match="task.val_limit"):
-        pilot_rows(runs(name="eval_val_loss"), "eval_val_accuracy")
+        pilot_finals(runs(name="eval_val_loss"), "eval_val_accuracy")
 
 
 def test_the_pilot_figure_draws_each_seed_the_mean_and_e():
-    from analysis.epochs_pilot import pilot_figure, pilot_finals
+    from analysis.epochs_pilot import pilot_figure
     ax, = pilot_figure(pilot_finals(runs(), "eval_val_accuracy"), 60, "eval_val_accuracy").axes
     assert len(ax.lines) == 3 + 1 + 1  # three seeds, their mean, the chosen E
     assert list(ax.lines[3].get_ydata()) == pytest.approx([0.85, 0.90, 0.9003333], abs=1e-6)
