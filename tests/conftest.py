@@ -21,11 +21,16 @@ os.environ["RAY_AUTH_MODE"] = "token"
 # made one (`ray get-auth-token --generate`), the session uses its own, never written to ~/.ray.
 if not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
         or (Path.home() / ".ray" / "auth_token").is_file()):
+    import atexit
     import secrets
+    import shutil
     import tempfile
     _token = Path(tempfile.mkdtemp(prefix="attent-ray-token-")) / "auth_token"
     _token.write_text(secrets.token_hex(32))
     os.environ["RAY_AUTH_TOKEN_PATH"] = str(_token)
+    # removed when this pytest process ends (after the session's Ray is stopped): one per process
+    # was left in /tmp by every run of the suite
+    atexit.register(shutil.rmtree, _token.parent, ignore_errors=True)
 # One BLAS/OpenMP thread per process: tests run beside Ray workers on 2 cores, and oversubscribed
 # OpenMP threads made the LLM tests 5-10x slower.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
