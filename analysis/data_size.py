@@ -13,12 +13,14 @@ pays only where data is abundant: the figure reads that prediction off the sizes
 
 A size too long to run beside the others (``attent bench --workload``) lands in a store of its
 own; ``--with`` adds the rows an earlier report saved (its ``data_size.csv``, built the same way
-from its own store) for the sizes this store lacks, and the report names where each row comes from.
+from its own store) for the sizes this store lacks, judged again under today's rules from the runs
+saved beside it, and the report names where each row comes from.
 """
 from __future__ import annotations
 
 import argparse
 import math
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -26,7 +28,7 @@ from matplotlib.figure import Figure
 from mlflow import MlflowClient
 
 from analysis.time_to_accuracy import WorkloadResult, analyse
-from analysis.tta_results import ATTENT, COST_TO_TARGET, FINAL, FULL
+from analysis.tta_results import ATTENT, COST_TO_TARGET, FINAL, FULL, Paired, judge_family
 from analysis.tta_runs import WORKLOAD, load_benchmark
 from attent import contract
 
@@ -59,13 +61,47 @@ def size_table(results: list[WorkloadResult], sizes: dict[str, int]) -> pd.DataF
     return pd.DataFrame(rows).sort_values("size", kind="stable").reset_index(drop=True)
 
 
+def rejudged(saved: pd.DataFrame, report_dir: Path) -> pd.DataFrame:
+    """``saved`` (an earlier ``data_size.csv``) with its comparisons judged again by today's
+    ``judge_family`` from the runs its report saved beside it (``per_run.csv``: each run's final
+    metric and cost to the target; ``paired.csv``: which comparisons formed each family), so that
+    a rule changed since (an interval's level) reaches the earlier sizes too. Unchanged where those
+    files are missing."""
+    if not ((report_dir / "per_run.csv").exists() and (report_dir / "paired.csv").exists()):
+        return saved
+    runs, paired = pd.read_csv(report_dir / "per_run.csv"), pd.read_csv(report_dir / "paired.csv")
+    saved = saved.copy()
+    for index, row in saved.iterrows():
+        workload = runs[runs["workload"] == row["workload"]]
+        margin = float(workload["margin"].iloc[0]) if len(workload) else math.nan
+        for quantity, column in ((FINAL, "final_metric"), (COST_TO_TARGET, "cost_to_target_s")):
+            values = workload.pivot_table(index="seed", columns="method", values=column)
+            members = paired[(paired["workload"] == row["workload"]) & (paired["subject"] == ATTENT)
+                             & (paired["quantity"] == quantity)]
+            family = []
+            for member in members.itertuples():
+                both = values[[ATTENT, member.method]].dropna() if {ATTENT, member.method} <= set(values) \
+                    else pd.DataFrame(columns=[ATTENT, member.method])
+                family.append(Paired(ATTENT, member.method, member.standing, quantity, both[ATTENT].to_numpy(float),
+                                     both[member.method].to_numpy(float), member.better_when))
+            for p in judge_family(family, margin if quantity == FINAL else None):
+                if p.method in AGAINST and p.seeds >= 2:
+                    key = f"{'final' if quantity == FINAL else 'cost'}_vs_{p.method}"
+                    for suffix, value in (("", p.mean), ("_low", p.low), ("_high", p.high), ("_level", p.level),
+                                          ("_seeds", p.seeds), ("_verdict", p.verdict)):
+                        saved.loc[index, key + suffix] = value
+    return saved
+
+
 def with_earlier_sizes(table: pd.DataFrame, earlier: list[str | Path]) -> pd.DataFrame:
     """``table`` (this store's sizes) and, for the sizes it lacks, the rows earlier reports saved in
-    their ``data_size.csv``; column ``source``: "this store" or the file a row came from."""
+    their ``data_size.csv``, judged again from the runs saved beside them (``rejudged``); column
+    ``source``: "this store" or the file a row came from."""
     table = table.assign(source="this store")
     frames = [table]
     for path in earlier:
-        saved = pd.read_csv(path).assign(source=str(path))
+        # the report's layout: <report>/data_size/data_size.csv beside <report>/per_run.csv
+        saved = rejudged(pd.read_csv(path), Path(path).parent.parent).assign(source=str(path))
         frames.append(saved[~saved["size"].isin(pd.concat(frames)["size"])])
     merged = pd.concat(frames, ignore_index=True)
     return merged.sort_values("size", kind="stable").reset_index(drop=True)
@@ -188,6 +224,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--with", dest="earlier", action="append", default=[], metavar="CSV",
                         help="an earlier report's data_size.csv: its sizes this store lacks (repeatable)")
     args = parser.parse_args(argv)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a report reads small files
     out = build_data_size_report(args.experiment, tracking_uri=args.tracking_uri,
                                  out_dir=Path(args.out) / args.experiment / "data_size", earlier=args.earlier)
     print((out / "data_size.md").read_text())

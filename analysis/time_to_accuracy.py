@@ -46,9 +46,10 @@ the report's methods section.
   family, gives p < 0.05; else "inconclusive". m is the workload's declared margin (by default
   the target's tolerance) for the final metric; no margin is declared for the cost to the
   target, whose words are better, worse or inconclusive. The interval given with each word is
-  the t-interval at the comparison's Holm step: for the j-th smallest p of m comparisons, the
-  1 − 0.05 / (m − j + 1) interval (Holm stops at its first non-rejection, so a later interval
-  may exclude 0 without the word). ``paired.csv`` adds the plain 95 % intervals and the p-values.
+  the t-interval at the comparison's Holm step, so that it excludes 0 exactly where the word is
+  better or worse: the j-th smallest p of m, rejected, gets the 1 − 0.05 / (m − j + 1) interval;
+  those not rejected get the interval of the step where Holm stopped, 1 − 0.05 / (m − r) after
+  r rejections. ``paired.csv`` adds the plain 95 % intervals and the p-values.
   Variants (``method+suffix``) are compared, seed by seed, with full data, full data at equal
   cost and at equal samples, and the method they vary: a family of their own, the same words.
   Nothing in the report says more than these words; means are listed in order, not ranked.
@@ -285,7 +286,8 @@ def markdown(result: WorkloadResult) -> str:
                   "target over the seeds where both reached it). Words from Holm-adjusted paired t-tests within each "
                   f"quantity's family at {ALPHA} (better / worse), else a paired TOST within the margin, "
                   "Holm-adjusted the same way (equivalent), else inconclusive; the interval is the t-interval at the "
-                  "comparison's Holm step (the j-th smallest p of m: 1 − 0.05 / (m − j + 1)):", "",
+                  "comparison's Holm step (the j-th smallest p of m, rejected: 1 − 0.05 / (m − j + 1); not rejected: "
+                  "1 − 0.05 / (m − r), the step where Holm stopped after r rejections):", "",
                   "| method | standing | quantity | paired seeds | AtteNT − method | Holm-step interval | p (Holm) "
                   "| TOST p (Holm) | verdict (AtteNT's) |",
                   "|---|---|---|---:|---:|---|---:|---:|---|"]

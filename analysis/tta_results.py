@@ -206,10 +206,12 @@ def judge_family(family: list[Paired], margin: float | None) -> list[Paired]:
     p (``ttost_paired``, equivalence within ± margin), each set Holm-adjusted across the family
     (``multipletests(..., method="holm")``). "better" / "worse" where the adjusted t-test p <
     ALPHA; else "equivalent within ± margin" where the adjusted TOST p < ALPHA; else
-    "inconclusive". The interval reported is the one at the comparison's Holm step: for the j-th
-    smallest p of m, the 1 − ALPHA / (m − j + 1) t-interval (it excludes 0 where the unadjusted
-    step would reject; Holm stops at its first non-rejection, so a later interval may exclude 0
-    with no word). Returns the family, filled in."""
+    "inconclusive". The interval reported agrees with the word: a comparison Holm rejects at its
+    step j (the j-th smallest p of m) gets the 1 − ALPHA / (m − j + 1) t-interval, which excludes
+    0; every comparison it does not reject gets the interval at the step where Holm stopped,
+    1 − ALPHA / (m − r) after r rejections, which contains 0 (Holm stops at its first
+    non-rejection, so a later comparison's own-step interval could exclude 0 with no word).
+    Returns the family, filled in."""
     tested = [p for p in family if p.seeds >= 2 and p.standing != APART]
     if not tested:
         return family
@@ -227,8 +229,9 @@ def judge_family(family: list[Paired], margin: float | None) -> list[Paired]:
         for p, adjusted in zip(tested, multipletests([p.p_tost for p in tested], alpha=ALPHA, method="holm")[1]):
             p.p_tost_holm = float(adjusted)
     m = len(tested)
+    rejected = sum(p.p_holm < ALPHA for p in tested)
     for rank, p in enumerate(sorted(tested, key=lambda p: p.p)):  # stable: ties keep the family's order
-        p.level = 1 - ALPHA / (m - rank)
+        p.level = 1 - ALPHA / (m - min(rank, rejected))
         interval = t_test(p.differences, p.level)
         p.low, p.high = interval.low, interval.high
     return family

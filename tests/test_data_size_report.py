@@ -2,6 +2,9 @@
 SQLite store (runs logged as `attent bench` logs them, test_tta_report's synthetic curves)."""
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pandas as pd
 import pytest
 from mlflow import MlflowClient
@@ -11,6 +14,7 @@ from analysis.report import main as report_main
 from attent import contract
 from test_tta_report import log_run, method_specs
 
+ROOT = Path(__file__).resolve().parents[1]
 COMPARED = ("full", contract.METHOD_FULL_LONG, contract.METHOD_FULL_EQUAL_COST, "attent", "random")
 
 
@@ -79,3 +83,39 @@ def test_sizes_an_earlier_report_saved_join_this_stores_and_say_where_they_come_
     assert table.iloc[2]["final_vs_random"] == pytest.approx(saved.iloc[1]["final_vs_random"])
     text = (out / "data_size.md").read_text()
     assert "| 60000 | plateaued |" in text and f"60000 images from `{earlier}`" in text
+
+
+def test_an_earlier_size_is_judged_again_from_the_runs_saved_beside_it(tmp_path):
+    """The shipped 600- and 2,000-image report (its per_run.csv and paired.csv) with its size rows'
+    intervals blanked: ``rejudged`` fills them in again from the saved runs, each the scipy
+    interval at today's Holm level (600: nothing rejected among 5, so 1 - 0.05 / 5 for all; 2,000:
+    full data at equal cost rejected first, at 1 - 0.05 / 5, the rest at the stopping step's
+    1 - 0.05 / 4), with the same words."""
+    from scipy import stats
+
+    from analysis.data_size import rejudged
+    shipped = ROOT / "benchmarks" / "results" / "data_size"
+    report = tmp_path / "report"
+    (report / "data_size").mkdir(parents=True)
+    for name in ("per_run.csv", "paired.csv"):
+        shutil.copy(shipped / name, report / name)
+    saved = pd.read_csv(shipped / "data_size" / "data_size.csv")
+    saved = saved[saved["size"].isin([600, 2000])].reset_index(drop=True)
+    blanked = saved.copy()
+    for key in ("final_vs_full", "final_vs_full_equal_cost", "final_vs_random"):
+        blanked[[f"{key}_low", f"{key}_high", f"{key}_level"]] = 0.0
+    table = rejudged(blanked, report)
+    runs = pd.read_csv(shipped / "per_run.csv")
+    for i, (workload, levels) in enumerate((("fmnist-600", {"full": 0.99, "full_equal_cost": 0.99, "random": 0.99}),
+                                            ("fmnist-2000", {"full": 0.9875, "full_equal_cost": 0.99,
+                                                             "random": 0.9875}))):
+        finals = runs[runs["workload"] == workload].pivot_table(index="seed", columns="method", values="final_metric")
+        row = table.iloc[i]
+        assert row["workload"] == workload
+        for method, level in levels.items():
+            key = f"final_vs_{method}"
+            expected = stats.ttest_rel(finals["attent"], finals[method]).confidence_interval(level)
+            assert row[f"{key}_level"] == pytest.approx(level)
+            assert (row[f"{key}_low"], row[f"{key}_high"]) == pytest.approx((expected.low, expected.high))
+            assert row[f"{key}_verdict"] == saved.iloc[i][f"{key}_verdict"]
+            assert (row[f"{key}_low"] > 0 or row[f"{key}_high"] < 0) == (row[f"{key}_verdict"] in ("better", "worse"))

@@ -68,9 +68,11 @@ def test_paired_words_come_from_holm_adjusted_intervals(script):
     loss = script.judged(table, "heldout_loss", margin=0.02)
     assert [p.verdict for p in loss] == ["inconclusive", "inconclusive", "worse"]
     diffs = [1.49 + 0.01 * s - 1.50 for s in (0, 1, 2)]
-    # the largest p is Holm's last step: its interval is the plain 95 % one
-    low, high = stats.t.interval(0.95, 2, loc=sum(diffs) / 3, scale=stats.sem(diffs))
-    assert (loss[0].level, loss[0].low, loss[0].high) == (pytest.approx(0.95), pytest.approx(low), pytest.approx(high))
+    # Holm rejects one comparison of 3 and stops at its second step: the comparisons it does not
+    # reject get that step's interval, 1 - 0.05 / 2 (not their own steps', which could exclude 0)
+    low, high = stats.t.interval(0.975, 2, loc=sum(diffs) / 3, scale=stats.sem(diffs))
+    assert (loss[0].level, loss[0].low, loss[0].high) == (pytest.approx(0.975), pytest.approx(low), pytest.approx(high))
+    assert loss[1].level == pytest.approx(0.975) and loss[1].low < 0 < loss[1].high
     assert "**higher**" in script.judged_cell(loss[2]) and "at 98.3%" in script.judged_cell(loss[2])
     # a margin wide enough: the spread-out differences become equivalent, by TOST
     assert script.judged(table, "heldout_loss", margin=1.0)[0].verdict == "equivalent within ± 1"

@@ -327,8 +327,9 @@ def test_words_follow_holm_and_tost_as_statsmodels_computes_them():
     clear, borderline, close = family
     assert borderline.p < 0.05 < borderline.p_holm  # "better" unadjusted, not after Holm
     assert [p.verdict for p in family] == ["better", "inconclusive", "equivalent within ± 0.01"]
-    # the interval at each Holm step: j-th smallest p of m = 3 -> 1 - 0.05 / (3 - j + 1)
-    for p, level in ((clear, 1 - 0.05 / 3), (borderline, 1 - 0.05 / 2), (close, 0.95)):
+    # rejected at step j of m = 3: 1 - 0.05 / (3 - j + 1); Holm stops at step 2 (1 rejection), so
+    # the comparisons it does not reject get that step's interval, 1 - 0.05 / 2
+    for p, level in ((clear, 1 - 0.05 / 3), (borderline, 1 - 0.05 / 2), (close, 1 - 0.05 / 2)):
         expected = stats.ttest_rel(base, others[p.method]).confidence_interval(level)
         assert p.level == pytest.approx(level) and (p.low, p.high) == pytest.approx((expected.low, expected.high))
     assert borderline.low < 0 < borderline.high
@@ -338,6 +339,29 @@ def test_words_follow_holm_and_tost_as_statsmodels_computes_them():
     lower = judge_family([Paired("attent", "x", "matched", "cost to target (s)", base, base + 0.05 + np.array(
         [0.001, -0.001, 0.002, 0.0]), "lower")], margin=None)[0]
     assert lower.verdict == "better" and math.isnan(lower.p_tost)  # lower cost is better; no margin, no TOST
+
+
+def test_an_interval_excludes_zero_only_where_holm_gives_a_word():
+    """Holm stops at its first non-rejection. Here the smallest p (0.0148, above 0.05 / 4) is not
+    rejected, so no comparison is; the second's own-step interval (1 - 0.05 / 3) would exclude 0
+    all the same (its p, 0.0154, is below 0.05 / 3), as the 20,000-image verdict had it. Every
+    interval is then the stopping step's, 1 - 0.05 / 4, and each contains 0."""
+    from statsmodels.stats.multitest import multipletests
+
+    from analysis.tta_results import Paired, judge_family
+    base = np.array([0.80, 0.82, 0.79])
+    others = {"first": base - np.array([0.037, 0.047, 0.057]), "second": base - np.array([0.036, 0.046, 0.056]),
+              "third": base - np.array([-0.01, 0.01, 0.03]), "fourth": base - np.array([-0.02, 0.0, 0.02])}
+    family = judge_family([Paired("attent", name, "matched", "final metric", base, values, "higher")
+                           for name, values in others.items()], margin=None)
+    raw = [stats.ttest_rel(base, values).pvalue for values in others.values()]
+    first, second = family[:2]
+    assert 0.05 / 4 < first.p < second.p < 0.05 / 3  # the second's own step would reject
+    assert not multipletests(raw, alpha=0.05, method="holm")[0].any()
+    assert stats.ttest_rel(base, others["second"]).confidence_interval(1 - 0.05 / 3).low > 0
+    for p in family:
+        assert p.verdict == "inconclusive" and p.level == pytest.approx(1 - 0.05 / 4)
+        assert p.low < 0 < p.high
 
 
 def test_paired_verdicts(report):
@@ -352,7 +376,11 @@ def test_paired_verdicts(report):
     finals = [p for p in result.paired if p.quantity == "final metric" and p.judged]
     assert {p.method for p in finals} == {"full", "full_equal_cost", "full_equal_samples", "soft+T0.1", "soft+T1",
                                           "random"}
-    assert sorted(p.level for p in finals) == pytest.approx(sorted(1 - 0.05 / k for k in range(1, 7)))
+    # Holm's steps: the r rejected at 1 - 0.05 / 6, 1 - 0.05 / 5, ...; the rest at the stopping step's
+    rejected = sum(p.p_holm < 0.05 for p in finals)
+    assert 0 < rejected < 6
+    expected = [1 - 0.05 / (6 - k) for k in range(rejected)] + [1 - 0.05 / (6 - rejected)] * (6 - rejected)
+    assert sorted(p.level for p in finals) == pytest.approx(sorted(expected))
     assert paired["full_equal_cost", "final metric"].verdict == "better"
     equal_samples = paired["full_equal_samples", "final metric"]
     assert equal_samples.seeds == 3 and equal_samples.low > 0 and equal_samples.verdict == "better"

@@ -25,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.verbose:  # MLflow's INFO records (store creation, migrations) are no news to a user
         os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+        # a report reads small artifacts: their download bars broke the one-progress-line output
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     try:
         if getattr(args, "config", None) is not None:  # before any command imports Ray (seconds)
             from .config import require_file
