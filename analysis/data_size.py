@@ -28,7 +28,7 @@ from matplotlib.figure import Figure
 from mlflow import MlflowClient
 
 from analysis.time_to_accuracy import WorkloadResult, analyse
-from analysis.tta_results import ATTENT, COST_TO_TARGET, FINAL, FULL, Paired, judge_family
+from analysis.tta_results import ATTENT, COST_TO_TARGET, FINAL, FULL, paired_comparisons, summarize
 from analysis.tta_runs import WORKLOAD, load_benchmark
 from attent import contract
 
@@ -62,34 +62,25 @@ def size_table(results: list[WorkloadResult], sizes: dict[str, int]) -> pd.DataF
 
 
 def rejudged(saved: pd.DataFrame, report_dir: Path) -> pd.DataFrame:
-    """``saved`` (an earlier ``data_size.csv``) with its comparisons judged again by today's
-    ``judge_family`` from the runs its report saved beside it (``per_run.csv``: each run's final
-    metric and cost to the target; ``paired.csv``: which comparisons formed each family), so that
-    a rule changed since (an interval's level) reaches the earlier sizes too. Unchanged where those
-    files are missing."""
-    if not ((report_dir / "per_run.csv").exists() and (report_dir / "paired.csv").exists()):
+    """``saved`` (an earlier ``data_size.csv``) with its comparisons judged again from the runs its
+    report saved beside it (``per_run.csv``), by the report's own ``paired_comparisons``, so that a
+    rule changed since (an interval's level) reaches the earlier sizes too. Unchanged where that
+    file is missing."""
+    if not (report_dir / "per_run.csv").exists():
         return saved
-    runs, paired = pd.read_csv(report_dir / "per_run.csv"), pd.read_csv(report_dir / "paired.csv")
+    runs = pd.read_csv(report_dir / "per_run.csv")
     saved = saved.copy()
     for index, row in saved.iterrows():
         workload = runs[runs["workload"] == row["workload"]]
-        margin = float(workload["margin"].iloc[0]) if len(workload) else math.nan
-        for quantity, column in ((FINAL, "final_metric"), (COST_TO_TARGET, "cost_to_target_s")):
-            values = workload.pivot_table(index="seed", columns="method", values=column)
-            members = paired[(paired["workload"] == row["workload"]) & (paired["subject"] == ATTENT)
-                             & (paired["quantity"] == quantity)]
-            family = []
-            for member in members.itertuples():
-                both = values[[ATTENT, member.method]].dropna() if {ATTENT, member.method} <= set(values) \
-                    else pd.DataFrame(columns=[ATTENT, member.method])
-                family.append(Paired(ATTENT, member.method, member.standing, quantity, both[ATTENT].to_numpy(float),
-                                     both[member.method].to_numpy(float), member.better_when))
-            for p in judge_family(family, margin if quantity == FINAL else None):
-                if p.method in AGAINST and p.seeds >= 2:
-                    key = f"{'final' if quantity == FINAL else 'cost'}_vs_{p.method}"
-                    for suffix, value in (("", p.mean), ("_low", p.low), ("_high", p.high), ("_level", p.level),
-                                          ("_seeds", p.seeds), ("_verdict", p.verdict)):
-                        saved.loc[index, key + suffix] = value
+        if workload.empty:
+            continue
+        lower, margin = bool(workload["lower_is_better"].iloc[0]), float(workload["margin"].iloc[0])
+        for p in paired_comparisons(workload, summarize(workload), lower, margin):
+            if p.method in AGAINST and p.seeds >= 2:
+                key = f"{'final' if p.quantity == FINAL else 'cost'}_vs_{p.method}"
+                for suffix, value in (("", p.mean), ("_low", p.low), ("_high", p.high), ("_level", p.level),
+                                      ("_seeds", p.seeds), ("_verdict", p.verdict)):
+                    saved.loc[index, key + suffix] = value
     return saved
 
 

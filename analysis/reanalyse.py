@@ -13,38 +13,26 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.tta_results import (APART, ATTENT, BUDGET_TOLERANCE, FINAL, MATCHED, Paired, base_method,
-                                  judge_family)
+from analysis.tta_results import FINAL, paired_comparisons, summarize
 from attent import contract
 
 OLD_EQUAL_COST = contract.METHOD_FULL_EQUAL_COST  # before the measured-cost comparator: equal samples
 
 
 def reanalyse(per_run: pd.DataFrame, margins: dict[str, float]) -> pd.DataFrame:
-    """One row per workload and method: the paired difference, its Holm-step interval and word."""
+    """One row per workload and method: the paired difference, its Holm-step interval and word, by
+    the report's own ``paired_comparisons`` (families, standings, budgets) on the saved runs."""
     rows = []
     for workload, runs in per_run.groupby("workload", sort=False):
         runs = runs.assign(method=runs["method"].replace(OLD_EQUAL_COST, contract.METHOD_FULL_EQUAL_SAMPLES))
-        lower = bool(runs["lower_is_better"].iloc[0])
-        finals = runs.pivot_table(index="seed", columns="method", values="final_metric")
-        budgets = runs.groupby("method")["budget"].mean()
-        if ATTENT not in finals:
-            continue
-        family = []
-        for method in finals.columns:
-            if method == ATTENT:
-                continue
-            both = finals[[ATTENT, method]].dropna()
-            matched = (base_method(method) in (contract.METHOD_FULL, contract.METHOD_FULL_EQUAL_SAMPLES)
-                       or abs(budgets[method] / budgets[ATTENT] - 1) <= BUDGET_TOLERANCE)
-            family.append(Paired(ATTENT, method, MATCHED if matched else APART, FINAL,
-                                 both[ATTENT].to_numpy(), both[method].to_numpy(), "lower" if lower else "higher",
-                                 note="" if matched else "another budget"))
         margin = margins.get(workload, float(runs["tolerance"].iloc[0]))
-        for p in judge_family(family, margin):
-            rows.append({"workload": workload, "method": p.method, "standing": p.standing, "seeds": p.seeds,
-                         "attent_minus_method": p.mean, "holm_level": p.level, "low": p.low, "high": p.high,
-                         "p_holm": p.p_holm, "margin": p.margin, "p_tost_holm": p.p_tost_holm, "verdict": p.verdict})
+        lower = bool(runs["lower_is_better"].iloc[0])
+        for p in paired_comparisons(runs, summarize(runs), lower, margin):
+            if p.quantity == FINAL:
+                rows.append({"workload": workload, "method": p.method, "standing": p.standing, "seeds": p.seeds,
+                             "attent_minus_method": p.mean, "holm_level": p.level, "low": p.low, "high": p.high,
+                             "p_holm": p.p_holm, "margin": p.margin, "p_tost_holm": p.p_tost_holm,
+                             "verdict": p.verdict})
     return pd.DataFrame(rows)
 
 

@@ -374,14 +374,14 @@ def summarize(per_run: pd.DataFrame) -> pd.DataFrame:
     its standing; reference, control, matched, then apart rows."""
     rows = []
     for method, group in per_run.groupby("method", sort=False):
-        temperatures = group["temperature"].dropna().unique()
+        temperatures = numeric(group, "temperature").dropna().unique()
         row = {"method": method, "label": group["label"].iloc[0],
                "temperature": float(temperatures[0]) if len(temperatures) == 1 else math.nan,
                "seeds": len(group), "reached": int(group["reached"].sum())}
-        for column in QUANTITIES:
-            row[column], row[column + "_std"], row[column + "_n"] = mean_std(group[column])
+        for column in QUANTITIES:  # numeric: an older report's per_run.csv lacks the newer columns
+            row[column], row[column + "_std"], row[column + "_n"] = mean_std(numeric(group, column))
         for column in INTERVALS:
-            interval = t_test(group[column])
+            interval = t_test(numeric(group, column))
             row[column + "_low"], row[column + "_high"] = interval.low, interval.high
         rows.append(row)
     summary = pd.DataFrame(rows)

@@ -80,3 +80,20 @@ def test_a_missing_file_is_refused_in_one_line_before_any_heavy_import(command, 
     assert line == (f"attent {command[0]}: error: config file 'missing.yaml' does not exist (looked in "
                     f"{tmp_path}). Fix: give the path of a YAML file, e.g. experiments/digits_vit.yaml")
     assert result["loaded"] == []
+
+
+@pytest.mark.parametrize("mode,bars", [("plain", False), ("live", False), ("stream", True)])
+def test_a_quiet_console_turns_the_workers_hugging_face_progress_bars_off(mode, bars):
+    """A Train worker's environment under each console: transformers' and datasets' own bars are off
+    unless the user asked for the full stream (--verbose). A bar's updates end no line, so Ray
+    forwarded an interrupted run's "Loading weights" bar to the terminal after its log closed."""
+    import os
+
+    from attent.engine.driver import worker_env_vars
+    from attent.engine.progress import Console
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_DISABLE_PROGRESS_BARS")}
+    probe = ("import datasets; from transformers.utils import logging; "
+             "print(logging.is_progress_bar_enabled(), datasets.is_progress_bar_enabled())")
+    proc = subprocess.run([sys.executable, "-c", probe], env=env | worker_env_vars(Console(mode)),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout.split() == [str(bars), str(bars)], proc.stderr[-2000:]

@@ -87,6 +87,16 @@ def train(cfg: ExperimentConfig, *, parent_run_id: str | None = None, role: str 
             return _train(cfg, parent_run_id, role, extra_tags, callbacks, line)
 
 
+def worker_env_vars(console: progress.Console) -> dict[str, str]:
+    """The Train workers' environment. Under a quiet console the Hugging Face libraries draw no
+    progress bars: a bar's carriage-return updates reach Ray's log forwarding only when the worker
+    ends a line or dies, so an interrupted run printed them on the terminal after its log closed."""
+    env = {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
+    if console.quiet:
+        env |= {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+    return env
+
+
 def _train(cfg: ExperimentConfig, parent_run_id: str | None, role: str, extra_tags: dict[str, str] | None,
            callbacks: list | None, line: progress.RunProgress) -> TrainResult:
     try:
@@ -116,7 +126,7 @@ def _train(cfg: ExperimentConfig, parent_run_id: str | None, role: str, extra_ta
                 # Train's per-report INFO lines would drown the epoch summaries; Train V2's print
                 # patch would echo every worker print twice.
                 logging_config=LoggingConfig(log_level="WARNING"),
-                worker_runtime_env={"env_vars": {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}}),
+                worker_runtime_env={"env_vars": worker_env_vars(line.console)}),
         )
         try:
             result = trainer.fit()
