@@ -86,7 +86,7 @@ def test_sizes_an_earlier_report_saved_join_this_stores_and_say_where_they_come_
 
 
 def test_an_earlier_size_is_judged_again_from_the_runs_saved_beside_it(tmp_path):
-    """The shipped 600- and 2,000-image report (its per_run.csv and paired.csv) with its size rows'
+    """The shipped 600- and 2,000-image report (its per_run.csv alone) with its size rows'
     intervals blanked: ``rejudged`` fills them in again from the saved runs, each the scipy
     interval at today's Holm level (600: nothing rejected among 5, so 1 - 0.05 / 5 for all; 2,000:
     full data at equal cost rejected first, at 1 - 0.05 / 5, the rest at the stopping step's
@@ -97,8 +97,7 @@ def test_an_earlier_size_is_judged_again_from_the_runs_saved_beside_it(tmp_path)
     shipped = ROOT / "benchmarks" / "results" / "data_size"
     report = tmp_path / "report"
     (report / "data_size").mkdir(parents=True)
-    for name in ("per_run.csv", "paired.csv"):
-        shutil.copy(shipped / name, report / name)
+    shutil.copy(shipped / "per_run.csv", report / "per_run.csv")
     saved = pd.read_csv(shipped / "data_size" / "data_size.csv")
     saved = saved[saved["size"].isin([600, 2000])].reset_index(drop=True)
     blanked = saved.copy()
