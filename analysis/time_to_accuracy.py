@@ -380,6 +380,8 @@ def figures(result: WorkloadResult) -> dict[str, Figure]:
     return out
 
 
+# Titles break before "against": a metric's name (eval_gsm8k_test_response_loss) would push a
+# one-line title past the figure's edges.
 def curves_figure(result: WorkloadResult, apart: set[str], label) -> Figure:
     figure = Figure(figsize=(7, 4.5))
     ax = figure.subplots()
@@ -393,7 +395,7 @@ def curves_figure(result: WorkloadResult, apart: set[str], label) -> Figure:
                 ls=":" if method in apart else "-", label=label(method))
     ax.axhline(result.target.value, color="grey", ls="--", lw=1, label=f"target {result.target.value:.4f}")
     ax.set(xlabel="cumulative method cost (s): training + scoring + selection", ylabel=result.metric,
-           title=f"{result.name}: {result.metric} against cumulative method cost (mean over seeds)")
+           title=f"{result.name}: {result.metric}\nagainst cumulative method cost (mean over seeds)")
     ax.legend(fontsize=7)
     figure.tight_layout()
     return figure
@@ -408,7 +410,7 @@ def final_vs_cost_figure(result: WorkloadResult, apart: set[str], label) -> Figu
                     capsize=3, color=f"C{number % 10}", label=label(row["method"]))
     ax.axhline(result.target.value, color="grey", ls="--", lw=1, label=f"target {result.target.value:.4f}")
     ax.set(xlabel="method cost (s): training + scoring + selection", ylabel=f"final {result.metric}",
-           title=f"{result.name}: final {result.metric} against method cost (mean ± std over seeds)")
+           title=f"{result.name}: final {result.metric}\nagainst method cost (mean ± std over seeds)")
     ax.legend(fontsize=7)
     figure.tight_layout()
     return figure
@@ -430,10 +432,12 @@ def hardness_figure(result: WorkloadResult, label) -> Figure:
         right.errorbar(row["hardness"], row["final_metric"], xerr=error(row["hardness_std"]),
                        yerr=error(row["final_metric_std"]), fmt="o", capsize=3, color=f"C{number % 10}",
                        label=label(method))
-    left.set(xlabel="epoch", ylabel="selection hardness (0 uniform, 1 top-k)", ylim=(-0.05, 1.05),
-             title=f"{result.name}: selection hardness per epoch (mean over seeds)")
+    # a random pick is below uniform in some epochs: its hardness is then negative
+    bottom = min(-0.05, float(hardness.groupby(["method", "epoch"])["hardness"].mean().min()) - 0.05)
+    left.set(xlabel="epoch", ylabel="selection hardness (0 uniform, 1 top-k)", ylim=(bottom, 1.05),
+             title=f"{result.name}: selection hardness per epoch\n(mean over seeds)")
     right.set(xlabel="selection hardness, mean over epochs (0 uniform, 1 top-k)", ylabel=f"final {m}",
-              title=f"{result.name}: final {m} against selection hardness")
+              title=f"{result.name}: final {m}\nagainst selection hardness")
     left.legend(fontsize=7)
     right.legend(fontsize=7)
     figure.tight_layout()

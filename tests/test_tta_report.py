@@ -516,3 +516,28 @@ def test_variants_are_paired_against_full_data_equal_cost_equal_samples_and_thei
                                          margins={"vit": 0.002}).joinpath("time_to_accuracy.md").read_text()
     assert "| attent+stale |" in text and "equivalent within ± 0.002" in text
     assert "| − full data | − full data at equal samples | − its method |" in text
+
+
+def test_figures_keep_a_long_metric_name_and_below_uniform_picks_in_view():
+    """The figures of the LLM size benchmark's committed report (real runs): the metric's long name
+    (eval_gsm8k_test_response_loss) once pushed the titles past both edges of the figure, and
+    Random's below-uniform picks (negative hardness in some epochs) fell under the axis."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from analysis.time_to_accuracy import WorkloadResult, figures
+    from analysis.tta_results import target_of
+    from conftest import REPO
+    results = REPO / "benchmarks" / "results" / "llm_size"
+    summary, per_run, curves = (pd.read_csv(results / f"{name}.csv") for name in ("summary", "per_run", "curves"))
+    metric = per_run["metric"].iloc[0]
+    full = per_run.loc[per_run["method"].eq("full"), "final_metric"]
+    result = WorkloadResult("gsm8k-128", metric, True, None, target_of(full, lower=True), summary, per_run, curves)
+    drawn = figures(result)
+    assert set(drawn) == {"gsm8k-128_curves", "gsm8k-128_final_vs_cost", "gsm8k-128_hardness"}
+    for figure in drawn.values():
+        renderer = FigureCanvasAgg(figure).get_renderer()
+        for ax in figure.axes:
+            title = ax.title.get_window_extent(renderer)
+            assert figure.bbox.x0 <= title.x0 and title.x1 <= figure.bbox.x1, ax.get_title()
+    lowest = curves.loc[curves["method"].eq("random"), ["epoch", "hardness"]].groupby("epoch")["hardness"].mean().min()
+    assert lowest < 0  # the data this guards: Random below uniform in some epoch
+    assert drawn["gsm8k-128_hardness"].axes[0].get_ylim()[0] < lowest
