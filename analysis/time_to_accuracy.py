@@ -419,13 +419,13 @@ def final_vs_cost_figure(result: WorkloadResult, apart: set[str], label) -> Figu
 def hardness_figure(result: WorkloadResult, label) -> Figure:
     s, m = result.summary, result.metric
     hardness = result.curves[result.curves["hardness"].notna()]
+    per_epoch_means = hardness.groupby(["method", "epoch"])["hardness"].mean()  # over seeds
     figure = Figure(figsize=(12, 4.5))
     left, right = figure.subplots(1, 2)
     for number, method in enumerate(s["method"]):
-        mine = hardness[hardness["method"].eq(method)]
-        if mine.empty:
+        if method not in per_epoch_means.index.get_level_values("method"):
             continue
-        per_epoch = mine.groupby("epoch")["hardness"].mean()
+        per_epoch = per_epoch_means[method]
         left.plot(per_epoch.index, per_epoch.values, marker="o", ms=3, lw=1.2, color=f"C{number % 10}",
                   label=label(method))
         row = s[s["method"].eq(method)].iloc[0]
@@ -433,7 +433,7 @@ def hardness_figure(result: WorkloadResult, label) -> Figure:
                        yerr=error(row["final_metric_std"]), fmt="o", capsize=3, color=f"C{number % 10}",
                        label=label(method))
     # a random pick is below uniform in some epochs: its hardness is then negative
-    bottom = min(-0.05, float(hardness.groupby(["method", "epoch"])["hardness"].mean().min()) - 0.05)
+    bottom = min(-0.05, float(per_epoch_means.min()) - 0.05)
     left.set(xlabel="epoch", ylabel="selection hardness (0 uniform, 1 top-k)", ylim=(bottom, 1.05),
              title=f"{result.name}: selection hardness per epoch\n(mean over seeds)")
     right.set(xlabel="selection hardness, mean over epochs (0 uniform, 1 top-k)", ylabel=f"final {m}",
