@@ -22,7 +22,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.report import ARTIFACT_PATH
-from analysis.runs import EPOCHS, SEED, ReportError, is_full, load_experiment_runs, lower_is_better, metric
+from analysis.runs import EPOCHS, SEED, ReportError, is_full, load_experiment_runs, metric
+from attent.contract import lower_is_better
 from analysis.table_verdicts import CONTROL_NAME
 from analysis.tta_results import (ACCURACY_TOLERANCE, FULL, FULL_LONG, LOSS_TOLERANCE, PLATEAU_CONFIDENCE,
                                   PLATEAUED, plateau_of, target_of)

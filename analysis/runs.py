@@ -150,7 +150,6 @@ def load_histories(client: MlflowClient, run_ids: list[str], keys: list[str]) ->
 # Downstream jobs in the order the paper's pretraining tables (3, 5, 6) report them; other jobs
 # follow by name.
 DOWNSTREAM_JOB_ORDER = ("classification", "semseg", "depth")
-LOWER_IS_BETTER_WORDS = ("loss", "time", "perplexity", "abs_rel", "sq_rel", "rmse")
 
 
 def downstream_metrics(runs: pd.DataFrame) -> list[str]:
@@ -167,9 +166,9 @@ def downstream_metrics(runs: pd.DataFrame) -> list[str]:
         job, _ = split_downstream(name)
         known = job in DOWNSTREAM_JOB_ORDER
         return (not known, DOWNSTREAM_JOB_ORDER.index(job) if known else 0, job,
-                lower_is_better(name), name)
+                contract.lower_is_better(name), name)
     return [*sorted(jobs, key=job_key),
-            *sorted(evals, key=lambda name: (lower_is_better(name), name))]
+            *sorted(evals, key=lambda name: (contract.lower_is_better(name), name))]
 
 
 def split_downstream(metric_name: str) -> tuple[str, str]:
@@ -181,16 +180,8 @@ def split_downstream(metric_name: str) -> tuple[str, str]:
 def primary_metric(runs: pd.DataFrame) -> str | None:
     """The downstream metric the figures plot: the first higher-is-better one (a downstream
     job's where runs carry them, else an ``eval_*`` one)."""
-    candidates = [m for m in downstream_metrics(runs) if not lower_is_better(m)]
+    candidates = [m for m in downstream_metrics(runs) if not contract.lower_is_better(m)]
     return candidates[0] if candidates else None
-
-
-def lower_is_better(metric_name: str) -> bool:
-    """Losses, times, perplexity and depth errors (abs_rel, sq_rel, rmse); for a downstream
-    job's metric only its own name counts, not the job's."""
-    if metric_name.startswith(contract.DOWNSTREAM_PREFIX):
-        metric_name = split_downstream(metric_name)[1]
-    return any(word in metric_name for word in LOWER_IS_BETTER_WORDS)
 
 
 # --- naming runs for humans ----------------------------------------------------------------

@@ -29,7 +29,8 @@ import math
 import pandas as pd
 
 from analysis.render import metric_header
-from analysis.runs import MISSING, METHOD, SEED, EPOCHS, identity_columns, lower_is_better, metric
+from analysis.runs import MISSING, METHOD, SEED, EPOCHS, identity_columns, metric
+from attent.contract import lower_is_better
 from analysis.tables import BUDGET_DIFFERS, BUDGET_MARK, CONFIG_HEADER, Table, matching_baseline, row_contexts
 from analysis.tta_results import (ALPHA, APART, CONFIDENCE, FINAL, FULL, FULL_LONG,
                                   PLATEAU_CONFIDENCE, PLATEAUED, STILL_RISING, Paired, Plateau, Target,

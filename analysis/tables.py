@@ -24,9 +24,10 @@ import pandas as pd
 from analysis.runs import (EPOCHS, IDENTITY, INTERVAL_SCHEDULE, LABEL, METHOD,
                            METHOD_NAMES, MISSING, RATIO_KIND, RATIO_SCHEDULE, RATIO_START,
                            SHORT_PREFIX, STRATEGY, STRATEGY_NAMES, config_details, label_names,
-                           downstream_metrics, is_full, lower_is_better, metric, param,
+                           downstream_metrics, is_full, metric, param,
                            varying_fields)
 from attent import contract
+from attent.contract import lower_is_better
 
 COST = contract.TIME_METHOD  # the time column: training + scoring + selection
 EVAL_TIME = contract.time_metric("eval")

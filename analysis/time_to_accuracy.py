@@ -72,7 +72,8 @@ from matplotlib.figure import Figure
 from mlflow import MlflowClient
 
 from analysis.render import percent_cell, ratio_cell, stat_cell
-from analysis.runs import ReportError, lower_is_better
+from analysis.runs import ReportError
+from attent.contract import lower_is_better
 from analysis.tta_results import (ALPHA, APART, ATTENT, BETTER, BUDGET_TOLERANCE, COMPARATOR_LABELS, CONTROL,
                                   COST_TO_TARGET, EQUAL_COST, EQUAL_SAMPLES, FINAL, FULL, FULL_LONG,
                                   INCONCLUSIVE, MATCHED, OVERHEADS, PLATEAU_CONFIDENCE, PLATEAUED, STILL_RISING,

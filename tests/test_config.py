@@ -45,6 +45,17 @@ def test_overrides_apply_on_top_of_the_file():
     assert cfg.train.epochs == 2 and cfg.selection.strategy == "hard" and cfg.selection.preset == "vit"
 
 
+
+def test_a_bare_off_turns_the_fused_loss_off():
+    """YAML reads a bare `off` as false, in a file and on the command line alike; the LLM task's
+    fused_loss takes it as "off" (a GPU run's `task.fused_loss=off` was refused)."""
+    cfg = load_experiment(REPO / "experiments/gsm8k_smollm2.yaml", ["task.fused_loss=off"])
+    assert cfg.task.fused_loss == "off"
+    assert load_experiment(REPO / "experiments/gsm8k_smollm2.yaml").task.fused_loss == "auto"
+    with pytest.raises(ConfigError, match="fused_loss"):
+        load_experiment(REPO / "experiments/gsm8k_smollm2.yaml", ["task.fused_loss=true"])
+
+
 BAD = {
     "unknown strategy": (["selection.strategy=greedy"], "selection.strategy"),
     "ratio above one": (["selection.ratio.start=1.5"], "(0, 1]"),

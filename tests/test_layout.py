@@ -5,6 +5,9 @@ itself back through another, every task package is self-contained, and platform/
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -111,3 +114,28 @@ def test_selection_and_integrations_need_neither_ray_nor_mlflow(part):
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
             found |= {f"{path.name}: {n}" for n in names if n.split(".")[0] in ("ray", "mlflow")}
     assert found == set()
+
+
+def test_the_recipe_and_a_benchmark_run_need_neither_ray_mlflow_nor_datasets():
+    """A lent GPU node has none of them (benchmarks/llm_gpu.py runs the LLM benchmark there):
+    the recipe, the LLM task and the benchmark's run building, selection-stage choice and
+    equal-cost calibration import with all three blocked."""
+    code = """
+import sys
+for name in ("ray", "mlflow", "datasets"):
+    sys.modules[name] = None  # any import of them raises ImportError
+import attent.engine.recipe, attent.tasks.llm.task, attent.tasks.llm.evaluation.mt_bench
+from attent import contract
+from attent.benchmark import choose, equal_cost_epochs, load_benchmark, selection_runs
+spec, runs = load_benchmark("benchmarks/llm_size.yaml", workloads=["gsm8k-128"])
+workload = spec.workloads[0]
+tune = workload.tune[0]
+assert len(selection_runs("benchmarks/llm_size.yaml", workload, tune, [])) == len(tune.values)
+value, _ = choose(tune, {2: [1.3], 4: [1.25], 8: [1.23]}, contract.lower_is_better(workload.selection_metric()))
+assert value == 8 and equal_cost_epochs(8, 29.7, 39.2) == 6
+print(len(runs))
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False,
+                          env={**os.environ, "PYTHONPATH": f"{PLATFORM}:{REPO}"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["18"]

@@ -22,7 +22,8 @@ from statsmodels.stats.multitest import multipletests
 from analysis.figures import time_to_reach_baseline
 from analysis.report import build_report, main
 from analysis.runs import HISTORY_KEYS, load_experiment_runs, load_histories
-from analysis.runs import config_names, downstream_metrics, lower_is_better, primary_metric
+from analysis.runs import config_names, downstream_metrics, primary_metric
+from attent.contract import lower_is_better
 from analysis.render import to_csv, to_markdown
 from analysis.tables import comparison_table
 from attent import contract

@@ -280,8 +280,16 @@ def calibrate_equal_cost(run: BenchmarkRun, full: ExperimentConfig, attent: Expe
     method cost), so E x AtteNT's cost / full data's cost epochs, rounded, at least one."""
     attent_cost, full_cost = (contract.method_cost(finished_source(run, source, "the run").data.metrics)
                               for source in (attent, full))
-    epochs = max(1, round(full.train.epochs * attent_cost / full_cost))
-    cfg = run.experiment
+    return with_epochs(run.experiment, equal_cost_epochs(full.train.epochs, attent_cost, full_cost))
+
+
+def equal_cost_epochs(full_epochs: int, attent_cost: float, full_cost: float) -> int:
+    """Full data's epochs at AtteNT's measured method cost: E x AtteNT's cost / full data's cost,
+    rounded, at least one."""
+    return max(1, round(full_epochs * attent_cost / full_cost))
+
+
+def with_epochs(cfg: ExperimentConfig, epochs: int) -> ExperimentConfig:
     return cfg.model_copy(update={"train": cfg.train.model_copy(update={"epochs": epochs})})
 
 
@@ -348,7 +356,7 @@ def run_benchmark(path: str | Path, overrides: list[str] | None = None, *, out_d
                 for number, run in enumerate(tried, 1):
                     _train(run, f"select {number}/{len(tried)}", parent, tried, console)
                 value, scores = choose(tune, validation_finals(tried, workload.selection_metric()),
-                                       lower_is_better(workload.selection_metric()))
+                                       contract.lower_is_better(workload.selection_metric()))
                 chosen.append((tune, value))
                 # a best value at an end of the candidates may not be the best: say so (the report does too)
                 edge = value in (tune.values[0], tune.values[-1])
@@ -430,11 +438,6 @@ def validation_finals(runs: list[BenchmarkRun], metric: str) -> dict[Any, list[f
                               f"(task.val_limit)")
         finals.setdefault(run.candidate[1], []).append(float(value))
     return finals
-
-
-def lower_is_better(metric: str) -> bool:
-    from analysis.runs import lower_is_better as lower
-    return lower(metric)
 
 
 def _parent_run(spec: BenchmarkSpec, tracking_uri: str) -> str:

@@ -179,6 +179,17 @@ def is_downstream_metric(name: str) -> bool:
     return name.startswith(EVAL_PREFIX) or name.startswith(DOWNSTREAM_PREFIX)
 
 
+LOWER_IS_BETTER_WORDS = ("loss", "time", "perplexity", "abs_rel", "sq_rel", "rmse")
+
+
+def lower_is_better(metric_name: str) -> bool:
+    """Losses, times, perplexity and depth errors (abs_rel, sq_rel, rmse); for a downstream
+    job's metric (``downstream.<job>.<name>``) only its own name counts, not the job's."""
+    if metric_name.startswith(DOWNSTREAM_PREFIX):
+        metric_name = metric_name.removeprefix(DOWNSTREAM_PREFIX).partition(".")[2]
+    return any(word in metric_name for word in LOWER_IS_BETTER_WORDS)
+
+
 def system_metric(node_rank: int, name: str) -> str:
     """``system_metric(0, "cpu_utilization_percentage")`` -> ``system/node_0/cpu_utilization_percentage``."""
     return f"{SYSTEM_METRICS_PREFIX}{system_node_id(node_rank)}/{name}"

@@ -379,16 +379,7 @@ def log_final(logger: RunLogger, recipe: TrainingRecipe) -> None:
     epoch histories, figures, the weights downstream jobs load, and the kernels when tracked."""
     cfg, counters, teacher = recipe.cfg, recipe.counters, recipe.teacher
     num_samples = len(recipe.train_set)
-    ratios = [row[contract.SELECTED_RATIO] for row in counters.history]
-    finals = {**counters.time_metrics(),
-              contract.SAMPLES_FORWARDED: counters.samples_forwarded,
-              contract.SAMPLES_BACKPROPAGATED: counters.samples_backpropagated,
-              contract.SAMPLE_SAVING: 1.0 - counters.samples_backpropagated / (num_samples * cfg.train.epochs),
-              contract.MEAN_SELECTED_RATIO: sum(ratios) / len(ratios),
-              contract.MAX_SELECTED_RATIO: max(ratios),
-              contract.OPTIMIZER_STEPS: counters.optimizer_steps,
-              **{k: v for k, v in counters.history[-1].items() if k.startswith(contract.EVAL_PREFIX)}}
-    logger.log_metrics(finals, step=cfg.train.epochs)
+    logger.log_metrics(recipe.final_metrics(), step=cfg.train.epochs)
     log_model(logger, recipe)  # after the final metrics: MLflow links those of the model's step to it
     selections = [dict(r.summary(), indices=r.indices.tolist() if cfg.mlflow.log_selected_indices else None)
                   for r in teacher.history]

