@@ -42,6 +42,19 @@ def test_a_bad_file_is_refused_before_any_heavy_import(text, message, tmp_path):
     assert result["loaded"] == []          # refused before torch, Ray, MLflow, timm...
 
 
+def test_overrides_after_an_option_are_overrides(tmp_path):
+    """`attent bench spec.yaml --workload w train.epochs=3`: argparse gives the positional list
+    only the words before the first option; the rest are overrides all the same."""
+    result = run_cli_probe("validate", str(REPO / "experiments/digits_vit.yaml"), "--decode", "train.epochs=0",
+                           cwd=tmp_path)
+    assert result["code"] == 2 and "train.epochs" in result["stderr"], result["stderr"]
+    assert "unrecognized" not in result["stderr"]
+    bogus = subprocess.run([sys.executable, "-c", "import sys; from attent.cli import main; sys.exit(main())",
+                            "validate", str(REPO / "experiments/digits_vit.yaml"), "--decode", "--bogus"],
+                           capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert bogus.returncode == 2 and "unrecognized arguments: --bogus" in bogus.stderr
+
+
 def test_a_good_file_is_validated_without_torch(tmp_path):
     result = run_cli_probe("validate", str(REPO / "experiments/digits_vit.yaml"), cwd=tmp_path)
     assert result["code"] == 0, result["stderr"]

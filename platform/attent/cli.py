@@ -22,7 +22,14 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     add_run_commands(sub)
     add_service_commands(sub)
-    args = parser.parse_args(argv)
+    # argparse fills a positional list only with the words before the first option, so
+    # `attent bench spec.yaml --workload w train.epochs=3` leaves the override over: take it
+    args, extra = parser.parse_known_args(argv)
+    stray = [word for word in extra if word.startswith("-") or "=" not in word or not hasattr(args, "overrides")]
+    if stray:
+        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+    if extra:
+        args.overrides = [*args.overrides, *extra]
     if not args.verbose:  # MLflow's INFO records (store creation, migrations) are no news to a user
         os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
         # a report reads small artifacts: their download bars broke the one-progress-line output
