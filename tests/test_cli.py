@@ -55,6 +55,15 @@ def test_overrides_after_an_option_are_overrides(tmp_path):
     assert bogus.returncode == 2 and "unrecognized arguments: --bogus" in bogus.stderr
 
 
+def test_a_report_of_a_missing_store_is_refused_without_making_one(tmp_path):
+    """A mistyped --tracking-uri made MLflow create an empty store (and its folder) in 5 s, then
+    reported that the experiment did not exist."""
+    store = tmp_path / "typo" / "mlflow.db"
+    result = run_cli_probe("report", "--experiment", "x", "--tracking-uri", f"sqlite:///{store}", cwd=tmp_path)
+    assert result["code"] == 2 and f"no MLflow store at {store}" in result["stderr"], result["stderr"]
+    assert not store.parent.exists() and "mlflow" not in result["loaded"]
+
+
 def test_a_good_file_is_validated_without_torch(tmp_path):
     result = run_cli_probe("validate", str(REPO / "experiments/digits_vit.yaml"), cwd=tmp_path)
     assert result["code"] == 0, result["stderr"]

@@ -275,9 +275,14 @@ def cmd_bench(args) -> int:
 def cmd_report(args) -> int:
     """The report (analysis/, which reads MLflow through the run contract alone), after the
     experiment's runs left RUNNING by a dead driver are closed KILLED (the report leaves them out)."""
+    from .config import ConfigError, sqlite_file
+    uri = _tracking_uri(args.tracking_uri)
+    store = sqlite_file(uri)
+    if store is not None and not store.is_file():  # before MLflow's import: a report only reads a store
+        raise ConfigError(f"no MLflow store at {store}. Fix: give --tracking-uri the store the runs were logged "
+                          f"to (attent train writes sqlite:///mlflow.db in the folder it runs in)")
     from analysis.report import main as report_main
     from .engine.tracking import close_runs_of_dead_drivers_in
-    uri = _tracking_uri(args.tracking_uri)
     close_runs_of_dead_drivers_in(uri, args.experiment)
     margin = [] if args.margin is None else ["--margin", str(args.margin)]
     return report_main(["--experiment", args.experiment, "--out", args.out, "--tracking-uri", uri, *margin])
