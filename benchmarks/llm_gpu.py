@@ -31,6 +31,7 @@ from attent import contract
 from attent.benchmark import (
     BenchmarkRun,
     base_method,
+    choice_record,
     choose,
     equal_cost_epochs,
     load_benchmark,
@@ -42,7 +43,7 @@ from attent.benchmark import (
 def train_on_device(run: BenchmarkRun, device: str) -> dict[str, Any]:
     """One run of the recipe on ``device``: its per-epoch rows, end-of-run metrics and set-up time."""
     import torch
-    from attent.engine.recipe import TrainingRecipe, WorkerContext
+    from attent.engine.recipe import TrainingRecipe, WorkerContext, format_row
     cfg = run.experiment.resolved()
     started = time.perf_counter()
     recipe = TrainingRecipe(cfg, WorkerContext(device=torch.device(device)))
@@ -51,10 +52,7 @@ def train_on_device(run: BenchmarkRun, device: str) -> dict[str, Any]:
     rows = []
     for epoch in range(cfg.train.epochs):
         rows.append(recipe.run_epoch(epoch))
-        evals = ", ".join(f"{k[len(contract.EVAL_PREFIX):]} {v:.4f}" for k, v in rows[-1].items()
-                          if k.startswith(contract.EVAL_PREFIX))
-        print(f"  {cfg.name} epoch {epoch + 1}/{cfg.train.epochs}: selected {rows[-1][contract.SELECTED_RATIO]:.0%}, "
-              f"{evals}, method cost {rows[-1][contract.TIME_METHOD]:.2f}s", flush=True)
+        print(f"  {cfg.name} {format_row(rows[-1], cfg.train.epochs)}", flush=True)
     return {"workload": run.workload.name, "method": run.method, "stage": run.stage, "seed": cfg.seed,
             "candidate": list(run.candidate) if run.candidate else None,
             "config": cfg.model_dump(mode="json"), "rows": rows, "finals": recipe.final_metrics(),
@@ -78,17 +76,15 @@ def run(args: argparse.Namespace) -> None:
     for tune in workload.tune:  # the selection stage: validation metrics only
         metric = workload.selection_metric()
         finals: dict[Any, list[float]] = {}
-        for candidate in selection_runs(args.spec, workload, tune, chosen, args.overrides):
+        tried = selection_runs(args.spec, workload, tune, chosen, args.overrides)
+        for candidate in tried:
             result = train_on_device(candidate, device)
             out["runs"].append(result)
             save()
             finals.setdefault(candidate.candidate[1], []).append(float(result["finals"][metric]))
         value, scores = choose(tune, finals, contract.lower_is_better(metric))
         chosen.append((tune, value))
-        seeds = sorted(set(workload.tune_seeds or (workload.seeds or spec.seeds)[:1]))
-        out["choices"].append({"workload": workload.name, "method": tune.method, "key": tune.key, "value": value,
-                               "metric": metric, "scores": scores, "seeds": seeds,
-                               "at_edge": value in (tune.values[0], tune.values[-1])})
+        out["choices"].append(choice_record(workload, tune, value, scores, seeds=[r.experiment.seed for r in tried]))
         print(f"[gpu] {tune.key} = {value} chosen on validation ({scores})", flush=True)
         save()
     _, runs = load_benchmark(args.spec, args.overrides, choices={workload.name: chosen}, workloads=[workload.name])

@@ -244,6 +244,15 @@ def selection_runs(path: str | Path, workload: WorkloadSpec, tune: TuneSpec, cho
     return runs
 
 
+def choice_record(workload: WorkloadSpec, tune: TuneSpec, value: Any, scores: dict[str, float],
+                  seeds: list[int]) -> dict[str, Any]:
+    """One choice of the selection stage as ``choices.json`` records it; a best value at an end of
+    the candidates may not be the best (``at_edge``: the report says so too)."""
+    return {"workload": workload.name, "method": tune.method, "key": tune.key, "value": value,
+            "metric": workload.selection_metric(), "scores": scores,
+            "at_edge": value in (tune.values[0], tune.values[-1]), "seeds": sorted(set(seeds))}
+
+
 def safe_name(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "-" for c in text)
 
@@ -358,11 +367,8 @@ def run_benchmark(path: str | Path, overrides: list[str] | None = None, *, out_d
                 value, scores = choose(tune, validation_finals(tried, workload.selection_metric()),
                                        contract.lower_is_better(workload.selection_metric()))
                 chosen.append((tune, value))
-                # a best value at an end of the candidates may not be the best: say so (the report does too)
-                edge = value in (tune.values[0], tune.values[-1])
-                records.append({"workload": workload.name, "method": tune.method, "key": tune.key, "value": value,
-                                "metric": workload.selection_metric(), "scores": scores, "at_edge": edge,
-                                "seeds": sorted({run.experiment.seed for run in tried})})
+                records.append(choice_record(workload, tune, value, scores, seeds=[r.experiment.seed for r in tried]))
+                edge = records[-1]["at_edge"]
                 print(f"[bench] {workload.name}: {tune.key} = {value} chosen on validation "
                       f"({', '.join(f'{k}: {v:.4f}' for k, v in scores.items())})"
                       + ("; it is an end of the candidates: a value beyond it may do better" if edge else ""), flush=True)

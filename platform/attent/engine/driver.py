@@ -33,7 +33,7 @@ from . import checkpoint, faults, models, progress, ray_process
 from .counters import timed
 from .dashboard import add_to_training_view
 from .preflight.resources import check_cluster_resources, worker_bundle
-from .recipe import TrainingRecipe, WorkerContext
+from .recipe import TrainingRecipe, WorkerContext, format_row
 from .tracking import (RunLogger, client_for, close_runs_of_dead_drivers_in, finish_run, latest_run,
                        start_or_resume_run, start_system_metrics, stop_system_metrics)
 
@@ -363,15 +363,6 @@ def report(recipe: TrainingRecipe, epoch: int, row: dict[str, float], epochs_end
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(saved.name) if saved else None)
         if saved:
             saved.cleanup()
-
-
-def format_row(row: dict[str, float], epochs: int) -> str:
-    evals = "".join(f"{k[len(contract.EVAL_PREFIX):]} {v:.4f}, " for k, v in row.items()
-                    if k.startswith(contract.EVAL_PREFIX))
-    return (f"epoch {int(row['epoch'])}/{epochs}: selected {row[contract.SELECTED_RATIO]:.0%}, "
-            f"train loss {row[contract.TRAIN_LOSS]:.4f}, {evals}method cost {row[contract.TIME_METHOD]:.1f}s "
-            f"(train {row[contract.time_metric('train')]:.1f}s, scoring {row[contract.time_metric('scoring')]:.1f}s), "
-            f"eval {row[contract.time_metric('eval')]:.1f}s")
 
 
 def log_final(logger: RunLogger, recipe: TrainingRecipe) -> None:

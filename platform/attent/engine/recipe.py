@@ -292,6 +292,16 @@ class ScoringPass:
         r.raw_model.train(was_training)
 
 
+def format_row(row: dict[str, float], epochs: int) -> str:
+    """An epoch's metrics row as the one line a run prints per epoch."""
+    evals = "".join(f"{k[len(contract.EVAL_PREFIX):]} {v:.4f}, " for k, v in row.items()
+                    if k.startswith(contract.EVAL_PREFIX))
+    return (f"epoch {int(row['epoch'])}/{epochs}: selected {row[contract.SELECTED_RATIO]:.0%}, "
+            f"train loss {row[contract.TRAIN_LOSS]:.4f}, {evals}method cost {row[contract.TIME_METHOD]:.1f}s "
+            f"(train {row[contract.time_metric('train')]:.1f}s, scoring {row[contract.time_metric('scoring')]:.1f}s), "
+            f"eval {row[contract.time_metric('eval')]:.1f}s")
+
+
 def to_device(batch: Batch, device: torch.device) -> Batch:
     return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
