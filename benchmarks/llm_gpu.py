@@ -13,6 +13,10 @@ The runs are the spec's own (`attent.benchmark` builds them, chooses on validati
 calibrates full data at equal measured cost with the same functions as `attent bench`); the
 recipe is the one Ray Train workers run, on one device. A seed after the first starts only while
 `--budget-s` has not run out, and runs.json is rewritten after every run: a time-out loses one run.
+`--resume runs.json` goes on from an earlier file: its choices stand (no selection stage again) and
+its finished runs are kept. A calibrated run whose configuration equals a run already made for the
+same seed (full data at equal cost landing on the equal-samples epochs) is that run's result again,
+marked ``same_run_as``, rather than the same computation twice.
 """
 from __future__ import annotations
 
@@ -59,6 +63,11 @@ def train_on_device(run: BenchmarkRun, device: str) -> dict[str, Any]:
             "setup_s": setup_s, "wall_s": time.perf_counter() - started}
 
 
+def computation(config: dict[str, Any]) -> dict[str, Any]:
+    """What a run computes: its configuration less its name and where it is recorded."""
+    return {**config, "name": None, "mlflow": None, "ray": {**config["ray"], "storage_path": None}}
+
+
 def run(args: argparse.Namespace) -> None:
     import torch
     started = time.perf_counter()
@@ -68,12 +77,23 @@ def run(args: argparse.Namespace) -> None:
     spec, _ = load_benchmark(args.spec, args.overrides, workloads=[args.workload])
     workload = spec.workloads[0]
     out = {"spec": spec.model_dump(mode="json"), "machine": machine, "choices": [], "runs": []}
+    if args.resume:
+        earlier = json.loads(Path(args.resume).read_text())
+        if earlier["machine"]["device"] != machine["device"]:
+            sys.exit(f"--resume {args.resume}: its runs ran on {earlier['machine']['device']}, not {machine['device']}")
+        out.update(choices=earlier["choices"], runs=earlier["runs"])
+        print(f"[gpu] resumed {args.resume}: {len(out['runs'])} runs, choices {[(c['key'], c['value']) for c in out['choices']]}",
+              flush=True)
 
     def save() -> None:
         Path(args.out).write_text(json.dumps(out, default=float))
 
     chosen = []
     for tune in workload.tune:  # the selection stage: validation metrics only
+        earlier = [c["value"] for c in out["choices"] if c["workload"] == workload.name and c["key"] == tune.key]
+        if earlier:
+            chosen.append((tune, earlier[0]))
+            continue
         metric = workload.selection_metric()
         finals: dict[Any, list[float]] = {}
         tried = selection_runs(args.spec, workload, tune, chosen, args.overrides)
@@ -90,6 +110,9 @@ def run(args: argparse.Namespace) -> None:
     _, runs = load_benchmark(args.spec, args.overrides, choices={workload.name: chosen}, workloads=[workload.name])
     for number, verdict_run in enumerate(runs, 1):
         seed = verdict_run.experiment.seed
+        done = [r for r in out["runs"] if r["stage"] == contract.BENCH_STAGE_VERDICT and r["seed"] == seed]
+        if any(r["method"] == verdict_run.method for r in done):
+            continue
         first_of_seed = number == 1 or runs[number - 2].experiment.seed != seed
         if first_of_seed and number > 1 and time.perf_counter() - started > args.budget_s:
             print(f"[gpu] budget of {args.budget_s:.0f} s spent: seed {seed} and later not started", flush=True)
@@ -100,8 +123,15 @@ def run(args: argparse.Namespace) -> None:
             full = next(r.experiment for r in runs if r.method == contract.METHOD_FULL and r.experiment.seed == seed)
             epochs = equal_cost_epochs(full.train.epochs, cost[contract.METHOD_ATTENT], cost[contract.METHOD_FULL])
             verdict_run = verdict_run.model_copy(update={"experiment": with_epochs(verdict_run.experiment, epochs)})
-        print(f"[gpu] {number}/{len(runs)} {verdict_run.experiment.name}", flush=True)
-        out["runs"].append(train_on_device(verdict_run, device))
+        config = verdict_run.experiment.resolved().model_dump(mode="json")
+        same = [r for r in done if computation(r["config"]) == computation(config)]
+        if same:  # deterministic recipe, same configuration: the same computation, not run twice
+            out["runs"].append({**same[0], "method": verdict_run.method, "config": config,
+                                "same_run_as": same[0]["method"]})
+            print(f"[gpu] {number}/{len(runs)} {verdict_run.experiment.name}: the same run as {same[0]['method']}", flush=True)
+        else:
+            print(f"[gpu] {number}/{len(runs)} {verdict_run.experiment.name}", flush=True)
+            out["runs"].append(train_on_device(verdict_run, device))
         save()
     print(f"[gpu] {len(out['runs'])} runs in {time.perf_counter() - started:.0f} s", flush=True)
 
@@ -137,7 +167,8 @@ def log(args: argparse.Namespace) -> None:
         run_id, _ = start_or_resume_run(cfg, role=contract.ROLE_TRIAL, parent_run_id=parent, extra_tags={
             contract.TAG_BENCH_WORKLOAD: result["workload"], contract.TAG_BENCH_METHOD: result["method"],
             contract.TAG_BENCH_METRIC: metrics[result["workload"]], contract.TAG_BENCH_STAGE: result["stage"],
-            contract.TAG_RUN_NAME: f"{label} s{result['seed']} {result['workload']}", **device})
+            contract.TAG_RUN_NAME: f"{label} s{result['seed']} {result['workload']}", **device,
+            **({"attent.same_run_as": result["same_run_as"]} if result.get("same_run_as") else {})})
         logger = RunLogger(args.tracking_uri, run_id)
         logger.log_metrics({contract.TIME_SETUP: result["setup_s"]})
         for row in result["rows"]:
@@ -156,6 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     on_gpu.add_argument("--workload", required=True)
     on_gpu.add_argument("--out", required=True)
     on_gpu.add_argument("--budget-s", type=float, default=float("inf"), help="start no seed after this many seconds")
+    on_gpu.add_argument("--resume", help="an earlier runs.json of the same workload on the same device: its choices and runs are kept")
     here = commands.add_parser("log", help="the JSON file's runs into MLflow")
     here.add_argument("runs")
     here.add_argument("--tracking-uri", required=True)
