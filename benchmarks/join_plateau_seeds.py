@@ -5,10 +5,13 @@ workload and seed, then judged by the report's own functions (``analysis.tta_res
 tolerance from full data's seed spread, the 90 % paired interval of full_long − full against it).
 
     python benchmarks/join_plateau_seeds.py benchmarks/results/data_size/per_run.csv \\
-        reports/data-size-plateau/per_run.csv > benchmarks/results/data_size/plateau_seeds.md
+        reports/data-size-plateau/per_run.csv
 
-Only the final metric is joined: a seed's data and its runs' numbers depend on the seed, not on the
-day or machine (costs do, and are not compared here). A seed found in two tables is refused.
+Only the final metric is joined (costs depend on the machine and are not compared here). A seed
+draws the same data everywhere, but its runs' numbers need not repeat on other CPU kernels or code
+(seed 0 re-run on a second machine did not: benchmarks/results/data_size/plateau_seeds/), so the
+join assumes a seed's full_long − full is an exchangeable draw wherever it ran; say so beside its
+verdicts. A seed found in two tables is refused.
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
     frames = []
     for path in args.tables:
         table = pd.read_csv(path)
-        frames.append(table[table["method"].isin([FULL, FULL_LONG])].assign(source=path))
+        frames.append(table[table["method"].isin([FULL, FULL_LONG])])
     runs = pd.concat(frames, ignore_index=True)
     twice = runs[runs.duplicated(["workload", "method", "seed"], keep=False)]
     if not twice.empty:

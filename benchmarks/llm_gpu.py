@@ -118,8 +118,7 @@ def run(args: argparse.Namespace) -> None:
             print(f"[gpu] budget of {args.budget_s:.0f} s spent: seed {seed} and later not started", flush=True)
             break
         if base_method(verdict_run.method) == contract.METHOD_FULL_EQUAL_COST:
-            cost = {r["method"]: contract.method_cost(r["finals"]) for r in out["runs"]
-                    if r["stage"] == contract.BENCH_STAGE_VERDICT and r["seed"] == seed}
+            cost = {r["method"]: contract.method_cost(r["finals"]) for r in done}
             full = next(r.experiment for r in runs if r.method == contract.METHOD_FULL and r.experiment.seed == seed)
             epochs = equal_cost_epochs(full.train.epochs, cost[contract.METHOD_ATTENT], cost[contract.METHOD_FULL])
             verdict_run = verdict_run.model_copy(update={"experiment": with_epochs(verdict_run.experiment, epochs)})
