@@ -1,0 +1,104 @@
+"""Where an LLM training step's time goes on one device: a recorded run's configuration (from a
+`llm_gpu.py run` file) set up as its run was, one warm-up epoch, then one epoch under
+torch.profiler, one under cProfile and one plain. Written for the lent GPU node (no Ray, no MLflow there).
+
+    python benchmarks/llm_gpu_profile.py benchmarks/results/llm_size/h100/runs.json --method full --seed 0 \\
+        --out prof task.data_dir=$PWD/data [more key=value overrides] [--tag NAME]
+
+Writes ``NAME.summary.json`` (wall per step, the device's busy share, kernel launches and host
+syncs per step, the top operators by host and by device time) and ``NAME.profile.txt`` (operator
+tables and the top Python functions) into ``--out``; NAME defaults to the method. Building the
+profiler's tables takes minutes for an epoch of many kernels (2.5 min for 126,000 on an H100 node).
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import sys
+import time
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "platform"), str(Path(__file__).resolve().parents[1])]
+
+from attent.config import ExperimentConfig, deep_merge, parse_overrides
+
+SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpy", "cudaMemcpyAsync", "cudaEventSynchronize")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", help="a runs.json written by benchmarks/llm_gpu.py run")
+    parser.add_argument("--method", default="full")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--tag", help="the files' name (default: the method)")
+    parser.add_argument("overrides", nargs="*", help="key=value settings over the recorded configuration")
+    args = parser.parse_intermixed_args(argv)
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from attent.engine.recipe import TrainingRecipe, WorkerContext
+
+    recorded = json.loads(Path(args.runs).read_text())
+    run = next(r for r in recorded["runs"] if r["method"] == args.method and r["seed"] == args.seed
+               and r["stage"] == "verdict")
+    data = deep_merge(run["config"], parse_overrides(args.overrides))
+    data["train"]["epochs"] = max(3, data["train"]["epochs"])  # warm-up, torch.profiler, cProfile
+    cfg = ExperimentConfig.model_validate(data).resolved()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    out, tag = Path(args.out), args.tag or args.method
+    out.mkdir(parents=True, exist_ok=True)
+
+    recipe = TrainingRecipe(cfg, WorkerContext(device=device))
+    recipe.setup(wrap_model=lambda model: model.to(device))
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def epoch(number: int) -> tuple[float, int]:
+        sync()
+        started = time.perf_counter()
+        stats = recipe.train_one_epoch(number)  # training only: no scoring pass, no evaluation
+        sync()
+        return time.perf_counter() - started, stats.steps
+
+    warm_s, steps = epoch(0)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        profiled_s, _ = epoch(1)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    cprofiled_s, _ = epoch(2)
+    profiler.disable()
+    plain_s, _ = epoch(3) if cfg.train.epochs > 3 else (float("nan"), 0)
+
+    events = prof.key_averages()
+    device_us = sum(e.self_device_time_total for e in events if e.device_type.name == "CUDA")
+    kernel_launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC"))
+    syncs = {e.key: e.count for e in events if e.key in SYNCS}
+    by_host = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:25]
+    by_device = sorted(events, key=lambda e: e.self_device_time_total, reverse=True)[:25]
+    python = io.StringIO()
+    pstats.Stats(profiler, stream=python).sort_stats("cumulative").print_stats(40)
+    summary = {
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__,
+        "method": args.method, "seed": args.seed, "overrides": args.overrides,
+        "batch_size": cfg.train.batch_size, "precision": cfg.train.precision, "steps_per_epoch": steps,
+        "epoch_s": {"warm_up": warm_s, "torch_profiler": profiled_s, "cprofile": cprofiled_s, "plain": plain_s},
+        "s_per_step_plain": plain_s / steps if steps else None,
+        "device_busy_s": device_us / 1e6, "device_busy_share": device_us / 1e6 / profiled_s,
+        "kernel_launches_per_step": kernel_launches / steps, "host_syncs_per_step": {k: v / steps for k, v in syncs.items()},
+        "top_by_host": [(e.key, e.count, e.self_cpu_time_total / 1e3) for e in by_host],
+        "top_by_device": [(e.key, e.count, e.self_device_time_total / 1e3) for e in by_device],
+    }
+    (out / f"{tag}.summary.json").write_text(json.dumps(summary, indent=1))
+    table = events.table(sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=60)
+    if device.type == "cuda":
+        table += "\n\n" + events.table(sort_by="self_cuda_time_total", row_limit=30, max_name_column_width=60)
+    (out / f"{tag}.profile.txt").write_text(table + "\n\n" + python.getvalue())
+    print(json.dumps({k: v for k, v in summary.items() if not k.startswith("top_")}, indent=1), flush=True)
+
+
+if __name__ == "__main__":
+    main()
