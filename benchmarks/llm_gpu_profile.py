@@ -1,6 +1,7 @@
 """Where an LLM training step's time goes on one device: a recorded run's configuration (from a
 `llm_gpu.py run` file) set up as its run was, one warm-up epoch, then one epoch under
-torch.profiler, one under cProfile and one plain. Written for the lent GPU node (no Ray, no MLflow there).
+torch.profiler, one under cProfile and one plain (training only). Written for the lent GPU node
+(no Ray, no MLflow there).
 
     python benchmarks/llm_gpu_profile.py benchmarks/results/llm_size/h100/runs.json --method full --seed 0 \\
         --out prof task.data_dir=$PWD/data [more key=value overrides] [--tag NAME]
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     run = next(r for r in recorded["runs"] if r["method"] == args.method and r["seed"] == args.seed
                and r["stage"] == "verdict")
     data = deep_merge(run["config"], parse_overrides(args.overrides))
-    data["train"]["epochs"] = max(3, data["train"]["epochs"])  # warm-up, torch.profiler, cProfile
+    data["train"]["epochs"] = max(4, data["train"]["epochs"])  # warm-up, torch.profiler, cProfile, plain
     cfg = ExperimentConfig.model_validate(data).resolved()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     out, tag = Path(args.out), args.tag or args.method
@@ -71,11 +72,12 @@ def main(argv: list[str] | None = None) -> None:
     profiler.enable()
     cprofiled_s, _ = epoch(2)
     profiler.disable()
-    plain_s, _ = epoch(3) if cfg.train.epochs > 3 else (float("nan"), 0)
+    plain_s, _ = epoch(3)
 
     events = prof.key_averages()
     device_us = sum(e.self_device_time_total for e in events if e.device_type.name == "CUDA")
-    kernel_launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC"))
+    launches = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC")  # the H100 summaries counted these
+    kernel_launches = sum(e.count for e in events if e.key in launches)
     syncs = {e.key: e.count for e in events if e.key in SYNCS}
     by_host = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:25]
     by_device = sorted(events, key=lambda e: e.self_device_time_total, reverse=True)[:25]
@@ -86,9 +88,10 @@ def main(argv: list[str] | None = None) -> None:
         "method": args.method, "seed": args.seed, "overrides": args.overrides,
         "batch_size": cfg.train.batch_size, "precision": cfg.train.precision, "steps_per_epoch": steps,
         "epoch_s": {"warm_up": warm_s, "torch_profiler": profiled_s, "cprofile": cprofiled_s, "plain": plain_s},
-        "s_per_step_plain": plain_s / steps if steps else None,
+        "s_per_step_plain": plain_s / steps,
         "device_busy_s": device_us / 1e6, "device_busy_share": device_us / 1e6 / profiled_s,
-        "kernel_launches_per_step": kernel_launches / steps, "host_syncs_per_step": {k: v / steps for k, v in syncs.items()},
+        "kernel_launches_per_step": kernel_launches / steps,
+        "host_syncs_per_step": {k: v / steps for k, v in syncs.items()},
         "top_by_host": [(e.key, e.count, e.self_cpu_time_total / 1e3) for e in by_host],
         "top_by_device": [(e.key, e.count, e.self_device_time_total / 1e3) for e in by_device],
     }
