@@ -75,7 +75,9 @@ def main(argv: list[str] | None = None) -> None:
     plain_s, _ = epoch(3)
 
     events = prof.key_averages()
-    device_us = sum(e.self_device_time_total for e in events if e.device_type.name == "CUDA")
+    # Kernels only: a GPU-side annotation (the optimiser's step) spans kernels already counted
+    device_us = sum(e.self_device_time_total for e in events
+                    if e.device_type.name == "CUDA" and not e.is_user_annotation)
     launches = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC")  # the H100 summaries counted these
     kernel_launches = sum(e.count for e in events if e.key in launches)
     syncs = {e.key: e.count for e in events if e.key in SYNCS}
