@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "platform"), str(Path(__file__).resolve().parents[1])]
 
+from attent import contract
 from attent.config import ExperimentConfig, deep_merge, parse_overrides
 
 SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpy", "cudaMemcpyAsync", "cudaEventSynchronize")
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
 
     recorded = json.loads(Path(args.runs).read_text())
     run = next(r for r in recorded["runs"] if r["method"] == args.method and r["seed"] == args.seed
-               and r["stage"] == "verdict")
+               and r["stage"] == contract.BENCH_STAGE_VERDICT)
     data = deep_merge(run["config"], parse_overrides(args.overrides))
     data["train"]["epochs"] = max(4, data["train"]["epochs"])  # warm-up, torch.profiler, cProfile, plain
     cfg = ExperimentConfig.model_validate(data).resolved()

@@ -3,21 +3,17 @@ arms are one job on one task section, the savings pair each arm with its own fra
 and the words of the paired comparisons come from Holm-adjusted intervals."""
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import pytest
 from scipy import stats
 
-from conftest import REPO
+from conftest import benchmark_script
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("hf_vs_engine", REPO / "benchmarks" / "hf_vs_engine.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("hf_vs_engine")
 
 
 def test_the_arms_are_one_job(script, tmp_path):

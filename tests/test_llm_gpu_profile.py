@@ -3,11 +3,10 @@ which trains in seconds; on the GPU node the LLM run of `llm_size/h100/runs.json
 recipe trains it and profiled, and the summary counts what the profile saw."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 
-from conftest import REPO
+from conftest import REPO, benchmark_script
 
 
 def test_the_profile_counts_the_recorded_runs_steps_and_names_where_time_went(tmp_path):
@@ -20,11 +19,7 @@ def test_the_profile_counts_the_recorded_runs_steps_and_names_where_time_went(tm
         {"method": "full", "seed": cfg.seed, "stage": "verdict", "config": cfg.model_dump(mode="json")},
         {"method": "attent", "seed": cfg.seed, "stage": "verdict", "config": {}}]}
     (tmp_path / "runs.json").write_text(json.dumps(recorded))
-    spec = importlib.util.spec_from_file_location("llm_gpu_profile", REPO / "benchmarks" / "llm_gpu_profile.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-
-    module.main([str(tmp_path / "runs.json"), "--method", "full", "--seed", str(cfg.seed),
+    benchmark_script("llm_gpu_profile").main([str(tmp_path / "runs.json"), "--method", "full", "--seed", str(cfg.seed),
                  "--out", str(tmp_path / "prof"), "--tag", "cpu", "train.eval_every=1"])
 
     summary = json.loads((tmp_path / "prof" / "cpu.summary.json").read_text())

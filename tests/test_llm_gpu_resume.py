@@ -6,13 +6,12 @@ the equal-samples run again only when both configurations are the same computati
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import platform as host
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, benchmark_script
 
 RECORDED = REPO / "benchmarks" / "results" / "llm_size" / "h100" / "runs.json"
 FIRST_SESSION = 7  # the selection stage's 3 runs and seed 0's first 4 verdict runs
@@ -20,10 +19,7 @@ FIRST_SESSION = 7  # the selection stage's 3 runs and seed 0's first 4 verdict r
 
 @pytest.fixture
 def llm_gpu():
-    spec = importlib.util.spec_from_file_location("llm_gpu", REPO / "benchmarks" / "llm_gpu.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("llm_gpu")
 
 
 def run_resumed(llm_gpu, tmp_path, monkeypatch, recorded: dict, cost: dict[tuple[str, int], float]):

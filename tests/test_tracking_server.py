@@ -9,11 +9,9 @@ out of memory (Ray's OOM killer stopped a trial).
 """
 from __future__ import annotations
 
-import importlib.util
 import signal
 import socket
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 
@@ -23,13 +21,11 @@ from mlflow import MlflowClient
 from attent import server
 from attent.cli import main as attent_main
 from attent.sweep import SWEEP_SERVER_LOG
-from conftest import BIN, REPO, free_port
+from conftest import BIN, REPO, benchmark_script, free_port
 
 pytestmark = pytest.mark.slow
 
-_spec = importlib.util.spec_from_file_location("tracking_load", REPO / "benchmarks" / "tracking_load.py")
-load = sys.modules["tracking_load"] = importlib.util.module_from_spec(_spec)  # dataclasses look it up
-_spec.loader.exec_module(load)
+load = benchmark_script("tracking_load")
 
 TRIALS = 4
 NO_POSTGRES = load.postgres_unavailable()
