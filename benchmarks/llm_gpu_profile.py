@@ -6,6 +6,9 @@ torch.profiler, one under cProfile and one plain (training only). Written for th
     python benchmarks/llm_gpu_profile.py benchmarks/results/llm_size/h100/runs.json --method full --seed 0 \\
         --out prof task.data_dir=$PWD/data [more key=value overrides] [--tag NAME]
 
+With ``--timing N`` it skips both profilers and times N plain epochs after the warm-up (for
+comparing settings: precision, the base model's dtype, batch size, ``--compile``).
+
 Writes ``NAME.summary.json`` (wall per step, the device's busy share, kernel launches and host
 syncs per step, the top operators by host and by device time) and ``NAME.profile.txt`` (operator
 tables and the top Python functions) into ``--out``; NAME defaults to the method. Building the
@@ -37,6 +40,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True)
     parser.add_argument("--tag", help="the files' name (default: the method)")
+    parser.add_argument("--timing", type=int, metavar="N", help="no profilers: time N plain epochs after the warm-up")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model (dynamic shapes)")
     parser.add_argument("overrides", nargs="*", help="key=value settings over the recorded configuration")
     args = parser.parse_intermixed_args(argv)
 
@@ -48,14 +53,15 @@ def main(argv: list[str] | None = None) -> None:
     run = next(r for r in recorded["runs"] if r["method"] == args.method and r["seed"] == args.seed
                and r["stage"] == contract.BENCH_STAGE_VERDICT)
     data = deep_merge(run["config"], parse_overrides(args.overrides))
-    data["train"]["epochs"] = max(4, data["train"]["epochs"])  # warm-up, torch.profiler, cProfile, plain
+    data["train"]["epochs"] = max(1 + (args.timing or 3), data["train"]["epochs"])  # warm-up, then the measured
     cfg = ExperimentConfig.model_validate(data).resolved()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     out, tag = Path(args.out), args.tag or args.method
     out.mkdir(parents=True, exist_ok=True)
 
     recipe = TrainingRecipe(cfg, WorkerContext(device=device))
-    recipe.setup(wrap_model=lambda model: model.to(device))
+    compiled = (lambda model: torch.compile(model, dynamic=True)) if args.compile else (lambda model: model)
+    recipe.setup(wrap_model=lambda model: compiled(model.to(device)))
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     def epoch(number: int) -> tuple[float, int]:
@@ -66,6 +72,22 @@ def main(argv: list[str] | None = None) -> None:
         return time.perf_counter() - started, stats.steps
 
     warm_s, steps = epoch(0)
+    if args.timing:
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        plain = [epoch(number)[0] for number in range(1, 1 + args.timing)]
+        summary = {
+            "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__,
+            "method": args.method, "seed": args.seed, "overrides": args.overrides, "compile": args.compile,
+            "batch_size": cfg.train.batch_size, "precision": cfg.train.precision, "steps_per_epoch": steps,
+            "epoch_s": {"warm_up": warm_s, "plain": plain},
+            "s_per_step_plain": sorted(plain)[len(plain) // 2] / steps,  # the median epoch's
+            "samples_per_s": steps * cfg.train.batch_size / sorted(plain)[len(plain) // 2],
+            "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None,
+        }
+        (out / f"{tag}.summary.json").write_text(json.dumps(summary, indent=1))
+        print(json.dumps(summary), flush=True)
+        return
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
         profiled_s, _ = epoch(1)

@@ -31,3 +31,10 @@ def test_the_profile_counts_the_recorded_runs_steps_and_names_where_time_went(tm
     assert any(name.startswith("aten::") for name in hosts), hosts  # torch.profiler saw the operators
     text = (tmp_path / "prof" / "cpu.profile.txt").read_text()
     assert "train_one_epoch" in text and "Self CPU" in text  # cProfile's and the profiler's tables
+
+    benchmark_script("llm_gpu_profile").main([str(tmp_path / "runs.json"), "--method", "full", "--seed", str(cfg.seed),
+                 "--out", str(tmp_path / "prof"), "--tag", "timed", "--timing", "2"])
+    timed = json.loads((tmp_path / "prof" / "timed.summary.json").read_text())
+    assert len(timed["epoch_s"]["plain"]) == 2 and timed["steps_per_epoch"] == math.ceil(train / batch)
+    assert timed["s_per_step_plain"] > 0 and "top_by_host" not in timed  # no profiler ran
+    assert not (tmp_path / "prof" / "timed.profile.txt").exists()
