@@ -72,6 +72,7 @@ def test_a_vit_is_logged_linked_to_its_run_and_loads_back_with_the_same_predicti
     run_id = new_run(store)
     store.log_metric(run_id, "eval_test_accuracy", 0.5, step=1)  # the final step's metric
     store.log_metric(run_id, "train_loss", 2.0, step=0)          # an earlier epoch's
+    store.set_tag(run_id, "mlflow.source.name", "attent train experiments/digits_vit.yaml")  # the driver's
     trained = recipe(DIGITS_TASK)
     trained.run_epoch(0)
     trained.raw_model.train()
@@ -80,6 +81,7 @@ def test_a_vit_is_logged_linked_to_its_run_and_loads_back_with_the_same_predicti
     logged = store.get_logged_model(model_id)
     assert (logged.name, logged.status, logged.source_run_id) == ("model", LoggedModelStatus.READY, run_id)
     assert logged.params["seed"] == "0" and logged.tags[contract.TAG_TASK] == "vision"
+    assert logged.tags["mlflow.source.name"] == "attent train experiments/digits_vit.yaml"  # the run's, not this process's
     assert [(m.key, m.value) for m in logged.metrics] == [("eval_test_accuracy", 0.5)]
     assert [o.model_id for o in store.get_run(run_id).outputs.model_outputs] == [model_id]
     info = mlflow.models.get_model_info(f"models:/{model_id}")

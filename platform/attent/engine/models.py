@@ -32,10 +32,19 @@ def log_trained_model(task: Task, model: torch.nn.Module, *, run_id: str, step: 
     exported = task.model_to_log(model)
     if exported is None:
         return None
-    run = mlflow.MlflowClient().get_run(run_id)
-    logged = mlflow.initialize_logged_model(name=contract.MODEL_NAME, source_run_id=run_id,
-                                            experiment_id=run.info.experiment_id, params=run.data.params,
-                                            tags={contract.TAG_TASK: task.name})
+    from mlflow.utils.mlflow_tags import MLFLOW_GIT_BRANCH, MLFLOW_GIT_COMMIT, MLFLOW_GIT_REPO_URL, \
+        MLFLOW_SOURCE_NAME, MLFLOW_SOURCE_TYPE, MLFLOW_USER
+    client = mlflow.MlflowClient()
+    run = client.get_run(run_id)
+    # The run's source tags (the driver's command, user and commit): the fluent
+    # initialize_logged_model would resolve this process's, which in a Ray worker name Ray's
+    # worker script and no commit.
+    source = {key: value for key, value in run.data.tags.items()
+              if key in (MLFLOW_USER, MLFLOW_SOURCE_NAME, MLFLOW_SOURCE_TYPE, MLFLOW_GIT_COMMIT,
+                         MLFLOW_GIT_BRANCH, MLFLOW_GIT_REPO_URL)}
+    logged = client.create_logged_model(experiment_id=run.info.experiment_id, name=contract.MODEL_NAME,
+                                        source_run_id=run_id, params=run.data.params,
+                                        tags={**source, contract.TAG_TASK: task.name})
     # run_id reaches MLflow's Model.log through the flavour's keyword arguments: it links the model
     # to the run (its outputs) and to the run's metrics at ``step``.
     options = dict(model_id=logged.model_id, run_id=run_id, step=step, registered_model_name=registered_model)
