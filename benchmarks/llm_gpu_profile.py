@@ -21,6 +21,7 @@ import cProfile
 import io
 import json
 import pstats
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -72,17 +73,19 @@ def main(argv: list[str] | None = None) -> None:
         return time.perf_counter() - started, stats.steps
 
     warm_s, steps = epoch(0)
+    head = {
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__,
+        "method": args.method, "seed": args.seed, "overrides": args.overrides, "compile": args.compile,
+        "batch_size": cfg.train.batch_size, "precision": cfg.train.precision, "steps_per_epoch": steps,
+    }
     if args.timing:
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
         plain = [epoch(number)[0] for number in range(1, 1 + args.timing)]
+        median_s = statistics.median_high(plain)  # a measured epoch, the upper one of an even count
         summary = {
-            "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__,
-            "method": args.method, "seed": args.seed, "overrides": args.overrides, "compile": args.compile,
-            "batch_size": cfg.train.batch_size, "precision": cfg.train.precision, "steps_per_epoch": steps,
-            "epoch_s": {"warm_up": warm_s, "plain": plain},
-            "s_per_step_plain": sorted(plain)[len(plain) // 2] / steps,  # the median epoch's
-            "samples_per_s": steps * cfg.train.batch_size / sorted(plain)[len(plain) // 2],
+            **head, "epoch_s": {"warm_up": warm_s, "plain": plain},
+            "s_per_step_plain": median_s / steps, "samples_per_s": steps * cfg.train.batch_size / median_s,
             "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None,
         }
         (out / f"{tag}.summary.json").write_text(json.dumps(summary, indent=1))
@@ -109,10 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     python = io.StringIO()
     pstats.Stats(profiler, stream=python).sort_stats("cumulative").print_stats(40)
     summary = {
-        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__,
-        "method": args.method, "seed": args.seed, "overrides": args.overrides,
-        "batch_size": cfg.train.batch_size, "precision": cfg.train.precision, "steps_per_epoch": steps,
-        "epoch_s": {"warm_up": warm_s, "torch_profiler": profiled_s, "cprofile": cprofiled_s, "plain": plain_s},
+        **head, "epoch_s": {"warm_up": warm_s, "torch_profiler": profiled_s, "cprofile": cprofiled_s, "plain": plain_s},
         "s_per_step_plain": plain_s / steps,
         "device_busy_s": device_us / 1e6, "device_busy_share": device_us / 1e6 / profiled_s,
         "kernel_launches_per_step": kernel_launches / steps,

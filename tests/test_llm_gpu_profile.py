@@ -19,7 +19,8 @@ def test_the_profile_counts_the_recorded_runs_steps_and_names_where_time_went(tm
         {"method": "full", "seed": cfg.seed, "stage": "verdict", "config": cfg.model_dump(mode="json")},
         {"method": "attent", "seed": cfg.seed, "stage": "verdict", "config": {}}]}
     (tmp_path / "runs.json").write_text(json.dumps(recorded))
-    benchmark_script("llm_gpu_profile").main([str(tmp_path / "runs.json"), "--method", "full", "--seed", str(cfg.seed),
+    script = benchmark_script("llm_gpu_profile")
+    script.main([str(tmp_path / "runs.json"), "--method", "full", "--seed", str(cfg.seed),
                  "--out", str(tmp_path / "prof"), "--tag", "cpu", "train.eval_every=1"])
 
     summary = json.loads((tmp_path / "prof" / "cpu.summary.json").read_text())
@@ -32,7 +33,7 @@ def test_the_profile_counts_the_recorded_runs_steps_and_names_where_time_went(tm
     text = (tmp_path / "prof" / "cpu.profile.txt").read_text()
     assert "train_one_epoch" in text and "Self CPU" in text  # cProfile's and the profiler's tables
 
-    benchmark_script("llm_gpu_profile").main([str(tmp_path / "runs.json"), "--method", "full", "--seed", str(cfg.seed),
+    script.main([str(tmp_path / "runs.json"), "--method", "full", "--seed", str(cfg.seed),
                  "--out", str(tmp_path / "prof"), "--tag", "timed", "--timing", "2"])
     timed = json.loads((tmp_path / "prof" / "timed.summary.json").read_text())
     assert len(timed["epoch_s"]["plain"]) == 2 and timed["steps_per_epoch"] == math.ceil(train / batch)
