@@ -6,7 +6,8 @@ AtteNT's final metric and cost to the target against Random at its budget, full 
 data at equal measured cost, each as the seed-paired difference with its interval at the Holm
 step's level and the report's word; AtteNT's realized saving and realized / ideal with their 95 %
 seed intervals. Data-pruning theory (Sorscher et al., 2022) predicts that keeping hard examples
-pays only where data is abundant: the figure reads that prediction off the sizes measured.
+pays only where data is abundant: the figure reads that prediction off the sizes measured, and
+``size_trends`` tests it: whether each of AtteNT's differences moves with the size at all.
 
     python -m analysis.data_size data-size --tracking-uri sqlite:///mlflow.db --out reports \
         --with benchmarks/results/data_size/data_size/data_size.csv   # sizes measured in another store
@@ -23,12 +24,16 @@ import math
 import os
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from mlflow import MlflowClient
+from statsmodels.regression.linear_model import OLS
+from statsmodels.tools import add_constant
 
 from analysis.time_to_accuracy import WorkloadResult, analyse
-from analysis.tta_results import ATTENT, COST_TO_TARGET, FINAL, FULL, paired_comparisons, summarize
+from analysis.tta_results import (ALPHA, ATTENT, COST_TO_TARGET, FINAL, FULL, INCONCLUSIVE, holm_steps,
+                                  paired_comparisons, summarize)
 from analysis.tta_runs import WORKLOAD, load_benchmark
 from attent import contract
 
@@ -36,6 +41,9 @@ TRAIN_LIMIT = "params.task.train_limit"
 # the comparators on the size axis: AtteNT's minus each one's
 AGAINST = {"random": "Random at AtteNT's budget", FULL: "full data",
            contract.METHOD_FULL_EQUAL_COST: "full data at equal cost (measured)"}
+GAINS, LOSES = "AtteNT gains with size", "AtteNT loses with size"  # the trend's words, besides inconclusive
+TREND_HEADING = ("Does the difference move with the size? Each comparison's seed-paired differences at every size, "
+                 "regressed on log10(training images) (OLS), Holm across the comparators:")
 
 
 def size_table(results: list[WorkloadResult], sizes: dict[str, int]) -> pd.DataFrame:
@@ -96,6 +104,66 @@ def with_earlier_sizes(table: pd.DataFrame, earlier: list[str | Path]) -> pd.Dat
         frames.append(saved[~saved["size"].isin(pd.concat(frames)["size"])])
     merged = pd.concat(frames, ignore_index=True)
     return merged.sort_values("size", kind="stable").reset_index(drop=True)
+
+
+def size_trends(per_run: pd.DataFrame, sizes: dict[str, int], lower: bool) -> pd.DataFrame:
+    """Whether AtteNT's difference from each comparator moves with the training-set size: its final
+    metric minus the comparator's, paired by seed within each size, regressed on log10(size) by
+    ordinary least squares (statsmodels' ``OLS``: a straight line in log size, one residual variance
+    for all sizes). One row per comparator with paired seeds at two sizes or more: the slope per
+    tenfold data, its interval at the Holm step's level across the comparators (``holm_steps``, as
+    the report's other families), and the word: "AtteNT gains with size" (or "loses") on that
+    comparator where the interval excludes 0, else "inconclusive". Each size's seeds draw their own
+    images, so the points are taken as independent (where a seed's images at two sizes overlap
+    and shift its points by one offset, that offset cancels from the slope but stays in the
+    residuals: the slope's error is then over-, not under-stated)."""
+    known = per_run[per_run["workload"].isin(list(sizes))] if "workload" in per_run else per_run.iloc[:0]
+    if known.empty:
+        return pd.DataFrame()
+    finals = known.pivot_table(index=["workload", "seed"], columns="method", values="final_metric")
+    fits = []
+    for method, label in AGAINST.items():
+        if ATTENT not in finals or method not in finals:
+            continue
+        difference = (finals[ATTENT] - finals[method]).dropna()
+        log_size = np.log10(difference.index.get_level_values("workload").map(sizes).to_numpy(dtype=float))
+        if len(set(log_size)) < 2 or len(difference) < 3:
+            continue
+        fits.append((method, label, OLS(difference.to_numpy(), add_constant(log_size)).fit(), log_size))
+    rows = []
+    for (method, label, fit, log_size), (p_holm, level) in zip(fits, holm_steps([f[2].pvalues[1] for f in fits])):
+        low, high = fit.conf_int(1 - level)[1]
+        slope = float(fit.params[1])
+        word = INCONCLUSIVE if p_holm >= ALPHA else (GAINS if (slope > 0) != lower else LOSES)
+        rows.append({"comparator": method, "label": label, "sizes": len(set(log_size)), "points": int(fit.nobs),
+                     "slope_per_decade": slope, "low": float(low), "high": float(high), "level": level,
+                     "p": float(fit.pvalues[1]), "p_holm": p_holm, "verdict": word})
+    return pd.DataFrame(rows)
+
+
+def trend_markdown(trends: pd.DataFrame) -> str:
+    if trends.empty:
+        return "No trend: AtteNT and a comparator are not paired at two sizes or more."
+    lines = ["| AtteNT − comparator, final | sizes | paired seeds | slope per 10× images | interval (Holm step) | word |",
+             "|---|---:|---:|---:|---|---|"]
+    for row in trends.to_dict("records"):
+        lines.append(f"| AtteNT − {row['label']} | {row['sizes']} | {row['points']} | {row['slope_per_decade']:+.4f} "
+                     f"| [{row['low']:+.4f}, {row['high']:+.4f}] ({row['level']:.1%}) | {row['verdict']} |")
+    return "\n".join(lines)
+
+
+def trend_runs(table: pd.DataFrame, results: list[WorkloadResult], earlier: list[str | Path]) -> pd.DataFrame:
+    """The per-run rows behind each size of ``table``: this store's for its own sizes, and for a
+    size an earlier report gave, the ``per_run.csv`` saved beside that report (``rejudged``'s)."""
+    own = set(table.loc[table["source"] == "this store", "workload"])
+    frames = [result.per_run.assign(workload=result.name) for result in results if result.name in own]
+    for path in earlier:
+        saved = Path(path).parent.parent / "per_run.csv"
+        taken = set(table.loc[table["source"] == str(path), "workload"])
+        if taken and saved.exists():
+            runs = pd.read_csv(saved)
+            frames.append(runs[runs["workload"].isin(taken)])
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["workload"])
 
 
 def size_figure(table: pd.DataFrame) -> Figure:
@@ -182,16 +250,21 @@ def build_data_size_report(experiment: str, *, tracking_uri: str, out_dir: str |
     results, parent = analyse(client, experiment, tolerances, margins)
     table = size_table(results, {name: int(size) for name, size in sizes.dropna().items()})
     table = with_earlier_sizes(table, list(earlier))
+    trends = size_trends(trend_runs(table, results, list(earlier)),
+                         {row["workload"]: int(row["size"]) for row in table.to_dict("records") if row["size"] == row["size"]},
+                         bool(table["lower_is_better"].iloc[0]) if len(table) else False)
     out = Path(out_dir)
     (out / "figures").mkdir(parents=True, exist_ok=True)
     size_figure(table).savefig(out / "figures" / "data_size.png", dpi=110)
     table.to_csv(out / "data_size.csv", index=False)
+    trends.to_csv(out / "data_size_trend.csv", index=False)
     (out / "data_size.md").write_text("\n".join([
         f"# {experiment}: the verdict against the training-set size", "",
         f"AtteNT's minus each comparator's, seed-paired: the mean difference, its interval at the Holm step's level "
         f"and the word ({FINAL}: Holm across the workload's comparisons; {COST_TO_TARGET}: its own family). "
         "Savings: mean and 95 % seed interval. The plateau verdict reads full data for 2E epochs against E.", "",
-        markdown(table), "", *sources(table), "![data size](figures/data_size.png)", ""]))
+        markdown(table), "", *sources(table), "![data size](figures/data_size.png)", "", TREND_HEADING, "",
+        trend_markdown(trends), ""]))
     if parent:
         client.log_artifacts(parent, str(out), "report/data_size")
     return out
@@ -209,12 +282,25 @@ def sources(table: pd.DataFrame) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("experiment", help="the benchmark's name (its MLflow experiment), e.g. data-size")
+    parser.add_argument("experiment", nargs="?", help="the benchmark's name (its MLflow experiment), e.g. data-size")
     parser.add_argument("--tracking-uri", default="sqlite:///mlflow.db")
     parser.add_argument("--out", default="reports", help="written to <out>/<experiment>/data_size/")
     parser.add_argument("--with", dest="earlier", action="append", default=[], metavar="CSV",
                         help="an earlier report's data_size.csv: its sizes this store lacks (repeatable)")
+    parser.add_argument("--trend", nargs="+", metavar="CSV",
+                        help="no store: the trend table alone, from a saved data_size.csv (each workload's "
+                             "size) followed by the per_run.csv files of its runs")
     args = parser.parse_args(argv)
+    if args.trend:
+        if len(args.trend) < 2:
+            parser.error("--trend needs a data_size.csv and at least one per_run.csv")
+        table = pd.read_csv(args.trend[0])
+        runs = pd.concat([pd.read_csv(path) for path in args.trend[1:]], ignore_index=True)
+        sizes = {row["workload"]: int(row["size"]) for row in table.to_dict("records")}
+        print(trend_markdown(size_trends(runs, sizes, bool(table["lower_is_better"].iloc[0]))))
+        return
+    if not args.experiment:
+        parser.error("give the benchmark's name (or --trend)")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a report reads small files
     out = build_data_size_report(args.experiment, tracking_uri=args.tracking_uri,
                                  out_dir=Path(args.out) / args.experiment / "data_size", earlier=args.earlier)

@@ -235,18 +235,26 @@ def judge_family(family: list[Paired], margin: float | None) -> list[Paired]:
                 warnings.simplefilter("ignore", RuntimeWarning)  # identical differences: a 0 std divides
                 tost = float(ttost_paired(p.subject_values, p.method_values, -margin, margin)[0])
             p.p_tost = 1.0 if math.isnan(tost) else tost
-    for p, adjusted in zip(tested, holm([p.p for p in tested])):
-        p.p_holm = float(adjusted)
+    for p, (adjusted, level) in zip(tested, holm_steps([p.p for p in tested])):
+        p.p_holm, p.level = adjusted, level
+        interval = t_test(p.differences, level)
+        p.low, p.high = interval.low, interval.high
     if not math.isnan(tested[0].p_tost):
         for p, adjusted in zip(tested, holm([p.p_tost for p in tested])):
             p.p_tost_holm = float(adjusted)
-    m = len(tested)
-    rejected = sum(p.p_holm < ALPHA for p in tested)
-    for rank, p in enumerate(sorted(tested, key=lambda p: p.p)):  # stable: ties keep the family's order
-        p.level = 1 - ALPHA / (m - min(rank, rejected))
-        interval = t_test(p.differences, p.level)
-        p.low, p.high = interval.low, interval.high
     return family
+
+
+def holm_steps(pvalues: list[float]) -> list[tuple[float, float]]:
+    """Each p's Holm-adjusted p and the confidence of the interval that agrees with its word
+    (``judge_family``): 1 − ALPHA / (m − j + 1) for the j-th smallest p where Holm rejects it,
+    1 − ALPHA / (m − r) after r rejections for the rest."""
+    adjusted = holm(pvalues)
+    m, rejected = len(pvalues), int(sum(a < ALPHA for a in adjusted))
+    levels = [math.nan] * m
+    for rank, index in enumerate(sorted(range(m), key=lambda i: pvalues[i])):  # stable: ties keep the order
+        levels[index] = 1 - ALPHA / (m - min(rank, rejected))
+    return [(float(a), level) for a, level in zip(adjusted, levels)]
 
 
 # --- the numbers ------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from mlflow import MlflowClient
@@ -54,6 +55,11 @@ def test_each_size_gets_its_plateau_verdict_comparisons_and_savings(tmp_path):
     assert (out / "figures" / "data_size.png").stat().st_size > 10_000
     logged = {a.path for a in client.list_artifacts(parent, "report/data_size")}
     assert "report/data_size/data_size.md" in logged
+    # AtteNT's 5-point gain on Random from 600 to 6,000 images (one decade) is the trend's slope
+    trends = pd.read_csv(out / "data_size_trend.csv").set_index("comparator")
+    assert trends.loc["random", "slope_per_decade"] == pytest.approx(0.05)
+    assert trends.loc["random", "sizes"] == 2 and trends.loc["random", "points"] == 6
+    assert "| AtteNT − Random at AtteNT's budget | 2 | 6 | +0.0500 |" in text
 
 
 def test_attent_report_rebuilds_a_benchmarks_reports_from_its_runs(tmp_path):
@@ -118,3 +124,51 @@ def test_an_earlier_size_is_judged_again_from_the_runs_saved_beside_it(tmp_path)
             assert (row[f"{key}_low"], row[f"{key}_high"]) == pytest.approx((expected.low, expected.high))
             assert row[f"{key}_verdict"] == saved.iloc[i][f"{key}_verdict"]
             assert (row[f"{key}_low"] > 0 or row[f"{key}_high"] < 0) == (row[f"{key}_verdict"] in ("better", "worse"))
+
+
+def trend_runs(differences: dict[str, dict[int, list[float]]]) -> pd.DataFrame:
+    """Per-run rows for ``size_trends``: one AtteNT run per size and seed, and for each method,
+    a run whose final metric is AtteNT's minus that size's and seed's difference."""
+    rows = []
+    for size in next(iter(differences.values())):
+        for seed in range(3):
+            rows.append({"workload": f"fm-{size}", "seed": seed, "method": "attent", "final_metric": 0.7})
+            rows += [{"workload": f"fm-{size}", "seed": seed, "method": method, "final_metric": 0.7 - by_size[size][seed]}
+                     for method, by_size in differences.items()]
+    return pd.DataFrame(rows)
+
+
+def test_the_size_trend_is_statsmodels_ols_on_log_size_with_holm_across_comparators():
+    """A difference that grows by 0.02 per tenfold data over seed noise of ± 0.003 is a gain with
+    size (for a loss, a loss); one that does not move is inconclusive. Slope, interval and p
+    are scipy's straight-line fit on log10(size); the adjusted p statsmodels' Holm over both."""
+    from scipy import stats
+    from statsmodels.stats.multitest import multipletests
+
+    from analysis.data_size import GAINS, LOSES, size_trends
+    sizes = {"fm-600": 600, "fm-6000": 6000, "fm-60000": 60000}
+    noise = [-0.003, 0.0, 0.003]
+    rising = {600: [-0.04 + e for e in noise], 6000: [-0.02 - e for e in noise], 60000: noise}
+    flat = {600: [0.01, -0.01, 0.0], 6000: [-0.01, 0.0, 0.01], 60000: [0.0, 0.01, -0.01]}
+    runs = trend_runs({"random": rising, "full": flat})
+    trends = size_trends(runs, sizes, lower=False).set_index("comparator")
+    assert trends.loc["random", "verdict"] == GAINS and trends.loc["full", "verdict"] == "inconclusive"
+    assert trends.loc["random", "slope_per_decade"] == pytest.approx(0.02)
+    assert trends.loc["full", "low"] < 0 < trends.loc["full", "high"]
+    finals = runs.pivot_table(index=["workload", "seed"], columns="method", values="final_metric")
+    x = np.log10([sizes[w] for w in finals.index.get_level_values("workload")])
+    fits = {method: stats.linregress(x, (finals["attent"] - finals[method]).to_numpy()) for method in ("random", "full")}
+    for method, fit in fits.items():
+        assert trends.loc[method, "slope_per_decade"] == pytest.approx(fit.slope)
+        assert trends.loc[method, "p"] == pytest.approx(fit.pvalue)
+    adjusted = multipletests([fits["random"].pvalue, fits["full"].pvalue], method="holm")[1]
+    assert list(trends.loc[["random", "full"], "p_holm"]) == pytest.approx(list(adjusted))
+    # the rejected one's interval at its Holm step, 1 - 0.05 / 2: scipy's slope t-interval (9 points)
+    half = stats.t.ppf(1 - 0.05 / 4, df=9 - 2) * fits["random"].stderr
+    assert trends.loc["random", "level"] == pytest.approx(1 - 0.05 / 2)
+    assert (trends.loc["random", "low"], trends.loc["random", "high"]) == pytest.approx(
+        (fits["random"].slope - half, fits["random"].slope + half))
+    # a loss falls where AtteNT gains: the same rising difference of a loss is AtteNT losing
+    assert size_trends(trend_runs({"random": rising}), sizes, lower=True).iloc[0]["verdict"] == LOSES
+    # one size: no trend to fit
+    assert size_trends(runs[runs["workload"] == "fm-600"], sizes, lower=False).empty
