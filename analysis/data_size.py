@@ -136,7 +136,7 @@ def size_trends(per_run: pd.DataFrame, sizes: dict[str, int], lower: bool) -> pd
         slope = float(fit.params[1])
         word = INCONCLUSIVE if p_holm >= ALPHA else (GAINS if (slope > 0) != lower else LOSES)
         rows.append({"comparator": method, "label": label, "sizes": len(set(log_size)), "points": int(fit.nobs),
-                     "slope_per_decade": slope, "low": float(low), "high": float(high), "level": level,
+                     "intercept": float(fit.params[0]), "slope_per_decade": slope, "low": float(low), "high": float(high), "level": level,
                      "p": float(fit.pvalues[1]), "p_holm": p_holm, "verdict": word})
     return pd.DataFrame(rows)
 
@@ -166,14 +166,21 @@ def trend_runs(table: pd.DataFrame, results: list[WorkloadResult], earlier: list
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["workload"])
 
 
-def size_figure(table: pd.DataFrame) -> Figure:
-    """Against the training-set size (log scale): AtteNT's final metric minus each comparator's,
-    its method cost to the target minus theirs, and its realized saving, each with its interval."""
+def size_figure(table: pd.DataFrame, trends: pd.DataFrame | None = None) -> Figure:
+    """Against the training-set size (log scale): AtteNT's final metric minus each comparator's
+    (with the fitted trend, ``size_trends``, dashed), its method cost to the target minus theirs,
+    and its realized saving, each with its interval."""
     figure = Figure(figsize=(15, 4.5))
     final, cost, saving = figure.subplots(1, 3)
     metric = table["metric"].iloc[0] if len(table) else "metric"
+    fitted = trends.set_index("comparator") if trends is not None and len(trends) else pd.DataFrame()
     plotted = set()
     for number, (method, label) in enumerate(AGAINST.items()):
+        if method in fitted.index:
+            trend = fitted.loc[method]
+            ends = np.array([table["size"].min(), table["size"].max()], dtype=float)
+            final.plot(ends, trend["intercept"] + trend["slope_per_decade"] * np.log10(ends), "--", color=f"C{number}",
+                       lw=1, label=f"fit {trend['slope_per_decade']:+.3f} per 10×: {trend['verdict']}")
         for ax, quantity in ((final, "final"), (cost, "cost")):
             key = f"{quantity}_vs_{method}"
             if key not in table:
@@ -185,7 +192,8 @@ def size_figure(table: pd.DataFrame) -> Figure:
             low, high = shown[key] - shown[f"{key}_low"], shown[f"{key}_high"] - shown[key]
             # side by side at each size, so the intervals do not hide one another
             x = shown["size"] * (1 + 0.04 * (number - 1))
-            ax.errorbar(x, shown[key], yerr=[low.fillna(0), high.fillna(0)], fmt="o-", capsize=3,
+            joined = quantity == "cost" or method not in fitted.index  # a fitted trend replaces the joining line
+            ax.errorbar(x, shown[key], yerr=[low.fillna(0), high.fillna(0)], fmt="o-" if joined else "o", capsize=3,
                         color=f"C{number}", label=f"AtteNT − {label}")
     for ax, quantity in ((final, "final"), (cost, "cost")):
         if quantity not in plotted:  # e.g. no seed of AtteNT reached the target: nothing to pair
@@ -255,7 +263,7 @@ def build_data_size_report(experiment: str, *, tracking_uri: str, out_dir: str |
                          bool(table["lower_is_better"].iloc[0]) if len(table) else False)
     out = Path(out_dir)
     (out / "figures").mkdir(parents=True, exist_ok=True)
-    size_figure(table).savefig(out / "figures" / "data_size.png", dpi=110)
+    size_figure(table, trends).savefig(out / "figures" / "data_size.png", dpi=110)
     table.to_csv(out / "data_size.csv", index=False)
     trends.to_csv(out / "data_size_trend.csv", index=False)
     (out / "data_size.md").write_text("\n".join([

@@ -160,6 +160,7 @@ def test_the_size_trend_is_statsmodels_ols_on_log_size_with_holm_across_comparat
     fits = {method: stats.linregress(x, (finals["attent"] - finals[method]).to_numpy()) for method in ("random", "full")}
     for method, fit in fits.items():
         assert trends.loc[method, "slope_per_decade"] == pytest.approx(fit.slope)
+        assert trends.loc[method, "intercept"] == pytest.approx(fit.intercept)
         assert trends.loc[method, "p"] == pytest.approx(fit.pvalue)
     adjusted = multipletests([fits["random"].pvalue, fits["full"].pvalue], method="holm")[1]
     assert list(trends.loc[["random", "full"], "p_holm"]) == pytest.approx(list(adjusted))
