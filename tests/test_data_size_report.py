@@ -173,3 +173,28 @@ def test_the_size_trend_is_statsmodels_ols_on_log_size_with_holm_across_comparat
     assert size_trends(trend_runs({"random": rising}), sizes, lower=True).iloc[0]["verdict"] == LOSES
     # one size: no trend to fit
     assert size_trends(runs[runs["workload"] == "fm-600"], sizes, lower=False).empty
+
+
+def test_joining_seeds_reproduces_the_saved_size_rows_in_the_reports_family():
+    """benchmarks/join_size_seeds.py on the shipped per-run tables alone gives each size's saved
+    comparisons to the last digit (Holm across the size's whole family, as its report did) and
+    the trend; a seed found in two tables is refused."""
+    from conftest import benchmark_script
+    join = benchmark_script("join_size_seeds")
+    shipped = ROOT / "benchmarks" / "results" / "data_size"
+    saved = pd.read_csv(shipped / "data_size" / "data_size.csv").set_index("workload")
+    sizes = {workload: int(size) for workload, size in saved["size"].items()}
+    runs = pd.concat([pd.read_csv(shipped / "per_run.csv"), pd.read_csv(shipped / "fmnist-20000" / "per_run.csv")])
+    rows, trends = join.judged(runs, sizes)
+    assert [row["size"] for row in rows] == [600, 2000, 20000]
+    for row in rows:
+        for method, paired in row["finals"].items():
+            key = f"final_vs_{method}"
+            expected = saved.loc[row["workload"]]
+            assert (paired.mean, paired.low, paired.high) == pytest.approx(
+                (expected[key], expected[f"{key}_low"], expected[f"{key}_high"]))
+            assert paired.verdict == expected[f"{key}_verdict"]
+        assert len(row["finals"]) == 3 and row["seeds"] == [0, 1, 2]
+    assert list(trends["points"]) == [9, 9, 9]
+    with pytest.raises(ValueError, match="in two tables"):
+        join.judged(pd.concat([runs, runs[runs["workload"] == "fmnist-600"]]), sizes)
