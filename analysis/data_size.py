@@ -136,16 +136,17 @@ def size_trends(per_run: pd.DataFrame, sizes: dict[str, int], lower: bool) -> pd
         slope = float(fit.params[1])
         word = INCONCLUSIVE if p_holm >= ALPHA else (GAINS if (slope > 0) != lower else LOSES)
         rows.append({"comparator": method, "label": label, "sizes": len(set(log_size)), "points": int(fit.nobs),
-                     "intercept": float(fit.params[0]), "slope_per_decade": slope, "low": float(low), "high": float(high), "level": level,
-                     "p": float(fit.pvalues[1]), "p_holm": p_holm, "verdict": word})
+                     "intercept": float(fit.params[0]), "slope_per_decade": slope, "low": float(low),
+                     "high": float(high), "level": level, "p": float(fit.pvalues[1]), "p_holm": p_holm,
+                     "verdict": word})
     return pd.DataFrame(rows)
 
 
 def trend_markdown(trends: pd.DataFrame) -> str:
     if trends.empty:
         return "No trend: AtteNT and a comparator are not paired at two sizes or more."
-    lines = ["| AtteNT − comparator, final | sizes | paired seeds | slope per 10× images | interval (Holm step) | word |",
-             "|---|---:|---:|---:|---|---|"]
+    lines = ["| AtteNT − comparator, final | sizes | paired seeds | slope per 10× images "
+             "| interval (Holm step) | word |", "|---|---:|---:|---:|---|---|"]
     for row in trends.to_dict("records"):
         lines.append(f"| AtteNT − {row['label']} | {row['sizes']} | {row['points']} | {row['slope_per_decade']:+.4f} "
                      f"| [{row['low']:+.4f}, {row['high']:+.4f}] ({row['level']:.1%}) | {row['verdict']} |")
@@ -258,8 +259,9 @@ def build_data_size_report(experiment: str, *, tracking_uri: str, out_dir: str |
     results, parent = analyse(client, experiment, tolerances, margins)
     table = size_table(results, {name: int(size) for name, size in sizes.dropna().items()})
     table = with_earlier_sizes(table, list(earlier))
+    sized = table[table["size"].notna()]
     trends = size_trends(trend_runs(table, results, list(earlier)),
-                         {row["workload"]: int(row["size"]) for row in table.to_dict("records") if row["size"] == row["size"]},
+                         dict(zip(sized["workload"], sized["size"].astype(int))),
                          bool(table["lower_is_better"].iloc[0]) if len(table) else False)
     out = Path(out_dir)
     (out / "figures").mkdir(parents=True, exist_ok=True)
@@ -290,25 +292,12 @@ def sources(table: pd.DataFrame) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("experiment", nargs="?", help="the benchmark's name (its MLflow experiment), e.g. data-size")
+    parser.add_argument("experiment", help="the benchmark's name (its MLflow experiment), e.g. data-size")
     parser.add_argument("--tracking-uri", default="sqlite:///mlflow.db")
     parser.add_argument("--out", default="reports", help="written to <out>/<experiment>/data_size/")
     parser.add_argument("--with", dest="earlier", action="append", default=[], metavar="CSV",
                         help="an earlier report's data_size.csv: its sizes this store lacks (repeatable)")
-    parser.add_argument("--trend", nargs="+", metavar="CSV",
-                        help="no store: the trend table alone, from a saved data_size.csv (each workload's "
-                             "size) followed by the per_run.csv files of its runs")
     args = parser.parse_args(argv)
-    if args.trend:
-        if len(args.trend) < 2:
-            parser.error("--trend needs a data_size.csv and at least one per_run.csv")
-        table = pd.read_csv(args.trend[0])
-        runs = pd.concat([pd.read_csv(path) for path in args.trend[1:]], ignore_index=True)
-        sizes = {row["workload"]: int(row["size"]) for row in table.to_dict("records")}
-        print(trend_markdown(size_trends(runs, sizes, bool(table["lower_is_better"].iloc[0]))))
-        return
-    if not args.experiment:
-        parser.error("give the benchmark's name (or --trend)")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a report reads small files
     out = build_data_size_report(args.experiment, tracking_uri=args.tracking_uri,
                                  out_dir=Path(args.out) / args.experiment / "data_size", earlier=args.earlier)
