@@ -28,7 +28,7 @@ import pandas as pd
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "platform"), str(Path(__file__).resolve().parents[1])]
 
-from analysis.data_size import AGAINST, size_trends, trend_markdown  # noqa: E402
+from analysis.data_size import AGAINST, size_figure, size_trends, trend_markdown  # noqa: E402
 from analysis.tta_results import ATTENT, FINAL, paired_comparisons, summarize  # noqa: E402
 
 
@@ -46,7 +46,7 @@ def judged(runs: pd.DataFrame, sizes: dict[str, int]) -> tuple[list[dict], pd.Da
         summary = summarize(per_run)
         margin = float(per_run["margin"].iloc[0])
         finals = {p.method: p for p in paired_comparisons(per_run, summary, lower, margin) if p.quantity == FINAL}
-        rows.append({"workload": workload, "size": sizes[workload],
+        rows.append({"workload": workload, "size": sizes[workload], "metric": per_run["metric"].iloc[0],
                      "seeds": sorted(int(s) for s in per_run.loc[per_run["method"].eq(ATTENT), "seed"]),
                      "finals": {m: finals[m] for m in AGAINST if m in finals},
                      "attent": summary.set_index("method").loc[ATTENT]})
@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sizes", help="a saved data_size.csv: each workload's training-set size")
     parser.add_argument("tables", nargs="+", help="per_run.csv files")
+    parser.add_argument("--figure", metavar="PNG", help="also draw the report's size figure from the joined seeds")
     args = parser.parse_args(argv)
     sizes = {row["workload"]: int(row["size"]) for row in pd.read_csv(args.sizes).to_dict("records")}
     try:
@@ -75,6 +76,22 @@ def main(argv: list[str] | None = None) -> None:
                 f"{attent['realized_saving_high']:.2f}] |")
     print()
     print(trend_markdown(trends))
+    if args.figure:
+        size_figure(figure_table(rows), trends).savefig(args.figure, dpi=110)
+
+
+def figure_table(rows: list[dict]) -> pd.DataFrame:
+    """``judged``'s rows in the columns ``size_figure`` reads (the cost to the target left out)."""
+    table = []
+    for row in rows:
+        attent = row["attent"]
+        cells = {"size": row["size"], "metric": row["metric"],
+                 **{f"realized_saving{end}": attent[f"realized_saving{end}"] for end in ("", "_low", "_high")}}
+        for method, paired in row["finals"].items():
+            cells.update({f"final_vs_{method}": paired.mean, f"final_vs_{method}_low": paired.low,
+                          f"final_vs_{method}_high": paired.high})
+        table.append(cells)
+    return pd.DataFrame(table)
 
 
 if __name__ == "__main__":

@@ -196,5 +196,8 @@ def test_joining_seeds_reproduces_the_saved_size_rows_in_the_reports_family():
             assert paired.verdict == expected[f"{key}_verdict"]
         assert len(row["finals"]) == 3 and row["seeds"] == [0, 1, 2]
     assert list(trends["points"]) == [9, 9, 9]
+    table = join.figure_table(rows)  # the size figure's columns, from the joined seeds
+    assert list(table["size"]) == [600, 2000, 20000] and set(table["metric"]) == {"eval_test_accuracy"}
+    assert list(table["final_vs_random"]) == pytest.approx(list(saved["final_vs_random"]))
     with pytest.raises(ValueError, match="in two tables"):
         join.judged(pd.concat([runs, runs[runs["workload"] == "fmnist-600"]]), sizes)
