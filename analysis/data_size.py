@@ -32,7 +32,7 @@ from statsmodels.regression.linear_model import OLS
 from statsmodels.tools import add_constant
 
 from analysis.time_to_accuracy import WorkloadResult, analyse
-from analysis.tta_results import (ALPHA, ATTENT, COST_TO_TARGET, FINAL, FULL, INCONCLUSIVE, holm_steps,
+from analysis.tta_results import (ALPHA, ATTENT, COST_TO_TARGET, FINAL, FULL, INCONCLUSIVE, Paired, holm_steps,
                                   paired_comparisons, summarize)
 from analysis.tta_runs import WORKLOAD, load_benchmark
 from attent import contract
@@ -44,6 +44,20 @@ AGAINST = {"random": "Random at AtteNT's budget", FULL: "full data",
 GAINS, LOSES = "AtteNT gains with size", "AtteNT loses with size"  # the trend's words, besides inconclusive
 TREND_HEADING = ("Does the difference move with the size? Each comparison's seed-paired differences at every size, "
                  "regressed on log10(training images) (OLS), Holm across the comparators:")
+
+
+def comparison_cells(paired: Paired) -> dict[str, object]:
+    """One of AtteNT's comparisons as the size table's columns: ``final_vs_<method>`` (or
+    ``cost_vs_``), the difference, and its ``_low``, ``_high``, ``_level``, ``_seeds`` and ``_verdict``."""
+    key = f"{'final' if paired.quantity == FINAL else 'cost'}_vs_{paired.method}"
+    return {key: paired.mean, f"{key}_low": paired.low, f"{key}_high": paired.high, f"{key}_level": paired.level,
+            f"{key}_seeds": paired.seeds, f"{key}_verdict": paired.verdict}
+
+
+def runs_beside(size_csv: str | Path) -> Path:
+    """The ``per_run.csv`` an earlier report saved beside its ``data_size.csv`` (the report's
+    layout: ``<report>/data_size/data_size.csv`` and ``<report>/per_run.csv``)."""
+    return Path(size_csv).parent.parent / "per_run.csv"
 
 
 def size_table(results: list[WorkloadResult], sizes: dict[str, int]) -> pd.DataFrame:
@@ -59,9 +73,7 @@ def size_table(results: list[WorkloadResult], sizes: dict[str, int]) -> pd.DataF
         for p in result.paired:
             if p.subject != ATTENT or p.method not in AGAINST:
                 continue
-            key = f"{'final' if p.quantity == FINAL else 'cost'}_vs_{p.method}"
-            row.update({key: p.mean, f"{key}_low": p.low, f"{key}_high": p.high, f"{key}_level": p.level,
-                        f"{key}_seeds": p.seeds, f"{key}_verdict": p.verdict})
+            row.update(comparison_cells(p))
         for name in ("realized_saving", "realized_over_ideal"):
             for suffix in ("", "_low", "_high"):
                 row[name + suffix] = math.nan if attent is None else float(attent.get(name + suffix, math.nan))
@@ -85,10 +97,8 @@ def rejudged(saved: pd.DataFrame, report_dir: Path) -> pd.DataFrame:
         lower, margin = bool(workload["lower_is_better"].iloc[0]), float(workload["margin"].iloc[0])
         for p in paired_comparisons(workload, summarize(workload), lower, margin):
             if p.method in AGAINST and p.seeds >= 2:
-                key = f"{'final' if p.quantity == FINAL else 'cost'}_vs_{p.method}"
-                for suffix, value in (("", p.mean), ("_low", p.low), ("_high", p.high), ("_level", p.level),
-                                      ("_seeds", p.seeds), ("_verdict", p.verdict)):
-                    saved.loc[index, key + suffix] = value
+                for column, value in comparison_cells(p).items():
+                    saved.loc[index, column] = value
     return saved
 
 
@@ -99,8 +109,7 @@ def with_earlier_sizes(table: pd.DataFrame, earlier: list[str | Path]) -> pd.Dat
     table = table.assign(source="this store")
     frames = [table]
     for path in earlier:
-        # the report's layout: <report>/data_size/data_size.csv beside <report>/per_run.csv
-        saved = rejudged(pd.read_csv(path), Path(path).parent.parent).assign(source=str(path))
+        saved = rejudged(pd.read_csv(path), runs_beside(path).parent).assign(source=str(path))
         frames.append(saved[~saved["size"].isin(pd.concat(frames)["size"])])
     merged = pd.concat(frames, ignore_index=True)
     return merged.sort_values("size", kind="stable").reset_index(drop=True)
@@ -159,7 +168,7 @@ def trend_runs(table: pd.DataFrame, results: list[WorkloadResult], earlier: list
     own = set(table.loc[table["source"] == "this store", "workload"])
     frames = [result.per_run.assign(workload=result.name) for result in results if result.name in own]
     for path in earlier:
-        saved = Path(path).parent.parent / "per_run.csv"
+        saved = runs_beside(path)
         taken = set(table.loc[table["source"] == str(path), "workload"])
         if taken and saved.exists():
             runs = pd.read_csv(saved)

@@ -28,7 +28,7 @@ import pandas as pd
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "platform"), str(Path(__file__).resolve().parents[1])]
 
-from analysis.data_size import AGAINST, size_figure, size_trends, trend_markdown  # noqa: E402
+from analysis.data_size import AGAINST, comparison_cells, size_figure, size_trends, trend_markdown  # noqa: E402
 from analysis.tta_results import ATTENT, FINAL, paired_comparisons, summarize  # noqa: E402
 
 
@@ -87,9 +87,8 @@ def figure_table(rows: list[dict]) -> pd.DataFrame:
         attent = row["attent"]
         cells = {"size": row["size"], "metric": row["metric"],
                  **{f"realized_saving{end}": attent[f"realized_saving{end}"] for end in ("", "_low", "_high")}}
-        for method, paired in row["finals"].items():
-            cells.update({f"final_vs_{method}": paired.mean, f"final_vs_{method}_low": paired.low,
-                          f"final_vs_{method}_high": paired.high})
+        for paired in row["finals"].values():
+            cells.update(comparison_cells(paired))
         table.append(cells)
     return pd.DataFrame(table)
 

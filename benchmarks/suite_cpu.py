@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 TICK = os.sysconf("SC_CLK_TCK")
+CHARGED = pytest.StashKey[dict]()  # nodeid -> (cpu_s, wall_s)
 
 
 def busy_seconds() -> float:
@@ -33,18 +34,18 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    config._suite_cpu = {}  # nodeid -> (cpu_s, wall_s)
+    config.stash[CHARGED] = {}
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     cpu, wall = busy_seconds(), time.perf_counter()
     yield
-    item.config._suite_cpu[item.nodeid] = (busy_seconds() - cpu, time.perf_counter() - wall)
+    item.config.stash[CHARGED][item.nodeid] = (busy_seconds() - cpu, time.perf_counter() - wall)
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    tests = config._suite_cpu
+    tests = config.stash[CHARGED]
     if not tests:
         return
     path = config.getoption("--suite-cpu")

@@ -126,7 +126,7 @@ def test_an_earlier_size_is_judged_again_from_the_runs_saved_beside_it(tmp_path)
             assert (row[f"{key}_low"] > 0 or row[f"{key}_high"] < 0) == (row[f"{key}_verdict"] in ("better", "worse"))
 
 
-def trend_runs(differences: dict[str, dict[int, list[float]]]) -> pd.DataFrame:
+def runs_with_differences(differences: dict[str, dict[int, list[float]]]) -> pd.DataFrame:
     """Per-run rows for ``size_trends``: one AtteNT run per size and seed, and for each method,
     a run whose final metric is AtteNT's minus that size's and seed's difference."""
     rows = []
@@ -150,7 +150,7 @@ def test_the_size_trend_is_statsmodels_ols_on_log_size_with_holm_across_comparat
     noise = [-0.003, 0.0, 0.003]
     rising = {600: [-0.04 + e for e in noise], 6000: [-0.02 - e for e in noise], 60000: noise}
     flat = {600: [0.01, -0.01, 0.0], 6000: [-0.01, 0.0, 0.01], 60000: [0.0, 0.01, -0.01]}
-    runs = trend_runs({"random": rising, "full": flat})
+    runs = runs_with_differences({"random": rising, "full": flat})
     trends = size_trends(runs, sizes, lower=False).set_index("comparator")
     assert trends.loc["random", "verdict"] == GAINS and trends.loc["full", "verdict"] == "inconclusive"
     assert trends.loc["random", "slope_per_decade"] == pytest.approx(0.02)
@@ -170,7 +170,7 @@ def test_the_size_trend_is_statsmodels_ols_on_log_size_with_holm_across_comparat
     assert (trends.loc["random", "low"], trends.loc["random", "high"]) == pytest.approx(
         (fits["random"].slope - half, fits["random"].slope + half))
     # a loss falls where AtteNT gains: the same rising difference of a loss is AtteNT losing
-    assert size_trends(trend_runs({"random": rising}), sizes, lower=True).iloc[0]["verdict"] == LOSES
+    assert size_trends(runs_with_differences({"random": rising}), sizes, lower=True).iloc[0]["verdict"] == LOSES
     # one size: no trend to fit
     assert size_trends(runs[runs["workload"] == "fm-600"], sizes, lower=False).empty
 
