@@ -29,10 +29,11 @@ import pandas as pd
 from matplotlib.figure import Figure
 from mlflow import MlflowClient
 from statsmodels.regression.linear_model import OLS
+from statsmodels.stats.oneway import anova_oneway
 from statsmodels.tools import add_constant
 
 from analysis.time_to_accuracy import WorkloadResult, analyse
-from analysis.tta_results import (ALPHA, ATTENT, COST_TO_TARGET, FINAL, FULL, INCONCLUSIVE, Paired, holm_steps,
+from analysis.tta_results import (ALPHA, ATTENT, COST_TO_TARGET, FINAL, FULL, INCONCLUSIVE, Paired, holm, holm_steps,
                                   paired_comparisons, summarize)
 from analysis.tta_runs import WORKLOAD, load_benchmark
 from attent import contract
@@ -42,8 +43,13 @@ TRAIN_LIMIT = "params.task.train_limit"
 AGAINST = {"random": "Random at AtteNT's budget", FULL: "full data",
            contract.METHOD_FULL_EQUAL_COST: "full data at equal cost (measured)"}
 GAINS, LOSES = "AtteNT gains with size", "AtteNT loses with size"  # the trend's words, besides inconclusive
+# the straight line's lack-of-fit words: the line is never "shown", only not rejected
+CURVED, NO_DEPARTURE = "departs from a line", "no departure detected"
+DIFFERS = "differs across sizes"  # Welch's one-way ANOVA, no shape assumed, besides inconclusive
 TREND_HEADING = ("Does the difference move with the size? Each comparison's seed-paired differences at every size, "
-                 "regressed on log10(training images) (OLS), Holm across the comparators:")
+                 "regressed on log10(training images) (OLS), Holm across the comparators; whether a straight line "
+                 "fits is the lack-of-fit F test against one mean per size, and whether the difference moves with the size in any "
+                 "shape Welch's one-way ANOVA across the sizes (each Holm across the comparators):")
 
 
 def comparison_cells(paired: Paired) -> dict[str, object]:
@@ -125,7 +131,12 @@ def size_trends(per_run: pd.DataFrame, sizes: dict[str, int], lower: bool) -> pd
     comparator where the interval excludes 0, else "inconclusive". Each size's seeds draw their own
     images, so the points are taken as independent (where a seed's images at two sizes overlap
     and shift its points by one offset, that offset cancels from the slope but stays in the
-    residuals: the slope's error is then over-, not under-stated)."""
+    residuals: the slope's error is then over-, not under-stated). With three sizes or more the
+    line itself is tested (``line_lack_of_fit``), Holm across the comparators: "departs from a
+    line" where rejected, else "no departure detected" (the line is then an assumption the data
+    did not refute, not a shape they show). With no shape assumed, ``welch_across_sizes`` asks
+    whether the difference's mean differs between the sizes at all, Holm across the comparators:
+    "differs across sizes" or "inconclusive"."""
     known = per_run[per_run["workload"].isin(list(sizes))] if "workload" in per_run else per_run.iloc[:0]
     if known.empty:
         return pd.DataFrame()
@@ -147,18 +158,53 @@ def size_trends(per_run: pd.DataFrame, sizes: dict[str, int], lower: bool) -> pd
         rows.append({"comparator": method, "label": label, "sizes": len(set(log_size)), "points": int(fit.nobs),
                      "intercept": float(fit.params[0]), "slope_per_decade": slope, "low": float(low),
                      "high": float(high), "level": level, "p": float(fit.pvalues[1]), "p_holm": p_holm,
-                     "verdict": word})
+                     "verdict": word, "lack_of_fit_p": line_lack_of_fit(fit, log_size),
+                     "across_sizes_p": welch_across_sizes(fit.model.endog, log_size)})
+    for column, words in (("lack_of_fit", (CURVED, NO_DEPARTURE)), ("across_sizes", (DIFFERS, INCONCLUSIVE))):
+        tested = [i for i, row in enumerate(rows) if not math.isnan(row[f"{column}_p"])]
+        for i, p_holm in zip(tested, holm([rows[i][f"{column}_p"] for i in tested]) if tested else []):
+            rows[i].update({f"{column}_p_holm": p_holm, f"{column}_word": words[0] if p_holm < ALPHA else words[1]})
     return pd.DataFrame(rows)
+
+
+def line_lack_of_fit(line, log_size: np.ndarray) -> float:
+    """The lack-of-fit F test of a straight line in log size: its residuals against those of one
+    mean per size (statsmodels' ``compare_f_test``, the line nested in the per-size means), on
+    sizes - 2 degrees of freedom; NaN with fewer than 3 sizes or no seed replicating a size."""
+    levels = sorted(set(log_size))
+    if len(levels) < 3 or len(log_size) <= len(levels):
+        return math.nan
+    per_size = OLS(line.model.endog, (log_size[:, None] == np.array(levels)[None, :]).astype(float)).fit()
+    return float(per_size.compare_f_test(line)[1])
+
+
+def welch_across_sizes(differences: np.ndarray, log_size: np.ndarray) -> float:
+    """Whether the difference's mean differs between the sizes at all, with no shape assumed and
+    each size its own variance (the seeds spread far wider at 600 images than at 20,000): Welch's
+    one-way ANOVA (statsmodels' ``anova_oneway``, ``use_var="unequal"``); NaN where a size has
+    fewer than 2 seeds."""
+    levels, counts = np.unique(log_size, return_counts=True)
+    if len(levels) < 2 or counts.min() < 2:
+        return math.nan
+    return float(anova_oneway(differences, groups=log_size, use_var="unequal").pvalue)
 
 
 def trend_markdown(trends: pd.DataFrame) -> str:
     if trends.empty:
         return "No trend: AtteNT and a comparator are not paired at two sizes or more."
     lines = ["| AtteNT − comparator, final | sizes | paired seeds | slope per 10× images "
-             "| interval (Holm step) | word |", "|---|---:|---:|---:|---|---|"]
+             "| interval (Holm step) | word | the line's lack of fit: Holm p, word "
+             "| any shape (Welch ANOVA): Holm p, word |", "|---|---:|---:|---:|---|---|---|---|"]
+
+    def tested(row: dict, column: str, short: str) -> str:
+        word = row.get(f"{column}_word")
+        return f"{row[f'{column}_p_holm']:.3f}, {word}" if isinstance(word, str) else f"— ({short})"
+
     for row in trends.to_dict("records"):
         lines.append(f"| AtteNT − {row['label']} | {row['sizes']} | {row['points']} | {row['slope_per_decade']:+.4f} "
-                     f"| [{row['low']:+.4f}, {row['high']:+.4f}] ({row['level']:.1%}) | {row['verdict']} |")
+                     f"| [{row['low']:+.4f}, {row['high']:+.4f}] ({row['level']:.1%}) | {row['verdict']} "
+                     f"| {tested(row, 'lack_of_fit', 'fewer than 3 sizes')} "
+                     f"| {tested(row, 'across_sizes', 'a size with one seed')} |")
     return "\n".join(lines)
 
 

@@ -201,3 +201,46 @@ def test_joining_seeds_reproduces_the_saved_size_rows_in_the_reports_family():
     assert list(table["final_vs_random"]) == pytest.approx(list(saved["final_vs_random"]))
     with pytest.raises(ValueError, match="in two tables"):
         join.judged(pd.concat([runs, runs[runs["workload"] == "fmnist-600"]]), sizes)
+
+
+def test_the_lines_lack_of_fit_is_statsmodels_f_test_against_one_mean_per_size():
+    """A difference that dips at the middle sizes and recovers (a V over seed noise of ± 0.003)
+    departs from a line; one on a line does not. The lack-of-fit p is statsmodels' ANOVA of the
+    line against the per-size means (2 df at 4 sizes), Holm-adjusted across the comparators; the
+    shape-free test is statsmodels' Welch ANOVA, and a flat difference is inconclusive there."""
+    from statsmodels.formula.api import ols
+    from statsmodels.stats.anova import anova_lm
+    from statsmodels.stats.multitest import multipletests
+
+    from analysis.data_size import CURVED, DIFFERS, NO_DEPARTURE, size_trends, trend_markdown
+    sizes = {"fm-600": 600, "fm-2000": 2000, "fm-6000": 6000, "fm-20000": 20000}
+    noise = [-0.003, 0.0, 0.003]
+    line = {size: [0.01 * np.log10(size / 600) + e for e in noise] for size in sizes.values()}
+    v_shape = {600: noise, 2000: [-0.04 + e for e in noise], 6000: [-0.04 - e for e in noise], 20000: noise}
+    runs = runs_with_differences({"random": line, "full": v_shape})
+    trends = size_trends(runs, sizes, lower=False).set_index("comparator")
+    assert trends.loc["full", "lack_of_fit_word"] == CURVED and trends.loc["random", "lack_of_fit_word"] == NO_DEPARTURE
+    finals = runs.pivot_table(index=["workload", "seed"], columns="method", values="final_metric")
+    frame = pd.DataFrame({"x": np.log10([sizes[w] for w in finals.index.get_level_values("workload")])})
+    expected = {}
+    for method in ("random", "full"):
+        frame["d"] = (finals["attent"] - finals[method]).to_numpy()
+        table = anova_lm(ols("d ~ x", frame).fit(), ols("d ~ C(x)", frame).fit())
+        assert table["df_diff"].iloc[1] == 2
+        expected[method] = table["Pr(>F)"].iloc[1]
+        assert trends.loc[method, "lack_of_fit_p"] == pytest.approx(expected[method])
+    adjusted = multipletests([expected["random"], expected["full"]], method="holm")[1]
+    assert list(trends.loc[["random", "full"], "lack_of_fit_p_holm"]) == pytest.approx(list(adjusted))
+    assert CURVED in trend_markdown(trends.reset_index())
+    # any shape: Welch's one-way ANOVA across the sizes, as statsmodels' anova_oneway gives it
+    from statsmodels.stats.oneway import anova_oneway
+    for method in ("random", "full"):
+        d = (finals["attent"] - finals[method]).to_numpy()
+        welch = anova_oneway(d, groups=frame["x"].to_numpy(), use_var="unequal").pvalue
+        assert trends.loc[method, "across_sizes_p"] == pytest.approx(welch)
+    assert trends.loc["full", "across_sizes_word"] == DIFFERS
+    flat = {size: [0.01, -0.01, 0.0] for size in sizes.values()}
+    assert size_trends(runs_with_differences({"random": flat}), sizes, lower=False).iloc[0]["across_sizes_word"] == "inconclusive"
+    # two sizes: a line through them cannot be tested
+    two = size_trends(runs[runs["workload"].isin(["fm-600", "fm-20000"])], sizes, lower=False)
+    assert two["lack_of_fit_p"].isna().all() and "fewer than 3 sizes" in trend_markdown(two)
