@@ -11,7 +11,8 @@ saving with a 95 % seed interval, and the trend of each difference against log10
         benchmarks/results/data_size/per_run.csv benchmarks/results/data_size/fmnist-20000/per_run.csv \\
         reports/data-size-20000-seeds/per_run.csv
 
-The first file is a saved ``data_size.csv`` (each workload's size). Joined are the final metric and
+The first file is a saved ``data_size.csv`` (each workload's size; ``--sizes`` adds another's,
+for a size measured in a store of its own, e.g. ``benchmarks/data_size_6000.yaml``'s). Joined are the final metric and
 the realized saving, both within-seed quantities (a seed's runs ran on one machine); the cost to
 the target is not (each report sets its own target). A seed draws the same images everywhere, but
 its numbers need not repeat on other CPU kernels (benchmarks/results/data_size/plateau_seeds/), so
@@ -56,10 +57,13 @@ def judged(runs: pd.DataFrame, sizes: dict[str, int]) -> tuple[list[dict], pd.Da
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sizes", help="a saved data_size.csv: each workload's training-set size")
+    parser.add_argument("--sizes", dest="more_sizes", action="append", default=[], metavar="CSV",
+                        help="another saved data_size.csv, for a size a store of its own measured (repeatable)")
     parser.add_argument("tables", nargs="+", help="per_run.csv files")
     parser.add_argument("--figure", metavar="PNG", help="also draw the report's size figure from the joined seeds")
     args = parser.parse_args(argv)
-    sizes = {row["workload"]: int(row["size"]) for row in pd.read_csv(args.sizes).to_dict("records")}
+    sizes = {row["workload"]: int(row["size"])
+             for path in [args.sizes, *args.more_sizes] for row in pd.read_csv(path).to_dict("records")}
     try:
         rows, trends = judged(pd.concat([pd.read_csv(path) for path in args.tables], ignore_index=True), sizes)
     except ValueError as error:
