@@ -198,7 +198,7 @@ def trend_markdown(trends: pd.DataFrame) -> str:
 
     def tested(row: dict, column: str, short: str) -> str:
         word = row.get(f"{column}_word")
-        return f"{row[f'{column}_p_holm']:.3f}, {word}" if isinstance(word, str) else f"— ({short})"
+        return f"{row[f'{column}_p_holm']:.3g}, {word}" if isinstance(word, str) else f"— ({short})"
 
     for row in trends.to_dict("records"):
         lines.append(f"| AtteNT − {row['label']} | {row['sizes']} | {row['points']} | {row['slope_per_decade']:+.4f} "

@@ -244,3 +244,26 @@ def test_the_lines_lack_of_fit_is_statsmodels_f_test_against_one_mean_per_size()
     # two sizes: a line through them cannot be tested
     two = size_trends(runs[runs["workload"].isin(["fm-600", "fm-20000"])], sizes, lower=False)
     assert two["lack_of_fit_p"].isna().all() and "fewer than 3 sizes" in trend_markdown(two)
+
+
+def test_a_size_measured_in_a_store_of_its_own_joins_by_its_saved_sizes(capsys):
+    """`join_size_seeds.py --sizes` adds a size from another saved data_size.csv: the 6,000-image
+    benchmark's row comes out as its own report saved it (6 seeds, Holm over its 4 comparisons),
+    and the trend runs over the four sizes' 18 paired seeds."""
+    from conftest import benchmark_script
+    join = benchmark_script("join_size_seeds")
+    shipped = ROOT / "benchmarks" / "results" / "data_size"
+    tables = [shipped / "per_run.csv", shipped / "fmnist-20000" / "per_run.csv",
+              shipped / "fmnist-20000-seeds" / "per_run.csv", shipped / "fmnist-6000" / "per_run.csv"]
+    join.main([str(shipped / "data_size" / "data_size.csv"), "--sizes",
+               str(shipped / "fmnist-6000" / "data_size" / "data_size.csv"), *map(str, tables)])
+    printed = capsys.readouterr().out
+    saved = pd.read_csv(shipped / "fmnist-6000" / "data_size" / "data_size.csv").iloc[0]
+    row = next(line for line in printed.splitlines() if line.startswith("| 6000 |"))
+    assert "| 0, 1, 2, 3, 4, 5 |" in row
+    for method in ("random", "full", "full_equal_cost"):
+        key = f"final_vs_{method}"
+        assert (f"{saved[key]:+.4f} [{saved[key + '_low']:+.4f}, {saved[key + '_high']:+.4f}] "
+                f"{saved[key + '_verdict']}") in row
+    assert [line.split(" | ")[1:3] for line in printed.splitlines()
+            if line.startswith("| AtteNT − ") and "comparator" not in line] == [["4", "18"]] * 3
