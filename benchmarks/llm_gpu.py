@@ -11,12 +11,14 @@ neither and reaches no package index), then its runs logged to MLflow here, so t
 
 The runs are the spec's own (`attent.benchmark` builds them, chooses on validation and
 calibrates full data at equal measured cost with the same functions as `attent bench`); the
-recipe is the one Ray Train workers run, on one device. A seed after the first starts only while
-`--budget-s` has not run out, and runs.json is rewritten after every run: a time-out loses one run.
+recipe is the one Ray Train workers run, on one device. A seed after the first starts only when
+it would end within `--budget-s` (the time spent plus the longest seed so far), and runs.json is
+rewritten after every run: a time-out loses one run.
 `--resume runs.json` goes on from an earlier file: its choices stand (no selection stage again) and
 its finished runs are kept. A calibrated run whose configuration equals a run already made for the
 same seed (full data at equal cost landing on the equal-samples epochs) is that run's result again,
-marked ``same_run_as``, rather than the same computation twice.
+marked ``same_run_as``, rather than the same computation twice; so is a selection candidate that
+repeats an earlier stage's run (the chosen learning rate's run at the epochs the next stage tries).
 """
 from __future__ import annotations
 
@@ -68,6 +70,15 @@ def computation(config: dict[str, Any]) -> dict[str, Any]:
     return {**config, "name": None, "mlflow": None, "ray": {**config["ray"], "storage_path": None}}
 
 
+def seed_seconds(runs: list[dict[str, Any]]) -> dict[int, float]:
+    """Each seed's wall-clock seconds over its verdict runs (a reused run took none)."""
+    seconds: dict[int, float] = {}
+    for r in runs:
+        if r["stage"] == contract.BENCH_STAGE_VERDICT and not r.get("same_run_as"):
+            seconds[r["seed"]] = seconds.get(r["seed"], 0.0) + r["wall_s"]
+    return seconds
+
+
 def run(args: argparse.Namespace) -> None:
     import torch
     started = time.perf_counter()
@@ -98,7 +109,11 @@ def run(args: argparse.Namespace) -> None:
         finals: dict[Any, list[float]] = {}
         tried = selection_runs(args.spec, workload, tune, chosen, args.overrides)
         for candidate in tried:
-            result = train_on_device(candidate, device)
+            config = candidate.experiment.resolved().model_dump(mode="json")
+            same = [r for r in out["runs"] if r["stage"] == contract.BENCH_STAGE_SELECTION
+                    and computation(r["config"]) == computation(config)]
+            result = ({**same[0], "method": candidate.method, "candidate": list(candidate.candidate), "config": config,
+                       "same_run_as": same[0]["method"]} if same else train_on_device(candidate, device))
             out["runs"].append(result)
             save()
             finals.setdefault(candidate.candidate[1], []).append(float(result["finals"][metric]))
@@ -114,8 +129,10 @@ def run(args: argparse.Namespace) -> None:
         if any(r["method"] == verdict_run.method for r in done):
             continue
         first_of_seed = number == 1 or runs[number - 2].experiment.seed != seed
-        if first_of_seed and number > 1 and time.perf_counter() - started > args.budget_s:
-            print(f"[gpu] budget of {args.budget_s:.0f} s spent: seed {seed} and later not started", flush=True)
+        longest = max(seed_seconds(out["runs"]).values(), default=0.0)
+        if first_of_seed and number > 1 and time.perf_counter() - started + longest > args.budget_s:
+            print(f"[gpu] seed {seed} would end past the budget of {args.budget_s:.0f} s ({time.perf_counter() - started:.0f} s "
+                  f"spent, the longest seed took {longest:.0f} s): seed {seed} and later not started", flush=True)
             break
         if base_method(verdict_run.method) == contract.METHOD_FULL_EQUAL_COST:
             cost = {r["method"]: contract.method_cost(r["finals"]) for r in done}
@@ -185,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
     on_gpu.add_argument("spec")
     on_gpu.add_argument("--workload", required=True)
     on_gpu.add_argument("--out", required=True)
-    on_gpu.add_argument("--budget-s", type=float, default=float("inf"), help="start no seed after this many seconds")
+    on_gpu.add_argument("--budget-s", type=float, default=float("inf"), help="start a seed only when it would end within this many seconds (by the longest seed so far)")
     on_gpu.add_argument("--resume", help="an earlier runs.json of the same workload on the same device: its choices and runs are kept")
     here = commands.add_parser("log", help="the JSON file's runs into MLflow")
     here.add_argument("runs")

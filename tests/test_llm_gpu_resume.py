@@ -74,3 +74,52 @@ def test_equal_cost_on_other_epochs_is_trained_not_reused(llm_gpu, tmp_path, mon
     assert ("full_equal_cost", 2, 4) in trained
     seed2 = next(r for r in saved["runs"] if r["method"] == "full_equal_cost" and r["seed"] == 2)
     assert "same_run_as" not in seed2 and seed2["config"]["train"]["epochs"] == 4
+
+
+# --- a run from the start: two choices in turn, and the seed budget (batch 32 on an H100) ------------------
+RECORDED_B32 = REPO / "benchmarks" / "results" / "llm_size" / "h100_b32" / "runs.json"
+
+
+def run_from_start(llm_gpu, tmp_path, monkeypatch, budget_s: float):
+    """``llm_size_b32.yaml`` from the start on this CPU, each training returning the H100's recorded
+    result of its method and seed. Returns the trained (method, seed) and the file written."""
+    recorded = json.loads(RECORDED_B32.read_text())
+    results = {(r["method"], r["seed"]): r for r in recorded["runs"] if not r.get("same_run_as")}
+    trained = []
+
+    def recorded_training(run, device):
+        cfg = run.experiment.resolved()
+        trained.append((run.method, cfg.seed))
+        return {**copy.deepcopy(results[(run.method, cfg.seed)]), "config": cfg.model_dump(mode="json")}
+
+    monkeypatch.setattr(llm_gpu, "train_on_device", recorded_training)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    out = tmp_path / "runs.json"
+    llm_gpu.main(["run", str(REPO / "benchmarks" / "llm_size_b32.yaml"), "--workload", "gsm8k-128", "--out", str(out),
+                  "--budget-s", str(budget_s), *recorded["machine"]["overrides"]])
+    return trained, json.loads(out.read_text())
+
+
+def test_the_second_choice_reuses_the_first_choices_run(llm_gpu, tmp_path, monkeypatch):
+    trained, saved = run_from_start(llm_gpu, tmp_path, monkeypatch, budget_s=float("inf"))
+    selection = [m for m, _ in trained if "+" in m]
+    # the learning rate at 8 epochs, then the epochs at the chosen rate: its 8-epoch run is the rate's run again
+    assert selection == ["full+lr=0.0005", "full+lr=0.001", "full+lr=0.002", "full+epochs=4", "full+epochs=16"]
+    again = next(r for r in saved["runs"] if r["method"] == "full+epochs=8")
+    first = next(r for r in saved["runs"] if r["method"] == "full+lr=0.002")
+    assert again["same_run_as"] == "full+lr=0.002" and again["finals"] == first["finals"]
+    assert again["candidate"] == ["train.epochs", 8]
+    assert [(c["key"], c["value"]) for c in saved["choices"]] == [("train.lr", 0.002), ("train.epochs", 8)]
+    assert {s for m, s in trained if "+" not in m} == {0, 1, 2}
+
+
+def test_a_seed_that_would_end_past_the_budget_is_not_started(llm_gpu, tmp_path, monkeypatch):
+    recorded = json.loads(RECORDED_B32.read_text())
+    seed0 = sum(r["wall_s"] for r in recorded["runs"]
+                if r["stage"] == "verdict" and r["seed"] == 0 and not r.get("same_run_as"))
+    # the stand-in trains in no time, so a budget just under seed 0's recorded time stops before seed 1
+    trained, saved = run_from_start(llm_gpu, tmp_path, monkeypatch, budget_s=seed0 - 1)
+    assert {s for m, s in trained if "+" not in m} == {0}
+    assert {r["seed"] for r in saved["runs"] if r["stage"] == "verdict"} == {0}
+    trained, _ = run_from_start(llm_gpu, tmp_path, monkeypatch, budget_s=seed0 + 60)
+    assert {s for m, s in trained if "+" not in m} == {0, 1, 2}
