@@ -70,6 +70,13 @@ def computation(config: dict[str, Any]) -> dict[str, Any]:
     return {**config, "name": None, "mlflow": None, "ray": {**config["ray"], "storage_path": None}}
 
 
+def repeated(runs: list[dict[str, Any]], config: dict[str, Any], method: str, **fields: Any) -> dict[str, Any] | None:
+    """The first of ``runs`` that is the same computation as ``config``, recorded again for
+    ``method`` (marked ``same_run_as``); None when there is none."""
+    same = next((r for r in runs if computation(r["config"]) == computation(config)), None)
+    return None if same is None else {**same, **fields, "method": method, "config": config, "same_run_as": same["method"]}
+
+
 def seed_seconds(runs: list[dict[str, Any]]) -> dict[int, float]:
     """Each seed's wall-clock seconds over its verdict runs (a reused run took none)."""
     seconds: dict[int, float] = {}
@@ -109,11 +116,9 @@ def run(args: argparse.Namespace) -> None:
         finals: dict[Any, list[float]] = {}
         tried = selection_runs(args.spec, workload, tune, chosen, args.overrides)
         for candidate in tried:
-            config = candidate.experiment.resolved().model_dump(mode="json")
-            same = [r for r in out["runs"] if r["stage"] == contract.BENCH_STAGE_SELECTION
-                    and computation(r["config"]) == computation(config)]
-            result = ({**same[0], "method": candidate.method, "candidate": list(candidate.candidate), "config": config,
-                       "same_run_as": same[0]["method"]} if same else train_on_device(candidate, device))
+            earlier_stages = [r for r in out["runs"] if r["stage"] == contract.BENCH_STAGE_SELECTION]
+            result = (repeated(earlier_stages, candidate.experiment.resolved().model_dump(mode="json"), candidate.method,
+                               candidate=list(candidate.candidate)) or train_on_device(candidate, device))
             out["runs"].append(result)
             save()
             finals.setdefault(candidate.candidate[1], []).append(float(result["finals"][metric]))
@@ -129,10 +134,10 @@ def run(args: argparse.Namespace) -> None:
         if any(r["method"] == verdict_run.method for r in done):
             continue
         first_of_seed = number == 1 or runs[number - 2].experiment.seed != seed
-        longest = max(seed_seconds(out["runs"]).values(), default=0.0)
-        if first_of_seed and number > 1 and time.perf_counter() - started + longest > args.budget_s:
-            print(f"[gpu] seed {seed} would end past the budget of {args.budget_s:.0f} s ({time.perf_counter() - started:.0f} s "
-                  f"spent, the longest seed took {longest:.0f} s): seed {seed} and later not started", flush=True)
+        spent, longest = time.perf_counter() - started, max(seed_seconds(out["runs"]).values(), default=0.0)
+        if first_of_seed and number > 1 and spent + longest > args.budget_s:
+            print(f"[gpu] seed {seed} would end past the budget of {args.budget_s:.0f} s ({spent:.0f} s spent, the longest "
+                  f"seed took {longest:.0f} s): seed {seed} and later not started", flush=True)
             break
         if base_method(verdict_run.method) == contract.METHOD_FULL_EQUAL_COST:
             cost = {r["method"]: contract.method_cost(r["finals"]) for r in done}
@@ -140,11 +145,10 @@ def run(args: argparse.Namespace) -> None:
             epochs = equal_cost_epochs(full.train.epochs, cost[contract.METHOD_ATTENT], cost[contract.METHOD_FULL])
             verdict_run = verdict_run.model_copy(update={"experiment": with_epochs(verdict_run.experiment, epochs)})
         config = verdict_run.experiment.resolved().model_dump(mode="json")
-        same = [r for r in done if computation(r["config"]) == computation(config)]
-        if same:  # deterministic recipe, same configuration: the same computation, not run twice
-            out["runs"].append({**same[0], "method": verdict_run.method, "config": config,
-                                "same_run_as": same[0]["method"]})
-            print(f"[gpu] {number}/{len(runs)} {verdict_run.experiment.name}: the same run as {same[0]['method']}", flush=True)
+        again = repeated(done, config, verdict_run.method)
+        if again:  # deterministic recipe, same configuration: the same computation, not run twice
+            out["runs"].append(again)
+            print(f"[gpu] {number}/{len(runs)} {verdict_run.experiment.name}: the same run as {again['same_run_as']}", flush=True)
         else:
             print(f"[gpu] {number}/{len(runs)} {verdict_run.experiment.name}", flush=True)
             out["runs"].append(train_on_device(verdict_run, device))
