@@ -22,17 +22,20 @@ and one callback of its own, whose on_epoch_end logs the epoch's selection befor
 epoch-end evaluation and save, so that the checkpoint's log history (and what Ray's
 RayTrainReportCallback reports with it) holds the epoch's selection.
 
-The objective. Causal LM: sample i's loss terms are the next-token cross-entropies of its
-labelled tokens (labels != -100), S_i their sum and n_i their count; the loss back-propagated is
-sum_i w_i S_i / D, with w_i the selection's loss weight (1 unless the method reweighs) and D
-Trainer's own ``num_items_in_batch`` (labelled tokens in the whole accumulated batch, over all ranks
-with ``average_tokens_across_devices``). With every w_i = 1 that is exactly Trainer's token mean, so
-``method="full"`` trains as the plain Trainer does, with and without gradient accumulation. A
-sample's score for the selection is its own token mean S_i / n_i (as the engine's LLM task), so
-a long answer is not hard for being long. Sequence classification: S_i is the sample's
-cross-entropy, n_i = 1 (D: the samples of the accumulated batch). Models whose forward takes no
-loss kwargs get no ``num_items_in_batch``: then D is the micro-batch's count and Trainer divides
-by the accumulation steps, as it does for their own loss.
+The objective: each sample's loss is the model's own loss split by sample (``huggingface_loss``:
+at the first forward the model computes its loss on the batch and the split whose total equals it
+is kept; a model whose loss no split gives is refused before the first step). S_i is sample i's
+summed loss terms (next-token cross-entropies of its labelled tokens for a causal LM of any head
+name; same-position ones for seq2seq and token classification; one cross-entropy for sequence
+classification) and n_i their count. The loss back-propagated is sum_i w_i S_i / D, with w_i the
+selection's loss weight (1 unless the method reweighs) and D what the model itself divides by:
+the ``num_items_in_batch`` Trainer passes it where the model uses it, else the micro-batch's
+sum_i n_i; Trainer then scales it for accumulation and ranks as it scales the model's own loss.
+With every w_i = 1 that is the model's own loss as Trainer trains it, so ``method="full"`` trains
+as the plain Trainer does, with and without gradient accumulation. A sample's score for the
+selection is its own mean S_i / n_i, so a long answer is not hard for being long. Other losses:
+``compute_per_sample_loss=fn(model, inputs)`` gives each sample's loss (or S and n), and the batch
+loss is their weighted micro-batch mean, which Trainer divides by the accumulation steps.
 """
 from __future__ import annotations
 
@@ -44,13 +47,13 @@ from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from accelerate.data_loader import prepare_data_loader
 from torch.utils.data import DataLoader, IterableDataset
 from transformers import DataCollatorWithFlattening, Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, has_length, seed_worker
 
 from ..selection.config import SelectionConfig
+from .huggingface_loss import PerSampleLossHook, Reduction, as_sums_and_counts, own_loss_split
 from .pytorch import Selector, planned_subset_sizes
 
 # The Trainer methods overridden here, as transformers 5 (read in 5.24) has them: an older Trainer
@@ -62,40 +65,29 @@ if _missing:
     raise ImportError(f"attent.AtteNTTrainer needs transformers' Trainer of version 5 (>= 5.24): this one lacks "
                       f"{', '.join(_missing)}")
 
-IGNORE_INDEX = -100  # Trainer's label of tokens that carry no loss
 # This rank's selection state in a checkpoint folder (ranks differ inside an epoch: each holds
 # the losses of its own shard that are not merged yet).
 STATE_FILE = "attent_selection_rank{rank}.pt"
 
 
-def per_sample_cross_entropy(logits: torch.Tensor, labels: torch.Tensor,
-                             shift: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(S, n), each [B]: the sum and the count of each sample's loss terms. Token labels [B, T]:
-    the cross-entropy of every labelled token, token t's logits predicting label t+1 where
-    ``shift`` (causal LM). One label per sample [B]: its cross-entropy, n = 1."""
-    if labels.ndim == 1:
-        if logits.ndim != 2 or labels.is_floating_point():
-            raise ValueError(f"per-sample losses need class labels [B] and logits [B, C], got labels "
-                             f"{labels.dtype} {tuple(labels.shape)} and logits {tuple(logits.shape)}: "
-                             "regression and multi-label losses are not built in")
-        return F.cross_entropy(logits.float(), labels, reduction="none"), torch.ones_like(labels)
-    if shift:
-        logits, labels = logits[:, :-1], labels[:, 1:]
-    token_loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX,
-                                 reduction="none").view_as(labels)
-    return token_loss.sum(dim=1), (labels != IGNORE_INDEX).sum(dim=1)
-
-
 class AtteNTTrainerMixin:
     """The selection, for ``Trainer`` and its subclasses (TRL's ``SFTTrainer``): put it first
-    among the bases. Keyword arguments: ``selection`` (a ``SelectionConfig``) and ``seed`` (of the
-    selection's draws and shuffles; ``args.seed`` if None)."""
+    among the bases. Keyword arguments: ``selection`` (a ``SelectionConfig``), ``seed`` (of the
+    selection's draws and shuffles; ``args.seed`` if None) and ``compute_per_sample_loss`` (for a
+    model whose own loss is no per-sample cross-entropy: ``fn(model, inputs)`` returning each
+    sample's loss [B], or its summed loss terms [B] and their count [B])."""
 
-    def __init__(self, *args, selection: SelectionConfig, seed: Optional[int] = None, **kwargs):
+    def __init__(self, *args, selection: SelectionConfig, seed: Optional[int] = None,
+                 compute_per_sample_loss: Optional[PerSampleLossHook] = None, **kwargs):
         # The class as built, for messages: Ray's prepare_trainer swaps in a subclass of its own name.
         self.trainer_name = type(self).__name__
         super().__init__(*args, **kwargs)
         self.selection = selection
+        self.compute_per_sample_loss = compute_per_sample_loss
+        # How the model reduces its own loss, learnt from its first forward (huggingface_loss)
+        self.loss_reduction: Optional[Reduction] = None
+        if compute_per_sample_loss is not None:  # a micro-batch mean: Trainer divides it by the accumulation steps
+            self.loss_is_scaled_for_ga = False
         self.selection_seed = self.args.seed if seed is None else seed
         self.selector: Optional[Selector] = None  # built with the train dataloader
         self.planned_batches: list[int] = []      # this rank's batches in each epoch
@@ -133,8 +125,8 @@ class AtteNTTrainerMixin:
             problem = ("auto_find_batch_size changes the batch size mid-run, which the planned steps and the "
                        "selection state do not follow: set per_device_train_batch_size")
         elif self.compute_loss_func is not None:
-            problem = ("compute_loss_func returns one loss per batch and AtteNT needs one per sample: drop it "
-                       "(AtteNTTrainer computes per-sample cross-entropy)")
+            problem = ("compute_loss_func returns one loss per batch and AtteNT needs one per sample: drop it, and "
+                       "pass compute_per_sample_loss=fn(model, inputs) returning each sample's loss [B] instead")
         elif args.label_smoothing_factor:
             problem = "label smoothing is not built into AtteNT's per-sample loss: set label_smoothing_factor=0"
         elif dist.is_available() and dist.is_initialized() and dist.get_world_size() != args.world_size:
@@ -256,32 +248,41 @@ class AtteNTTrainerMixin:
 
     # --- the loss -----------------------------------------------------------------------------------
     def per_sample_loss(self, model, inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(S, n) [B] of ``per_sample_cross_entropy`` from one forward of ``model``."""
-        labels = inputs.get("labels")
-        if labels is None:
-            raise ValueError(f"{self.trainer_name}: a batch without 'labels': per-sample losses need them "
-                             "(labels -100 where a token carries no loss)")
-        outputs = model(**{key: value for key, value in inputs.items() if key != "labels"})
-        logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
-        return per_sample_cross_entropy(logits, labels, shift=self._loss_shifts_labels)
+        """(S, n) [B]: each sample's summed loss terms and their count, from one forward of
+        ``model``, split as the model's own loss splits (checked at the first forward)."""
+        if self.compute_per_sample_loss is not None:
+            labels = inputs.get("labels")
+            rows = len(labels) if labels is not None else len(next(iter(inputs.values())))
+            return as_sums_and_counts(self.compute_per_sample_loss(model, inputs), rows, self.trainer_name)
+        sums, counts, self.loss_reduction = own_loss_split(self.trainer_name, model, inputs, self.loss_reduction,
+                                                           self.model_accepts_loss_kwargs)
+        return sums, counts
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """Training: per-sample losses recorded as the samples' scores, and the weighted loss
-        (module docstring). Evaluation: Trainer's own loss."""
+        reduced as the model reduces its own (module docstring). Evaluation: Trainer's own loss."""
         if not model.training or return_outputs:
             return super().compute_loss(model, inputs, return_outputs=return_outputs,
                                         num_items_in_batch=num_items_in_batch)
         sums, counts = self.per_sample_loss(model, inputs)
         weights = self._record(sums / counts.clamp(min=1))
         weighted = (sums * weights).sum()
-        # loss_is_scaled_for_ga stays None: Trainer then divides by the accumulation steps exactly
-        # when it passed no num_items_in_batch, i.e. when this is a micro-batch mean.
-        if num_items_in_batch is None:
+        if self.compute_per_sample_loss is not None:  # loss_is_scaled_for_ga is False: Trainer divides
             return weighted / counts.sum().clamp(min=1)
-        loss = weighted / num_items_in_batch
-        if self.args.average_tokens_across_devices:  # as Trainer: D counts every rank's tokens, DDP averages
+        if num_items_in_batch is not None and self._divides_by_num_items():
+            loss = weighted / num_items_in_batch
+        else:
+            loss = weighted / counts.sum().clamp(min=1)
+        # As Trainer scales the model's loss (compute_loss): num_items_in_batch counts every
+        # rank's tokens and DDP averages; loss_is_scaled_for_ga stays None, so Trainer divides by
+        # the accumulation steps exactly where it would divide the model's own loss.
+        if num_items_in_batch is not None and self.args.average_tokens_across_devices:
             loss = loss * (self.accelerator.num_processes // self.get_tp_size())
         return loss
+
+    def _divides_by_num_items(self) -> bool:
+        """Whether the model's own loss divides by the num_items_in_batch it is passed."""
+        return self.loss_reduction is None or self.loss_reduction.num_items
 
     def _record(self, scores: torch.Tensor, indices: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Record a batch's per-sample scores; its loss weights [B]. Ends the Selector's epoch at

@@ -4,12 +4,15 @@ mixin on TRL's trainer.
     trainer = attent.AtteNTSFTTrainer(model=model, args=SFTConfig(...), train_dataset=prompt_completion_set,
                                       processing_class=tokenizer, selection=attent.SelectionConfig(preset="llm"))
 
-The loss is TRL's own forward (its fused LM head: per-token log-probabilities, no full logits),
-reduced per sample: with prompt-completion data TRL's ``completion_only_loss`` (or, for
-conversations, ``assistant_only_loss``) labels the prompt -100, so a sample's score is the mean
-loss of its completion tokens. The reduction is the same as ``AtteNTTrainer``'s (its module
-docstring): with ``method="full"``, TRL's own loss. Packing and padding-free batches put several
-samples in one row and are refused.
+The loss is TRL's own forward (its fused LM head: per-token log-probabilities of the next token,
+no full logits, for any causal LM whatever its head is called), reduced per sample: with
+prompt-completion data TRL's ``completion_only_loss`` (or, for conversations,
+``assistant_only_loss``) labels the prompt -100, so a sample's score is the mean loss of its
+completion (or assistant) tokens. At the first forward the split's total is checked against the
+fused head's own loss of the batch. The batch loss is TRL's: the weighted sum over the
+num_items_in_batch Trainer counts, as ``AtteNTTrainer``'s (its module docstring); with
+``method="full"``, TRL's own loss. Packing and padding-free batches put several samples in one
+row and are refused.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import torch
 from trl import SFTTrainer
 
 from .huggingface import AtteNTTrainerMixin
+from .huggingface_loss import Reduction, check_split
 
 
 class AtteNTSFTTrainer(AtteNTTrainerMixin, SFTTrainer):
@@ -43,14 +47,20 @@ class AtteNTSFTTrainer(AtteNTTrainerMixin, SFTTrainer):
     def per_sample_loss(self, model, inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """(S, n) [B] from TRL's fused forward: the completion tokens' negative log-likelihoods
         (weighed by their probability for ``loss_type="dft"``, as TRL does), summed per sample."""
+        if self.compute_per_sample_loss is not None:
+            return super().per_sample_loss(model, inputs)
         inputs = {**inputs, "use_cache": False}
         outputs = model(**inputs, fused_lm_head=True)
         token_loss = -outputs.log_probs  # zero where the label is -100
+        sums, counts = token_loss.sum(dim=1), outputs.label_mask.sum(dim=1)
+        if self.loss_reduction is None and counts.sum() > 0:  # the fused head's own loss: its terms' mean
+            check_split(self.trainer_name, model, outputs.loss, sums.sum() / counts.sum(), "TRL's fused LM head")
+            self.loss_reduction = Reduction("next_token", num_items=True)  # TRL divides by num_items_in_batch
         if self.args.loss_type == "dft":
-            token_loss = token_loss * outputs.log_probs.exp().detach()
+            sums = (token_loss * outputs.log_probs.exp().detach()).sum(dim=1)
         if model.training:
             self._record_trl_metrics(outputs, inputs)
-        return token_loss.sum(dim=1), outputs.label_mask.sum(dim=1)
+        return sums, counts
 
     def _record_trl_metrics(self, outputs, inputs: dict[str, Any]) -> None:
         """The training metrics SFTTrainer.compute_loss records (entropy, token accuracy, tokens

@@ -1,0 +1,203 @@
+"""Per-sample losses that are a Hugging Face model's own loss, split by sample.
+
+A model computes its loss from its logits and ``labels`` in one of a few ways, and nothing
+public says which: a causal LM (any head name: ``GPT2LMHeadModel`` as well as ``...ForCausalLM``)
+predicts label t+1 from position t; a sequence-to-sequence model (T5, BART) and a token
+classifier score label t at position t; a sequence classifier has one label per sample. Some
+divide the summed loss by the ``num_items_in_batch`` Trainer passes them (labelled tokens in the
+accumulated batch), others take their micro-batch mean whatever they are passed. Trainer's
+private guesses (``_loss_shifts_labels``, from the model's registered ``loss_type``) are wrong for
+models whose type is not registered, GPT-2 among them.
+
+So the split is not guessed: at the first forward the model computes its own loss on the batch
+(labels passed, and a deliberately wrong ``num_items_in_batch`` where it takes one), and the
+reduction whose total equals that loss, from the same logits, is the one used from then on:
+
+    alignment      "next_token" (causal LM), "token" (seq2seq, token classification), "sequence"
+    num_items      True: the model divides by the num_items_in_batch it is passed; False: its
+                   micro-batch mean
+
+A model whose loss matches no split (a regression head, multi-label classification, an extra
+loss term, no loss at all) is refused there, before the first optimiser step, in one line naming
+the hook that takes over: ``compute_per_sample_loss(model, inputs)``, returning each sample's
+loss [B] or (summed loss terms [B], their count [B]).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Union
+
+import torch
+import torch.nn.functional as F
+
+IGNORE_INDEX = -100  # Trainer's label of tokens that carry no loss
+ALIGNMENTS = ("next_token", "token", "sequence")
+HOOK = ("pass compute_per_sample_loss=fn(model, inputs) returning each sample's loss [B] "
+        "(or its summed loss terms [B] and their count [B])")
+
+# compute_per_sample_loss(model, inputs) -> FloatTensor[B], or (sums [B], counts [B])
+PerSampleLossHook = Callable[[torch.nn.Module, dict], Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]]
+
+
+def split_loss(logits: torch.Tensor, labels: torch.Tensor, alignment: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(S, n), each [B]: the sum and the count of each sample's cross-entropy terms under
+    ``alignment``, in float32 whatever the logits' dtype (as transformers' losses upcast)."""
+    if alignment == "sequence":
+        if labels.ndim != 1 or logits.ndim != 2 or labels.is_floating_point():
+            raise ValueError(f"one class label per sample needs labels [B] and logits [B, C], got labels "
+                             f"{labels.dtype} {tuple(labels.shape)} and logits {tuple(logits.shape)}")
+        return F.cross_entropy(logits.float(), labels, reduction="none"), torch.ones_like(labels)
+    if labels.is_floating_point() or logits.ndim != labels.ndim + 1 or logits.shape[:2] != labels.shape:
+        raise ValueError(f"token labels [B, T] need logits [B, T, V], got labels {labels.dtype} "
+                         f"{tuple(labels.shape)} and logits {tuple(logits.shape)}")
+    if alignment == "next_token":
+        logits, labels = logits[:, :-1], labels[:, 1:]
+    token_loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX,
+                                 reduction="none").view_as(labels)
+    return token_loss.sum(dim=1), (labels != IGNORE_INDEX).sum(dim=1)
+
+
+def as_sums_and_counts(value: Any, rows: int, owner: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """A ``compute_per_sample_loss`` result as (S, n): a loss per sample counts as one term."""
+    sums, counts = value if isinstance(value, (tuple, list)) else (value, None)
+    if not torch.is_tensor(sums) or sums.shape != (rows,):
+        raise ValueError(f"{owner}: compute_per_sample_loss must return a loss per sample [{rows}] (or sums and "
+                         f"counts, each [{rows}]), got {getattr(sums, 'shape', type(sums).__name__)}")
+    if counts is None:
+        counts = torch.ones(rows, dtype=torch.long, device=sums.device)
+    return sums, counts
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """How a model reduces its loss (module docstring)."""
+    alignment: str
+    num_items: bool
+
+
+def unwrapped(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model inside DDP (``.module``) and peft (``get_base_model()``) wrappers."""
+    inner = getattr(model, "module", model)
+    return inner.get_base_model() if hasattr(inner, "get_base_model") else inner
+
+
+def likely_alignment(model: torch.nn.Module, labels: torch.Tensor) -> Optional[str]:
+    """What the model's kind suggests, to break a tie between splits that give the same total
+    (only where the first batch cannot tell them apart)."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES,
+    )
+    inner = unwrapped(model)
+    name = type(inner).__name__
+    if labels.ndim == 1:
+        return "sequence"
+    if getattr(getattr(inner, "config", None), "is_encoder_decoder", False) \
+            or name in MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES.values():
+        return "token"
+    if name in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values():
+        return "next_token"
+    return None
+
+
+def model_outputs(outputs: Any, with_labels: bool) -> tuple[Optional[torch.Tensor], torch.Tensor]:
+    """(the model's own loss or None, logits) from a ModelOutput, a dict or a tuple."""
+    if isinstance(outputs, dict):  # ModelOutput is a dict
+        return outputs.get("loss"), outputs["logits"]
+    if with_labels and len(outputs) > 1 and outputs[0].ndim == 0:
+        return outputs[0], outputs[1]
+    return None, outputs[0]
+
+
+def tolerance(model_loss: torch.Tensor, logits: torch.Tensor) -> float:
+    """How far the model's own loss and its split's total may lie apart: float32 summation order
+    (measured: at most 2.4e-7 relative on the tested architectures) or, for half-precision
+    logits whose loss the model may reduce in that precision, bfloat16's resolution."""
+    relative = 1e-4 if logits.dtype == torch.float32 else 1e-2
+    return relative * max(1.0, abs(float(model_loss.detach())))
+
+
+def decide_reduction(owner: str, model: torch.nn.Module, model_loss: Optional[torch.Tensor],
+                     logits: torch.Tensor, labels: torch.Tensor, probe: Optional[int]) -> Optional[Reduction]:
+    """The reduction whose total is the model's own loss on this batch (``probe``: the
+    num_items_in_batch the model was passed, None if none); None if this batch cannot tell the
+    candidates apart (no labelled token). Refuses, in one line naming the hook, a model whose loss
+    is no split of its logits."""
+    name = type(unwrapped(model)).__name__
+    if model_loss is None:
+        raise ValueError(f"{owner}: {name} returns no loss when given labels, so AtteNT cannot check how its loss "
+                         f"splits by sample: {HOOK}")
+    if not torch.is_tensor(model_loss) or model_loss.numel() != 1:
+        raise ValueError(f"{owner}: {name}'s loss is not one number ({tuple(getattr(model_loss, 'shape', ()))}): "
+                         f"{HOOK}")
+    target = float(model_loss.detach())
+    totals: dict[Reduction, float] = {}
+    with torch.no_grad():
+        for alignment in (("sequence",) if labels.ndim == 1 else ("next_token", "token")):
+            try:
+                sums, counts = split_loss(logits.detach(), labels, alignment)
+            except ValueError as error:
+                raise ValueError(f"{owner}: {name}'s labels do not split into per-sample cross-entropies ({error}): "
+                                 f"{HOOK}") from None
+            if counts.sum() == 0:
+                return None  # nothing labelled: every candidate is 0
+            total = float(sums.sum())
+            totals[Reduction(alignment, num_items=False)] = total / float(counts.sum())
+            if probe is not None:
+                totals[Reduction(alignment, num_items=True)] = total / probe
+    tol = tolerance(model_loss, logits)
+    matches = [reduction for reduction, value in totals.items() if abs(value - target) <= tol]
+    if len(matches) > 1:
+        likely = likely_alignment(model, labels)
+        matches = [reduction for reduction in matches if reduction.alignment == likely] or matches[:1]
+    if not matches:
+        passed = f" (passed num_items_in_batch={probe})" if probe is not None else ""
+        splits = ", ".join(f"{r.alignment.replace('_', '-')} {'/ num_items' if r.num_items else 'mean'} {value:.6g}"
+                           for r, value in totals.items())
+        raise ValueError(f"{owner}: {name}'s own loss on the first batch is {target:.6g}, and no per-sample split of "
+                         f"its logits gives it ({splits}): its loss is no cross-entropy over its labels that AtteNT "
+                         f"can split by sample; {HOOK}")
+    return matches[0]
+
+
+def check_split(owner: str, model: torch.nn.Module, model_loss: torch.Tensor, split_total: torch.Tensor,
+                what: str) -> None:
+    """Refuses, in one line naming the hook, a split whose total is not ``what``'s own loss."""
+    model_loss, split_total = model_loss.detach(), split_total.detach()
+    if abs(float(split_total) - float(model_loss)) > tolerance(model_loss, split_total):
+        raise ValueError(f"{owner}: {what}'s own loss on the first batch of {type(unwrapped(model)).__name__} is "
+                         f"{float(model_loss):.6g}, its per-sample split sums to {float(split_total):.6g}: {HOOK}")
+
+
+def loss_probe(labels: torch.Tensor) -> int:
+    """A num_items_in_batch no split's own count can equal, so that the model's loss tells
+    whether the model divides by what it is passed."""
+    return 2 * labels.numel() + 1
+
+
+def own_loss_split(owner: str, model: torch.nn.Module, inputs: dict[str, Any], reduction: Optional[Reduction],
+                   accepts_loss_kwargs: bool) -> tuple[torch.Tensor, torch.Tensor, Optional[Reduction]]:
+    """(S, n, reduction): each sample's summed loss terms and their count [B] from one forward of
+    ``model``, split as the model's own loss splits; ``reduction`` None (not known yet) has the
+    model compute its own loss on this batch and learns it (``decide_reduction``)."""
+    labels = inputs.get("labels")
+    if labels is None:
+        raise ValueError(f"{owner}: a batch without 'labels': per-sample losses need them "
+                         "(labels -100 where a token carries no loss)")
+    checking = reduction is None
+    # The labels reach the model where it computes its own loss to be checked against, and where
+    # it makes its decoder's inputs from them (seq2seq); otherwise they would only cost a second
+    # cross-entropy.
+    with_labels = checking or (getattr(unwrapped(model).config, "is_encoder_decoder", False)
+                               and "decoder_input_ids" not in inputs)
+    forward = dict(inputs) if with_labels else {key: value for key, value in inputs.items() if key != "labels"}
+    probe = loss_probe(labels) if checking and accepts_loss_kwargs else None
+    if probe is not None:  # a count no split has: the model's loss shows whether it divides by it
+        forward["num_items_in_batch"] = probe
+    model_loss, logits = model_outputs(model(**forward), with_labels)
+    if checking:
+        reduction = decide_reduction(owner, model, model_loss, logits, labels, probe)
+    # undecided (nothing labelled in this batch: every split is 0): the likeliest, checked again next batch
+    alignment = reduction.alignment if reduction else (likely_alignment(model, labels) or "next_token")
+    sums, counts = split_loss(logits, labels, alignment)
+    return sums, counts, reduction
