@@ -45,8 +45,9 @@ CONFIG_HEADER = "Config"  # the fields telling apart configurations that share a
 BASELINE_NAME = METHOD_NAMES[contract.METHOD_FULL]
 PAPER_STRATEGIES = ("random", "hard", "soft")
 PAPER_RATIOS = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4)  # below the 100 % full-data row
+RANDOM = "random"  # the Random subset: AtteNT's strategy, and the method tag of runs recorded before issue 46
 COMPARISON_METHODS = (contract.METHOD_ATTENT, "class_weight", "group_weight", "gradnorm", "infobatch",
-                      "random", contract.METHOD_FULL)
+                      RANDOM, contract.METHOD_FULL)
 SCHEDULE_KINDS = ("fixed", "incremental", "cosine")
 
 Row = tuple[str, ...]
@@ -274,8 +275,16 @@ def ratio_table(runs: pd.DataFrame, name: str = "ratio") -> Table:
                        downstream_metrics(keyed))
 
 
+def random_strategy(runs: pd.DataFrame) -> pd.Series:
+    """Runs of AtteNT's Random strategy (``selection.strategy: random``). Beside other methods they
+    are the comparison's Random subset, as the runs recorded under the deprecated
+    ``selection.method: random`` (tagged ``attent.method: random``) are."""
+    return runs[METHOD].eq(contract.METHOD_ATTENT) & runs[STRATEGY].eq(RANDOM)
+
+
 def comparison_table(runs: pd.DataFrame, name: str = "comparison") -> Table:
     """Table 6: AtteNT vs the other sample-selection and reweighting methods."""
+    runs = runs.assign(**{METHOD: runs[METHOD].mask(random_strategy(runs), RANDOM)})
     keyed = runs.assign(Method=method_names(runs))
     rows: list[Row] = []
     for method in unique_in_order(runs[METHOD], COMPARISON_METHODS):
@@ -313,8 +322,10 @@ TABLE_BUILDERS = {"ablation": ablation_table, "ratio": ratio_table,
 
 def applicable_kinds(runs: pd.DataFrame) -> list[str]:
     """The layouts the runs present fill; ``summary`` when none does."""
-    attent = runs[runs[METHOD].eq(contract.METHOD_ATTENT)]
     methods = set(runs[METHOD].dropna())
+    compared = bool(methods - {contract.METHOD_ATTENT, contract.METHOD_FULL})
+    # beside other methods, AtteNT's Random strategy is the comparison's Random subset, no ablation row
+    attent = runs[runs[METHOD].eq(contract.METHOD_ATTENT) & ~(random_strategy(runs) & compared)]
     schedule_configs = pd.DataFrame({"ratio": attent[RATIO_SCHEDULE].map(schedule_kind),
                                      "interval": attent[INTERVAL_SCHEDULE],
                                      "strategy": attent[STRATEGY]}).astype(object).fillna(MISSING)
@@ -322,7 +333,7 @@ def applicable_kinds(runs: pd.DataFrame) -> list[str]:
     kinds = [kind for kind, applies in [
         ("ablation", len(schedule_configs.drop_duplicates()) >= 2),
         ("ratio", len(fixed_ratios) >= 2),
-        ("comparison", bool(methods - {contract.METHOD_ATTENT, contract.METHOD_FULL})),
+        ("comparison", compared),
         ("with_without", methods == {contract.METHOD_ATTENT, contract.METHOD_FULL} and attent[LABEL].nunique() <= 1),
     ] if applies]
     return kinds or ["summary"]

@@ -7,7 +7,7 @@ selection's metrics every epoch.
     PYTHONPATH=platform python examples/lightning_vit.py --devices 2     # two DDP processes (gloo)
 
 (On a busy machine set OMP_NUM_THREADS=1.) Each epoch prints one JSON line (the test suite reads
-them); under DDP rank 0 prints, and train_loss is rank 0's.
+them); under DDP rank 0 prints, and train_loss is the mean over both ranks.
 """
 from __future__ import annotations
 
@@ -62,7 +62,8 @@ class ViTClassifier(L.LightningModule):
         self.log("test_accuracy", correct, batch_size=len(batch["label"]), sync_dist=True)
 
     def on_train_epoch_end(self) -> None:
-        # After AtteNTCallback's own hook: metrics() is this epoch's selection.
+        # After AtteNTCallback's own hook: metrics() is this epoch's selection, under the engine's
+        # metric names (selected_ratio, selection_hardness, subset_checksum, train_loss, ...).
         if self.trainer.is_global_zero:
             row = {**self.selection.metrics(), "steps": self.trainer.global_step, "planned_steps": self.planned_steps,
                    "test_accuracy": float(self.trainer.callback_metrics["test_accuracy"])}
@@ -86,8 +87,8 @@ def main() -> None:
     splits = load_digits(seed=args.seed)
     train_set = Subset(splits.train, range(args.limit)) if args.limit else splits.train
 
-    selection = attent.AtteNTCallback(train_set, attent.SelectionConfig(preset=args.preset), seed=args.seed,
-                                      loss_fn=per_sample_loss)  # loss_fn: for the scoring pass
+    selection = attent.AtteNTCallback(train_set, selection=attent.SelectionConfig(preset=args.preset),
+                                      seed=args.seed, loss_fn=per_sample_loss)  # loss_fn: for the scoring pass
     trainer = L.Trainer(
         max_epochs=args.epochs, accelerator="cpu", devices=args.devices, callbacks=[selection],
         reload_dataloaders_every_n_epochs=1,  # each epoch's subset has its own size: Lightning re-reads it

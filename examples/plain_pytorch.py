@@ -54,7 +54,7 @@ def main() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.05)
 
     # The three lines: wrap the dataset, draw from its sampler, train on the loss update() returns.
-    selector = attent.Selector(train_set, attent.SelectionConfig(preset=args.preset), epochs=args.epochs,
+    selector = attent.Selector(train_set, selection=attent.SelectionConfig(preset=args.preset), epochs=args.epochs,
                                seed=args.seed, model=model, loss_fn=per_sample_loss)
     loader = selector.loader(batch_size=args.batch_size)
     # Sized by the planned subsets, not len(loader) * epochs: the epochs shrink.

@@ -74,7 +74,7 @@ def ray_cluster(tmp_path_factory):
            f"--dashboard-agent-listen-port={free_port()}",
            "--disable-usage-stats", f"--temp-dir={temp}"]
     old_address = os.environ.get("RAY_ADDRESS")
-    # started from the venv, as the README asks: a submitted job's entrypoint finds `attent` on its PATH
+    # started from the venv, as docs/guides/ray.md asks: a submitted job's entrypoint finds `attent` on its PATH
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     subprocess.run(cmd, check=True, capture_output=True, timeout=180, env=env)
     info = {"address": f"127.0.0.1:{port}", "dashboard": f"http://127.0.0.1:{dashboard}", "temp_dir": temp}

@@ -33,7 +33,7 @@ COMMAND_LISTS = ("initialization_commands", "setup_commands", "head_setup_comman
                  "worker_setup_commands", "head_start_ray_commands", "worker_start_ray_commands")
 ARCHIVE = re.compile(r"attent-([0-9a-f]{40})\.tar\.gz")
 WILDCARDS = {"0.0.0.0", "::", "[::]", ""}
-TRAIN_POLL = "0.25"  # README / engine.driver: Train's worker poll, set cluster-wide here
+TRAIN_POLL = "0.25"  # docs/guides/ray.md / engine.driver: Train's worker poll, set cluster-wide here
 DRIVER_PACKAGES = {"psycopg2": {"psycopg2", "psycopg2-binary"}, "psycopg": {"psycopg", "psycopg[binary]"}}
 
 

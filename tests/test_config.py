@@ -1,6 +1,7 @@
 """Experiment configs: every shipped YAML loads; bad input is refused before Ray starts."""
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -22,14 +23,26 @@ def test_every_shipped_yaml_parses_and_names_its_command(path):
     first = path.read_text().splitlines()[0]
     assert first.startswith("# attent ") and path.name in first, "headed by the command that runs it"
     data = yaml.safe_load(path.read_text())
-    if "sweep" in data:  # sweep files wrap a base experiment
-        from attent.sweep import load_sweep
-        load_sweep(path)
-    elif "teach" in data:  # the theory lab's experiment (attent theory)
-        from attent.theory.config import load
-        load(path)
-    else:
-        load_experiment(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # on today's spellings (no deprecated alias)
+        if "sweep" in data:  # sweep files wrap a base experiment
+            from attent.sweep import load_sweep
+            load_sweep(path)
+        elif "teach" in data:  # the theory lab's experiment (attent theory)
+            from attent.theory.config import load
+            load(path)
+        else:
+            load_experiment(path)
+
+
+def test_the_deprecated_random_method_is_the_random_strategy():
+    """``selection.method: random`` (issue 46: one way to ask for Random) still loads, with a
+    FutureWarning naming ``selection.strategy: random``, into the same config and run label."""
+    with pytest.warns(FutureWarning, match="selection.strategy: random"):
+        old = load_experiment(REPO / "experiments/digits_vit.yaml", ["selection.method=random"])
+    new = load_experiment(REPO / "experiments/digits_vit.yaml", ["selection.strategy=random"])
+    assert old.selection == new.selection and (old.selection.method, old.selection.strategy) == ("attent", "random")
+    assert old.selection.label(old.train.epochs) == new.selection.label(new.train.epochs)
 
 
 def test_overrides_nest_and_parse_yaml_values():

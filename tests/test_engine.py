@@ -88,7 +88,7 @@ def test_worker_failure_restarts_from_checkpoint_with_identical_metrics(restarte
 
 
 def test_ray_job_submit_as_the_readme_shows_runs_attent_train(ray_cluster, tmp_path, mlflow_uri):
-    """README, *Using it*: with RAY_AUTH_MODE=token exported, `ray job submit --working-dir . --
+    """docs/guides/ray.md: with RAY_AUTH_MODE=token exported, `ray job submit --working-dir . --
     attent train FILE` to a Ray started from the venv (the session's) finishes its MLflow run;
     without the mode Ray's client is refused."""
     work = tmp_path / "job"

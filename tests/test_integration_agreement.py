@@ -44,7 +44,7 @@ from attent.config import build_experiment  # noqa: E402
 from attent.engine.recipe import TrainingRecipe, WorkerContext  # noqa: E402
 from attent.integrations.huggingface import AtteNTTrainer  # noqa: E402
 from attent.integrations.lightning import AtteNTCallback  # noqa: E402
-from attent.integrations.pytorch import subset_checksum  # noqa: E402
+from attent.selection.strategies import subset_checksum  # noqa: E402
 from attent.selection.teacher import Teacher  # noqa: E402
 from attent.tasks.registry import build_task  # noqa: E402
 
@@ -109,7 +109,7 @@ def run_plain(cfg, task, initial, world: int = 1) -> dict:
     """The README's three-line loop (under DDP where there are two ranks)."""
     model = copy_of(task, initial)
     trained = DistributedDataParallel(model) if world > 1 else model
-    selector = attent.Selector(task.train_dataset(), cfg.selection, EPOCHS, seed=cfg.seed, model=model,
+    selector = attent.Selector(task.train_dataset(), selection=cfg.selection, epochs=EPOCHS, seed=cfg.seed, model=model,
                                loss_fn=task.per_sample_loss, collate_fn=task.collate, score_batch_size=SCORE_BATCH)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)
     loader = selector.loader(BATCH)
@@ -135,9 +135,17 @@ class Classifier(torch.nn.Module):
         return {"logits": self.net(image)}
 
 
+def cross_entropy_per_sample(model, inputs) -> torch.Tensor:
+    """The task's per-sample loss (the vision task's float32 cross-entropy; the digits task has no
+    label smoothing) through the model Trainer trains, as AtteNTTrainer's compute_per_sample_loss:
+    the Classifier returns no loss of its own for AtteNTTrainer to split by sample."""
+    return torch.nn.functional.cross_entropy(model(image=inputs["image"])["logits"].float(), inputs["labels"],
+                                             reduction="none")
+
+
 def run_huggingface(cfg, task, initial, output_dir) -> dict:
-    """AtteNTTrainer on the task's items: its built-in per-sample cross-entropy is the task's loss
-    (the digits task has no label smoothing). Ranks and world size come from the environment."""
+    """AtteNTTrainer on the task's items, with the task's per-sample loss. Ranks and world size
+    come from the environment."""
     def collate(items):
         batch = task.collate(items)
         return {"image": batch["image"], "labels": batch["label"]}
@@ -149,7 +157,7 @@ def run_huggingface(cfg, task, initial, output_dir) -> dict:
         report_to="none", save_strategy="no", logging_strategy="no", disable_tqdm=True,
         remove_unused_columns=False)  # the task's collate reads each item's index
     trainer = AtteNTTrainer(model=Classifier(net), args=args, train_dataset=task.train_dataset(), data_collator=collate,
-                            selection=cfg.selection, seed=cfg.seed)
+                            selection=cfg.selection, seed=cfg.seed, compute_per_sample_loss=cross_entropy_per_sample)
     trainer.train()
     checksums = [row["subset_checksum"] for row in trainer.state.log_history if "subset_checksum" in row]
     return outcome(checksums, trainer.selector.teacher, trainer.selector.samples_backpropagated, net, initial,
@@ -179,7 +187,7 @@ def run_lightning(cfg, task, initial, world: int = 1) -> dict:
     """The callback in a Lightning Trainer; on two ranks Lightning's DDP joins the process group
     the test started (LOCAL_RANK set: launched externally)."""
     net = copy_of(task, initial)
-    selection = AtteNTCallback(task.train_dataset(), cfg.selection, cfg.seed,
+    selection = AtteNTCallback(task.train_dataset(), selection=cfg.selection, seed=cfg.seed,
                                loss_fn=lambda module, batch: task.per_sample_loss(module.net, batch),
                                collate_fn=task.collate, score_batch_size=SCORE_BATCH)
     module = DigitsModule(net, task.per_sample_loss, selection)

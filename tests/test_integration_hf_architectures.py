@@ -271,6 +271,34 @@ def test_a_loss_that_does_not_split_is_refused_before_the_first_step(name, prese
     assert trainer.state.global_step == 0 and torch.equal(flat_weights(trainer.model), before)
 
 
+class TokenBagClassifier(torch.nn.Module):
+    """A plain PyTorch classifier (no transformers config) that computes its own mean
+    cross-entropy from labels, as Trainer requires."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embedding = torch.nn.EmbeddingBag(VOCAB, CLASSES, mode="sum")
+
+    def forward(self, input_ids, attention_mask=None, labels=None):
+        logits = self.embedding(input_ids, per_sample_weights=attention_mask.float())
+        loss = None if labels is None else torch.nn.functional.cross_entropy(logits, labels)
+        return {"loss": loss, "logits": logits}
+
+
+def test_a_plain_module_with_its_own_loss_trains_as_the_plain_trainer(tmp_path):
+    """No config, no loss kwargs: one label per sample, its micro-batch mean."""
+    items, runs = samples("sequence"), []
+    for trainer_class in (AtteNTTrainer, Trainer):
+        extra = {"selection": SelectionConfig(method="full")} if trainer_class is AtteNTTrainer else {}
+        trainer = trainer_class(model=TokenBagClassifier(), args=training_args(tmp_path / trainer_class.__name__),
+                                train_dataset=items, data_collator=collate, **extra)
+        trainer.train()
+        runs.append((trainer, flat_weights(trainer.model)))
+    assert runs[0][0].loss_reduction.alignment == "sequence" and not runs[0][0].loss_reduction.num_items
+    assert torch.allclose(runs[0][1], runs[1][1], rtol=0, atol=1e-6)
+
+
 def squared_error(model, inputs):
     """A regression head's per-sample loss, as its own MSE is reduced."""
     prediction = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits.squeeze(-1)

@@ -34,9 +34,10 @@ from transformers import (
 from conftest import REPO, SHARED, free_port
 
 import attent
+from attent import contract
 from attent.integrations.huggingface import STATE_FILE, AtteNTTrainer
-from attent.integrations.pytorch import subset_checksum
 from attent.selection.config import SelectionConfig
+from attent.selection.strategies import subset_checksum
 from attent.selection.teacher import Teacher
 
 N, FIRST_TOKEN, VOCAB = 40, 50, 256
@@ -109,7 +110,7 @@ def selection_rows(trainer: Trainer, after: int = 0) -> list[dict]:
 CONFIGS = {
     "vit": dict(preset="vit"),   # scoring passes, soft, growing ratio and interval
     "llm": dict(preset="llm"),   # scores from the training forwards only, hard
-    "random": dict(method="random", ratio={"kind": "cosine"}),
+    "random": dict(strategy="random", ratio={"kind": "cosine"}),
 }
 
 
@@ -376,7 +377,9 @@ def test_selection_metrics_reach_the_callbacks(tmp_path):
     rows = [row for row in logs.rows if "selected_ratio" in row]
     assert [row["selected_ratio"] for row in rows] == [1.0, 0.7, 0.7]
     assert [row["samples_backpropagated"] for row in rows] == [40, 68, 96]
-    assert {"selection_hardness", "selection_overlap", "subset_checksum", "selected_samples_loss"} <= set(rows[-1])
+    # the engine's names (attent.contract); train_loss is Trainer's own (the run's mean loss, once at the end)
+    assert {contract.SELECTION_HARDNESS, contract.SELECTION_OVERLAP, contract.SUBSET_CHECKSUM} <= set(rows[-1])
+    assert not any(contract.TRAIN_LOSS in row for row in rows)
 
 
 def test_public_names_are_lazy():
@@ -459,5 +462,5 @@ def test_example_runs_and_follows_the_llm_preset(script, tmp_path):
     epochs_rows, summary = rows[:-1], rows[-1]
     assert [row["selected"] for row in epochs_rows] == [6, 4]   # all, then 70% of 6 (rounded)
     assert epochs_rows[1]["selection_hardness"] == 1.0           # hard top-k
-    assert all(math.isfinite(row["selected_samples_loss"]) for row in epochs_rows)
+    assert all(math.isfinite(row["subset_checksum"]) for row in epochs_rows)
     assert summary["steps"] == summary["planned_steps"] == 2 + 2 and summary["final_learning_rate"] == 0.0

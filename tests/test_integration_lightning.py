@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDatas
 L = pytest.importorskip("lightning")
 
 import attent  # noqa: E402
+from attent import contract  # noqa: E402
 from attent.integrations.lightning import AtteNTCallback  # noqa: E402
 from attent.selection.config import SelectionConfig  # noqa: E402
 
@@ -85,7 +86,7 @@ class Record(L.Callback):
         self.subsets.append(self.selection.selector.teacher.subset.clone())
         metrics = self.selection.selector.metrics()  # the Selector's: of the epoch starting
         self.checksums.append(metrics["subset_checksum"])
-        self.hardness.append(metrics["hardness"])
+        self.hardness.append(metrics["selection_hardness"])
         self.trained.append([])
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
@@ -106,7 +107,7 @@ class Record(L.Callback):
 
 def fit(config: SelectionConfig, epochs: int, seed: int, module_class=SampleModule, *, ckpt_path=None,
         callbacks=(), path=None, **trainer_kwargs) -> tuple[dict, L.Trainer]:
-    selection = AtteNTCallback(dataset(), config, seed, loss_fn=per_sample_loss)
+    selection = AtteNTCallback(dataset(), selection=config, seed=seed, loss_fn=per_sample_loss)
     module = module_class(selection)
     record = Record(selection, path)
     trainer = L.Trainer(**{**TRAINER, **trainer_kwargs}, max_epochs=epochs,
@@ -119,7 +120,8 @@ def run_plain(config: SelectionConfig, epochs: int, seed: int, batch_size: int =
     """The README's three-line loop with the Selector, on the same module and optimiser."""
     module = SampleModule()
     model = DistributedDataParallel(module) if ddp else module
-    selector = attent.Selector(dataset(), config, epochs, seed=seed, model=module, loss_fn=per_sample_loss)
+    selector = attent.Selector(dataset(), selection=config, epochs=epochs, seed=seed, model=module,
+                               loss_fn=per_sample_loss)
     optimizer = torch.optim.SGD(module.parameters(), lr=0.5)
     out = {"subsets": [], "checksums": [], "trained": []}
     for epoch in range(epochs):
@@ -187,7 +189,7 @@ def test_two_ddp_ranks_agree_split_the_subset_and_match_the_plain_selector(tmp_p
     config = CONFIGS["vit"]
     (tmp_path / "lightning").mkdir()
     (tmp_path / "plain").mkdir()
-    selection = AtteNTCallback(dataset(), SelectionConfig(**config), 5, loss_fn=per_sample_loss)
+    selection = AtteNTCallback(dataset(), selection=SelectionConfig(**config), seed=5, loss_fn=per_sample_loss)
     trainer = L.Trainer(**{**TRAINER, "devices": 2}, strategy=f"ddp_{_fork_or_spawn()}", max_epochs=4,
                         use_distributed_sampler=False,
                         callbacks=[selection, Record(selection, str(tmp_path / "lightning"))])
@@ -208,17 +210,19 @@ def test_two_ddp_ranks_agree_split_the_subset_and_match_the_plain_selector(tmp_p
 
 
 def test_selection_metrics_reach_the_trainers_logger(tmp_path):
+    """Under the engine's names (attent.contract), unprefixed: the same columns as an engine run's."""
     config = SelectionConfig(**CONFIGS["vit"])
     got, trainer = fit(config, 4, seed=1, logger=L.pytorch.loggers.CSVLogger(tmp_path), default_root_dir=tmp_path)
     with open(os.path.join(trainer.logger.log_dir, "metrics.csv")) as f:
-        rows = [row for row in csv.DictReader(f) if row.get("attent/selected_ratio")]
+        rows = [row for row in csv.DictReader(f) if row.get(contract.SELECTED_RATIO)]
     sizes = [len(s) for s in got["subsets"]]
     # Lightning logs float32: the tolerance is one float32 rounding (relative 2**-24 = 6e-8)
-    assert [float(r["attent/selected_ratio"]) for r in rows] == pytest.approx([s / N for s in sizes], rel=1e-7)
-    assert [int(float(r["attent/samples_backpropagated"])) for r in rows] == [sum(sizes[:e + 1]) for e in range(4)]
-    assert [float(r["attent/subset_checksum"]) for r in rows] == pytest.approx(got["checksums"], rel=1e-7)
-    assert [float(r["attent/hardness"]) for r in rows] == pytest.approx(got["hardness"], rel=1e-7)
+    assert [float(r[contract.SELECTED_RATIO]) for r in rows] == pytest.approx([s / N for s in sizes], rel=1e-7)
+    assert [int(float(r[contract.SAMPLES_BACKPROPAGATED])) for r in rows] == [sum(sizes[:e + 1]) for e in range(4)]
+    assert [float(r[contract.SUBSET_CHECKSUM]) for r in rows] == pytest.approx(got["checksums"], rel=1e-7)
+    assert [float(r[contract.SELECTION_HARDNESS]) for r in rows] == pytest.approx(got["hardness"], rel=1e-7)
     assert not any(math.isnan(h) for h in got["hardness"])
+    assert {contract.SELECTION_OVERLAP, "selected"} <= set(rows[0]) and not any(k.startswith("attent/") for k in rows[0])
 
 
 # --- (b) resume from a Lightning checkpoint -------------------------------------------------------------
@@ -312,7 +316,7 @@ def test_full_reproduces_a_plain_lightning_run():
     train_set = Subset(load_digits(seed=0).train, range(160))
     losses, weights = {}, {}
     for kind in ("plain", "full"):
-        selection = AtteNTCallback(train_set, SelectionConfig(method="full")) if kind == "full" else None
+        selection = AtteNTCallback(train_set, selection=SelectionConfig(method="full")) if kind == "full" else None
         steps, module = StepLosses(), DigitsModule(train_set, selection)
         trainer = L.Trainer(**TRAINER, max_epochs=3, callbacks=[steps, *([selection] if selection else [])])
         trainer.fit(module)
@@ -351,7 +355,7 @@ def test_ddp_with_lightnings_distributed_sampler_is_refused():
     """Refused at the callback's ``setup``, which Lightning calls on each rank before any loader is
     built; called here on a two-device DDP Trainer that launches no process (the two-rank test
     above fits one with the setting the refusal names)."""
-    selection = AtteNTCallback(dataset(), SelectionConfig(**CONFIGS["llm"]), 0)
+    selection = AtteNTCallback(dataset(), selection=SelectionConfig(**CONFIGS["llm"]), seed=0)
     trainer = L.Trainer(**{**TRAINER, "devices": 2}, strategy=f"ddp_{_fork_or_spawn()}", max_epochs=2,
                         callbacks=[selection])
     assert trainer.world_size == 2
@@ -374,7 +378,7 @@ def test_a_train_loader_that_does_not_draw_from_the_callbacks_sampler_is_refused
 
 
 def test_a_scoring_preset_without_loss_fn_is_refused():
-    selection = AtteNTCallback(dataset(), SelectionConfig(preset="vit"), 0)
+    selection = AtteNTCallback(dataset(), selection=SelectionConfig(preset="vit"), seed=0)
     trainer = L.Trainer(**TRAINER, max_epochs=2, callbacks=[selection])
     with pytest.raises(ValueError, match=r"runs scoring passes: pass AtteNTCallback\(loss_fn=\.\.\.\)") as error:
         trainer.fit(SampleModule(selection))
@@ -382,7 +386,7 @@ def test_a_scoring_preset_without_loss_fn_is_refused():
 
 
 def test_update_before_the_trainer_set_the_callback_up_is_refused():
-    selection = AtteNTCallback(dataset(), SelectionConfig(preset="llm"), 0)
+    selection = AtteNTCallback(dataset(), selection=SelectionConfig(preset="llm"), seed=0)
     with pytest.raises(RuntimeError, match=r"pass it in Trainer\(callbacks=\[\.\.\.\]\)") as error:
         selection.update(torch.ones(4))
     refusal(error)
@@ -419,7 +423,7 @@ class ScheduledModule(SampleModule):
 @pytest.mark.parametrize("name,batch_size,drop_last,accumulation", [
     ("vit", 8, False, 1), ("vit", 7, True, 3), ("llm", 16, False, 2)])
 def test_planned_steps_is_the_number_of_steps_taken(name, batch_size, drop_last, accumulation):
-    selection = AtteNTCallback(dataset(), SelectionConfig(**CONFIGS[name]), 0, loss_fn=per_sample_loss)
+    selection = AtteNTCallback(dataset(), selection=SelectionConfig(**CONFIGS[name]), seed=0, loss_fn=per_sample_loss)
     module = ScheduledModule(selection, batch_size)
     module.drop_last = drop_last
     trainer = L.Trainer(**TRAINER, max_epochs=EPOCHS, accumulate_grad_batches=accumulation, callbacks=[selection])

@@ -21,9 +21,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from conftest import REPO
 
 import attent
-from attent.integrations.pytorch import subset_checksum
 from attent.selection.config import SelectionConfig
-from attent.selection.strategies import budget
+from attent.selection.strategies import budget, subset_checksum
 from attent.selection.teacher import Teacher
 
 Selector = attent.Selector  # the public name, as a user reaches it
@@ -31,7 +30,7 @@ N, EPOCHS = 103, 6
 CONFIGS = {
     "vit": dict(preset="vit"),   # scoring passes, soft, growing ratio and interval
     "llm": dict(preset="llm"),   # scores from the training forwards only, hard
-    "random": dict(method="random", ratio={"kind": "cosine"}),
+    "random": dict(strategy="random", ratio={"kind": "cosine"}),
 }
 
 
@@ -102,7 +101,8 @@ def run_bare_teacher(config: SelectionConfig, seed: int) -> dict:
 def test_selector_chooses_what_a_bare_teacher_chooses(name):
     config = SelectionConfig(**CONFIGS[name])
     model = TableModel()
-    got = run_selector(Selector(dataset(), config, EPOCHS, seed=4, model=model, loss_fn=loss_fn), model, range(EPOCHS))
+    got = run_selector(Selector(dataset(), selection=config, epochs=EPOCHS, seed=4, model=model, loss_fn=loss_fn),
+                       model, range(EPOCHS))
     want = run_bare_teacher(config, seed=4)
     assert got["checksums"] == [subset_checksum(s) for s in want["subsets"]]
     for a, b in zip(got["subsets"], want["subsets"]):
@@ -116,7 +116,7 @@ def test_selector_chooses_what_a_bare_teacher_chooses(name):
 
 def test_scoring_pass_runs_without_grad_in_eval_mode_and_restores_train_mode():
     model = TableModel()
-    selector = Selector(dataset(), SelectionConfig(preset="vit"), EPOCHS, model=model, loss_fn=loss_fn,
+    selector = Selector(dataset(), selection=SelectionConfig(preset="vit"), epochs=EPOCHS, model=model, loss_fn=loss_fn,
                         score_batch_size=50)
     model.train()
     selector.begin_epoch(0)
@@ -129,29 +129,30 @@ def test_the_scoring_pass_reads_score_dataset_where_given():
     """E.g. the training set without augmentation: item i of both is sample i."""
     model = TableModel()
     score_set = TensorDataset(torch.arange(N) * 0)  # every item reads as sample 0
-    selector = Selector(dataset(), SelectionConfig(preset="vit"), EPOCHS, model=model, loss_fn=loss_fn,
+    selector = Selector(dataset(), selection=SelectionConfig(preset="vit"), epochs=EPOCHS, model=model, loss_fn=loss_fn,
                         score_dataset=score_set)
     selector.begin_epoch(0)
     assert torch.equal(selector.teacher.scores, losses_at(0)[torch.zeros(N, dtype=torch.long)])
     with pytest.raises(ValueError, match="score_dataset has 3 items"):
-        Selector(dataset(), SelectionConfig(preset="vit"), EPOCHS, score_dataset=TensorDataset(torch.arange(3)))
+        Selector(dataset(), selection=SelectionConfig(preset="vit"), epochs=EPOCHS,
+                 score_dataset=TensorDataset(torch.arange(3)))
 
 
 def test_a_scoring_preset_without_model_is_refused_in_one_line():
-    selector = Selector(dataset(), SelectionConfig(preset="vit"), EPOCHS)
+    selector = Selector(dataset(), selection=SelectionConfig(preset="vit"), epochs=EPOCHS)
     with pytest.raises(ValueError, match="pass model= and loss_fn="):
         selector.begin_epoch(0)
 
 
 def test_update_outside_an_epoch_is_refused():
-    selector = Selector(dataset(), SelectionConfig(preset="llm"), EPOCHS)
+    selector = Selector(dataset(), selection=SelectionConfig(preset="llm"), epochs=EPOCHS)
     with pytest.raises(RuntimeError, match="begin_epoch"):
         selector.update(torch.ones(4))
 
 
 def test_update_without_the_selectors_sampler_is_refused():
     model = TableModel()
-    selector = Selector(dataset(), SelectionConfig(preset="llm"), EPOCHS)
+    selector = Selector(dataset(), selection=SelectionConfig(preset="llm"), epochs=EPOCHS)
     selector.begin_epoch(0)
     batch = next(iter(DataLoader(dataset(), batch_size=8)))
     with pytest.raises(RuntimeError, match="sampler=selector.sampler"):
@@ -165,7 +166,7 @@ def test_explicit_indices_and_any_collate_fn():
     tables = []
     for explicit in (False, True):
         model = TableModel()
-        selector = Selector(dataset(), config, EPOCHS)
+        selector = Selector(dataset(), selection=config, epochs=EPOCHS)
         loader = DataLoader(dataset(), batch_size=10, sampler=selector.sampler,
                             collate_fn=lambda items: {"x": torch.stack([item[0] for item in items])})
         for epoch in range(3):
@@ -183,7 +184,7 @@ def test_batches_from_worker_processes_arrive_in_the_samplers_order():
     """DataLoader workers (in_order, its default): update() still pairs losses and samples."""
     config = SelectionConfig(preset="llm")
     model = TableModel()
-    selector = Selector(dataset(), config, EPOCHS, seed=4)
+    selector = Selector(dataset(), selection=config, epochs=EPOCHS, seed=4)
     loader = selector.loader(batch_size=8, num_workers=2)
     for epoch in range(EPOCHS):
         model.epoch = epoch
@@ -198,14 +199,14 @@ def test_batches_from_worker_processes_arrive_in_the_samplers_order():
 def test_a_resumed_loop_draws_the_same_subsets(name):
     config, epochs = SelectionConfig(**CONFIGS[name]), 4
     model = TableModel()
-    whole = Selector(dataset(), config, epochs, seed=2, model=model, loss_fn=loss_fn)
+    whole = Selector(dataset(), selection=config, epochs=epochs, seed=2, model=model, loss_fn=loss_fn)
     uninterrupted = run_selector(whole, model, range(epochs))
 
     model = TableModel()
-    first = Selector(dataset(), config, epochs, seed=2, model=model, loss_fn=loss_fn)
+    first = Selector(dataset(), selection=config, epochs=epochs, seed=2, model=model, loss_fn=loss_fn)
     run_selector(first, model, range(2))
     state = first.state_dict()
-    resumed = Selector(dataset(), config, epochs, seed=2, model=model, loss_fn=loss_fn)
+    resumed = Selector(dataset(), selection=config, epochs=epochs, seed=2, model=model, loss_fn=loss_fn)
     resumed.load_state_dict(state)
     assert resumed.next_epoch == 2
     rest = run_selector(resumed, model, range(resumed.next_epoch, epochs))
@@ -216,7 +217,7 @@ def test_a_resumed_loop_draws_the_same_subsets(name):
 
 
 def test_state_dict_inside_an_epoch_is_refused():
-    selector = Selector(dataset(), SelectionConfig(preset="llm"), EPOCHS)
+    selector = Selector(dataset(), selection=SelectionConfig(preset="llm"), epochs=EPOCHS)
     selector.begin_epoch(0)
     with pytest.raises(RuntimeError, match="inside an epoch"):
         selector.state_dict()
@@ -225,7 +226,7 @@ def test_state_dict_inside_an_epoch_is_refused():
 # --- (d) full data is plain training --------------------------------------------------------------------
 def test_full_returns_the_plain_mean_and_every_index_once_per_epoch():
     model = TableModel()
-    selector = Selector(dataset(), SelectionConfig(method="full"), 3, model=model, loss_fn=loss_fn)
+    selector = Selector(dataset(), selection=SelectionConfig(method="full"), epochs=3, model=model, loss_fn=loss_fn)
     loader = DataLoader(dataset(), batch_size=16, sampler=selector.sampler)
     for epoch in range(3):
         model.epoch = epoch
@@ -250,7 +251,8 @@ def test_planned_steps_is_the_number_of_steps_taken(name, batch_size, drop_last,
     config = SelectionConfig(**{**CONFIGS, "full": dict(method="full"),
                                 "anneal": dict(preset="vit", anneal=0.25)}[name])
     model = TableModel()
-    selector = Selector(dataset(), config, EPOCHS, model=model, loss_fn=loss_fn, rank=0, world_size=world_size)
+    selector = Selector(dataset(), selection=config, epochs=EPOCHS, model=model, loss_fn=loss_fn, rank=0,
+                        world_size=world_size)
     planned = selector.planned_steps(batch_size, drop_last=drop_last, accumulation=accumulation)
     loader = DataLoader(dataset(), batch_size=batch_size, sampler=selector.sampler, drop_last=drop_last)
     steps = 0
@@ -268,7 +270,7 @@ def test_planned_steps_is_the_number_of_steps_taken(name, batch_size, drop_last,
 
 def test_planned_steps_refuses_infobatch():
     with pytest.raises(ValueError, match="InfoBatch"):
-        Selector(dataset(), SelectionConfig(method="infobatch"), EPOCHS).planned_steps(8)
+        Selector(dataset(), selection=SelectionConfig(method="infobatch"), epochs=EPOCHS).planned_steps(8)
 
 
 # --- (b) two gloo ranks ---------------------------------------------------------------------------------
@@ -277,7 +279,8 @@ def _rank_worker(rank: int, world: int, store_path: str, out_dir: str) -> None:
     dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)
     try:
         model = TableModel()
-        selector = Selector(dataset(), SelectionConfig(preset="vit"), 4, seed=5, model=model, loss_fn=loss_fn)
+        selector = Selector(dataset(), selection=SelectionConfig(preset="vit"), epochs=4, seed=5, model=model,
+                            loss_fn=loss_fn)
         assert (selector.rank, selector.world_size) == (rank, world)
         run = run_selector(selector, model, range(4), batch_size=6)
         torch.save(run, os.path.join(out_dir, f"rank{rank}.pt"))
@@ -293,7 +296,7 @@ def test_two_ranks_share_the_subset_and_split_it(tmp_path):
                        start_method=method)
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
     model = TableModel()
-    single = run_selector(Selector(dataset(), SelectionConfig(preset="vit"), 4, seed=5, model=model,
+    single = run_selector(Selector(dataset(), selection=SelectionConfig(preset="vit"), epochs=4, seed=5, model=model,
                                    loss_fn=loss_fn), model, range(4))
     assert r0["checksums"] == r1["checksums"] == single["checksums"]
     for a, b, s, t0, t1 in zip(r0["subsets"], r1["subsets"], single["subsets"], r0["trained"], r1["trained"]):

@@ -1,5 +1,5 @@
 """AtteNTTrainer under Ray Train (issue 28, item 4): examples/ray_hf_trainer.py submitted with
-`ray job submit` as the README shows, on two Ray Train workers that choose the same subsets and
+`ray job submit` as docs/integrations/huggingface.md shows, on two Ray Train workers that choose the same subsets and
 split them; and what Ray's ``prepare_trainer`` does to an AtteNTTrainer (swaps its class for a
 subclass whose get_train_dataloader defers to AtteNTTrainer's unless the train set is a Ray Data
 iterable, which AtteNTTrainer refuses)."""
@@ -81,7 +81,7 @@ def test_a_process_group_the_trainer_does_not_see_is_refused(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_ray_job_submit_runs_the_example_on_two_agreeing_workers(ray_cluster, tmp_path, mlflow_uri):
-    """README, *Under Ray Train*: the example, submitted from the repository root with
+    """docs/integrations/huggingface.md, *Under Ray Train*: the example, submitted from the repository root with
     RAY_AUTH_MODE=token exported to a Ray started from the venv, trains SmolLM2 with LoRA on two
     workers. Both choose the same subset each epoch (all 6 problems, then the 4 of highest loss)
     and train on disjoint halves of it, through Ray's prepare_trainer; rank 0's MLflow run holds the

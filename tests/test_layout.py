@@ -1,4 +1,4 @@
-"""The code's structure, as the README draws it: imports point one way (cli -> sweep, benchmark ->
+"""The code's structure, as docs/contributing.md (Layout) draws it: imports point one way (cli -> sweep, benchmark ->
 engine -> tasks -> selection; analysis reads MLflow through the contract only), no module imports
 itself back through another, every task package is self-contained, and platform/ is no package
 (it would shadow the standard library's ``platform``, which Ray and torch import)."""

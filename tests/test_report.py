@@ -388,7 +388,9 @@ def test_comparison_sweep_gives_every_budgeted_method_attents_budget():
     """Same ratio and interval schedule (so the same selected ratio per epoch) for every
     baseline that takes a budget; InfoBatch prunes by its own rule."""
     sweep = load_sweep(REPO / "experiments" / "sweeps" / "comparison_digits.yaml")
-    selections = {cfg.selection.method: cfg.selection for _, cfg in sweep.trials}
+    # Random: AtteNT's Random strategy (selection.strategy: random)
+    selections = {"random" if cfg.selection.strategy == "random" else cfg.selection.method: cfg.selection
+                  for _, cfg in sweep.trials}
     attent = selections.pop("attent")
     budget = (attent.ratio_schedule.describe(), attent.interval_schedule.describe(),
               attent.warmup_epochs)
@@ -531,6 +533,33 @@ def test_words_follow_holm_across_the_tables_comparisons(store, tmp_path):
     assert (float(rows["Full data"]["eval_accuracy_low_95"]), float(rows["Full data"]["eval_accuracy_high_95"])) \
         == pytest.approx((interval.low, interval.high))
     assert rows["AtteNT"]["vs full data"] == "inconclusive (-0.0200)"
+
+
+def test_attents_random_strategy_is_the_comparisons_random_subset(store, tmp_path):
+    """The comparison sweeps ask for Random as AtteNT's strategy (selection.strategy: random: tags
+    method attent, strategy random). Beside other methods those runs are the Random subset row,
+    as the runs recorded under the deprecated selection.method: random are (test above), with
+    the same words against AtteNT, and no ablation table of Soft against Random appears."""
+    client, experiment_id = new_experiment(store, "random-strategy")
+    finals = {("full", "none"): FULL_30, ("attent", "soft"): plus(FULL_30, [-0.026, -0.020, -0.014]),
+              ("attent", "random"): plus(FULL_30, [0.001, -0.001, 0.0]),
+              ("class_weight", "none"): plus(FULL_30, [0.002, -0.001, 0.0])}
+    for (method, strategy), accuracies in finals.items():
+        budget = 1.0 if method == "full" else 0.5
+        for seed, accuracy in enumerate(accuracies):
+            log_run(client, experiment_id, {"selection.method": method, "selection.strategy": strategy,
+                                            contract.PARAM_EPOCHS: 30, contract.PARAM_SEED: seed},
+                    {**cost_metrics(100 * budget, 1000 * budget, accuracy), contract.MEAN_SELECTED_RATIO: budget},
+                    tags={contract.TAG_STRATEGY: strategy, contract.TAG_LABEL: f"{strategy.capitalize()} · x"})
+    tables = build_report("random-strategy", tracking_uri=store[0], out_dir=tmp_path, log_to_parent=False).tables
+    assert [table.name for table in tables] == ["comparison"]
+    table = tables[0]
+    assert dict(zip(table.labels["Method"], table.stats["n"])) == {
+        "AtteNT": 3, "Class weight": 3, "Group weight": 0, "GradNorm": 0, "InfoBatch": 0, "Random subset": 3,
+        "Full data": 3}
+    words = dict(zip(table.labels["Method"], table.words.to_dict("records")))
+    assert words["Random subset"] == {"vs full data": "equivalent within ± 0.01 (+0.0000)",
+                                      "vs AtteNT": "inconclusive (+0.0200)"}
 
 
 def test_a_one_seed_table_gets_no_words(store, tmp_path):

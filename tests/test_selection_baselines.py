@@ -137,7 +137,7 @@ def drive(teacher: Teacher, epochs, losses_fn, *, observe_all=True):
 def test_infobatch_teacher():
     n, epochs = 2000, 8
     cfg = SelectionConfig(method="infobatch", infobatch_prune=0.5, infobatch_final=0.125)
-    t = Teacher(n, cfg, total_epochs=epochs, seed=123)  # not a seed of losses_fn's streams
+    t = Teacher(n, cfg, epochs=epochs, seed=123)  # not a seed of losses_fn's streams
     losses_fn = lambda e: torch.rand(n, generator=gen(e))  # noqa: E731
     assert not t.needs_scoring(0)
     out = drive(t, range(epochs), losses_fn, observe_all=False)
@@ -164,7 +164,7 @@ def test_class_weight_balances_imbalanced_classes():
     groups = imbalanced_groups(sizes, seed=1)
     n = groups.numel()
     cfg = SelectionConfig(method="class_weight", ratio={"kind": "fixed", "start": 0.05})  # k = 70
-    t = Teacher(n, cfg, total_epochs=10, seed=0, groups=groups)
+    t = Teacher(n, cfg, epochs=10, seed=0, groups=groups)
     assert not t.needs_scoring(0)
     counts = torch.zeros(3)
     for subset, _ in drive(t, range(10), lambda e: torch.ones(n)):
@@ -178,7 +178,7 @@ def test_group_weight_shares_follow_weights():
     groups = imbalanced_groups([600, 250, 150], seed=2)
     n = groups.numel()
     cfg = SelectionConfig(method="group_weight", group_weights=[1, 2, 2], ratio={"kind": "fixed", "start": 0.1})
-    t = Teacher(n, cfg, total_epochs=10, seed=0, groups=groups)
+    t = Teacher(n, cfg, epochs=10, seed=0, groups=groups)
     counts = torch.zeros(3)
     for subset, _ in drive(t, range(10), lambda e: torch.ones(n)):
         counts += torch.bincount(groups[subset], minlength=3)
@@ -189,7 +189,7 @@ def test_group_weight_shares_follow_weights():
 def test_group_weight_budget_capped_by_positive_weights():
     groups = imbalanced_groups([50, 50], seed=3)
     cfg = SelectionConfig(method="group_weight", group_weights=[0, 1], ratio={"kind": "fixed", "start": 0.8})
-    t = Teacher(100, cfg, total_epochs=2, groups=groups)
+    t = Teacher(100, cfg, epochs=2, groups=groups)
     subset = t.begin_epoch(0)
     assert subset.numel() == 50 and bool((groups[subset] == 1).all())
 
@@ -206,7 +206,7 @@ def test_gradnorm_upweights_the_slowly_learning_group(slow):
 
     cfg = SelectionConfig(method="gradnorm", ratio={"kind": "fixed", "start": 0.3})
     epochs = 7
-    t = Teacher(n, cfg, total_epochs=epochs, seed=0, groups=groups)
+    t = Teacher(n, cfg, epochs=epochs, seed=0, groups=groups)
     assert t.needs_scoring(0)
     weights, counts = [], []
     for epoch in range(epochs):  # scoring pass at 0 (nothing scored yet), then the observed losses

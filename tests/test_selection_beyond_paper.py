@@ -47,7 +47,7 @@ def test_systematic_sample_draws_k_distinct_with_the_given_inclusion_probabiliti
 
 # --- the unbiased gradient ----------------------------------------------------------------------
 def reweighted_teacher_pick(config: SelectionConfig, losses: torch.Tensor, k: int, generator, groups=None):
-    method = AtteNT(config, num_samples=losses.numel(), total_epochs=10, groups=groups, components=0)
+    method = AtteNT(config, num_samples=losses.numel(), epochs=10, groups=groups, components=0)
     pool = Pool(losses, losses.unsqueeze(1), generator)
     return method.pick(pool, 0, k)
 
@@ -79,7 +79,7 @@ def test_a_reweighted_soft_pick_gives_the_full_data_mean_in_expectation(stratify
 
 def test_reweighting_random_subsets_changes_nothing_and_hard_is_refused():
     n, k = 40, 10
-    pick = reweighted_teacher_pick(SelectionConfig(method="random", reweight=True), torch.rand(n), k, gen(0))
+    pick = reweighted_teacher_pick(SelectionConfig(strategy="random", reweight=True), torch.rand(n), k, gen(0))
     assert torch.allclose(pick.loss_weights, torch.ones(n))  # k / (N * k/N)
     with pytest.raises(ValueError, match="reweight needs"):
         SelectionConfig(strategy="hard", reweight=True)
@@ -128,7 +128,7 @@ def test_a_stratified_hard_pick_takes_each_class_top_within_it():
 def test_annealing_trains_the_final_share_on_all_data_without_scoring():
     n, epochs = 50, 16
     cfg = SelectionConfig(preset="vit", anneal=0.125)
-    teacher = Teacher(n, cfg, total_epochs=epochs, seed=0)
+    teacher = Teacher(n, cfg, epochs=epochs, seed=0)
     scored = []
 
     def score_fn(epoch):
@@ -152,7 +152,7 @@ def test_annealing_trains_the_final_share_on_all_data_without_scoring():
 # --- cheaper scoring passes ---------------------------------------------------------------------
 def test_a_rescore_fraction_scores_that_share_of_the_known_samples_and_every_new_one():
     n = 200
-    teacher = Teacher(n, SelectionConfig(preset="vit", rescore_fraction=0.25), total_epochs=10, seed=0)
+    teacher = Teacher(n, SelectionConfig(preset="vit", rescore_fraction=0.25), epochs=10, seed=0)
     assert teacher.stale_indices().numel() == n  # nothing scored yet: all of them
     teacher.observe(torch.arange(150), torch.rand(150))
     teacher.sync()
@@ -161,7 +161,7 @@ def test_a_rescore_fraction_scores_that_share_of_the_known_samples_and_every_new
     assert (due < 150).sum() == round(0.25 * 150)
     # resumable: the same generator state gives the same share
     state = teacher.state_dict()
-    again = Teacher(n, SelectionConfig(preset="vit", rescore_fraction=0.25), total_epochs=10, seed=0)
+    again = Teacher(n, SelectionConfig(preset="vit", rescore_fraction=0.25), epochs=10, seed=0)
     again.load_state_dict(state)
     assert torch.equal(teacher.stale_indices(), again.stale_indices())
 
@@ -171,7 +171,7 @@ def test_score_agreement_compares_training_and_scoring_losses_of_the_samples_tra
     truth = torch.rand(n, generator=gen(0))
 
     def run(training_losses: torch.Tensor) -> float:
-        teacher = Teacher(n, SelectionConfig(preset="vit"), total_epochs=6, seed=0)
+        teacher = Teacher(n, SelectionConfig(preset="vit"), epochs=6, seed=0)
         teacher.begin_epoch(0, lambda idx: iter([(idx, truth[idx])]))
         teacher.observe(teacher.subset, training_losses[teacher.subset])  # the epoch's training forwards
         teacher.end_epoch()

@@ -30,7 +30,7 @@ def losses_at(epoch: int) -> torch.Tensor:
 CONFIGS = {
     "vit": dict(preset="vit"),
     "hard": dict(strategy="hard", ratio={"kind": "fixed", "start": 0.5}),
-    "random": dict(method="random", ratio={"kind": "cosine"}),
+    "random": dict(strategy="random", ratio={"kind": "cosine"}),
     "infobatch": dict(method="infobatch"),
 }
 
@@ -64,7 +64,7 @@ def _worker(rank: int, world: int, store_path: str, out_dir: str) -> None:
         # uneven halves: rank 0 observes 60 samples, rank 1 the other 41
         mine = torch.arange(0, 60) if rank == 0 else torch.arange(60, N)
         teacher = Teacher(N, SelectionConfig(strategy="hard", ratio={"kind": "fixed", "start": 0.3}),
-                          total_epochs=3, seed=0)
+                          epochs=3, seed=0)
         losses = losses_at(0)
         teacher.observe(mine, losses[mine])
         teacher.sync()
@@ -73,7 +73,7 @@ def _worker(rank: int, world: int, store_path: str, out_dir: str) -> None:
         idx, loss = all_gather_observations(torch.arange(3) if rank == 0 else torch.empty(0, dtype=torch.long),
                                             torch.ones(3) if rank == 0 else torch.empty(0))
         halves["empty_gather"] = (idx, loss)
-        runs = {name: train(Teacher(N, SelectionConfig(**cfg), total_epochs=EPOCHS, seed=3), rank, world)
+        runs = {name: train(Teacher(N, SelectionConfig(**cfg), epochs=EPOCHS, seed=3), rank, world)
                 for name, cfg in CONFIGS.items()}
         torch.save({"halves": halves, "runs": runs}, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
@@ -108,7 +108,7 @@ def test_all_gather_gives_every_rank_the_full_table(two_ranks):
 @pytest.mark.parametrize("name", CONFIGS)
 def test_ranks_agree_and_match_a_single_process(two_ranks, name):
     a, b = (r["runs"][name] for r in two_ranks)
-    single = train(Teacher(N, SelectionConfig(**CONFIGS[name]), total_epochs=EPOCHS, seed=3), 0, 1)
+    single = train(Teacher(N, SelectionConfig(**CONFIGS[name]), epochs=EPOCHS, seed=3), 0, 1)
     for run in (a, b):
         for x, y in zip(run["subsets"], single["subsets"]):
             assert torch.equal(x, y)
@@ -210,7 +210,7 @@ def test_sampler_rereads_subset_and_shuffles_by_epoch():
 def test_sampler_follows_a_teacher_through_a_dataloader():
     n = 64
     dataset = [{"index": i, "x": float(i)} for i in range(n)]
-    teacher = Teacher(n, SelectionConfig(preset="llm"), total_epochs=3)
+    teacher = Teacher(n, SelectionConfig(preset="llm"), epochs=3)
     loader = DataLoader(dataset, batch_size=8, sampler=SubsetSampler(teacher))
     for epoch in range(3):
         subset = teacher.begin_epoch(epoch)

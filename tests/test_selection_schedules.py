@@ -168,10 +168,6 @@ def test_interval_config_defaults():
     assert IntervalConfig(kind="incremental", start=1, end=4).build() == IntervalSchedule("incremental", 1, 4)
 
 
-def test_method_random_forces_random_strategy():
-    assert SelectionConfig(method="random", strategy="hard").strategy == "random"
-
-
 def test_labels():
     assert SelectionConfig(method="full").label() == "Full data"
     assert SelectionConfig(method="infobatch").label().startswith("InfoBatch")

@@ -68,7 +68,7 @@ def test_overlap_of_consecutive_picks():
 def teacher(strategy, seed=3, n=400, **extra):
     cfg = SelectionConfig(method="attent", strategy=strategy, ratio={"kind": "fixed", "start": 0.3},
                           temperature=1.0, **extra)
-    t = Teacher(n, cfg, total_epochs=4, seed=seed)
+    t = Teacher(n, cfg, epochs=4, seed=seed)
     t.observe(torch.arange(n), losses(n))
     t.sync()
     t.begin_epoch(0, score_fn=lambda idx: iter(()))
@@ -96,7 +96,7 @@ def test_teacher_records_hardness_and_overlap_per_reselection():
 def test_infobatch_prunes_for_floor_of_delta_times_epochs(epochs, final, pruned):
     assert infobatch_pruned_epochs(epochs, final) == pruned
     method = InfoBatch(SelectionConfig(method="infobatch", infobatch_final=final), num_samples=50,
-                       total_epochs=epochs, groups=None, components=0)
+                       epochs=epochs, groups=None, components=0)
     pool = Pool(losses(50), torch.zeros(50, 1), torch.Generator().manual_seed(0))
     kept = [method.pick(pool, e, 50).subset.numel() for e in range(epochs)]
     assert all(k < 50 for k in kept[:pruned]) and all(k == 50 for k in kept[pruned:])
@@ -119,7 +119,7 @@ def test_llm_variant_can_rescore_the_left_out_pool_before_each_reselection():
     scored afresh (forward only) before each re-selection; the trained ones keep their training loss."""
     n = 20
     cfg = SelectionConfig(preset="llm", rescore=True, rescore_stale=True)
-    t = Teacher(n, cfg, total_epochs=4, seed=0)
+    t = Teacher(n, cfg, epochs=4, seed=0)
     asked = []
 
     def score_fn(indices):

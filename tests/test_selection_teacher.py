@@ -55,7 +55,7 @@ class Learner:
 # --- the llm preset ------------------------------------------------------------------------------
 def test_llm_preset_first_epoch_all_data_then_top_70_percent():
     n = 100
-    t = Teacher(n, SelectionConfig(preset="llm"), total_epochs=5, seed=0)
+    t = Teacher(n, SelectionConfig(preset="llm"), epochs=5, seed=0)
     assert not t.needs_scoring(0) and not t.is_selection_epoch(0)
     assert torch.equal(t.begin_epoch(0, None), torch.arange(n))  # no score_fn needed
     assert t.history == []
@@ -87,7 +87,7 @@ def test_llm_preset_first_epoch_all_data_then_top_70_percent():
 
 
 def test_llm_preset_selects_every_epoch():
-    t = Teacher(60, SelectionConfig(preset="llm"), total_epochs=6)
+    t = Teacher(60, SelectionConfig(preset="llm"), epochs=6)
     learner = Learner(t)
     for epoch in range(6):
         learner.epoch(epoch, with_score_fn=False)
@@ -100,7 +100,7 @@ def test_unscored_samples_force_a_scoring_pass():
     """A sample never observed (e.g. dropped by drop_last) triggers a scoring pass when a
     loss-driven selection is due, even for the llm preset."""
     n = 50
-    t = Teacher(n, SelectionConfig(preset="llm"), total_epochs=3)
+    t = Teacher(n, SelectionConfig(preset="llm"), epochs=3)
     t.begin_epoch(0)
     t.observe(torch.arange(n - 1), losses_at(0, n)[: n - 1])
     t.end_epoch()
@@ -113,7 +113,7 @@ def test_never_scored_samples_rank_as_the_highest_loss():
     """A scoring pass that misses samples (e.g. a sharded pass with drop_last): the unscored
     ones count as the highest observed loss, so they are seen rather than starved."""
     n = 10
-    t = Teacher(n, SelectionConfig(strategy="hard", ratio={"kind": "fixed", "start": 0.3}), total_epochs=2)
+    t = Teacher(n, SelectionConfig(strategy="hard", ratio={"kind": "fixed", "start": 0.3}), epochs=2)
     losses = torch.tensor([0.1, 0.9, 0.3, 0.2, 0.5, 0.4, 0.6, 0.0])
 
     def partial_pass(indices):
@@ -126,12 +126,12 @@ def test_never_scored_samples_rank_as_the_highest_loss():
 # --- the vit preset --------------------------------------------------------------------------------
 def test_vit_preset_schedule_and_scoring():
     n, epochs = 500, 11
-    t = Teacher(n, SelectionConfig(preset="vit"), total_epochs=epochs, seed=1)
+    t = Teacher(n, SelectionConfig(preset="vit"), epochs=epochs, seed=1)
     assert t.needs_scoring(0)
     with pytest.raises(ValueError, match="scoring pass"):
         t.begin_epoch(0, None)
 
-    t = Teacher(n, SelectionConfig(preset="vit"), total_epochs=epochs, seed=1)
+    t = Teacher(n, SelectionConfig(preset="vit"), epochs=epochs, seed=1)
     learner = Learner(t)
     subsets = [learner.epoch(e)[0] for e in range(epochs)]
     # interval I(p) = round(1 + 3p), p = e / 11: selections at 0, 1, 2 (I=2), 4 (I=2), 6 (I=3), 9
@@ -153,7 +153,7 @@ def test_vit_preset_is_soft_not_hard():
     # The preset draws from standardized losses at T = 4: a mild preference for high losses,
     # far from the top-k and measurably away from a uniform pick (measured hardness 0.04-0.10)
     n = 2000
-    t = Teacher(n, SelectionConfig(preset="vit"), total_epochs=10, seed=2)
+    t = Teacher(n, SelectionConfig(preset="vit"), epochs=10, seed=2)
     subset = Learner(t).epoch(0)[0]
     losses = losses_at(0, n)  # uniform on [0, 5]
     assert 0.02 < hardness(subset, losses) < 0.3
@@ -165,7 +165,7 @@ def test_rescoring_uses_the_fresh_scoring_pass():
     """With T -> 0 the soft pick is the top-k of *this* epoch's scoring pass, not stale losses."""
     n = 300
     cfg = SelectionConfig(preset="vit", temperature=1e-6)
-    t = Teacher(n, cfg, total_epochs=5, seed=0)
+    t = Teacher(n, cfg, epochs=5, seed=0)
     learner = Learner(t)
     for epoch in range(5):
         subset, _ = learner.epoch(epoch)
@@ -176,7 +176,7 @@ def test_rescoring_uses_the_fresh_scoring_pass():
 def test_warmup_and_fixed_interval():
     cfg = SelectionConfig(strategy="hard", ratio={"kind": "fixed", "start": 0.5},
                           interval={"kind": "fixed", "start": 3}, warmup_epochs=2)
-    t = Teacher(40, cfg, total_epochs=10)
+    t = Teacher(40, cfg, epochs=10)
     learner = Learner(t)
     subsets = [learner.epoch(e)[0] for e in range(10)]
     assert [r.epoch for r in t.history] == [2, 5, 8]
@@ -185,7 +185,7 @@ def test_warmup_and_fixed_interval():
 
 
 def test_full_never_selects():
-    t = Teacher(30, SelectionConfig(method="full"), total_epochs=5)
+    t = Teacher(30, SelectionConfig(method="full"), epochs=5)
     learner = Learner(t)
     for e in range(5):
         assert not t.is_selection_epoch(e) and not t.needs_scoring(e)
@@ -194,9 +194,9 @@ def test_full_never_selects():
     assert t.history == [] and t.selected_ratio == 1.0
 
 
-def test_random_method_needs_no_scores():
-    cfg = SelectionConfig(method="random", ratio={"kind": "fixed", "start": 0.25})
-    t = Teacher(80, cfg, total_epochs=3, seed=4)
+def test_random_strategy_needs_no_scores():
+    cfg = SelectionConfig(strategy="random", ratio={"kind": "fixed", "start": 0.25})
+    t = Teacher(80, cfg, epochs=3, seed=4)
     assert not t.needs_scoring(0)
     subsets = [Learner(t).epoch(e, with_score_fn=False)[0] for e in range(3)]
     assert all(s.numel() == 20 for s in subsets)
@@ -204,7 +204,7 @@ def test_random_method_needs_no_scores():
 
 
 def test_selection_record_summary():
-    t = Teacher(100, SelectionConfig(preset="vit"), total_epochs=4)
+    t = Teacher(100, SelectionConfig(preset="vit"), epochs=4)
     Learner(t).epoch(0)
     r = t.history[0]
     summary = r.summary()
@@ -219,18 +219,18 @@ def test_selection_record_summary():
 # --- bad input ---------------------------------------------------------------------------------------
 def test_teacher_rejects_bad_construction():
     with pytest.raises(ValueError, match="empty"):
-        Teacher(0, SelectionConfig(), total_epochs=3)
+        Teacher(0, SelectionConfig(), epochs=3)
     with pytest.raises(ValueError):
-        Teacher(10, SelectionConfig(), total_epochs=0)
+        Teacher(10, SelectionConfig(), epochs=0)
     with pytest.raises(ValueError, match="group label"):
-        Teacher(10, SelectionConfig(method="class_weight"), total_epochs=3)
+        Teacher(10, SelectionConfig(method="class_weight"), epochs=3)
     with pytest.raises(ValueError, match="group label"):
-        Teacher(10, SelectionConfig(method="gradnorm"), total_epochs=3, groups=torch.zeros(9, dtype=torch.long))
+        Teacher(10, SelectionConfig(method="gradnorm"), epochs=3, groups=torch.zeros(9, dtype=torch.long))
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
 def test_observe_rejects_non_finite_losses(bad):
-    t = Teacher(10, SelectionConfig(), total_epochs=3)
+    t = Teacher(10, SelectionConfig(), epochs=3)
     losses = torch.ones(4)
     losses[2] = bad
     with pytest.raises(ValueError, match=r"non-finite .*\[7\]"):
@@ -239,14 +239,14 @@ def test_observe_rejects_non_finite_losses(bad):
 
 
 def test_observe_rejects_mismatched_lengths():
-    t = Teacher(10, SelectionConfig(), total_epochs=3)
+    t = Teacher(10, SelectionConfig(), epochs=3)
     with pytest.raises(ValueError):
         t.observe(torch.tensor([1, 2, 3]), torch.ones(2))
 
 
 @pytest.mark.parametrize("bad_index", [-1, 10, 1000])
 def test_observe_rejects_indices_outside_the_dataset(bad_index):
-    t = Teacher(10, SelectionConfig(), total_epochs=3)
+    t = Teacher(10, SelectionConfig(), epochs=3)
     with pytest.raises(ValueError, match="indices"):
         t.observe(torch.tensor([0, bad_index]), torch.ones(2))
     t.observe(torch.empty(0, dtype=torch.long), torch.empty(0))  # an empty batch is fine
@@ -255,7 +255,7 @@ def test_observe_rejects_indices_outside_the_dataset(bad_index):
 
 
 def test_observe_accepts_any_shape_and_grad_tensors():
-    t = Teacher(10, SelectionConfig(), total_epochs=3)
+    t = Teacher(10, SelectionConfig(), epochs=3)
     losses = torch.arange(4.0, requires_grad=True).reshape(2, 2) * 1.5
     t.observe(torch.tensor([[0, 1], [2, 3]]), losses)
     t.sync()
@@ -267,7 +267,7 @@ RESUME_CONFIGS = {
     "hard": dict(strategy="hard", ratio={"kind": "fixed", "start": 0.5}),
     "soft": dict(strategy="soft", ratio={"kind": "cosine"}, temperature=0.5,
                  interval={"kind": "incremental", "start": 1, "end": 3}),
-    "random": dict(method="random", ratio={"kind": "incremental"}),
+    "random": dict(strategy="random", ratio={"kind": "incremental"}),
     "infobatch": dict(method="infobatch", infobatch_prune=0.6),
     "vit": dict(preset="vit"),
     "llm": dict(preset="llm"),
@@ -291,17 +291,17 @@ def run(teacher: Teacher, epochs: range) -> tuple[list, list]:
 def test_resume_reproduces_uninterrupted_run(name, cut, tmp_path):
     n, epochs = 200, 9
     cfg = SelectionConfig(**RESUME_CONFIGS[name])
-    straight = Teacher(n, cfg, total_epochs=epochs, seed=11)
+    straight = Teacher(n, cfg, epochs=epochs, seed=11)
     subsets, weights = run(straight, range(epochs))
 
-    first = Teacher(n, cfg, total_epochs=epochs, seed=11)
+    first = Teacher(n, cfg, epochs=epochs, seed=11)
     head_subsets, _ = run(first, range(cut))
     path = tmp_path / "teacher.pt"
     torch.save(first.state_dict(), path)
     del first
 
     # a different constructor seed: everything must come from the checkpoint
-    resumed = Teacher(n, cfg, total_epochs=epochs, seed=999)
+    resumed = Teacher(n, cfg, epochs=epochs, seed=999)
     resumed.load_state_dict(torch.load(path))
     tail_subsets, tail_weights = run(resumed, range(cut, epochs))
 
@@ -321,34 +321,34 @@ def test_resume_without_generator_state_would_differ(tmp_path):
     """Guards the resume test itself: dropping the generator state changes a soft run."""
     n, epochs, cut = 200, 6, 2
     cfg = SelectionConfig(**RESUME_CONFIGS["soft"])
-    subsets, _ = run(Teacher(n, cfg, total_epochs=epochs, seed=11), range(epochs))
-    first = Teacher(n, cfg, total_epochs=epochs, seed=11)
+    subsets, _ = run(Teacher(n, cfg, epochs=epochs, seed=11), range(epochs))
+    first = Teacher(n, cfg, epochs=epochs, seed=11)
     run(first, range(cut))
     state = first.state_dict()
     state["generator"] = torch.Generator().manual_seed(999).get_state()
-    resumed = Teacher(n, cfg, total_epochs=epochs, seed=11)
+    resumed = Teacher(n, cfg, epochs=epochs, seed=11)
     resumed.load_state_dict(state)
     tail, _ = run(resumed, range(cut, epochs))
     assert any(not torch.equal(a, b) for a, b in zip(tail, subsets[cut:]))
 
 
 def test_state_dict_requires_merged_observations():
-    t = Teacher(10, SelectionConfig(), total_epochs=3)
+    t = Teacher(10, SelectionConfig(), epochs=3)
     t.observe(torch.tensor([3]), torch.tensor([2.5]))
     with pytest.raises(RuntimeError, match="unmerged"):
         t.state_dict()
     t.sync()
     state = t.state_dict()
     assert state["scores"][3] == 2.5
-    fresh = Teacher(10, SelectionConfig(), total_epochs=3)
+    fresh = Teacher(10, SelectionConfig(), epochs=3)
     fresh.load_state_dict(state)
     assert fresh.scores[3] == 2.5 and torch.isnan(fresh.scores[:3]).all()
 
 
 def test_load_state_dict_rejects_other_dataset():
-    state = Teacher(10, SelectionConfig(), total_epochs=3).state_dict()
+    state = Teacher(10, SelectionConfig(), epochs=3).state_dict()
     with pytest.raises(ValueError, match="samples"):
-        Teacher(11, SelectionConfig(), total_epochs=3).load_state_dict(state)
+        Teacher(11, SelectionConfig(), epochs=3).load_state_dict(state)
 
 
 # --- stale-only re-scoring (beyond the paper) -----------------------------------------------------
@@ -359,7 +359,7 @@ def test_stale_rescoring_scores_only_samples_not_trained_on_since_the_last_selec
     fresh for every sample, as a full pass would leave it."""
     n = 40
     config = SelectionConfig(preset="vit", interval={"kind": "fixed", "start": 2}, rescore_stale=True)
-    t = Teacher(n, config, total_epochs=6, seed=0)
+    t = Teacher(n, config, epochs=6, seed=0)
     asked: list[torch.Tensor] = []
 
     def score_fn(epoch):
@@ -386,13 +386,13 @@ def test_stale_rescoring_scores_only_samples_not_trained_on_since_the_last_selec
         assert torch.equal(asked[pass_number], stale.nonzero().squeeze(1))
         assert 0 < asked[pass_number].numel() < n
     state = t.state_dict()  # a resumed teacher asks for the same samples
-    again = Teacher(n, config, total_epochs=6, seed=0)
+    again = Teacher(n, config, epochs=6, seed=0)
     again.load_state_dict(state)
     assert torch.equal(again.stale_indices(), t.stale_indices())
 
 
 def test_full_rescoring_asks_for_every_sample():
-    t = Teacher(30, SelectionConfig(preset="vit"), total_epochs=4, seed=0)
+    t = Teacher(30, SelectionConfig(preset="vit"), epochs=4, seed=0)
     asked = []
     for epoch in range(4):
         def fn(indices, epoch=epoch):

@@ -1,7 +1,7 @@
 """AtteNT experiment platform, and its selection library under one import.
 
     import attent
-    selector = attent.Selector(dataset, attent.SelectionConfig(preset="vit"), epochs=E, seed=0)
+    selector = attent.Selector(dataset, selection=attent.SelectionConfig(preset="vit"), epochs=E, seed=0)
 
 Public names, each imported on first access (PEP 562), so that ``import attent`` and
 ``attent validate`` stay free of torch:

@@ -1,5 +1,6 @@
 """The MLflow run contract: every tag, param and metric name the engine writes and ``analysis``
-reads, in one dependency-free module that both import (standard library only).
+reads, in one dependency-free module that both import (standard library only, and the selection's
+metric names from ``attent.selection.metric_names``, constants that every integration logs too).
 
 A training run is one MLflow run. Params are the flattened experiment config (``selection.ratio.start``
 ...); tags say what the run is; metrics are logged per epoch (step = epoch index) and once more
@@ -12,9 +13,14 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+# The selection's metric names, defined once for the engine and every integration:
+from .selection.metric_names import (SAMPLES_BACKPROPAGATED, SCORE_AGREEMENT, SELECTED_RATIO,  # noqa: F401
+                                     SELECTION_HARDNESS, SELECTION_OVERLAP, SUBSET_CHECKSUM, TRAIN_LOSS)
+
 # --- tags -----------------------------------------------------------------------------------
 TAG_TASK = "attent.task"                        # task name (vision, llm, ...)
-TAG_METHOD = "attent.method"                    # attent | full | random | class_weight | ...
+TAG_METHOD = "attent.method"                    # attent | full | class_weight | ... (random: runs recorded under
+                                                # the deprecated selection.method random, now attent's strategy random)
 TAG_STRATEGY = "attent.strategy"                # hard | soft | random | none
 TAG_RATIO_SCHEDULE = "attent.ratio_schedule"    # e.g. incremental(0.2→0.8); none without one
 TAG_INTERVAL_SCHEDULE = "attent.interval_schedule"  # e.g. incremental(1→4); none
@@ -70,21 +76,15 @@ PARAM_EPOCHS = "train.epochs"                   # the paper tables' plateau cont
 # --- metrics --------------------------------------------------------------------------------
 EVAL_PREFIX = "eval_"                           # a run's own evaluation: eval_<name>
 VAL_PREFIX, TEST_PREFIX = "eval_val_", "eval_test_"  # the validation split (choices) and the test split (verdicts)
-TRAIN_LOSS = "train_loss"
 DOWNSTREAM_PREFIX = "downstream."               # on a pretraining run: downstream.<job>.<metric>
 PRETRAINED_ARTIFACT = "pretrained"              # artifact dir of the weights downstream jobs load
 PRETRAINED_FILE = "pretrained.pt"               # the file in it (a task's export(), torch.save)
 MODEL_NAME = "model"                            # each finished run's MLflow logged model (runs:/<run>/model)
 TAG_MODEL_LOG_ERROR = "attent.model_log_error"  # why a finished run has no logged model
 CHECKPOINT_STATE_FILE = "state.pt"              # the file in each of a run's Ray Train checkpoints
-SELECTED_RATIO = "selected_ratio"               # per epoch: share of the training set trained on
+# Per epoch also TRAIN_LOSS, SELECTED_RATIO, SAMPLES_BACKPROPAGATED, SUBSET_CHECKSUM and, from the
+# epoch's re-selection, SELECTION_HARDNESS, SELECTION_OVERLAP, SCORE_AGREEMENT (selection.metric_names)
 SAMPLES_FORWARDED = "samples_forwarded"         # training + scoring forwards, all ranks
-SAMPLES_BACKPROPAGATED = "samples_backpropagated"  # distinct samples trained on, summed over epochs (padding excluded)
-SUBSET_CHECKSUM = "subset_checksum"
-# Per epoch, from the epoch's re-selection (carried over while a pick holds):
-SELECTION_HARDNESS = "selection_hardness"       # share of the pick in the hard top-k; uniform 0, hard 1
-SELECTION_OVERLAP = "selection_overlap"         # share of the pick that was in the previous pick
-SCORE_AGREEMENT = "selection_score_agreement"   # Spearman of training-forward vs scoring-pass losses
 NUM_TRAIN_SAMPLES = "num_train_samples"
 OPTIMIZER_STEPS = "optimizer_steps"
 GRAD_ACCUMULATION = "grad_accumulation"

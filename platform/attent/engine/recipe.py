@@ -24,6 +24,7 @@ from .. import contract
 from ..config import ExperimentConfig
 from ..selection.sampler import SubsetSampler, shard_indices
 from ..selection.schedules import training_progress
+from ..selection.strategies import subset_checksum
 from ..selection.teacher import Teacher
 from ..tasks import weights
 from ..tasks.registry import build_task
@@ -311,7 +312,7 @@ def to_device(batch: Batch, device: torch.device) -> Batch:
 def check_ranks_agree(subset: torch.Tensor) -> float:
     """Checksum of the epoch's subset, verified equal on every rank: the teachers' tables and
     generators must never diverge (a silent divergence would train ranks on different data)."""
-    checksum = float((subset.double() * 2.0 ** -20).sin().sum() + subset.numel())
+    checksum = subset_checksum(subset)
     if dist.is_available() and dist.is_initialized():
         gathered = [None] * dist.get_world_size()
         dist.all_gather_object(gathered, checksum)

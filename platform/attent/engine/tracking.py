@@ -162,7 +162,7 @@ def git_commit() -> str:
 
 def run_tags(cfg: ExperimentConfig, role: str) -> dict[str, str]:
     sel, epochs = cfg.selection, cfg.train.epochs
-    loss_based = sel.method in ("attent", "random")
+    loss_based = sel.method == contract.METHOD_ATTENT  # its strategy: hard, soft or random
     return {
         contract.TAG_TASK: cfg.task.name,
         contract.TAG_METHOD: sel.method,

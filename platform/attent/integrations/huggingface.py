@@ -52,6 +52,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from transformers import DataCollatorWithFlattening, Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, has_length, seed_worker
 
+from ..selection import metric_names as names
 from ..selection.config import SelectionConfig
 from .huggingface_loss import PerSampleLossHook, Reduction, as_sums_and_counts, own_loss_split
 from .pytorch import Selector, planned_subset_sizes
@@ -153,7 +154,7 @@ class AtteNTTrainerMixin:
         dataset, collator = self._training_data()
         args = self.args
         self.selector = Selector(
-            dataset, self.selection, epochs=int(args.num_train_epochs), seed=self.selection_seed,
+            dataset, selection=self.selection, epochs=int(args.num_train_epochs), seed=self.selection_seed,
             model=self.model, loss_fn=self._scoring_losses, collate_fn=collator,
             score_batch_size=args.per_device_eval_batch_size, rank=args.process_index, world_size=args.world_size,
             shuffle=args.train_sampling_strategy != "sequential")
@@ -240,11 +241,12 @@ class AtteNTTrainerMixin:
             self._resume_observed = None
 
     def selection_metrics(self) -> dict[str, float]:
-        """The latest epoch's selection, under the names the engine logs to MLflow."""
-        metrics = self.selector.metrics()
-        renamed = {"hardness": "selection_hardness", "overlap": "selection_overlap",
-                   "train_loss": "selected_samples_loss"}  # this rank's mean per-sample loss of the epoch
-        return {renamed.get(key, key): value for key, value in metrics.items() if key != "epoch"}
+        """The latest epoch's selection, under the names the engine logs to MLflow
+        (``attent.selection.metric_names``). Without ``epoch`` (Trainer logs its own) and without
+        ``train_loss``: in Trainer's logs that name is the run's mean loss, logged once at its end
+        (and W&B or trackio keep it as a summary, not a curve); Trainer's ``loss`` is the training loss."""
+        return {key: value for key, value in self.selector.metrics().items()
+                if key not in (names.EPOCH, names.TRAIN_LOSS)}
 
     # --- the loss -----------------------------------------------------------------------------------
     def per_sample_loss(self, model, inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:

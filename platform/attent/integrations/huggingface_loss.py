@@ -189,7 +189,7 @@ def own_loss_split(owner: str, model: torch.nn.Module, inputs: dict[str, Any], r
     # The labels reach the model where it computes its own loss to be checked against, and where
     # it makes its decoder's inputs from them (seq2seq); otherwise they would only cost a second
     # cross-entropy.
-    with_labels = checking or (getattr(unwrapped(model).config, "is_encoder_decoder", False)
+    with_labels = checking or (getattr(getattr(unwrapped(model), "config", None), "is_encoder_decoder", False)
                                and "decoder_input_ids" not in inputs)
     forward = dict(inputs) if with_labels else {key: value for key, value in inputs.items() if key != "labels"}
     probe = loss_probe(labels) if checking and accepts_loss_kwargs else None

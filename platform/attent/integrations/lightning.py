@@ -1,7 +1,7 @@
 """AtteNT in a Lightning ``Trainer``: one callback, two lines in the LightningModule, two Trainer
 settings (three under DDP):
 
-    selection = attent.AtteNTCallback(train_set, attent.SelectionConfig(preset="vit"), seed=0,
+    selection = attent.AtteNTCallback(train_set, selection=attent.SelectionConfig(preset="vit"), seed=0,
                                       loss_fn=per_sample_loss)   # loss_fn(module, batch) -> [B]
 
     class Model(L.LightningModule):
@@ -47,34 +47,40 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from ..selection import metric_names as names
 from ..selection.config import SelectionConfig
+from ..selection.deprecation import deprecated_arguments, warn_renamed
 from .pytorch import PerSampleLoss, RecordingSampler, Selector
 
-# the selection metrics logged at each epoch end as "attent/<name>" (equal on every rank)
-LOGGED_METRICS = ("selected_ratio", "selected", "hardness", "overlap", "samples_backpropagated",
-                  "subset_checksum")
+# the selection metrics logged at each epoch end, under the engine's names (equal on every rank)
+LOGGED_METRICS = (names.SELECTED_RATIO, names.SELECTED, names.SELECTION_HARDNESS, names.SELECTION_OVERLAP,
+                  names.SAMPLES_BACKPROPAGATED, names.SUBSET_CHECKSUM)
 
 
 class AtteNTCallback(pl.Callback):
     """AtteNT's choice of training samples, for a Lightning ``Trainer``.
 
-    ``dataset``, ``config``, ``seed`` and the keywords are ``Selector``'s; the run's length is the
-    Trainer's ``max_epochs``, ranks and world size are the Trainer's. ``loss_fn(module, batch)``:
-    the per-sample loss ([B]) that ``training_step`` hands to ``update``, needed where the config
-    runs scoring passes (the ``vit`` preset does, ``llm`` and ``full`` do not); the scoring pass
+    ``dataset`` (the one positional argument), ``selection``, ``seed`` and the keywords are
+    ``Selector``'s; the run's length is the Trainer's ``max_epochs``, ranks and world size are the
+    Trainer's. ``loss_fn(module, batch)``: the per-sample loss ([B]) that ``training_step`` hands to
+    ``update``, needed where the selection runs scoring passes (the ``vit`` preset does, ``llm`` and
+    ``full`` do not); the scoring pass
     gives it batches moved to the device as training batches are, under the Trainer's precision.
     The sampler, ``loader``, ``update`` and ``planned_steps`` exist from the Trainer's ``setup`` on:
-    use them in ``train_dataloader``, ``training_step`` and ``configure_optimizers``.
+    use them in ``train_dataloader``, ``training_step`` and ``configure_optimizers``. (Before
+    issue 46: ``config=``, and the config and seed by position; these still work for one release,
+    with a FutureWarning.)
     """
 
-    def __init__(self, dataset: Dataset, config: SelectionConfig, seed: int = 0, *,
+    @deprecated_arguments(positional=2, by_position=("selection", "seed"), renamed={"config": "selection"})
+    def __init__(self, dataset: Dataset, *, selection: SelectionConfig, seed: int = 0,
                  loss_fn: Optional[PerSampleLoss] = None,
                  collate_fn: Optional[Callable] = None,     # the scoring pass's and loader()'s
                  score_dataset: Optional[Dataset] = None,   # the scoring pass's items (e.g. without augmentation)
                  score_batch_size: int = 256,               # samples per scoring-pass batch
                  groups: Optional[torch.Tensor] = None,     # class per sample: stratify, class_weight
                  shuffle: bool = True, drop_last: bool = False):  # the sampler's, as DistributedSampler's
-        self.dataset, self.config, self.seed, self.loss_fn = dataset, config, seed, loss_fn
+        self.dataset, self.selection, self.seed, self.loss_fn = dataset, selection, seed, loss_fn
         self.selector_kwargs = dict(collate_fn=collate_fn, score_dataset=score_dataset,
                                     score_batch_size=score_batch_size, groups=groups, shuffle=shuffle,
                                     drop_last=drop_last)
@@ -85,6 +91,12 @@ class AtteNTCallback(pl.Callback):
         self._accumulation = 1                         # the Trainer's accumulate_grad_batches
 
     # --- the user's side -------------------------------------------------------------------------
+    @property
+    def config(self) -> SelectionConfig:
+        """Deprecated spelling of ``selection`` (issue 46)."""
+        warn_renamed("AtteNTCallback.config", "AtteNTCallback.selection")
+        return self.selection
+
     @property
     def sampler(self) -> RecordingSampler:
         return self._built().sampler
@@ -107,8 +119,8 @@ class AtteNTCallback(pl.Callback):
 
     def metrics(self) -> dict[str, float]:
         """``Selector.metrics`` of the latest epoch ended (what was logged; empty before the first):
-        ``selected_ratio``, ``hardness``, ``samples_backpropagated``, ``subset_checksum``,
-        ``train_loss`` (this rank), ... In ``on_train_epoch_end`` of the LightningModule, or of a
+        ``selected_ratio``, ``selection_hardness``, ``samples_backpropagated``, ``subset_checksum``,
+        ``train_loss`` (all ranks), ... In ``on_train_epoch_end`` of the LightningModule, or of a
         callback after this one, it is that epoch's."""
         return dict(self._epoch_end_metrics)
 
@@ -124,8 +136,8 @@ class AtteNTCallback(pl.Callback):
             return
         check_trainer(trainer)
         if self.selector is None:
-            self.selector = Selector(self.dataset, self.config, trainer.max_epochs, self.seed, model=pl_module,
-                                     loss_fn=self._scoring_loss, rank=trainer.global_rank,
+            self.selector = Selector(self.dataset, selection=self.selection, epochs=trainer.max_epochs, seed=self.seed,
+                                     model=pl_module, loss_fn=self._scoring_loss, rank=trainer.global_rank,
                                      world_size=trainer.world_size, **self.selector_kwargs)
         elif self.selector.epochs != trainer.max_epochs:
             raise ValueError(f"this AtteNTCallback planned {self.selector.epochs} epochs, the Trainer runs "
@@ -157,7 +169,7 @@ class AtteNTCallback(pl.Callback):
             return
         self._end_epoch()  # where the last batch was not reached (limits, max_steps)
         # equal on every rank: sync_dist only keeps Lightning from asking for it
-        pl_module.log_dict({f"attent/{name}": float(self._epoch_end_metrics[name]) for name in LOGGED_METRICS},
+        pl_module.log_dict({name: float(self._epoch_end_metrics[name]) for name in LOGGED_METRICS},
                            on_step=False, on_epoch=True, sync_dist=True)
         self._prepare(self.selector.next_epoch)
 
@@ -192,7 +204,7 @@ class AtteNTCallback(pl.Callback):
         """``loss_fn`` for the scoring pass: the batch moved as Lightning moves training batches
         (the module's transfer hooks included), the forward under the Trainer's precision."""
         if self.loss_fn is None:
-            raise ValueError(f"selection '{self.config.label(self.selector.epochs)}' runs scoring passes: pass "
+            raise ValueError(f"selection '{self.selection.label(self.selector.epochs)}' runs scoring passes: pass "
                              "AtteNTCallback(loss_fn=...), the per-sample loss training_step hands to update()")
         trainer = module.trainer
         with trainer.precision_plugin.forward_context():

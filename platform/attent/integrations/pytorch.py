@@ -1,7 +1,7 @@
 """AtteNT in a plain PyTorch loop, in three lines, with no monkey-patching and the user's dataset
 items unchanged:
 
-    selector = attent.Selector(train_set, SelectionConfig(preset="vit"), epochs=E, seed=0,
+    selector = attent.Selector(train_set, selection=SelectionConfig(preset="vit"), epochs=E, seed=0,
                                model=model, loss_fn=per_sample_loss)   # the scoring pass, if any
     loader = selector.loader(batch_size=64)          # = DataLoader(train_set, sampler=selector.sampler)
     for epoch in range(E):
@@ -31,9 +31,12 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset
 
+from ..selection import metric_names as names
 from ..selection.config import SelectionConfig
+from ..selection.deprecation import deprecated_arguments, warn_renamed
+from ..selection.distributed import all_reduce_sums
 from ..selection.sampler import SubsetSampler, shard_indices
-from ..selection.strategies import budget
+from ..selection.strategies import budget, subset_checksum
 from ..selection.teacher import ScoreFn, Teacher
 
 # loss_fn(model, batch) -> FloatTensor[B]: the per-sample training loss (reduction="none"),
@@ -77,15 +80,18 @@ class RecordingSampler(SubsetSampler):
 class Selector:
     """AtteNT's choice of training samples, for a user's own PyTorch loop.
 
-    ``dataset``: the training set (wrapped, not copied; its items are handed out unchanged).
-    ``config``: a ``SelectionConfig`` (e.g. ``preset="vit"``). ``epochs``: the run's length, which
-    the ratio and interval schedules follow. ``model`` and ``loss_fn``: needed only where the
-    config runs scoring passes (the ``vit`` preset does, ``llm`` and ``full`` do not).
-    Under torch.distributed every rank builds its Selector with the same arguments; rank and world
-    size are read from the process group unless given.
+    ``dataset``: the training set (wrapped, not copied; its items are handed out unchanged), the
+    one positional argument. ``selection``: a ``SelectionConfig`` (e.g. ``preset="vit"``).
+    ``epochs``: the run's length, which the ratio and interval schedules follow. ``seed``: of the
+    selection's draws and shuffles. ``model`` and ``loss_fn``: needed only where the selection runs
+    scoring passes (the ``vit`` preset does, ``llm`` and ``full`` do not). Under torch.distributed
+    every rank builds its Selector with the same arguments; rank and world size are read from the
+    process group unless given. (Before issue 46: ``config=``, and the config, epochs and seed by
+    position; these still work for one release, with a FutureWarning.)
     """
 
-    def __init__(self, dataset: Dataset, config: SelectionConfig, epochs: int, seed: int = 0, *,
+    @deprecated_arguments(positional=2, by_position=("selection", "epochs", "seed"), renamed={"config": "selection"})
+    def __init__(self, dataset: Dataset, *, selection: SelectionConfig, epochs: int, seed: int = 0,
                  model: Optional[torch.nn.Module] = None, loss_fn: Optional[PerSampleLoss] = None,
                  collate_fn: Optional[Callable] = None,     # the scoring pass's; DataLoader's default if None
                  score_dataset: Optional[Dataset] = None,   # the scoring pass's items (e.g. without augmentation)
@@ -96,14 +102,14 @@ class Selector:
         distributed = dist.is_available() and dist.is_initialized()
         self.rank = rank if rank is not None else (dist.get_rank() if distributed else 0)
         self.world_size = world_size if world_size is not None else (dist.get_world_size() if distributed else 1)
-        self.dataset, self.config, self.epochs, self.seed = dataset, config, epochs, seed
+        self.dataset, self.selection, self.epochs, self.seed = dataset, selection, epochs, seed
         self.model, self.loss_fn = model, loss_fn
         self.collate_fn, self.score_batch_size = collate_fn, score_batch_size
         self.score_dataset = dataset if score_dataset is None else score_dataset
         if len(self.score_dataset) != len(dataset):
             raise ValueError(f"score_dataset has {len(self.score_dataset)} items, the training set {len(dataset)}: "
                              "item i of both must be the same sample")
-        self.teacher = Teacher(len(dataset), config, epochs, seed=seed, groups=groups)
+        self.teacher = Teacher(len(dataset), selection, epochs, seed=seed, groups=groups)
         self.sampler = RecordingSampler(self.teacher, self.rank, self.world_size, seed=seed,
                                         shuffle=shuffle, drop_last=drop_last)
         self.next_epoch = 0                 # the epoch a (resumed) loop starts from
@@ -111,6 +117,12 @@ class Selector:
         self._epoch_metrics: dict[str, float] = {}
         self._loss_sum, self._seen, self._scored = 0.0, 0, 0  # this rank, this epoch
         self._ended = True
+
+    @property
+    def config(self) -> SelectionConfig:
+        """Deprecated spelling of ``selection`` (issue 46)."""
+        warn_renamed("Selector.config", "Selector.selection")
+        return self.selection
 
     def loader(self, batch_size: int, **kwargs) -> DataLoader:
         """``DataLoader(dataset, batch_size, sampler=selector.sampler, **kwargs)``, with the
@@ -131,7 +143,7 @@ class Selector:
         self._loss_sum, self._seen, self._scored = 0.0, 0, 0
         if score_fn is None and self.teacher.needs_scoring(epoch):
             if self.model is None or self.loss_fn is None:
-                raise ValueError(f"epoch {epoch} needs a scoring pass (config {self.config.label(self.epochs)}): "
+                raise ValueError(f"epoch {epoch} needs a scoring pass (selection {self.selection.label(self.epochs)}): "
                                  "pass model= and loss_fn= to Selector, or score_fn= to begin_epoch")
             score_fn = self.scoring_pass
         subset = self.teacher.begin_epoch(epoch, score_fn)
@@ -178,14 +190,15 @@ class Selector:
         return not self._ended
 
     def end_epoch(self) -> None:
-        """Merge the epoch's scores across ranks (a collective: every rank calls it). ``update``
-        calls it after the shard's last sample; call it yourself where the loader drops the last
-        batch (``drop_last=True``) or the loop leaves an epoch early."""
+        """Merge the epoch's scores and training losses across ranks (collectives: every rank
+        calls it). ``update`` calls it after the shard's last sample; call it yourself where the
+        loader drops the last batch (``drop_last=True``) or the loop leaves an epoch early."""
         if self._ended:
             return
         self.teacher.end_epoch()
         self._ended = True
-        self._epoch_metrics = self._metrics()
+        loss_sum, seen = all_reduce_sums([self._loss_sum, float(self._seen)])
+        self._epoch_metrics = self._metrics(loss_sum, seen)
 
     def scoring_pass(self, indices: torch.Tensor) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
         """Per-sample losses of this rank's share of ``indices`` from ``loss_fn(model, batch)``,
@@ -215,26 +228,32 @@ class Selector:
     def planned_batches(self, batch_size: int, drop_last: bool = False) -> list[int]:
         """Batches this rank draws in each epoch of the run, on the planned subsets."""
         batches = []
-        for size in planned_subset_sizes(self.config, len(self.dataset), self.epochs):
+        for size in planned_subset_sizes(self.selection, len(self.dataset), self.epochs):
             shard = size // self.world_size if self.sampler.drop_last else math.ceil(size / self.world_size)
             batches.append(shard // batch_size if drop_last else math.ceil(shard / batch_size))
         return batches
 
     def metrics(self) -> dict[str, float]:
-        """The latest epoch's selection, for the user's logger: ``selected_ratio``, ``selected``
-        (subset size), ``hardness`` (1: the top-k of the scores, 0: uniform; NaN before a pick),
-        ``overlap`` with the previous pick, ``samples_backpropagated`` (distinct, summed over
-        epochs and ranks), ``samples_scored`` and ``train_loss`` (this rank, this epoch)."""
-        return self._metrics() if not self._ended else dict(self._epoch_metrics)
+        """The latest epoch's selection, for the user's logger, under the names the engine logs
+        (``attent.selection.metric_names``, which ``attent.contract`` re-exports):
+        ``selected_ratio``, ``selection_hardness`` (1: the top-k of the scores, 0: uniform; NaN
+        before a pick), ``selection_overlap`` with the previous pick, ``samples_backpropagated``
+        (distinct, summed over epochs and ranks), ``subset_checksum``, ``train_loss`` (the mean
+        per-sample loss over every rank once the epoch ended, this rank's so far inside it), and
+        the integrations' own ``epoch``, ``selected`` (subset size) and ``samples_scored`` (this
+        rank, this epoch). (Before issue 46 hardness and overlap were ``hardness`` and ``overlap``.)"""
+        return self._metrics(self._loss_sum, self._seen) if not self._ended else dict(self._epoch_metrics)
 
-    def _metrics(self) -> dict[str, float]:
+    def _metrics(self, loss_sum: float, seen: float) -> dict[str, float]:
         last = self.teacher.history[-1] if self.teacher.history else None
-        return {"epoch": self.next_epoch, "selected_ratio": self.teacher.selected_ratio,
-                "selected": self.teacher.subset.numel(),
-                "hardness": last.hardness if last else math.nan, "overlap": last.overlap if last else math.nan,
-                "samples_backpropagated": self.samples_backpropagated, "samples_scored": self._scored,
-                "train_loss": self._loss_sum / self._seen if self._seen else math.nan,
-                "subset_checksum": subset_checksum(self.teacher.subset)}
+        return {
+            names.EPOCH: self.next_epoch, names.SELECTED_RATIO: self.teacher.selected_ratio,
+            names.SELECTED: self.teacher.subset.numel(),
+            names.SELECTION_HARDNESS: last.hardness if last else math.nan,
+            names.SELECTION_OVERLAP: last.overlap if last else math.nan,
+            names.SAMPLES_BACKPROPAGATED: self.samples_backpropagated, names.SAMPLES_SCORED: self._scored,
+            names.TRAIN_LOSS: loss_sum / seen if seen else math.nan,
+            names.SUBSET_CHECKSUM: subset_checksum(self.teacher.subset)}
 
     def state_dict(self) -> dict[str, Any]:
         """The teacher's state and the epoch reached: a Selector loaded from it draws the same
@@ -253,21 +272,16 @@ class Selector:
         self._ended, self._epoch_metrics = True, {}
 
 
-def planned_subset_sizes(config: SelectionConfig, num_samples: int, epochs: int) -> list[int]:
+def planned_subset_sizes(selection: SelectionConfig, num_samples: int, epochs: int) -> list[int]:
     """The subset size of every epoch, as the Teacher will choose it: all data before the first
     re-selection and while annealing, ``budget(N, ratio)`` from each re-selection on. InfoBatch's
     sizes depend on the losses and cannot be planned."""
-    if config.method == "infobatch":
+    if selection.method == "infobatch":
         raise ValueError("InfoBatch's subset sizes depend on the losses: planned_steps cannot size a "
                          "schedule for it; use an epoch-based schedule")
     sizes = [num_samples] * epochs
-    plan = config.planned_ratios(epochs)
-    ends = [epoch for epoch, _ in plan[1:]] + [config.selecting_epochs(epochs)]
+    plan = selection.planned_ratios(epochs)
+    ends = [epoch for epoch, _ in plan[1:]] + [selection.selecting_epochs(epochs)]
     for (start, ratio), end in zip(plan, ends):
         sizes[start:end] = [budget(num_samples, ratio)] * (end - start)
     return sizes
-
-
-def subset_checksum(subset: torch.Tensor) -> float:
-    """A number that tells subsets apart (the engine's ``subset_checksum``): equal subsets, equal sums."""
-    return float((subset.double() * 2.0 ** -20).sin().sum() + subset.numel())

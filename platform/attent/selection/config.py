@@ -5,9 +5,15 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .deprecation import deprecated_arguments, warn_renamed
 from .schedules import IntervalSchedule, RatioSchedule, epochs_before_annealing, training_progress
 
-METHODS = ("attent", "full", "random", "class_weight", "group_weight", "gradnorm", "infobatch")
+METHODS = ("attent", "full", "class_weight", "group_weight", "gradnorm", "infobatch")
+# Random is AtteNT's third strategy (``strategy="random"``), as the paper names Hard, Soft and
+# Random. ``method="random"``, which asked for the same uniform subsets at the same schedules,
+# is its deprecated alias for one release (issue 46); runs recorded under it keep their tags.
+DEPRECATED_METHODS = {"random": {"method": "attent", "strategy": "random"}}
+_EPOCHS_RENAMED = deprecated_arguments(positional=2, renamed={"total_epochs": "epochs"})
 
 # The two variants of the paper. A preset fills every field the user did not set.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -84,7 +90,7 @@ class SelectionConfig(BaseModel):
 
     preset: Optional[Literal["llm", "vit"]] = None  # paper variant filling unset fields
     method: Literal[METHODS] = "attent"             # attent, or a baseline behind the same interface
-    strategy: Literal["hard", "soft", "random"] = "hard"  # attent: top-k, Gumbel-top-k, uniform
+    strategy: Literal["hard", "soft", "random"] = "hard"  # attent: Hard (top-k), Soft (Gumbel-top-k), Random (uniform)
     ratio: RatioConfig = RatioConfig()               # fraction of the data selected, vs progress
     interval: IntervalConfig = IntervalConfig()      # epochs a selection is kept, vs progress
     temperature: float = Field(1.0, gt=0, allow_inf_nan=False)  # soft: softmax(logits / T); T->0 hard, T->inf random
@@ -104,6 +110,19 @@ class SelectionConfig(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
+    def _deprecated_method(cls, data: Any) -> Any:
+        """``method="random"`` -> ``strategy="random"`` (method attent), with a FutureWarning.
+        The subsets are the kept spelling's: its random stream is seeded by (seed, attent, random)."""
+        if isinstance(data, dict) and data.get("method") in DEPRECATED_METHODS:
+            warn_renamed(f"selection method {data['method']!r} (selection.method: {data['method']})",
+                         "selection.strategy: random (SelectionConfig(strategy='random')), AtteNT's Random "
+                         "strategy: the same uniform subsets at the same ratio and interval schedules",
+                         stacklevel=4)
+            data = {**data, **DEPRECATED_METHODS[data["method"]]}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
     def _apply_preset(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("preset") is not None:
             if data["preset"] not in PRESETS:
@@ -113,8 +132,6 @@ class SelectionConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "SelectionConfig":
-        if self.method == "random":
-            self.strategy = "random"
         if self.method == "group_weight" and not self.group_weights:
             raise ValueError("method group_weight needs group_weights, e.g. [1, 2, 2]")
         if self.group_weights is not None and (not self.group_weights or min(self.group_weights) < 0
@@ -123,15 +140,16 @@ class SelectionConfig(BaseModel):
         if self.reweight and self.method == "attent" and self.strategy == "hard":
             raise ValueError("selection.reweight needs a sample drawn at random (strategy soft or random): "
                              "hard top-k never picks some samples, so no weight makes its gradient unbiased")
-        if (self.reweight or self.stratify) and self.method not in ("attent", "random"):
-            raise ValueError(f"selection.reweight and selection.stratify apply to methods attent and random, "
+        if (self.reweight or self.stratify) and self.method != "attent":
+            raise ValueError(f"selection.reweight and selection.stratify apply to method attent (any strategy), "
                              f"not {self.method}")
         return self
 
-    def selecting_epochs(self, total_epochs: int) -> int:
+    @_EPOCHS_RENAMED
+    def selecting_epochs(self, epochs: int) -> int:
         """Epochs in which the schedules pick subsets: all but the last ``anneal`` share, which train
         on all data (the first floor((1 - anneal) E), as InfoBatch's annealing counts)."""
-        return epochs_before_annealing(total_epochs, self.anneal) if self.anneal else total_epochs
+        return epochs_before_annealing(epochs, self.anneal) if self.anneal else epochs
 
     @property
     def ratio_schedule(self) -> RatioSchedule:
@@ -146,38 +164,42 @@ class SelectionConfig(BaseModel):
         """Whether the ratio and interval schedules decide the subsets (not full, not InfoBatch)."""
         return self.method not in ("full", "infobatch")
 
-    def planned_ratios(self, total_epochs: int) -> list[tuple[int, float]]:
-        """(epoch, ratio) of every re-selection a run of ``total_epochs`` makes, exactly as the
+    @_EPOCHS_RENAMED
+    def planned_ratios(self, epochs: int) -> list[tuple[int, float]]:
+        """(epoch, ratio) of every re-selection a run of ``epochs`` makes, exactly as the
         Teacher will (same progress definition, same interval rounding)."""
         if not self.uses_ratio_schedule:
             return []
         plan, epoch = [], self.warmup_epochs
-        while epoch < self.selecting_epochs(total_epochs):
-            progress = training_progress(epoch, total_epochs)
+        while epoch < self.selecting_epochs(epochs):
+            progress = training_progress(epoch, epochs)
             plan.append((epoch, self.ratio_schedule(progress)))
             epoch += self.interval_schedule(progress)
         return plan
 
-    def mean_planned_ratio(self, total_epochs: int) -> float:
+    @_EPOCHS_RENAMED
+    def mean_planned_ratio(self, epochs: int) -> float:
         """The mean over epochs of the share of the data the schedules select (1 in warm-up
         epochs and without a ratio schedule): the budget a run plans to spend."""
-        plan = self.planned_ratios(total_epochs)
+        plan = self.planned_ratios(epochs)
         if not plan:
             return 1.0
         ratios = [1.0] * plan[0][0]
-        end = self.selecting_epochs(total_epochs)
+        end = self.selecting_epochs(epochs)
         for (epoch, ratio), (until, _) in zip(plan, plan[1:] + [(end, None)]):
             ratios += [ratio] * (min(until, end) - epoch)
-        ratios += [1.0] * (total_epochs - end)  # annealing: all data
-        return sum(ratios) / total_epochs
+        ratios += [1.0] * (epochs - end)  # annealing: all data
+        return sum(ratios) / epochs
 
-    def ratio_reached(self, total_epochs: int) -> float:
+    @_EPOCHS_RENAMED
+    def ratio_reached(self, epochs: int) -> float:
         """The largest ratio a run selects (1.0 when it trains on all data at some epoch)."""
-        plan = self.planned_ratios(total_epochs)
-        trains_on_all = not plan or plan[0][0] > 0 or self.selecting_epochs(total_epochs) < total_epochs
+        plan = self.planned_ratios(epochs)
+        trains_on_all = not plan or plan[0][0] > 0 or self.selecting_epochs(epochs) < epochs
         return max([ratio for _, ratio in plan] + ([1.0] if trains_on_all else []))
 
-    def label(self, total_epochs: int | None = None) -> str:
+    @_EPOCHS_RENAMED
+    def label(self, epochs: int | None = None) -> str:
         """Human-readable row label for tables, e.g. 'Soft · incremental(0.2→0.8) · incremental(1→4)'.
         Given the run's epochs, a schedule whose end is never selected says what is reached:
         'incremental(0.2→0.8, reached 0.56)'."""
@@ -187,7 +209,7 @@ class SelectionConfig(BaseModel):
             return f"InfoBatch (prune {self.infobatch_prune:g})"
         head = self.strategy.capitalize() if self.method == "attent" else self.method.replace("_", " ").title()
         ratio = self.ratio_schedule.describe()
-        plan = self.planned_ratios(total_epochs) if total_epochs is not None else []
+        plan = self.planned_ratios(epochs) if epochs is not None else []
         if plan and self.ratio.kind != "fixed":
             reached = max(r for _, r in plan)
             if abs(reached - self.ratio.end) > 5e-3:

@@ -9,6 +9,20 @@ def is_distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
+def _device() -> torch.device:
+    """Where a collective's tensors live: NCCL reduces on the GPU, gloo on the CPU."""
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
+def all_reduce_sums(values: list[float]) -> list[float]:
+    """Each value summed over the ranks (the values themselves without a process group)."""
+    if not is_distributed():
+        return values
+    tensor = torch.tensor(values, dtype=torch.float64, device=_device())
+    dist.all_reduce(tensor)
+    return tensor.tolist()
+
+
 def all_gather_observations(indices: torch.Tensor, losses: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Concatenate every rank's observations in rank order (identical on all ranks).
     ``losses`` is [n] or [n, C] (per-component losses).
@@ -18,7 +32,7 @@ def all_gather_observations(indices: torch.Tensor, losses: torch.Tensor) -> tupl
     """
     if not is_distributed():
         return indices, losses
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    device = _device()
     world = dist.get_world_size()
     count = torch.tensor([indices.numel()], dtype=torch.long, device=device)
     counts = [torch.zeros_like(count) for _ in range(world)]

@@ -50,9 +50,9 @@ class SelectionMethod:
     needs_scores = False  # re-selecting reads fresh losses: a scoring pass is due
     selects = True        # False: trains on all data, never re-selects
 
-    def __init__(self, config: SelectionConfig, *, num_samples: int, total_epochs: int,
+    def __init__(self, config: SelectionConfig, *, num_samples: int, epochs: int,
                  groups: torch.Tensor | None, components: int):
-        self.config, self.num_samples, self.total_epochs = config, num_samples, total_epochs
+        self.config, self.num_samples, self.epochs = config, num_samples, epochs
         self.components = max(components, 1)
 
     def pick(self, pool: Pool, epoch: int, k: int) -> Pick:
@@ -76,14 +76,16 @@ class FullData(SelectionMethod):
 
 
 class AtteNT(SelectionMethod):
-    """The paper's teacher: hard (top-k), soft (Gumbel-top-k) or random k of the latest losses.
+    """The paper's teacher: Hard (top-k), Soft (Gumbel-top-k) or Random k of the latest losses;
+    Random (k uniform samples at the same ratio and interval schedules, no score read) is the
+    control that isolates what loss-driven choice adds.
     Beyond the paper: ``stratify`` picks within each class (its share of k), ``reweight`` draws
     with known inclusion probabilities pi_i and weighs each pick k / (N pi_i), so that the
     expected gradient of the subset's mean loss is the full data's."""
     name = "attent"
 
-    def __init__(self, config, *, num_samples, total_epochs, groups, components):
-        super().__init__(config, num_samples=num_samples, total_epochs=total_epochs, groups=groups,
+    def __init__(self, config, *, num_samples, epochs, groups, components):
+        super().__init__(config, num_samples=num_samples, epochs=epochs, groups=groups,
                          components=components)
         self.groups = require_groups(config, groups, num_samples) if config.stratify else None
 
@@ -117,18 +119,12 @@ class AtteNT(SelectionMethod):
         return Pick(torch.cat(chosen).sort().values, weights)
 
 
-class RandomSubset(AtteNT):
-    """k uniform samples at the same ratio and interval schedules (the config forces strategy
-    random): the control that isolates what loss-driven choice adds."""
-    name = "random"
-
-
 class ClassWeight(SelectionMethod):
     """k samples drawn with probability 1 / their class's frequency: every class gets equal mass."""
     name = "class_weight"
 
-    def __init__(self, config, *, num_samples, total_epochs, groups, components):
-        super().__init__(config, num_samples=num_samples, total_epochs=total_epochs, groups=groups,
+    def __init__(self, config, *, num_samples, epochs, groups, components):
+        super().__init__(config, num_samples=num_samples, epochs=epochs, groups=groups,
                          components=components)
         self.groups = require_groups(config, groups, num_samples)
 
@@ -141,8 +137,8 @@ class GroupWeighted(SelectionMethod):
     weights scale the components in the training loss and the subset is uniform at the budget;
     else each group of samples (class) receives its weight's share of the budget."""
 
-    def __init__(self, config, *, num_samples, total_epochs, groups, components):
-        super().__init__(config, num_samples=num_samples, total_epochs=total_epochs, groups=groups,
+    def __init__(self, config, *, num_samples, epochs, groups, components):
+        super().__init__(config, num_samples=num_samples, epochs=epochs, groups=groups,
                          components=components)
         self.per_component = components > 1
         self.groups = None if self.per_component else require_groups(config, groups, num_samples)
@@ -163,8 +159,8 @@ class GroupWeight(GroupWeighted):
     """Fixed weights per group, e.g. modalities 1:2:2 (``selection.group_weights``)."""
     name = "group_weight"
 
-    def __init__(self, config, *, num_samples, total_epochs, groups, components):
-        super().__init__(config, num_samples=num_samples, total_epochs=total_epochs, groups=groups,
+    def __init__(self, config, *, num_samples, epochs, groups, components):
+        super().__init__(config, num_samples=num_samples, epochs=epochs, groups=groups,
                          components=components)
         if self.per_component and len(config.group_weights) != components:
             raise ValueError(f"group_weights has {len(config.group_weights)} entries for {components} "
@@ -183,8 +179,8 @@ class GradNorm(GroupWeighted):
     name = "gradnorm"
     needs_scores = True
 
-    def __init__(self, config, *, num_samples, total_epochs, groups, components):
-        super().__init__(config, num_samples=num_samples, total_epochs=total_epochs, groups=groups,
+    def __init__(self, config, *, num_samples, epochs, groups, components):
+        super().__init__(config, num_samples=num_samples, epochs=epochs, groups=groups,
                          components=components)
         self.initial_losses = torch.full_like(self.weights, float("nan"))
 
@@ -214,7 +210,7 @@ class InfoBatch(SelectionMethod):
 
     def pick(self, pool: Pool, epoch: int, k: int) -> Pick:
         cfg = self.config
-        if epoch < baselines.infobatch_pruned_epochs(self.total_epochs, cfg.infobatch_final):
+        if epoch < baselines.infobatch_pruned_epochs(self.epochs, cfg.infobatch_final):
             subset, weights = baselines.infobatch_prune(pool.scores, cfg.infobatch_prune, generator=pool.generator)
         else:  # annealing: the final epochs see all data, unweighted
             subset, weights = torch.arange(self.num_samples), None
@@ -249,6 +245,6 @@ def group_budget(group_weights: torch.Tensor, groups: torch.Tensor | None, num_s
 
 
 METHODS: dict[str, type[SelectionMethod]] = {
-    method.name: method for method in (AtteNT, FullData, RandomSubset, ClassWeight, GroupWeight, GradNorm, InfoBatch)}
+    method.name: method for method in (AtteNT, FullData, ClassWeight, GroupWeight, GradNorm, InfoBatch)}
 if set(METHODS) != set(METHOD_NAMES):
     raise ImportError(f"selection methods {sorted(METHODS)} differ from config.METHODS {sorted(METHOD_NAMES)}")

@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .deprecation import deprecated_arguments
+
 
 def check_ratio(ratio: float) -> float:
     if not (isinstance(ratio, (int, float)) and 0.0 < ratio <= 1.0):
@@ -82,12 +84,13 @@ def cosine(start: float = 0.2, end: float = 0.8) -> RatioSchedule:
     return RatioSchedule("cosine", start, end)
 
 
-def training_progress(epoch: int, total_epochs: int, fraction: float = 0.0) -> float:
-    """(epoch + fraction of it done) / total epochs, clipped to [0, 1]: 0 when training starts,
-    1 when it ends. The learning rate and the selection schedules both read this."""
-    if total_epochs < 1:
-        raise ValueError(f"total_epochs must be >= 1, got {total_epochs}")
-    return min(1.0, max(0.0, (epoch + fraction) / total_epochs))
+@deprecated_arguments(positional=3, renamed={"total_epochs": "epochs"})
+def training_progress(epoch: int, epochs: int, fraction: float = 0.0) -> float:
+    """(epoch + fraction of it done) / the run's epochs, clipped to [0, 1]: 0 when training
+    starts, 1 when it ends. The learning rate and the selection schedules both read this."""
+    if epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {epochs}")
+    return min(1.0, max(0.0, (epoch + fraction) / epochs))
 
 
 def _check_progress(progress: float) -> float:
@@ -96,7 +99,8 @@ def _check_progress(progress: float) -> float:
     return float(progress)
 
 
-def epochs_before_annealing(total_epochs: int, final: float) -> int:
+@deprecated_arguments(positional=2, renamed={"total_epochs": "epochs"})
+def epochs_before_annealing(epochs: int, final: float) -> int:
     """Epochs before a final share ``final`` of the run trains on all data: floor((1 - final) E),
     as InfoBatch's official code counts (it prunes epoch e, from 1, while e <= (1 - final) E)."""
-    return math.floor((1.0 - final) * total_epochs + 1e-9)
+    return math.floor((1.0 - final) * epochs + 1e-9)

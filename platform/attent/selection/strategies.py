@@ -90,6 +90,12 @@ def overlap(subset: torch.Tensor, previous: torch.Tensor | None, num_samples: in
     return before[subset].float().mean().item()
 
 
+def subset_checksum(subset: torch.Tensor) -> float:
+    """A number that tells subsets apart (the ``subset_checksum`` metric of the engine and of
+    every integration): equal subsets give equal sums, whatever their order."""
+    return float((subset.double() * 2.0 ** -20).sin().sum() + subset.numel())
+
+
 def soft_weights(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """softmax(logits / T) up to a constant, in float64, floored at the smallest positive double
     so that every sample keeps a chance (a reweighted draw needs pi_i > 0 to weigh 1 / pi_i)."""

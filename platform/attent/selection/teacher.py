@@ -13,6 +13,7 @@ from typing import Callable, Iterable
 import torch
 
 from .config import SelectionConfig
+from .deprecation import deprecated_arguments, warn_renamed
 from .distributed import all_gather_observations
 from .methods import METHODS, Pool
 from .schedules import training_progress
@@ -66,14 +67,15 @@ class Teacher:
     every rank holds the same table and draws the same subset from the same generator.
     """
 
-    def __init__(self, num_samples: int, config: SelectionConfig, total_epochs: int, *, seed: int = 0,
+    @deprecated_arguments(positional=4, renamed={"total_epochs": "epochs"})
+    def __init__(self, num_samples: int, config: SelectionConfig, epochs: int, *, seed: int = 0,
                  groups: torch.Tensor | None = None, components: int = 0):
         if num_samples < 1:
             raise ValueError("the training set is empty: nothing to select from")
-        if total_epochs < 1:
-            raise ValueError(f"total_epochs must be >= 1, got {total_epochs}")
-        self.config, self.num_samples, self.total_epochs = config, num_samples, total_epochs
-        self.method = METHODS[config.method](config, num_samples=num_samples, total_epochs=total_epochs,
+        if epochs < 1:
+            raise ValueError(f"epochs must be >= 1, got {epochs}")
+        self.config, self.num_samples, self.epochs = config, num_samples, epochs
+        self.method = METHODS[config.method](config, num_samples=num_samples, epochs=epochs,
                                              groups=groups, components=components)
         self.scores = torch.full((num_samples,), float("nan"))
         self.trained = torch.zeros(num_samples, dtype=torch.bool)  # observed in training since the last selection
@@ -84,11 +86,17 @@ class Teacher:
         self.loss_weights = torch.ones(num_samples)
         self.epoch = 0
         self.next_selection = config.warmup_epochs if self.method.selects else math.inf
-        self.selecting_epochs = config.selecting_epochs(total_epochs)  # then annealing: all data
+        self.selecting_epochs = config.selecting_epochs(epochs)  # then annealing: all data
         self.score_agreement = math.nan  # of the latest scoring pass
         self.history: list[SelectionRecord] = []
         self.seconds = {"scoring": 0.0, "selection": 0.0}  # cumulative, for the time split
         self._pending: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    @property
+    def total_epochs(self) -> int:
+        """Deprecated spelling of ``epochs`` (issue 46)."""
+        warn_renamed("Teacher.total_epochs", "Teacher.epochs", stacklevel=3)
+        return self.epochs
 
     # --- observations -----------------------------------------------------------------------
     def observe(self, indices: torch.Tensor, losses: torch.Tensor) -> None:
@@ -190,7 +198,7 @@ class Teacher:
 
     def _reselect(self, epoch: int) -> None:
         start = time.perf_counter()
-        p = training_progress(epoch, self.total_epochs)
+        p = training_progress(epoch, self.epochs)
         ratio = self.config.ratio_schedule(p)
         pool = Pool(self.scores, self.component_scores, self.generator)
         pick = self.method.pick(pool, epoch, budget(self.num_samples, ratio))
