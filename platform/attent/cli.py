@@ -7,6 +7,8 @@ import os
 import sys
 from pathlib import Path
 
+from .extras import missing_extra, version
+
 USAGE_ERROR = 2
 
 
@@ -15,6 +17,7 @@ FAILURE = 1
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="attent", description="AtteNT experiments on Ray and MLflow.")
+    parser.add_argument("--version", action="version", version=f"attent {version()}")
     parser.add_argument("--debug", action="store_true", help="print an error's whole traceback, not one line")
     parser.add_argument("--verbose", action="store_true",
                         help="print everything Ray, MLflow and the workers print (default: one progress line per "
@@ -74,9 +77,12 @@ def report_error(args, exc: Exception) -> int:
     log file, or to the screen with --debug. Bad input and faults that retrying cannot mend exit
     2, anything else 1."""
     import traceback
-    from .errors import describe, log_traceback
     if args.debug:
         traceback.print_exception(exc)
+    if (missing := missing_extra(exc)) is not None:  # before errors.py, which needs the platform's packages
+        print(f"attent {args.command}: error: {missing}", file=sys.stderr)
+        return FAILURE
+    from .errors import describe, log_traceback
     line, usage = describe(exc)
     where = "" if args.debug or usage else f" (traceback: {log_traceback(args.command, exc)}; --debug shows it here)"
     print(f"attent {args.command}: error: {line}{where}", file=sys.stderr)

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from .extras import missing_extra
+
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 
 
@@ -44,7 +46,7 @@ def run_checks(tracking_uri: str, storage_path: Path) -> int:
         except Skip as why:
             status, detail = WARN, str(why)
         except Exception as exc:  # noqa: BLE001 -- a check reports, it never stops the others
-            status, detail = FAIL, f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+            status, detail = FAIL, missing_extra(exc) or f"{type(exc).__name__}: {' '.join(str(exc).split())}"
             failed += 1
         print(f"{status:<4}  {name:<15} {detail} ({time.perf_counter() - start:.1f}s)", flush=True)
     return 1 if failed else 0

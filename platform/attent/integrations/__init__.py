@@ -5,7 +5,7 @@
     huggingface      AtteNTTrainer: Hugging Face's Trainer, drop-in (and AtteNTTrainerMixin for its
                      subclasses): owns the train sampler, per-sample loss, LR schedule sized by the
                      planned subsets, selection state in checkpoints
-    huggingface_trl  AtteNTSFTTrainer: TRL's SFTTrainer, the same (``pip install attent[hf]``)
+    huggingface_trl  AtteNTSFTTrainer: TRL's SFTTrainer, the same (``pip install attent[trl]``)
     lightning        AtteNTCallback: a Lightning Trainer callback on Selector (``attent[lightning]``)
 
 Under Ray Train, AtteNTTrainer runs as it is through ``prepare_trainer`` (``examples/ray_hf_trainer.py``);
