@@ -1,24 +1,19 @@
 """What one training run pays before its first epoch and after its last, phase by phase.
 
-Each round is a fresh process that does what ``attent train`` does — imports, a local Ray,
-``driver.train`` — for ``--runs`` small runs in a row (Fashion-MNIST ViT on ``--samples`` images,
-full data, one worker with one CPU; sklearn digits when Fashion-MNIST is not installed). The
-first run of a round pays the driver's imports and Ray's start; the later ones show what every
-run of a sweep, benchmark or demo pays in the same Ray session. Phases are read off wall-clock
-timestamps of one machine:
-
-- the driver's own: process start, imports, ``ray.init``, MLflow run, ``TorchTrainer.fit()``;
-- Ray Train's controller, through a controller / worker-group callback (Ray Train's internal
-  callback interface, for this measurement only): controller up, placement group and worker
-  actors ready, backend (torch process group) set up, training function unpickled and launched,
-  workers shut down;
-- the worker's: the engine's own split of its set-up (``time_setup_<part>_s`` in the MLflow run);
-- CPU seconds of every process of the local Ray (psutil, sampled every 0.1 s), by kind.
+Each round is a fresh process doing what ``attent train`` does (imports, a local Ray,
+``driver.train``) for ``--runs`` small runs in a row: Fashion-MNIST ViT on ``--samples`` images
+(sklearn digits without it), full data, one CPU. A round's first run pays the imports and Ray's
+start; later ones what every run of a sweep, benchmark or demo pays in the same Ray session.
+Phases, off one machine's wall-clock: the driver's (imports, ``ray.init``, MLflow run, ``fit()``);
+Ray Train's controller, through its internal callback interface (for this measurement only):
+controller up, worker actors ready, torch process group, training function launched, workers
+stopped; the worker's own split of its set-up (``time_setup_<part>_s``); CPU seconds of every
+process below the driver (psutil, every 0.1 s), by kind.
+``--workers 0 1``: Ray Train's local mode (``ray.num_workers: 0``, the run in the driver's process,
+no Ray started) beside one Ray Train worker, the rounds alternating, with the ratio of their costs.
 
     python benchmarks/fixed_cost.py                          # 3 rounds x 2 runs, table to stdout
-    python benchmarks/fixed_cost.py --md out.md --json out.json
-    python benchmarks/fixed_cost.py --importtime              # + each Ray process's -X importtime top list
-    python benchmarks/fixed_cost.py --actors-cpu --epochs 12  # Ray's processes' CPU while training
+    python benchmarks/fixed_cost.py --workers 0 1 --md out.md --json out.json
 """
 from __future__ import annotations
 
@@ -53,9 +48,6 @@ def phase_clock(path: str):
             me = psutil.Process()
             self.mark("controller_started", pid=me.pid, created=me.create_time())
 
-        def before_worker_group_start(self, worker_group_context):
-            self.mark("placement_group_requested")
-
         def before_init_train_context(self, workers):
             import psutil
             created = [psutil.Process(w.metadata.pid).create_time() for w in workers]
@@ -68,14 +60,8 @@ def phase_clock(path: str):
         def after_worker_group_training_start(self, worker_group):
             self.mark("train_fn_launched")
 
-        def before_worker_group_shutdown(self, worker_group):
-            self.mark("shutdown_started")
-
         def after_worker_group_shutdown(self, worker_group_context):
             self.mark("workers_stopped")
-
-        def after_controller_finish(self, result):
-            self.mark("controller_finished")
 
     return PhaseClock()
 
@@ -147,7 +133,7 @@ class CpuSampler(threading.Thread):
 
 # --- one round: a fresh driver process ----------------------------------------------------------
 
-def experiment(args, name: str, workdir: str):
+def experiment(args, name: str, workdir: str, workers: int):
     from attent.config import load_experiment
     from attent.tasks.vision.files import find_fashion_mnist
     try:
@@ -157,7 +143,7 @@ def experiment(args, name: str, workdir: str):
         data = ["task.dataset=digits", "task.train_limit=null", "task.test_limit=null"]
     return load_experiment(CONFIG, [
         f"name={name}", "selection.preset=null", "selection.method=full", f"train.epochs={args.epochs}",
-        *data, f"train.eval_every={args.epochs}", "ray.num_workers=1", "ray.cpus_per_worker=1",
+        *data, f"train.eval_every={args.epochs}", f"ray.num_workers={workers}", "ray.cpus_per_worker=1",
         f"ray.storage_path={workdir}/ray_results", f"mlflow.tracking_uri=sqlite:///{workdir}/mlflow.db",
         "mlflow.experiment=fixed-cost"]).resolved()
 
@@ -177,11 +163,11 @@ def child(args) -> None:
     sampler.start()
     runs = []
     for number in range(args.runs):
-        cfg = experiment(args, f"fixed-cost-{os.getpid()}-{number}", workdir)
+        cfg = experiment(args, f"fixed-cost-{os.getpid()}-{number}", workdir, args.workers[0])
         phases = f"{workdir}/phases-{number}.jsonl"
         clock = phase_clock(phases)
         run = {"driver_started": time.time()}
-        if number == 0:
+        if number == 0 and cfg.ray.num_workers:  # local mode starts no Ray
             driver.ensure_ray(cfg)
             run["ray_ready"] = time.time()
         fit_started = {}
@@ -197,7 +183,7 @@ def child(args) -> None:
             driver.TorchTrainer = original
         run["train_returned"] = time.time()
         run["fit_called"] = fit_started["t"]
-        for line in Path(phases).read_text().splitlines():
+        for line in Path(phases).read_text().splitlines() if Path(phases).exists() else []:
             event = json.loads(line)
             run[event["event"]] = event["t"]
             if "created" in event:
@@ -218,7 +204,7 @@ def child(args) -> None:
     sampler.stop.set()
     marks["runs_done"] = time.time()
     import ray
-    ray.shutdown()  # what atexit does after `attent train`
+    ray.shutdown()  # what atexit does after `attent train` (nothing in local mode)
     marks["ray_shut_down"] = time.time()
     Path(workdir, "fixed_cost.json").write_text(json.dumps({"marks": marks, "runs": runs, "load": os.getloadavg()}))
     try:  # and then the CLI's exit
@@ -228,14 +214,12 @@ def child(args) -> None:
     exit_without_teardown(0)
 
 
-def one_round(args, number: int) -> dict:
+def one_round(args, number: int, workers: int) -> dict:
     workdir = tempfile.mkdtemp(prefix="attent-fixed-cost-")
     env = {**os.environ, "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": str(args.health_check)} if args.health_check else dict(os.environ)
-    if args.importtime:
-        env["PYTHONPROFILEIMPORTTIME"] = "1"  # every Ray process started from here writes it to its .err log
     env["RAY_TMPDIR"] = env.get("RAY_TMPDIR", "/tmp")
     command = [sys.executable, __file__, "--child", "--workdir", workdir, "--runs", str(args.runs),
-               "--epochs", str(args.epochs), "--samples", str(args.samples)]
+               "--epochs", str(args.epochs), "--samples", str(args.samples), "--workers", str(workers)]
     started = time.time()
     out = subprocess.run(command, capture_output=True, text=True, env=env, cwd=workdir)
     ended = time.time()
@@ -249,7 +233,7 @@ def one_round(args, number: int) -> dict:
     data = json.loads(result.read_text())
     data["marks"]["spawned"], data["marks"]["exited"] = started, ended
     result.write_text(json.dumps(data))
-    data["workdir"] = workdir
+    data["workdir"], data["workers"] = workdir, workers
     return data
 
 
@@ -260,13 +244,18 @@ FIRST_ONLY = [("python start + CLI imports", "process_started", "config_imported
               ("driver imports (ray, torch, mlflow)", "config_imported", "driver_imported"),
               ("ray.init (local)", "driver_started", "ray_ready")]
 PHASES = [("MLflow run, preflight", "ray_ready", "fit_called"),
+          ("fit() -> training function entered (local mode)", "fit_called", "entered"),
           ("fit() -> controller up", "fit_called", "controller_started"),
           ("placement group + worker process + actor init", "controller_started", "workers_created"),
           ("train context + torch process group (gloo)", "workers_created", "backend_ready"),
           ("train fn unpickled (our imports) + launched", "backend_ready", "train_fn_launched"),
           ("worker set-up (task, data, model, MLflow)", "train_fn_launched", "setup_done"),
+          ("set-up in the driver's process (task, data, model, MLflow)", "entered", "setup_done"),
           ("after the last epoch -> workers stopped", "epochs_ended", "workers_stopped"),
-          ("controller finishes, fit() returns, run closed", "workers_stopped", "train_returned")]
+          ("controller finishes, fit() returns, run closed", "workers_stopped", "train_returned"),
+          ("after the last epoch -> fit() returns, run closed", "epochs_ended", "train_returned")]
+LOCAL_ONLY = {"fit() -> training function entered (local mode)", "set-up in the driver's process (task, data, model, MLflow)",
+              "after the last epoch -> fit() returns, run closed"}
 
 
 def phase_rows(rounds: list[dict]) -> list[tuple[str, list[float], list[float]]]:
@@ -279,7 +268,9 @@ def phase_rows(rounds: list[dict]) -> list[tuple[str, list[float], list[float]]]
                 if number > 0 and (name, start, end) in FIRST_ONLY:
                     continue
                 points = {**data["marks"], **run}
-                if start == "ray_ready" and number > 0:
+                if name in LOCAL_ONLY and data.get("workers", 1) != 0:  # Ray's rows lack their marks there
+                    continue
+                if start == "ray_ready" and (number > 0 or "ray_ready" not in run):
                     points["ray_ready"] = run["driver_started"]
                 if start in points and end in points:
                     (first if number == 0 else later).append(points[end] - points[start])
@@ -325,8 +316,10 @@ def cpu_rows(rounds: list[dict], key: str) -> list[tuple[str, list[float]]]:
 
 def report(args, rounds: list[dict]) -> str:
     load = [d["load"] for d in rounds]
+    workers = rounds[0].get("workers", 1)
+    mode = "Ray Train's local mode (ray.num_workers 0), 1 CPU" if workers == 0 else f"{workers} worker(s) x 1 CPU"
     lines = [f"{len(rounds)} round(s) x {args.runs} run(s) of {args.epochs} epoch(s), {args.samples} images, "
-             f"1 worker x 1 CPU; RAY_TRAIN_HEALTH_CHECK_INTERVAL_S={args.health_check or 'engine default'}; "
+             f"{mode}; RAY_TRAIN_HEALTH_CHECK_INTERVAL_S={args.health_check or 'engine default'}; "
              f"load average at round ends (1 min): {', '.join(f'{l[0]:.1f}' for l in load)}; "
              f"{os.cpu_count()} CPUs", "",
              "| phase | first run of a process, s (min / median) | later runs, same Ray, s (min / median) |",
@@ -351,32 +344,17 @@ def report(args, rounds: list[dict]) -> str:
     return "\n".join(lines)
 
 
-WATCHED_IMPORTS = ("torch", "torch._dynamo", "mlflow", "matplotlib.pyplot", "timm", "ray.train", "ray.data",
-                   "pandas", "attent.engine.driver")
-
-
-def import_report(rounds: list[dict]) -> str:
-    """Each Ray worker process of the last round: its class, seconds of top-level imports and
-    the cumulative seconds of the heavy packages among them (-X importtime in its .err log)."""
-    import glob
-    import re
-    session = glob.glob(f"{os.environ.get('RAY_TMPDIR', '/tmp')}/ray/session_*_{rounds[-1]['marks']['pid']}")
-    lines = ["", "Imports of each Ray worker process in the last round (wall s, -X importtime; "
-             "cumulative s of heavy packages):", "", "| process | top-level imports | " +
-             " | ".join(WATCHED_IMPORTS) + " |", "|---|---:|" + "---:|" * len(WATCHED_IMPORTS)]
-    for path in sorted(glob.glob(f"{session[0]}/logs/worker-*.err")) if session else []:
-        text = Path(path).read_text(errors="replace")
-        actor = re.search(r":actor_name:(\S+)", text)
-        cumulative, top = {}, 0
-        for line in text.splitlines():
-            fields = line[len("import time:"):].split("|") if line.startswith("import time:") else []
-            if len(fields) == 3 and fields[1].strip().isdigit():
-                name = fields[2][1:]
-                top += int(fields[1]) if not name.startswith(" ") else 0
-                cumulative[name.strip()] = max(cumulative.get(name.strip(), 0), int(fields[1]))
-        if top:
-            lines.append(f"| {actor.group(1) if actor else 'idle worker'} | {top / 1e6:.2f} | " +
-                         " | ".join(f"{cumulative[m] / 1e6:.2f}" if m in cumulative else "–" for m in WATCHED_IMPORTS) + " |")
+def side_by_side(by_mode: dict[int, list[dict]]) -> str:
+    """Fixed cost per run of each mode, and each mode's over the first's (medians)."""
+    base = by_mode[next(iter(by_mode))]
+    (base_first, base_later) = totals(base)
+    lines = ["| ray.num_workers | first run of a process, s (min / median) | later runs, s (min / median) | "
+             "first / first's | later / first's |", "|---:|---:|---:|---:|---:|"]
+    for workers, rounds in by_mode.items():
+        first, later = totals(rounds)
+        ratio = [statistics.median(v) / statistics.median(b) if v and b else float("nan")
+                 for v, b in ((first, base_first), (later, base_later))]
+        lines.append(f"| {workers} | {fmt(first)} | {fmt(later)} | {ratio[0]:.2f} | {ratio[1]:.2f} |")
     return "\n".join(lines)
 
 
@@ -388,24 +366,26 @@ def main(argv=None) -> int:
     parser.add_argument("--samples", type=int, default=600)
     parser.add_argument("--health-check", type=float, default=None,
                         help="RAY_TRAIN_HEALTH_CHECK_INTERVAL_S for the rounds (default: the engine's)")
-    parser.add_argument("--importtime", action="store_true", help="also list each Ray process's slowest imports")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1],
+                        help="ray.num_workers of each mode measured (0: Ray Train's local mode); rounds alternate")
     parser.add_argument("--md", type=Path, help="append the table to this Markdown file")
     parser.add_argument("--json", type=Path, help="write every timestamp here")
-    parser.add_argument("--rounds-from", nargs="*", default=[], metavar="WORKDIR",
-                        help="also count rounds measured before (the folders a round names)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         child(args)
         return 0
-    rounds = [json.loads(Path(workdir, "fixed_cost.json").read_text()) for workdir in args.rounds_from]
+    rounds = []
     for number in range(args.rounds):
-        rounds.append(one_round(args, number))
-        print(f"round {number + 1}/{args.rounds} done, load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
-    text = report(args, rounds)
-    if args.importtime:
-        text += "\n" + import_report(rounds)
+        for workers in args.workers:  # side by side: the modes alternate, one round at a time
+            rounds.append(one_round(args, number, workers))
+            print(f"round {number + 1}/{args.rounds}, ray.num_workers={workers} done, load {os.getloadavg()[0]:.1f}",
+                  file=sys.stderr, flush=True)
+    by_mode = {w: [r for r in rounds if r.get("workers", 1) == w] for w in args.workers}
+    text = "\n\n".join(report(args, of_mode) for of_mode in by_mode.values() if of_mode)
+    if len(by_mode) > 1:
+        text += "\n\n" + side_by_side(by_mode)
     print(text)
     if args.md:
         with args.md.open("a") as f:

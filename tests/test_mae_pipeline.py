@@ -11,8 +11,8 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
-from analysis.report import build_report
-from analysis.render import to_markdown
+from attent.analysis.report import build_report
+from attent.analysis.render import to_markdown
 from attent import contract
 from attent.sweep import run_sweep
 from conftest import REPO
@@ -38,7 +38,7 @@ def store(ray_cluster, tmp_path_factory):
     spec = {"name": SWEEP, "base": str(REPO / "experiments" / "multimae_scenes.yaml"),
             "overrides": {"task.data_path": str(render_scenes(root / "scenes")), "task.train_limit": None,
                           "task.test_limit": None, "task.visible_tokens": 32, "train.epochs": 2,
-                          "train.batch_size": 16, "train.eval_every": 1, "ray.cpus_per_worker": 1,
+                          "train.batch_size": 16, "train.eval_every": 1, "ray.cpus_per_worker": 1, "ray.num_workers": 0,
                           "ray.storage_path": str(root / "ray_results"), "mlflow.tracking_uri": uri,
                           "downstream": downstream},
             "trials": [{}, {"selection.preset": None, "selection.method": "full"}],

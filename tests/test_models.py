@@ -275,7 +275,7 @@ def test_a_run_starts_from_a_logged_model_and_registers_its_own(reference_runs, 
     source = f"models:/{run_model_id(client, reference.run_id)}"
     cfg = build_experiment(deep_merge(shared_runs.DIGITS, {
         "name": "from-model", "selection": {"method": "full"},
-        "train": {"epochs": 1, "lr": 1e-9, "init_weights": source}, "ray": {"num_workers": 1,
+        "train": {"epochs": 1, "lr": 1e-9, "init_weights": source}, "ray": {"num_workers": 0,
         "storage_path": str(tmp_path / "ray_results")},
         "mlflow": {"tracking_uri": reference.tracking_uri, "experiment": "from-model",
                    "registered_model": "digits-vit"}}))

@@ -54,7 +54,7 @@ class TrainConfig(BaseModel):
 class RayConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     address: Optional[str] = None            # None: $RAY_ADDRESS, else a local Ray started on demand
-    num_workers: int = Field(1, ge=1)        # Ray Train workers (DDP ranks)
+    num_workers: int = Field(1, ge=0)        # Ray Train workers (DDP ranks); 0: Ray Train's local mode (this process)
     use_gpu: bool = False                    # one GPU per worker
     cpus_per_worker: float = Field(1, gt=0)
     resources_per_worker: Optional[dict[str, float]] = None  # extra custom resources
@@ -120,7 +120,7 @@ class ExperimentConfig(BaseModel):
 
     @model_validator(mode="after")
     def _fault_rank_exists(self) -> "ExperimentConfig":
-        if self.fault.fail_rank >= self.ray.num_workers:
+        if self.fault.fail_rank >= max(1, self.ray.num_workers):  # local mode: one rank, 0
             raise ValueError(f"fault.fail_rank={self.fault.fail_rank} but ray.num_workers={self.ray.num_workers}")
         return self
 

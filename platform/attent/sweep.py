@@ -117,14 +117,25 @@ def run_trial(config: dict[str, Any], tracking_uri: Optional[str] = None) -> Non
         downstream = run_downstream(cfg, done.info.run_id) if cfg.downstream else {}
         tune.report({**done.data.metrics, **downstream})
         return
+    local = cfg.ray.num_workers == 0  # Ray Train's local mode: the trial trains in this process
     result = run_pipeline(cfg, parent_run_id=trial["parent_run_id"], role="trial",
                           extra_tags={contract.TAG_SWEEP: trial["sweep"], contract.TAG_TRIAL: trial["id"]},
-                          callbacks=[TuneReportCallback()])
+                          callbacks=None if local else [TuneReportCallback()], on_epoch=tune.report if local else None)
     if result.downstream:
         tune.report({**result.training.metrics, **result.downstream})
 
 
 TRIAL_DRIVER_RESOURCES = {"memory": 256 * 1024 ** 2}  # an idle Python process; its workers ask for CPUs
+
+
+def trial_resources(base: ExperimentConfig) -> dict[str, float]:
+    """What a trial's own process asks Tune for. With Train workers it needs no CPU (they ask for
+    theirs), but Tune refuses an empty request: the memory of an idle Python process. In Ray
+    Train's local mode it trains itself: one worker's bundle (and Ray gives it as many threads)."""
+    if base.ray.num_workers:
+        return TRIAL_DRIVER_RESOURCES
+    from .engine.preflight.resources import worker_bundle
+    return {**worker_bundle(base), **TRIAL_DRIVER_RESOURCES}
 SWEEP_SERVER_LOG = "mlflow-server.log"  # beside the SQLite file: the sweep's own tracking server's output
 # Set to log concurrent trials straight into SQLite, without the sweep's server (to measure what it loses).
 DIRECT_SQLITE_ENV = "ATTENT_SWEEP_DIRECT_SQLITE"
@@ -177,7 +188,7 @@ def _check_resume(tune_path: str, name: str, resume: bool) -> None:
 def _concurrency(sweep: Sweep) -> int:
     """Trials at a time: max_concurrent, else as many as the cluster's CPUs hold."""
     import ray
-    per_trial = sweep.base.ray.num_workers * sweep.base.ray.cpus_per_worker
+    per_trial = max(1, sweep.base.ray.num_workers) * sweep.base.ray.cpus_per_worker
     return sweep.spec.max_concurrent or max(1, int(ray.cluster_resources().get("CPU", 1) // per_trial))
 
 
@@ -238,10 +249,8 @@ def _tuner(sweep: Sweep, trials: list[tuple[str, ExperimentConfig]], parent_id: 
     param_space = {"trial": tune.grid_search([
         {"id": tid, "experiment": cfg.model_dump(mode="json"), "parent_run_id": parent_id,
          "sweep": sweep.spec.name} for tid, cfg in trials])}
-    # The trial driver needs no CPU (its Train workers ask for theirs), but Tune refuses an
-    # empty request: it reserves the memory of an idle Python process instead.
     trainable = tune.with_resources(tune.with_parameters(run_trial, tracking_uri=tracking_uri),
-                                    TRIAL_DRIVER_RESOURCES)
+                                    trial_resources(sweep.base))
     if resume:
         return tune.Tuner.restore(tune_path, trainable=trainable, resume_unfinished=True,
                                   resume_errored=True, param_space=param_space)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import posixpath
 import tempfile
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +93,36 @@ def load_newest_intact(filesystem, folder: str) -> tuple[dict[str, Any] | None, 
     raise CheckpointError(
         f"no checkpoint of this run can be read: {'; '.join(f'{p}: {why}' for p, why in skipped)}. Fix: restore "
         f"them from a copy, or delete {folder} to train the run from the start")
+
+
+# --- Ray Train's local mode -----------------------------------------------------------------------
+# With ``ray.num_workers: 0`` Ray Train runs the training function in the calling process and
+# persists no checkpoint (its local mode has no storage context). The engine writes them itself,
+# where and as Ray Train would (``<storage_path>/<name>/checkpoint_<timestamp>``), so that a re-run
+# resumes the same way whichever mode wrote the newest one.
+
+def run_storage(storage_path: str, name: str):
+    """(pyarrow filesystem, folder) of the run's checkpoints: a local path or a storage URI."""
+    import pyarrow.fs
+    if "://" in storage_path:
+        filesystem, root = pyarrow.fs.FileSystem.from_uri(storage_path)
+    else:
+        filesystem, root = pyarrow.fs.LocalFileSystem(), str(Path(storage_path).expanduser().resolve())
+    return filesystem, posixpath.join(root, name)
+
+
+def persist(directory: str, filesystem, folder: str, keep: int) -> str:
+    """Copy a saved checkpoint ``directory`` into the run's folder under Ray Train's name for it,
+    then delete all but the newest ``keep`` (Ray Train's ``CheckpointConfig.num_to_keep``)."""
+    import pyarrow.fs
+    # Ray Train's stamp (local time to the microsecond), so both modes' checkpoints sort together
+    target = posixpath.join(folder, f"checkpoint_{datetime.now().strftime('%Y-%m-%d_%H-%M-%S.%f')}")
+    filesystem.create_dir(target, recursive=True)
+    pyarrow.fs.copy_files(directory, target, source_filesystem=pyarrow.fs.LocalFileSystem(),
+                          destination_filesystem=filesystem)
+    listed = filesystem.get_file_info(pyarrow.fs.FileSelector(folder))
+    saved = sorted(info.path for info in listed if info.type == pyarrow.fs.FileType.Directory
+                   and posixpath.basename(info.path).startswith("checkpoint_"))
+    for old in saved[:-keep]:
+        filesystem.delete_dir(old)
+    return target

@@ -204,5 +204,11 @@ def maybe_fail(cfg: ExperimentConfig, epoch: int, rank: int) -> None:
         return
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.touch()
+    if cfg.ray.num_workers == 0:  # local mode: the worker is the driver's process, which must live on
+        raise InjectedFailure(f"fault injection: the run fails after epoch {epoch + 1}")
     print(f"[attent] fault injection: rank {rank} exits after epoch {epoch + 1}", flush=True)
     os._exit(1)
+
+
+class InjectedFailure(RuntimeError):
+    """The failure ``fault.fail_once_after_epoch`` injects in Ray Train's local mode."""

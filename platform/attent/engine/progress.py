@@ -4,14 +4,17 @@ while everything the libraries print (Ray's worker and controller output, MLflow
 log records, warnings) goes to the run's log file, which is also logged to the run.
 
 The line follows the run through its MLflow metrics (the ``epoch`` row rank 0 logs after every
-epoch), so it works the same on a local Ray and on a cluster. ``Console.stream()`` (the library's
-default, and ``attent --verbose``) changes nothing: every line as Ray forwards it.
+epoch), so it works the same on a local Ray and on a cluster; so do the lines, one each, saying
+that the run resumed from a checkpoint and which checkpoints it skipped (the worker's own lines
+about them go to the log). ``Console.stream()`` (the library's default, and ``attent --verbose``)
+changes nothing: every line as Ray forwards it.
 """
 from __future__ import annotations
 
 import contextlib
 import math
 import os
+import re
 import sys
 import threading
 import time
@@ -95,6 +98,10 @@ class RunProgress:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._bar = None
+        # the restores and the skipped checkpoints already on the run when following began (None:
+        # not following); each one after them is one line on the terminal
+        self._restores_seen: int | None = None
+        self._skipped_seen: str | None = None
         if terminal is not None and console.mode == LIVE:
             from tqdm import tqdm
             self._bar = tqdm(total=epochs, desc=name, unit="epoch", file=terminal, ncols=width(terminal),
@@ -102,21 +109,27 @@ class RunProgress:
                              bar_format="{desc} {n_fmt}/{total_fmt} epochs |{bar:12}| {elapsed}{postfix}")
             self._bar.set_postfix_str("starting Ray workers")  # until set-up ends
 
-    def follow(self, tracking_uri: str, run_id: str) -> None:
-        """Read the run's metrics every second from now on (a resumed run starts at its epoch)."""
+    def follow(self, handle) -> None:
+        """Read the run's metrics every second from now on (a resumed run starts at its epoch);
+        ``handle``: the run's ``tracking.RunLogger``."""
         if self.terminal is None:
             return
-        from .tracking import client_for
-        client = client_for(tracking_uri)
-        self.epoch_seen = int(client.get_run(run_id).data.metrics.get("epoch", 0))
+        client = handle.client
+        run = handle.get()
+        self.epoch_seen = int(run.data.metrics.get("epoch", 0))
         if self._bar is not None and self.epoch_seen:
             self._bar.update(self.epoch_seen)
+        self._skipped_seen = run.data.tags.get(contract.TAG_SKIPPED_CHECKPOINTS)
+        with contextlib.suppress(Exception):  # without it no restore is said, and the run goes on
+            self._restores_seen = len(restores(client, run))  # an earlier driver's: said then
 
         def poll() -> None:
             while not self._stop.wait(POLL_SECONDS):
                 with contextlib.suppress(Exception):  # a busy store skips one poll, not the rest of the line
-                    self.update(client.get_run(run_id).data.metrics)
-        self._thread = threading.Thread(target=poll, name=f"progress-{run_id[:8]}", daemon=True)
+                    run = handle.get()
+                    self.notice(client, run)
+                    self.update(run.data.metrics)
+        self._thread = threading.Thread(target=poll, name=f"progress-{handle.run_id[:8]}", daemon=True)
         self._thread.start()
 
     def update(self, metrics: dict[str, float]) -> None:
@@ -139,21 +152,68 @@ class RunProgress:
                   file=self.terminal, flush=True)
         self.epoch_seen = epoch
 
-    def close(self, tracking_uri: str | None = None, run_id: str | None = None, ok: bool = True) -> None:
+    def notice(self, client, run) -> None:
+        """A line for each restore from a checkpoint (a re-run resuming, a restart after a failure)
+        and each checkpoint a restore skipped that the run shows since following began: the worker
+        that restored logs ``restored_at_epoch`` (step = its first epoch) and tags the skipped ones,
+        and under a quiet console its own lines go to the run's log only."""
+        if self._restores_seen is None:
+            return
+        skipped = run.data.tags.get(contract.TAG_SKIPPED_CHECKPOINTS)
+        if skipped and skipped != self._skipped_seen:
+            self._skipped_seen = skipped
+            for path, why in skipped_checkpoints(skipped):
+                self.event(f"skipped checkpoint {path}: {why}" if why else f"skipped checkpoint {path}")
+        new = restores(client, run)[self._restores_seen:]
+        self._restores_seen += len(new)
+        for epoch in new:
+            self.event(f"resumed {self.name} from its epoch-{epoch} checkpoint")
+
+    def event(self, text: str) -> None:
+        """One line the user must see (a restart, a resume), on the terminal even when quiet."""
+        stream = self.terminal if self.terminal is not None else sys.stdout
+        if self._bar is not None:
+            self._bar.write(f"[attent] {text}", file=stream)
+        else:
+            print(f"[attent] {text}", file=stream, flush=True)
+
+    def close(self, handle=None, ok: bool = True) -> None:
         """Stop following; the line shows the run's last epoch (read once more) and its outcome."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        if ok and tracking_uri and run_id and self.terminal is not None:
-            from .tracking import client_for
+        if handle is not None and self.terminal is not None:
             with contextlib.suppress(Exception):  # the line is a courtesy: never fail a run for it
-                self.update(client_for(tracking_uri).get_run(run_id).data.metrics)
+                run = handle.get()
+                self.notice(handle.client, run)  # a run that ended before the next poll: its lines still
+                if ok:
+                    self.update(run.data.metrics)
         if self._bar is not None:
             if not ok:
                 self._bar.set_postfix_str(f"{self._bar.postfix or ''}, failed".strip(", "))
             self._bar.close()
         if not ok and self.log_file is not None:
             print(f"{self.name}: Ray's and the libraries' output is in {self.log_file}", file=self.terminal, flush=True)
+
+
+def restores(client, run) -> list[int]:
+    """The first epoch of each restore from a checkpoint the run logged, oldest first (the whole
+    history: a restore past a corrupt checkpoint may restart earlier than the one before it)."""
+    if contract.RESTORED_AT_EPOCH not in run.data.metrics:
+        return []
+    history = client.get_metric_history(run.info.run_id, contract.RESTORED_AT_EPOCH)
+    return [int(m.value) for m in sorted(history, key=lambda m: m.timestamp)]
+
+
+def skipped_checkpoints(tag: str) -> list[tuple[str, str]]:
+    """(path, why) of each checkpoint in the run's ``attent.skipped_checkpoints`` tag, which the
+    worker writes as ``<path>: <why>`` joined by ``; `` (every path in the run's folder: an entry
+    starts where that folder does)."""
+    cut = tag.find("/checkpoint_")
+    if cut < 0:
+        return [(tag, "")]
+    entries = re.split(f"; (?={re.escape(tag[:cut])}/checkpoint_)", tag)
+    return [tuple(entry.split(": ", 1)) if ": " in entry else (entry, "") for entry in entries]
 
 
 def summary(metrics: dict[str, float]) -> str:

@@ -215,13 +215,7 @@ def start_or_resume_run(cfg: ExperimentConfig, *, role: str = "run", parent_run_
 
 def finish_run(tracking_uri: str, run_id: str, ok: bool) -> None:
     """End the run; the dashboard's training view then shows its metrics too."""
-    client = client_for(tracking_uri)
-    client.set_terminated(run_id, status=RunStatus.to_string(RunStatus.FINISHED if ok else RunStatus.FAILED))
-    try:
-        run = client.get_run(run_id)
-        add_to_training_view(client, run.info.experiment_id, run.data.metrics)
-    except MlflowException as error:  # a view is no reason to fail a finished run
-        print(f"[attent] could not refresh the dashboard's training view: {error}", flush=True)
+    RunLogger(tracking_uri, run_id).finish(ok)
 
 
 def yaml_dump(cfg: ExperimentConfig) -> str:
@@ -229,10 +223,24 @@ def yaml_dump(cfg: ExperimentConfig) -> str:
 
 
 class RunLogger:
-    """Rank 0's writer into an existing MLflow run."""
+    """One MLflow run's handle: the driver's through its pipeline (progress line, driver
+    metrics, the log, the end) and rank 0's writer, on one client."""
 
     def __init__(self, tracking_uri: str, run_id: str):
-        self.client, self.run_id = client_for(tracking_uri), run_id
+        self.client, self.run_id, self.tracking_uri = client_for(tracking_uri), run_id, tracking_uri
+
+    def get(self):
+        """The run as the store has it now (metrics, tags, status)."""
+        return self.client.get_run(self.run_id)
+
+    def finish(self, ok: bool) -> None:
+        """End the run; the dashboard's training view then shows its metrics too."""
+        self.client.set_terminated(self.run_id, status=RunStatus.to_string(RunStatus.FINISHED if ok else RunStatus.FAILED))
+        try:
+            run = self.get()
+            add_to_training_view(self.client, run.info.experiment_id, run.data.metrics)
+        except MlflowException as error:  # a view is no reason to fail a finished run
+            print(f"[attent] could not refresh the dashboard's training view: {error}", flush=True)
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         now = int(time.time() * 1000)

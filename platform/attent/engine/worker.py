@@ -1,0 +1,213 @@
+"""A run's Ray Train worker: set-up or restore, then per epoch the recipe's epoch, its log line and
+metrics (rank 0), its report and checkpoint; meanwhile each node's local rank 0 samples the
+node's system metrics (CPU, memory, GPUs) into the MLflow run. The driver's side: ``driver``.
+
+In Ray Train's local mode (``ray.num_workers: 0``) the same function runs in the calling
+process as the only rank: Ray Train persists no checkpoint there, so this module writes them
+itself where Ray Train would (``checkpoint.run_storage``), and a sweep trial's Tune reports, which
+Train's callbacks make for real workers, are made here (``on_epoch``).
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import ray.train
+import ray.train.torch
+import torch
+
+from .. import contract
+from ..config import ExperimentConfig
+from . import checkpoint, faults, models
+from .counters import timed
+from .recipe import TrainingRecipe, WorkerContext, format_row
+from .tracking import RunLogger, start_system_metrics, stop_system_metrics
+
+EPOCHS_ENDED_UNIX = "epochs_ended_unix"  # last report only: when the last epoch ended (driver's teardown)
+LOCAL_MODE = "local_mode"      # payload key: the run is Ray Train's local mode (this process)
+ON_EPOCH = "on_epoch"          # payload key, local mode: called with each epoch's reported metrics
+
+
+def train_loop_per_worker(payload: dict[str, Any]) -> None:
+    """Ray Train's entry point on every rank (and, in local mode, in the driver's process)."""
+    started, entered = time.perf_counter(), time.time()  # first: the monitor's start is no start-up of ours
+    # Tasks that read MLflow artifacts (a downstream job's pretrained weights) use the run's store.
+    os.environ["MLFLOW_TRACKING_URI"] = payload["tracking_uri"]
+    cfg = ExperimentConfig.model_validate(payload["config"])
+    if not payload.get(LOCAL_MODE):  # in local mode the driver is this process
+        faults.watch_driver(payload.get("driver"))
+    if faults.recorded_fatal(cfg):  # a restart after a failure that would only repeat: stop, the driver says why
+        return
+    try:
+        train_run(payload, cfg, started, entered)
+    except faults.NOT_RETRYABLE as error:
+        faults.record_fatal(cfg, error)
+        raise
+
+
+def train_run(payload: dict[str, Any], cfg: ExperimentConfig, started: float, entered: float) -> None:
+    """Set-up or restore, then the epochs (``train_loop_per_worker``'s body)."""
+    local = bool(payload.get(LOCAL_MODE))
+    if local:
+        context, train_report = local_train_api()
+        device = torch.device("cuda", torch.cuda.current_device()) if cfg.ray.use_gpu and torch.cuda.is_available() \
+            else torch.device("cpu")  # one rank: what prepare_model does for it is a move to the device
+        wrap_model = lambda model: model.to(device)  # noqa: E731
+    else:
+        context, train_report = ray.train.get_context(), ray.train.report
+        device, wrap_model = ray.train.torch.get_device(), ray.train.torch.prepare_model
+    ctx = WorkerContext(context.get_world_rank(), context.get_world_size(), device)
+    # Ray Train logs every report at INFO under a logger named after its file, outside the
+    # 'ray.train' hierarchy that LoggingConfig controls; our epoch lines say it better.
+    from ray.train.v2._internal.execution import context as train_context
+    from ray.train.v2._internal.execution import train_fn_utils
+    for module in (train_context, train_fn_utils):  # the second: local mode's reports
+        logging.getLogger(module.__name__).setLevel(logging.WARNING)
+        logging.getLogger(module.__file__).setLevel(logging.WARNING)
+    if local:  # the run's own folder, where Ray Train would persist its checkpoints
+        storage = checkpoint.run_storage(cfg.ray.storage_path, cfg.name)
+    else:
+        ray_storage = context.get_storage()
+        storage = ray_storage.storage_filesystem, ray_storage.experiment_fs_path
+    tracking: dict[str, float] = {}  # set-up seconds of the MLflow logger and monitor
+    with node_system_metrics(payload, context, tracking):
+        with timed(tracking, "tracking"):
+            logger = RunLogger(payload["tracking_uri"], payload["run_id"]) if ctx.rank == 0 else None
+        recipe = TrainingRecipe(cfg, ctx)
+        recipe.setup(wrap_model=wrap_model)
+        state, skipped = checkpoint.load_newest_intact(*storage)
+        if state is not None:
+            for path, why in skipped:
+                ctx.log(f"skipped checkpoint {path}: {why}")
+            recipe.restore(state)
+            if logger:  # a restart after a failure, or a re-run resuming: visible on the run
+                logger.log_metrics({contract.RESTORED_AT_EPOCH: recipe.counters.next_epoch},
+                                   step=recipe.counters.next_epoch)
+                if skipped:
+                    logger.set_tag(contract.TAG_SKIPPED_CHECKPOINTS, "; ".join(f"{p}: {why}" for p, why in skipped))
+        elif logger:
+            setup = time.perf_counter() - started
+            parts = {**tracking, **recipe.setup_seconds}
+            parts["other"] = setup - sum(parts.values())
+            logger.log_metrics({contract.TIME_SETUP: setup, **{contract.setup_metric(k): v for k, v in parts.items()},
+                                # the driver's clock: one machine, or nodes kept in sync by NTP
+                                contract.TIME_WORKER_START: max(0.0, entered - payload["fit_started_unix"]),
+                                contract.NUM_TRAIN_SAMPLES: len(recipe.train_set),
+                                contract.GRAD_ACCUMULATION: recipe.accumulation})
+            logger.log_datasets(recipe.task.describe_data())  # once per run: a restart restores instead
+        mode = "Ray Train's local mode" if local else f"{ctx.world_size} worker(s)"
+        ctx.log(f"{cfg.name}: {len(recipe.train_set)} samples, {mode} on {ctx.device}, "
+                f"selection {cfg.selection.label(cfg.train.epochs)}, {cfg.train.epochs} epochs")
+        for epoch in range(recipe.counters.next_epoch, cfg.train.epochs):
+            row = recipe.run_epoch(epoch)
+            if recipe.antk:  # after the epoch's time split: the kernel's time is its own (time_antk_s)
+                row.update(recipe.antk.track(epoch))
+            epochs_ended = time.time()
+            ctx.log(format_row(row, cfg.train.epochs))
+            if logger:
+                logger.log_metrics(row, step=epoch)
+                if epoch + 1 == cfg.train.epochs:
+                    log_final(logger, recipe)
+            report(recipe, epoch, row, epochs_ended, train_report, storage if local else None, payload.get(ON_EPOCH))
+            faults.maybe_fail(cfg, epoch, ctx.rank)
+
+
+@contextlib.contextmanager
+def node_system_metrics(payload: dict[str, Any], context, seconds: dict[str, float]) -> Iterator[None]:
+    """MLflow's system metrics monitor of this node, run by its local rank 0 (one per node,
+    named by the node's rank) while the body runs, stopped after it whether it failed or not.
+    Its start's seconds go to ``seconds["tracking"]``."""
+    monitor = None
+    if context.get_local_rank() == 0:
+        with timed(seconds, "tracking"):
+            monitor = start_system_metrics(payload["tracking_uri"], payload["run_id"], context.get_node_rank())
+    try:
+        yield
+    finally:
+        if monitor is not None:
+            stop_system_metrics(monitor)
+
+
+def local_train_api():
+    """(context, report) of Ray Train's local mode. Ray 2.60's public ``ray.train.get_context``
+    and ``ray.train.report`` refuse in a process that holds a Tune session ("deprecated when
+    running in a function passed to Ray Tune"), which is where a sweep trial's local-mode run
+    trains; they are these same utilities behind that check."""
+    from ray.train.v2._internal.execution.train_fn_utils import get_train_fn_utils
+    utils = get_train_fn_utils()
+    return utils.get_context(), utils.report
+
+
+def report(recipe: TrainingRecipe, epoch: int, row: dict[str, float], epochs_ended: float,
+           train_report: Callable = ray.train.report, local_storage: tuple | None = None,
+           on_epoch: Callable[[dict], None] | None = None) -> None:
+    """Report the epoch through Ray Train (a barrier: every rank reports), with a checkpoint
+    every ``ray.checkpoint_every`` epochs and after the last one. The last report carries the
+    time the epochs ended, from which the driver measures the run's teardown. In local mode
+    (``local_storage``: the run's filesystem and folder) the checkpoint is persisted here."""
+    cfg = recipe.cfg
+    last = epoch + 1 == cfg.train.epochs
+    due = last or (epoch + 1) % cfg.ray.checkpoint_every == 0
+    with recipe.counters.timed("checkpoint"):
+        saved = checkpoint.save(recipe.state_dict()) if recipe.ctx.rank == 0 and due else None
+        metrics = {k: v for k, v in row.items() if v == v}
+        if last:
+            metrics[EPOCHS_ENDED_UNIX] = epochs_ended
+        if saved and local_storage:
+            checkpoint.persist(saved.name, *local_storage, keep=cfg.ray.checkpoints_to_keep)
+        handed = saved and not local_storage
+        train_report(metrics, checkpoint=ray.train.Checkpoint.from_directory(saved.name) if handed else None)
+        if saved:
+            saved.cleanup()
+    if on_epoch is not None:
+        on_epoch(metrics)
+
+
+def log_final(logger: RunLogger, recipe: TrainingRecipe) -> None:
+    """End-of-run metrics (step = epochs), the trained model (linked to them), selection and
+    epoch histories, figures, the weights downstream jobs load, and the kernels when tracked."""
+    cfg, counters, teacher = recipe.cfg, recipe.counters, recipe.teacher
+    num_samples = len(recipe.train_set)
+    logger.log_metrics(recipe.final_metrics(), step=cfg.train.epochs)
+    log_model(logger, recipe)  # after the final metrics: MLflow links those of the model's step to it
+    selections = [dict(r.summary(), indices=r.indices.tolist() if cfg.mlflow.log_selected_indices else None)
+                  for r in teacher.history]
+    logger.log_json({"num_samples": num_samples, "selections": selections}, "selection_history.json")
+    logger.log_json(counters.history, "epoch_history.json")
+    from . import figures  # matplotlib: only here, not in the driver nor at a worker's start
+    label = cfg.selection.label(cfg.train.epochs)
+    for name, figure in figures.training_figures(counters.history, teacher.history, label).items():
+        logger.log_figure(figure, f"figures/{name}.png")
+        figures.close(figure)
+    exported = recipe.task.export(recipe.raw_model)
+    if exported is not None:
+        with tempfile.TemporaryDirectory(prefix="attent-export-") as tmp:
+            path = Path(tmp) / contract.PRETRAINED_FILE
+            torch.save(exported, path)
+            logger.log_files([path], contract.PRETRAINED_ARTIFACT)
+    if recipe.antk:
+        recipe.antk.log_final(logger)
+
+
+def log_model(logger: RunLogger, recipe: TrainingRecipe) -> None:
+    """The trained model as the run's MLflow logged model (``models``), its cost logged as
+    ``time_model_log_s``. A model that fails to log does not fail the finished run (its weights
+    are in the run's last checkpoint): the reason is printed and tagged."""
+    cfg = recipe.cfg
+    started = time.perf_counter()
+    try:
+        model_id = models.log_trained_model(recipe.task, recipe.raw_model, run_id=logger.run_id,
+                                            step=cfg.train.epochs, registered_model=cfg.mlflow.registered_model)
+    except Exception as error:  # noqa: BLE001 -- export, flavour and store errors alike
+        reason = f"{type(error).__name__}: {error}"
+        recipe.ctx.log(f"the trained model was not logged in MLflow ({reason})")
+        logger.set_tag(contract.TAG_MODEL_LOG_ERROR, reason)
+        return
+    if model_id is not None:
+        logger.log_metrics({contract.TIME_MODEL_LOG: time.perf_counter() - started}, step=cfg.train.epochs)
+        recipe.ctx.log(f"logged the trained model as models:/{model_id}")

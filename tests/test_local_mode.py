@@ -1,0 +1,132 @@
+"""Ray Train's local mode (``ray.num_workers: 0``, issue 47): the run in the calling process, the
+same recipe and MLflow run contract as one Ray Train worker, checkpoints written by the engine
+(Ray Train persists none there), restarts and resumes as with workers."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import mlflow
+import pytest
+import yaml
+
+import shared_runs
+from attent.config import build_experiment
+from attent.engine import checkpoint
+from attent.selection.config import deep_merge
+from conftest import BIN
+
+pytestmark = pytest.mark.slow
+
+
+def digits(tmp_path: Path, uri: str, name: str, **sections):
+    base = {"name": name, "seed": 3,
+            "task": {"name": "vision", "dataset": "digits", "train_limit": 300, "test_limit": 100,
+                     "model": {"preset": "vit_tiny_cpu"}},
+            "train": {"epochs": 3, "batch_size": 64},
+            "selection": {"preset": "vit"},
+            "ray": {"num_workers": 0, "storage_path": str(tmp_path / "ray_results")},
+            "mlflow": {"tracking_uri": uri, "experiment": "local-mode"}}
+    return build_experiment(deep_merge(base, sections))
+
+
+def recorded(uri: str, run_id: str, scratch: Path):
+    client = mlflow.MlflowClient(uri)
+    run = client.get_run(run_id)
+    artifacts = sorted(a.path for a in client.list_artifacts(run_id))
+    models = client.search_logged_models([run.info.experiment_id],
+                                         filter_string=f"source_run_id = '{run_id}'")
+    return run, artifacts, models, shared_runs.histories(uri, run_id, scratch)
+
+
+def test_local_mode_trains_what_one_ray_train_worker_trains(ray_cluster, tmp_path, mlflow_uri):
+    """The same config at ray.num_workers 0 and 1: the same subsets at every re-selection, every
+    per-epoch number equal within the reference runs' tolerance floor, and the same MLflow keys
+    (params, metrics, tags, artifacts, a logged model, datasets)."""
+    from attent.engine.driver import train
+    runs = {}
+    for workers in (0, 1):
+        result = train(digits(tmp_path, mlflow_uri, f"workers-{workers}", ray={"num_workers": workers}))
+        runs[workers] = recorded(mlflow_uri, result.run_id, tmp_path / str(workers))
+    (local, local_artifacts, local_models, (local_epochs, local_subsets)), \
+        (ray_run, ray_artifacts, ray_models, (ray_epochs, ray_subsets)) = runs[0], runs[1]
+    assert local.info.status == ray_run.info.status == "FINISHED"
+    assert local_subsets == ray_subsets and len(local_subsets) >= 2
+    assert len(local_epochs) == len(ray_epochs) == 3
+    for local_row, ray_row in zip(shared_runs.untimed(local_epochs), shared_runs.untimed(ray_epochs)):
+        assert local_row.keys() == ray_row.keys()
+        for key, value in ray_row.items():
+            assert local_row[key] == pytest.approx(value, rel=shared_runs.REL_FLOOR, abs=shared_runs.ABS_FLOOR), key
+    assert local.data.metrics.keys() == ray_run.data.metrics.keys()
+    assert local.data.params.keys() == ray_run.data.params.keys()
+    assert local.data.params["ray.num_workers"] == "0" and ray_run.data.params["ray.num_workers"] == "1"
+    assert local.data.tags.keys() == ray_run.data.tags.keys()
+    assert local_artifacts == ray_artifacts
+    assert len(local_models) == len(ray_models) == 1
+    assert [d.dataset.name for d in local.inputs.dataset_inputs] == [d.dataset.name for d in ray_run.inputs.dataset_inputs]
+    assert any(k.startswith("system/") for k in local.data.metrics)  # the node's system metrics, sampled in-process
+    # Ray Train persists no checkpoint in local mode: the engine kept the newest two, as Train would
+    filesystem, folder = checkpoint.run_storage(str(tmp_path / "ray_results"), "workers-0")
+    assert len([p for p in os.listdir(folder) if p.startswith("checkpoint_")]) == 2
+
+
+def test_an_injected_failure_restarts_in_process_from_the_latest_checkpoint(tmp_path, mlflow_uri, capsys):
+    """ray.max_failures in local mode: the engine restarts the training function from the run's
+    latest checkpoint, in the same MLflow run, and says so in one line; with none allowed the
+    failure ends the run."""
+    from attent.engine.driver import train
+    from attent.engine.faults import InjectedFailure
+    result = train(digits(tmp_path, mlflow_uri, "restarted", fault={"fail_once_after_epoch": 1},
+                          ray={"max_failures": 1}))
+    out = capsys.readouterr()
+    assert "restarting from its latest checkpoint in this process (restart 1 of 1" in out.out + out.err
+    client = mlflow.MlflowClient(mlflow_uri)
+    run = client.get_run(result.run_id)
+    assert run.info.status == "FINISHED"
+    assert [m.value for m in client.get_metric_history(result.run_id, "restored_at_epoch")] == [2]
+    assert [int(m.step) for m in sorted(client.get_metric_history(result.run_id, "epoch"), key=lambda m: m.step)] == [0, 1, 2]
+    with pytest.raises(InjectedFailure):
+        train(digits(tmp_path, mlflow_uri, "not-restarted", fault={"fail_once_after_epoch": 0}, ray={"max_failures": 0}))
+    failed = client.search_runs([run.info.experiment_id], "tags.`mlflow.runName` = 'not-restarted'")
+    assert [r.info.status for r in failed] == ["FAILED"]
+
+
+def test_a_killed_local_mode_run_resumes_from_its_own_checkpoint_into_the_same_run(tmp_path, mlflow_uri):
+    """`attent train` at ray.num_workers=0, SIGKILLed after its first checkpoint: re-run, it
+    resumes from the checkpoint the engine wrote, into the same MLflow run, and finishes."""
+    cfg = digits(tmp_path, mlflow_uri, "killed", train={"epochs": 4})
+    path = tmp_path / "killed.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    driver = subprocess.Popen([str(BIN / "attent"), "train", str(path)], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    filesystem, folder = checkpoint.run_storage(cfg.ray.storage_path, cfg.name)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and driver.poll() is None:
+            if os.path.isdir(folder) and any(p.startswith("checkpoint_") for p in os.listdir(folder)):
+                break
+            time.sleep(0.2)
+        assert driver.poll() is None, "the run ended before its first checkpoint: nothing to kill"
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=30)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+    client = mlflow.MlflowClient(mlflow_uri)
+    experiment = client.get_experiment_by_name("local-mode")
+    [killed] = client.search_runs([experiment.experiment_id], "tags.`mlflow.runName` = 'killed'")
+    assert killed.info.status == "RUNNING"  # its driver died without closing it
+    again = subprocess.run([str(BIN / "attent"), "train", str(path)], env=env, capture_output=True, text=True,
+                           timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "(resumed)" in again.stdout
+    [resumed] = client.search_runs([experiment.experiment_id], "tags.`mlflow.runName` = 'killed'")
+    assert resumed.info.run_id == killed.info.run_id and resumed.info.status == "FINISHED"
+    restored = client.get_metric_history(resumed.info.run_id, "restored_at_epoch")
+    assert len(restored) == 1 and 1 <= restored[0].value < 4
+    epochs = {int(m.step) for m in client.get_metric_history(resumed.info.run_id, "epoch")}
+    assert epochs == {0, 1, 2, 3}
