@@ -2,7 +2,6 @@
 SQLite store (runs logged as `attent bench` logs them, test_tta_report's synthetic curves)."""
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -10,21 +9,29 @@ import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
-from analysis.data_size import build_data_size_report
-from analysis.report import main as report_main
 from attent import contract
+from attent.analysis.data_size import build_data_size_report
+from attent.analysis.joined import Source, judge_joined, joined_runs, read_source
+from attent.analysis.report import main as report_main
+from attent.analysis.runs import ReportError
 from test_tta_report import log_run, method_specs
 
 ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "benchmarks" / "results" / "data_size"
 COMPARED = ("full", contract.METHOD_FULL_LONG, contract.METHOD_FULL_EQUAL_COST, "attent", "random")
 
 
-def log_sizes(uri: str) -> str:
-    """Two sizes of one workload, 3 seeds each; returns the benchmark's parent run."""
+def log_sizes(uri: str, experiment: str = "sizes",
+              sizes=(("fm-6000", 6000, 0.05), ("fm-600", 600, 0.0))) -> str:
+    """Sizes of one workload, 3 seeds each, under a parent that logged its spec as `attent bench`
+    does (``size_axis`` set); returns the benchmark's parent run."""
     client = MlflowClient(uri)
-    experiment_id = client.create_experiment("sizes")
+    experiment_id = client.create_experiment(experiment)
     parent = client.create_run(experiment_id, tags={contract.TAG_ROLE: contract.ROLE_BENCHMARK}).info.run_id
-    for workload, size, gain in (("fm-6000", 6000, 0.05), ("fm-600", 600, 0.0)):
+    client.log_dict(parent, {"name": experiment, "size_axis": True,
+                             "workloads": [{"name": name, "tolerance": None, "margin": None} for name, _, _ in sizes]},
+                    contract.BENCH_SPEC_FILE)
+    for workload, size, gain in sizes:
         for seed in (0, 1, 2):
             for method, spec in method_specs(seed).items():
                 if method not in COMPARED:
@@ -51,7 +58,7 @@ def test_each_size_gets_its_plateau_verdict_comparisons_and_savings(tmp_path):
     assert small["final_vs_random_verdict"] in ("inconclusive", "equivalent within ± 0.005")
     assert small["realized_saving_low"] < small["realized_saving"] < small["realized_saving_high"]
     text = (out / "data_size.md").read_text()
-    assert "| 600 | plateaued |" in text and "| 6000 | plateaued |" in text
+    assert "| 600 | 3 | plateaued (3) |" in text and "| 6000 | 3 | plateaued (3) |" in text
     assert (out / "figures" / "data_size.png").stat().st_size > 10_000
     logged = {a.path for a in client.list_artifacts(parent, "report/data_size")}
     assert "report/data_size/data_size.md" in logged
@@ -63,54 +70,56 @@ def test_each_size_gets_its_plateau_verdict_comparisons_and_savings(tmp_path):
 
 
 def test_attent_report_rebuilds_a_benchmarks_reports_from_its_runs(tmp_path):
+    """The data-size view by the spec's ``size_axis`` (the one rule, `attent bench`'s too): a
+    spec without it gets the time-to-accuracy report alone."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     log_sizes(uri)
     assert report_main(["--experiment", "sizes", "--tracking-uri", uri, "--out", str(tmp_path / "out")]) == 0
     folder = tmp_path / "out" / "sizes"
     assert "## fm-600" in (folder / "time_to_accuracy.md").read_text()
-    assert "| 6000 | plateaued |" in (folder / "data_size" / "data_size.md").read_text()
+    assert "| 6000 | 3 | plateaued (3) |" in (folder / "data_size" / "data_size.md").read_text()
+    from attent.analysis.report import benchmark_report
+    folder, size_view = benchmark_report("sizes", uri, tmp_path / "no-axis", spec={"workloads": []})
+    assert not size_view and not (folder / "data_size").exists() and (folder / "time_to_accuracy.md").exists()
 
 
-def test_sizes_an_earlier_report_saved_join_this_stores_and_say_where_they_come_from(tmp_path):
-    """A size run on its own (attent bench --workload) in another store: its row joins the rows an
-    earlier report saved, which keep their numbers; a size both hold is this store's."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_attent_report_with_joins_benchmarks_of_other_stores(tmp_path):
+    """A size run in a store of its own joins this store's sizes (``--with EXPERIMENT@URI``): each
+    size's final comparisons and plateau are its own report's, the per-run table names each run's
+    source, and a benchmark joined twice (its AtteNT seeds in two sources) is refused."""
+    uri, other = f"sqlite:///{tmp_path / 'mlflow.db'}", f"sqlite:///{tmp_path / 'other.db'}"
     log_sizes(uri)
-    first = build_data_size_report("sizes", tracking_uri=uri, out_dir=tmp_path / "first")
-    saved = pd.read_csv(first / "data_size.csv")
-    saved.loc[saved["size"] == 6000, "size"] = 60000   # stands for a size measured elsewhere
-    saved.loc[saved["size"] == 60000, "workload"] = "fm-60000"
-    earlier = tmp_path / "earlier.csv"
-    saved.to_csv(earlier, index=False)
-    out = build_data_size_report("sizes", tracking_uri=uri, out_dir=tmp_path / "merged", earlier=[earlier])
-    table = pd.read_csv(out / "data_size.csv")
-    assert list(table["size"]) == [600, 6000, 60000]
-    assert list(table["source"]) == ["this store", "this store", str(earlier)]
-    assert table.iloc[2]["final_vs_random"] == pytest.approx(saved.iloc[1]["final_vs_random"])
-    text = (out / "data_size.md").read_text()
-    assert "| 60000 | plateaued |" in text and f"60000 images from `{earlier}`" in text
+    log_sizes(other, "big", sizes=(("fm-60000", 60000, 0.1),))
+    own = pd.read_csv(build_data_size_report("sizes", tracking_uri=uri, out_dir=tmp_path / "own") / "data_size.csv")
+    assert report_main(["--experiment", "sizes", "--tracking-uri", uri, "--with", f"big@{other}",
+                        "--out", str(tmp_path / "out")]) == 0
+    folder = tmp_path / "out" / "sizes"
+    table = pd.read_csv(folder / "data_size.csv")
+    assert list(table["size"]) == [600, 6000, 60000] and list(table["plateau_seeds"]) == [3, 3, 3]
+    columns = [c for c in own if c.startswith("final_vs_") or c.startswith("plateau") or c.startswith("realized")]
+    pd.testing.assert_frame_equal(table.iloc[:2][columns], own[columns])
+    assert not any(c.startswith("cost_vs_") for c in table)  # each store set its own target
+    assert table.iloc[2]["final_vs_random"] == pytest.approx(table.iloc[0]["final_vs_random"] + 0.1)
+    sources = pd.read_csv(folder / "per_run.csv").groupby("workload")["source"].first()
+    assert sources["fm-60000"] == f"big@{other}" and sources["fm-600"].startswith("sizes@")
+    assert "60000 | 3 | plateaued (3)" in (folder / "data_size.md").read_text()
+    assert report_main(["--experiment", "sizes", "--tracking-uri", uri, "--with", "sizes",
+                        "--out", str(tmp_path / "twice")]) == 1
 
 
-def test_an_earlier_size_is_judged_again_from_the_runs_saved_beside_it(tmp_path):
-    """The shipped 600- and 2,000-image report (its per_run.csv alone) with its size rows'
-    intervals blanked: ``rejudged`` fills them in again from the saved runs, each the scipy
-    interval at today's Holm level (600: nothing rejected among 5, so 1 - 0.05 / 5 for all; 2,000:
-    full data at equal cost rejected first, at 1 - 0.05 / 5, the rest at the stopping step's
-    1 - 0.05 / 4), with the same words."""
+def test_a_saved_per_run_table_is_judged_again_under_todays_rules():
+    """The shipped 600- and 2,000-image report's per_run.csv, joined alone: each comparison's
+    interval is the scipy interval at today's Holm level (600: nothing rejected among 5, so
+    1 - 0.05 / 5 for all; 2,000: full data at equal cost rejected first, at 1 - 0.05 / 5, the rest
+    at the stopping step's 1 - 0.05 / 4), with the saved view's words; its sizes are those saved
+    beside it (``data_size/data_size.csv``)."""
     from scipy import stats
 
-    from analysis.data_size import rejudged
-    shipped = ROOT / "benchmarks" / "results" / "data_size"
-    report = tmp_path / "report"
-    (report / "data_size").mkdir(parents=True)
-    shutil.copy(shipped / "per_run.csv", report / "per_run.csv")
-    saved = pd.read_csv(shipped / "data_size" / "data_size.csv")
-    saved = saved[saved["size"].isin([600, 2000])].reset_index(drop=True)
-    blanked = saved.copy()
-    for key in ("final_vs_full", "final_vs_full_equal_cost", "final_vs_random"):
-        blanked[[f"{key}_low", f"{key}_high", f"{key}_level"]] = 0.0
-    table = rejudged(blanked, report)
-    runs = pd.read_csv(shipped / "per_run.csv")
+    source = read_source(str(SHIPPED / "per_run.csv"), None)
+    assert source.sizes == {"fmnist-600": 600, "fmnist-2000": 2000, "fmnist-20000": 20000}
+    table, _, _ = judge_joined(joined_runs([source]), source.sizes)
+    saved = pd.read_csv(SHIPPED / "data_size" / "data_size.csv").set_index("workload")
+    runs = pd.read_csv(SHIPPED / "per_run.csv")
     for i, (workload, levels) in enumerate((("fmnist-600", {"full": 0.99, "full_equal_cost": 0.99, "random": 0.99}),
                                             ("fmnist-2000", {"full": 0.9875, "full_equal_cost": 0.99,
                                                              "random": 0.9875}))):
@@ -122,7 +131,7 @@ def test_an_earlier_size_is_judged_again_from_the_runs_saved_beside_it(tmp_path)
             expected = stats.ttest_rel(finals["attent"], finals[method]).confidence_interval(level)
             assert row[f"{key}_level"] == pytest.approx(level)
             assert (row[f"{key}_low"], row[f"{key}_high"]) == pytest.approx((expected.low, expected.high))
-            assert row[f"{key}_verdict"] == saved.iloc[i][f"{key}_verdict"]
+            assert row[f"{key}_verdict"] == saved.loc[workload, f"{key}_verdict"]
             assert (row[f"{key}_low"] > 0 or row[f"{key}_high"] < 0) == (row[f"{key}_verdict"] in ("better", "worse"))
 
 
@@ -145,7 +154,7 @@ def test_the_size_trend_is_statsmodels_ols_on_log_size_with_holm_across_comparat
     from scipy import stats
     from statsmodels.stats.multitest import multipletests
 
-    from analysis.data_size import GAINS, LOSES, size_trends
+    from attent.analysis.data_size import GAINS, LOSES, size_trends
     sizes = {"fm-600": 600, "fm-6000": 6000, "fm-60000": 60000}
     noise = [-0.003, 0.0, 0.003]
     rising = {600: [-0.04 + e for e in noise], 6000: [-0.02 - e for e in noise], 60000: noise}
@@ -175,32 +184,29 @@ def test_the_size_trend_is_statsmodels_ols_on_log_size_with_holm_across_comparat
     assert size_trends(runs[runs["workload"] == "fm-600"], sizes, lower=False).empty
 
 
+def saved(*folders: str) -> list[Source]:
+    return [read_source(str(SHIPPED / folder / "per_run.csv"), None) for folder in folders]
+
+
 def test_joining_seeds_reproduces_the_saved_size_rows_in_the_reports_family():
-    """benchmarks/join_size_seeds.py on the shipped per-run tables alone gives each size's saved
-    comparisons to the last digit (Holm across the size's whole family, as its report did) and
-    the trend; a seed found in two tables is refused."""
-    from conftest import benchmark_script
-    join = benchmark_script("join_size_seeds")
-    shipped = ROOT / "benchmarks" / "results" / "data_size"
-    saved = pd.read_csv(shipped / "data_size" / "data_size.csv").set_index("workload")
-    sizes = {workload: int(size) for workload, size in saved["size"].items()}
-    runs = pd.concat([pd.read_csv(shipped / "per_run.csv"), pd.read_csv(shipped / "fmnist-20000" / "per_run.csv")])
-    rows, trends = join.judged(runs, sizes)
-    assert [row["size"] for row in rows] == [600, 2000, 20000]
-    for row in rows:
-        for method, paired in row["finals"].items():
+    """The join over the shipped per-run tables alone gives each size's saved comparisons to the
+    last digit (Holm across the size's whole family, as its report did) and the trend; a seed of
+    AtteNT found in two tables is refused."""
+    expected = pd.read_csv(SHIPPED / "data_size" / "data_size.csv").set_index("workload")
+    sources = saved(".", "fmnist-20000")
+    table, trends, _ = judge_joined(joined_runs(sources), {w: int(s) for w, s in expected["size"].items()})
+    assert list(table["size"]) == [600, 2000, 20000] and list(table["seeds"]) == [3, 3, 3]
+    for row in table.to_dict("records"):
+        for method in ("random", "full", "full_equal_cost"):
             key = f"final_vs_{method}"
-            expected = saved.loc[row["workload"]]
-            assert (paired.mean, paired.low, paired.high) == pytest.approx(
-                (expected[key], expected[f"{key}_low"], expected[f"{key}_high"]))
-            assert paired.verdict == expected[f"{key}_verdict"]
-        assert len(row["finals"]) == 3 and row["seeds"] == [0, 1, 2]
+            assert (row[key], row[f"{key}_low"], row[f"{key}_high"]) == pytest.approx(
+                (expected.loc[row["workload"], key], expected.loc[row["workload"], f"{key}_low"],
+                 expected.loc[row["workload"], f"{key}_high"]))
+            assert row[f"{key}_verdict"] == expected.loc[row["workload"], f"{key}_verdict"]
     assert list(trends["points"]) == [9, 9, 9]
-    table = join.figure_table(rows)  # the size figure's columns, from the joined seeds
-    assert list(table["size"]) == [600, 2000, 20000] and set(table["metric"]) == {"eval_test_accuracy"}
-    assert list(table["final_vs_random"]) == pytest.approx(list(saved["final_vs_random"]))
-    with pytest.raises(ValueError, match="in two tables"):
-        join.judged(pd.concat([runs, runs[runs["workload"] == "fmnist-600"]]), sizes)
+    assert list(table["final_vs_random"]) == pytest.approx(list(expected["final_vs_random"]))
+    with pytest.raises(ReportError, match="in two sources"):
+        judge_joined(joined_runs([*sources, *saved(".")]), dict(expected["size"].astype(int)))
 
 
 def test_the_lines_lack_of_fit_is_statsmodels_f_test_against_one_mean_per_size():
@@ -212,7 +218,7 @@ def test_the_lines_lack_of_fit_is_statsmodels_f_test_against_one_mean_per_size()
     from statsmodels.stats.anova import anova_lm
     from statsmodels.stats.multitest import multipletests
 
-    from analysis.data_size import CURVED, DIFFERS, NO_DEPARTURE, size_trends, trend_markdown
+    from attent.analysis.data_size import CURVED, DIFFERS, NO_DEPARTURE, size_trends, trend_markdown
     sizes = {"fm-600": 600, "fm-2000": 2000, "fm-6000": 6000, "fm-20000": 20000}
     noise = [-0.003, 0.0, 0.003]
     line = {size: [0.01 * np.log10(size / 600) + e for e in noise] for size in sizes.values()}
@@ -246,24 +252,50 @@ def test_the_lines_lack_of_fit_is_statsmodels_f_test_against_one_mean_per_size()
     assert two["lack_of_fit_p"].isna().all() and "fewer than 3 sizes" in trend_markdown(two)
 
 
-def test_a_size_measured_in_a_store_of_its_own_joins_by_its_saved_sizes(capsys):
-    """`join_size_seeds.py --sizes` adds a size from another saved data_size.csv: the 6,000-image
-    benchmark's row comes out as its own report saved it (6 seeds, Holm over its 4 comparisons),
+def test_a_size_measured_in_a_store_of_its_own_joins_by_its_saved_sizes():
+    """A fourth size from another benchmark (its size saved beside its per_run.csv): the
+    6,000-image row comes out as its own report saved it (6 seeds, Holm over its 4 comparisons),
     and the trend runs over the four sizes' 18 paired seeds."""
-    from conftest import benchmark_script
-    join = benchmark_script("join_size_seeds")
-    shipped = ROOT / "benchmarks" / "results" / "data_size"
-    tables = [shipped / "per_run.csv", shipped / "fmnist-20000" / "per_run.csv",
-              shipped / "fmnist-20000-seeds" / "per_run.csv", shipped / "fmnist-6000" / "per_run.csv"]
-    join.main([str(shipped / "data_size" / "data_size.csv"), "--sizes",
-               str(shipped / "fmnist-6000" / "data_size" / "data_size.csv"), *map(str, tables)])
-    printed = capsys.readouterr().out
-    saved = pd.read_csv(shipped / "fmnist-6000" / "data_size" / "data_size.csv").iloc[0]
-    row = next(line for line in printed.splitlines() if line.startswith("| 6000 |"))
-    assert "| 0, 1, 2, 3, 4, 5 |" in row
+    sources = saved(".", "fmnist-20000", "fmnist-20000-seeds", "fmnist-6000")
+    sizes = {w: s for source in sources for w, s in source.sizes.items()}
+    table, trends, _ = judge_joined(joined_runs(sources), sizes)
+    row = table.set_index("size").loc[6000]
+    expected = pd.read_csv(SHIPPED / "fmnist-6000" / "data_size" / "data_size.csv").iloc[0]
+    assert row["seeds"] == 6 and row["plateau_seeds"] == 6
     for method in ("random", "full", "full_equal_cost"):
         key = f"final_vs_{method}"
-        assert (f"{saved[key]:+.4f} [{saved[key + '_low']:+.4f}, {saved[key + '_high']:+.4f}] "
-                f"{saved[key + '_verdict']}") in row
-    assert [line.split(" | ")[1:3] for line in printed.splitlines()
-            if line.startswith("| AtteNT − ") and "comparator" not in line] == [["4", "18"]] * 3
+        assert (row[key], row[f"{key}_low"], row[f"{key}_high"]) == pytest.approx(
+            (expected[key], expected[f"{key}_low"], expected[f"{key}_high"]))
+        assert row[f"{key}_verdict"] == expected[f"{key}_verdict"]
+    assert list(trends["sizes"]) == [4] * 3 and list(trends["points"]) == [18] * 3
+
+
+HEADLINE = ["per_run.csv", "small-seeds/per_run.csv", "fmnist-6000/per_run.csv", "fmnist-20000/per_run.csv",
+            "fmnist-20000-seeds/per_run.csv", "plateau_seeds/per_run.csv", "plateau_seeds/fmnist-20000/per_run.csv"]
+
+
+def test_the_headline_size_table_is_one_attent_report_over_the_saved_tables(tmp_path):
+    """docs/findings' headline: four sizes, 6 seeds each, AtteNT against Random, full data and full
+    data at equal measured cost (the joined rows saved in data_size/data_size.md), and the plateau
+    over the seeds its control ran (plateau_seeds/: 10, 10, 6 and 6 seeds), from one command; more
+    seeds of full data run again for the plateau pair with their own control only."""
+    from attent.cli import main as cli
+    argv = ["report", "--out", str(tmp_path)]
+    for path in HEADLINE:
+        argv += ["--with", str(SHIPPED / path)]
+    assert cli(argv) == 0
+    table = pd.read_csv(tmp_path / "joined" / "data_size.csv").set_index("size")
+    assert list(table.index) == [600, 2000, 6000, 20000] and list(table["seeds"]) == [6] * 4
+    assert list(table["plateau"]) == ["undetermined", "plateaued", "plateaued", "plateaued"]
+    assert list(table["plateau_seeds"]) == [10, 10, 6, 6]
+    headline = {600: (-0.0034, -0.0295, -0.0263), 2000: (-0.0071, -0.0425, -0.0385),
+                6000: (-0.0031, -0.0366, -0.0200), 20000: (+0.0070, -0.0143, -0.0063)}
+    for size, differences in headline.items():
+        row = table.loc[size]
+        assert [round(row[f"final_vs_{m}"], 4) for m in ("random", "full", "full_equal_cost")] == list(differences)
+    assert list(table["final_vs_full_verdict"]) == ["worse"] * 4
+    assert list(table["final_vs_full_equal_cost_verdict"]) == ["inconclusive", "worse", "worse", "inconclusive"]
+    assert [round(v, 2) for v in table["realized_saving"]] == [0.37, 0.38, 0.36, 0.35]
+    trends = pd.read_csv(tmp_path / "joined" / "data_size_trend.csv").set_index("comparator")
+    assert trends.loc["full_equal_cost", "verdict"] == "AtteNT gains with size"
+    assert round(trends.loc["full", "lack_of_fit_p_holm"], 4) == 0.0137

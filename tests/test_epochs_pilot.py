@@ -3,9 +3,9 @@
 import pandas as pd
 import pytest
 
-from analysis.epochs_pilot import pilot_finals, pilot_rows
-from analysis.runs import EPOCHS, METHOD, SEED, ReportError, metric
-from analysis.tta_results import PLATEAUED, STILL_RISING
+from attent.analysis.epochs_pilot import pilot_finals, pilot_rows
+from attent.analysis.runs import EPOCHS, METHOD, SEED, ReportError, metric
+from attent.analysis.stats import PLATEAUED, STILL_RISING
 from attent import contract
 
 # Final validation accuracy per (epochs, seed): +0.05 from 30 to 60 epochs, about 0 from 60 to 120.
@@ -41,7 +41,7 @@ def test_the_pilot_reads_no_test_metric():
 
 
 def test_the_pilot_figure_draws_each_seed_the_mean_and_e():
-    from analysis.epochs_pilot import pilot_figure
+    from attent.analysis.epochs_pilot import pilot_figure
     ax, = pilot_figure(pilot_finals(runs(), "eval_val_accuracy"), 60, "eval_val_accuracy").axes
     assert len(ax.lines) == 3 + 1 + 1  # three seeds, their mean, the chosen E
     assert list(ax.lines[3].get_ydata()) == pytest.approx([0.85, 0.90, 0.9003333], abs=1e-6)
@@ -50,7 +50,7 @@ def test_the_pilot_figure_draws_each_seed_the_mean_and_e():
 def test_the_pilot_reads_a_real_store_and_logs_its_table_and_figure_to_the_sweep(tmp_path, capsys):
     from mlflow import MlflowClient
 
-    from analysis.epochs_pilot import main
+    from attent.analysis.epochs_pilot import main
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
     experiment = client.create_experiment("pilot", artifact_location=(tmp_path / "artifacts").as_uri())

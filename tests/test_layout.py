@@ -1,7 +1,8 @@
 """The code's structure, as docs/contributing.md (Layout) draws it: imports point one way (cli -> sweep, benchmark ->
-engine -> tasks -> selection; analysis reads MLflow through the contract only), no module imports
-itself back through another, every task package is self-contained, and platform/ is no package
-(it would shadow the standard library's ``platform``, which Ray and torch import)."""
+engine -> tasks -> selection; attent.analysis reads MLflow through the contract only, its statistics
+module at the bottom), no module imports itself back through another, every task package is
+self-contained, and platform/ is no package (it would shadow the standard library's ``platform``,
+which Ray and torch import)."""
 from __future__ import annotations
 
 import ast
@@ -41,9 +42,8 @@ def imports_of(path: Path, name: str, modules: set[str]) -> set[str]:
 
 
 def project_graph() -> dict[str, set[str]]:
-    """Module -> the project modules it imports (attent.* and analysis.*)."""
+    """Module -> the project modules it imports (attent.*, attent.analysis.* among them)."""
     files = {module_name(p, PLATFORM): p for p in (PLATFORM / "attent").rglob("*.py")}
-    files |= {module_name(p, REPO): p for p in (REPO / "analysis").rglob("*.py")}
     return {name: imports_of(path, name, set(files)) for name, path in files.items()}
 
 
@@ -90,6 +90,17 @@ def test_imports_point_one_way(part):
     assert crossing == []
 
 
+def test_the_report_statistics_have_nothing_above_them():
+    """attent.analysis.stats (Holm steps, paired intervals, TOST, the plateau rule) imports no other
+    module of the analysis package: every report judges through it, none through another report."""
+    assert GRAPH["attent.analysis.stats"] <= {"attent.contract"}
+
+
+def test_no_analysis_module_imports_the_report_entry_point():
+    """attent.analysis.report (``attent report``) is the top: what the others share lives below it."""
+    assert sorted(name for name in GRAPH if layer(name) == "analysis" and "attent.analysis.report" in GRAPH[name]) == []
+
+
 @pytest.mark.parametrize("task", ["llm", "mae", "vision"])
 def test_a_task_package_imports_only_itself_and_the_task_interface(task):
     shared = {"attent.contract", "attent.tasks.task", "attent.tasks.config", "attent.tasks.vit",
@@ -117,9 +128,10 @@ def test_selection_and_integrations_need_neither_ray_nor_mlflow(part):
 
 
 def test_the_recipe_and_a_benchmark_run_need_neither_ray_mlflow_nor_datasets():
-    """A lent GPU node has none of them (benchmarks/llm_gpu.py runs the LLM benchmark there):
-    the recipe, the LLM task and the benchmark's run building, selection-stage choice and
-    equal-cost calibration import with all three blocked."""
+    """The recipe, the LLM task and the benchmark's run building, selection-stage choice and
+    equal-cost calibration import with all three blocked: Ray and MLflow are imported where a run
+    trains or is recorded (on a bare GPU node, `attent bench --local` needs the ray package, no
+    cluster), and a lent GPU node has no `datasets`."""
     code = """
 import sys
 for name in ("ray", "mlflow", "datasets"):

@@ -48,15 +48,15 @@ def declared(extra: str | None) -> set[str]:
 
 
 def third_party_imports() -> dict[str, set[str]]:
-    """Top-level module -> the files under platform/ and analysis/ importing it (not the standard library's)."""
+    """Top-level module -> the files under platform/ importing it (not the standard library's)."""
     found: dict[str, set[str]] = {}
-    for path in [*(REPO / "platform").rglob("*.py"), *(REPO / "analysis").rglob("*.py")]:
+    for path in (REPO / "platform").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module] if isinstance(node, ast.ImportFrom) and not node.level and node.module else []
             for name in names:
                 top = name.partition(".")[0]
-                if top not in sys.stdlib_module_names and top not in ("attent", "analysis", "__future__"):
+                if top not in sys.stdlib_module_names and top not in ("attent", "__future__"):
                     found.setdefault(top, set()).add(str(path.relative_to(REPO)))
     return found
 

@@ -1,4 +1,4 @@
-"""Today's words for an older report's saved per-run results (analysis/reanalyse.py), on the
+"""Today's words for an older report's saved per-run results (attent/analysis/reanalyse.py), on the
 saved results of the small benchmark and on a frame whose answer is known."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pandas as pd
 from statsmodels.stats.multitest import multipletests
 from scipy import stats
 
-from analysis.reanalyse import reanalyse
+from attent.analysis.reanalyse import reanalyse
 from conftest import REPO
 
 

@@ -19,13 +19,13 @@ from mlflow.entities import Metric, Param
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from analysis.figures import time_to_reach_baseline
-from analysis.report import build_report, main
-from analysis.runs import HISTORY_KEYS, load_experiment_runs, load_histories
-from analysis.runs import config_names, downstream_metrics, primary_metric
+from attent.analysis.figures import time_to_reach_baseline
+from attent.analysis.report import build_report, main
+from attent.analysis.runs import HISTORY_KEYS, load_experiment_runs, load_histories
+from attent.analysis.runs import config_names, downstream_metrics, primary_metric
 from attent.contract import lower_is_better
-from analysis.render import to_csv, to_markdown
-from analysis.tables import comparison_table
+from attent.analysis.render import to_csv, to_markdown
+from attent.analysis.tables import comparison_table
 from attent import contract
 from attent.sweep import load_sweep
 from conftest import REPO

@@ -1,5 +1,5 @@
 """End to end: the two small digits sweeps (``shared_runs``: Ray Tune + Train on the session's
-Ray cluster, MLflow in SQLite), then ``analysis.report.build_report`` on what they logged.
+Ray cluster, MLflow in SQLite), then ``attent.analysis.report.build_report`` on what they logged.
 
 Fixed sample ratios 80 and 50 % plus full data (the paper's Table 5); and the ablation (Table 3):
 full data, the incremental ratio schedule at two soft-selection temperatures (they share a label
@@ -14,7 +14,7 @@ import math
 import pytest
 from mlflow import MlflowClient
 
-from analysis.report import Report, build_report
+from attent.analysis.report import Report, build_report
 from attent import contract
 from shared_runs import ABLATION_SWEEP, RATIO_SWEEP
 

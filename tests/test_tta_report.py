@@ -15,7 +15,8 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
 from scipy import stats
 
-from analysis.time_to_accuracy import STILL_IMPROVING, analyse, build_time_to_accuracy_report
+from attent.analysis.time_to_accuracy import analyse, build_time_to_accuracy_report
+from attent.analysis.tta_text import STILL_IMPROVING
 from attent import contract
 
 N = 1000           # training samples
@@ -214,7 +215,7 @@ def test_the_plateau_verdicts_from_the_interval():
     """Straight from per-run finals: flat differences plateau, a 3-point gain still improves, a
     gain as large as the tolerance is undetermined, and so are no control and one seed. For a loss,
     a lower full_long is the improvement; one that overfits (higher loss) has plateaued."""
-    from analysis.tta_results import plateau_of
+    from attent.analysis.stats import plateau_of
 
     def runs(full, long, method="full_long"):
         return pd.DataFrame({"method": ["full"] * len(full) + [method] * len(long),
@@ -235,7 +236,7 @@ def test_the_terminal_shows_the_verdict_and_a_table_that_fits(report):
     """What `attent bench` / `attent demo` print: the verdict sentences and one table row per
     method with its optimiser steps, every line within the terminal's width (the Markdown file
     keeps every column)."""
-    from analysis.time_to_accuracy import terminal
+    from attent.analysis.tta_text import terminal
     result = report["result"]
     text = terminal(result, width=100)
     lines = text.splitlines()
@@ -291,7 +292,7 @@ def test_savings_have_intervals_over_seeds(report):
 def test_sustained_time_to_target_ignores_a_crossing_that_falls_back(report):
     """soft+T1's seed 2 is past the target (0.856) at epochs 5 and 6, then back at 0.8475: not
     reached. Seed 0 stays past it from epoch 6 (6 x 5.5 s of method cost)."""
-    from analysis.tta_results import time_to_target
+    from attent.analysis.tta_results import time_to_target
     runs = report["result"].per_run.set_index(["method", "seed"])
     assert math.isnan(runs.loc[("soft+T1", 2), "cost_to_target_s"]) and not runs.loc[("soft+T1", 2), "reached"]
     assert runs.loc[("soft+T1", 0), "cost_to_target_s"] == pytest.approx(33.0)
@@ -310,7 +311,7 @@ def test_words_follow_holm_and_tost_as_statsmodels_computes_them():
     from statsmodels.stats.multitest import multipletests
     from statsmodels.stats.weightstats import ttost_paired
 
-    from analysis.tta_results import Paired, judge_family
+    from attent.analysis.stats import Paired, judge_family
     base = np.array([0.80, 0.82, 0.79, 0.81])
     others = {"clear": base - np.array([0.05, 0.052, 0.049, 0.051]),
               "borderline": base - np.array([0.01, 0.03, 0.012, 0.028]),
@@ -348,7 +349,7 @@ def test_an_interval_excludes_zero_only_where_holm_gives_a_word():
     interval is then the stopping step's, 1 - 0.05 / 4, and each contains 0."""
     from statsmodels.stats.multitest import multipletests
 
-    from analysis.tta_results import Paired, judge_family
+    from attent.analysis.stats import Paired, judge_family
     base = np.array([0.80, 0.82, 0.79])
     others = {"first": base - np.array([0.037, 0.047, 0.057]), "second": base - np.array([0.036, 0.046, 0.056]),
               "third": base - np.array([-0.01, 0.01, 0.03]), "fourth": base - np.array([-0.02, 0.0, 0.02])}
@@ -475,13 +476,13 @@ def test_csvs_figures_and_artifacts(report, store):
 
 def test_lower_is_better_target():
     """A loss: the target is full data's final value plus the larger of 1 % of it and the seed std."""
-    from analysis.tta_results import target_of
+    from attent.analysis.tta_results import target_of
     target = target_of(pd.Series([1.0, 1.02]), lower=True)  # the seed std beats 1 % of 1.01
     assert target.reference == pytest.approx(1.01) and target.seed_std == pytest.approx(0.02 / math.sqrt(2))
     assert target.tolerance == pytest.approx(0.02 / math.sqrt(2)) and target.value == pytest.approx(1.01 + target.tolerance)
     assert "the larger of 1% of full data's final value, 0.0101 and the seed std" in target.rule
     assert target_of(pd.Series([1.0, 1.02]), lower=True, tolerance=0.05).value == pytest.approx(1.06)
-    from analysis.tta_results import time_to_target
+    from attent.analysis.tta_results import time_to_target
     curve = pd.DataFrame({"method_cost_s": [1.0, 2.0, 3.0, 4.0], "value": [3.0, float("nan"), 1.005, 0.9]})
     assert time_to_target(curve, target.value, lower=True) == 3.0
     assert math.isnan(time_to_target(curve, 0.5, lower=True))
@@ -523,15 +524,13 @@ def test_figures_keep_a_long_metric_name_and_below_uniform_picks_in_view():
     (eval_gsm8k_test_response_loss) once pushed the titles past both edges of the figure, and
     Random's below-uniform picks (negative hardness in some epochs) fell under the axis."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from analysis.time_to_accuracy import WorkloadResult, figures
-    from analysis.tta_results import target_of
+    from attent.analysis.figures import workload_figures
+    from attent.analysis.time_to_accuracy import results_from_tables
     from conftest import REPO
     results = REPO / "benchmarks" / "results" / "llm_size"
-    summary, per_run, curves = (pd.read_csv(results / f"{name}.csv") for name in ("summary", "per_run", "curves"))
-    metric = per_run["metric"].iloc[0]
-    full = per_run.loc[per_run["method"].eq("full"), "final_metric"]
-    result = WorkloadResult("gsm8k-128", metric, True, None, target_of(full, lower=True), summary, per_run, curves)
-    drawn = figures(result)
+    per_run, curves = (pd.read_csv(results / f"{name}.csv") for name in ("per_run", "curves"))
+    [result] = results_from_tables(per_run, curves)
+    drawn = workload_figures(result)
     assert set(drawn) == {"gsm8k-128_curves", "gsm8k-128_final_vs_cost", "gsm8k-128_hardness"}
     for figure in drawn.values():
         renderer = FigureCanvasAgg(figure).get_renderer()

@@ -46,6 +46,7 @@ TAG_BENCH_METHOD = "attent.benchmark.method"      # the method's name in the ben
 TAG_BENCH_METRIC = "attent.benchmark.metric"      # and the per-epoch metric its curves read
 TAG_BENCH_STAGE = "attent.benchmark.stage"        # selection (choices read validation) | verdict (reads test)
 BENCH_STAGE_SELECTION, BENCH_STAGE_VERDICT = "selection", "verdict"
+TAG_SAME_RUN_AS = "attent.same_run_as"            # a benchmark run recorded from an earlier run of the same computation: its id
 BENCH_CHOICES_FILE = "choices.json"               # on the benchmark's parent run: what the selection stage chose
 BENCH_SPEC_FILE = "benchmark.json"                # on the benchmark's parent run: its spec (tolerances, margins)
 
@@ -64,6 +65,13 @@ METHOD_FULL_EQUAL_COST = "full_equal_cost"      # full data for the epochs whose
 METHOD_FULL_EQUAL_SAMPLES = "full_equal_samples"  # full data for AtteNT's mean ratio x E epochs (equal samples)
 METHOD_FULL_LONG = "full_long"                  # full data for 2E epochs: the plateau control
 METHOD_INFOBATCH_BUDGET = "infobatch_budget"    # InfoBatch pruned to AtteNT's budget
+
+
+def base_method(name: str) -> str:
+    """``attent+stale`` -> ``attent``, ``soft+T0.1`` -> ``soft``: the method a named variant of a
+    benchmark (``method+suffix``) is a variant of."""
+    return str(name).split("+", 1)[0]
+
 
 # --- params (flattened config keys that analysis reads) --------------------------------------
 PARAM_SEED = "seed"

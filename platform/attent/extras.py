@@ -4,8 +4,8 @@ rather than a traceback. Standard library only: it must answer where the platfor
 are absent.
 
 ``pip install attent`` is the selection library alone (torch, numpy, pydantic); the command, the
-engine, the tasks and analysis/ need the ``platform`` extra (pyproject.toml). tests/test_packaging.py
-checks that every third-party module imported under platform/ and analysis/ is named here and
+engine, the tasks and the report (attent.analysis) need the ``platform`` extra (pyproject.toml). tests/test_packaging.py
+checks that every third-party module imported under platform/ is named here and
 that its distribution is declared in that extra.
 """
 from __future__ import annotations

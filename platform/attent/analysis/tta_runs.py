@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 from mlflow import MlflowClient
 
-from analysis.runs import ReportError, runs_frame, search_all_runs
+from attent.analysis.runs import ReportError, runs_frame, search_all_runs
 from attent import contract  # the names the engine logs (no engine import)
 
 WORKLOAD = f"tags.{contract.TAG_BENCH_WORKLOAD}"

@@ -9,7 +9,7 @@ smallest count called "plateaued". Only validation metrics are read, so the tabl
 read their test split for their verdicts alone. The table and a figure (the metric against the
 epochs, seed by seed) go to ``<out>/<experiment>/`` and to the pilot sweep's parent run.
 
-    python -m analysis.epochs_pilot --experiment epochs-pilot-digits [--metric eval_val_accuracy]
+    python -m attent.analysis.epochs_pilot --experiment epochs-pilot-digits [--metric eval_val_accuracy]
 """
 from __future__ import annotations
 
@@ -21,13 +21,13 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.report import ARTIFACT_PATH
-from analysis.runs import EPOCHS, SEED, ReportError, is_full, load_experiment_runs, metric
-from attent.contract import lower_is_better
-from analysis.table_verdicts import CONTROL_NAME
-from analysis.tta_results import (ACCURACY_TOLERANCE, FULL, FULL_LONG, LOSS_TOLERANCE, PLATEAU_CONFIDENCE,
-                                  PLATEAUED, plateau_of, target_of)
 from attent import contract
+from attent.analysis.runs import (EPOCHS, REPORT_ARTIFACTS, SEED, ReportError, is_full, load_experiment_runs,
+                                  metric)
+from attent.analysis.stats import PLATEAU_CONFIDENCE, PLATEAUED, plateau_of
+from attent.analysis.table_verdicts import CONTROL_NAME
+from attent.analysis.tta_results import ACCURACY_TOLERANCE, FULL, FULL_LONG, LOSS_TOLERANCE, target_of
+from attent.contract import lower_is_better
 
 STEM = "epochs_pilot"  # <out>/<experiment>/epochs_pilot.{md,png}
 
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     pilot_figure(finals, chosen, args.metric).savefig(out / f"{STEM}.png", dpi=120)
     for parent_id in loaded.sweep_parent_ids:
         for path in (out / f"{STEM}.md", out / f"{STEM}.png"):
-            client.log_artifact(parent_id, str(path), artifact_path=ARTIFACT_PATH)
+            client.log_artifact(parent_id, str(path), artifact_path=REPORT_ARTIFACTS)
     print(f"\nWrote {out / STEM}.md and .png" + (f"; logged them to sweep run(s) {', '.join(loaded.sweep_parent_ids)}"
                                                   if loaded.sweep_parent_ids else ""))
     return 0

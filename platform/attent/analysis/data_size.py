@@ -1,27 +1,23 @@
-"""How the answer moves with data size: the time-to-accuracy report's verdicts (``analyse``) for
-one workload per training-set size, side by side, from MLflow alone.
+"""How the answer moves with data size: the time-to-accuracy report's verdicts for one workload
+per training-set size, side by side.
 
-Per size (the runs' ``task.train_limit``): full data's plateau verdict (its 2E control), and
-AtteNT's final metric and cost to the target against Random at its budget, full data, and full
-data at equal measured cost, each as the seed-paired difference with its interval at the Holm
-step's level and the report's word; AtteNT's realized saving and realized / ideal with their 95 %
-seed intervals. Data-pruning theory (Sorscher et al., 2022) predicts that keeping hard examples
-pays only where data is abundant: the figure reads that prediction off the sizes measured, and
-``size_trends`` tests it: whether each of AtteNT's differences moves with the size at all.
+Per size (the runs' ``task.train_limit``): full data's plateau verdict (its 2E control) and the
+seeds it paired, and AtteNT's final metric (and, within one benchmark, its cost to the target)
+against Random at its budget, full data, and full data at equal measured cost, each as the
+seed-paired difference with its interval at the Holm step's level and the report's word;
+AtteNT's realized saving and realized / ideal with their 95 % seed intervals. Data-pruning theory
+(Sorscher et al., 2022) predicts that keeping hard examples pays only where data is abundant: the
+figure reads that prediction off the sizes measured, and ``size_trends`` tests it: whether each of
+AtteNT's differences moves with the size at all.
 
-    python -m analysis.data_size data-size --tracking-uri sqlite:///mlflow.db --out reports \
-        --with benchmarks/results/data_size/data_size/data_size.csv   # sizes measured in another store
-
-A size too long to run beside the others (``attent bench --workload``) lands in a store of its
-own; ``--with`` adds the rows an earlier report saved (its ``data_size.csv``, built the same way
-from its own store) for the sizes this store lacks, judged again under today's rules from the runs
-saved beside it, and the report names where each row comes from.
+A benchmark whose spec sets ``size_axis`` gets this view beside its report
+(``build_data_size_report``, from MLflow); sizes and seeds measured by several benchmarks are
+joined into one view by ``attent report --with`` (``attent.analysis.joined``). Both write it with
+``write_size_view``.
 """
 from __future__ import annotations
 
-import argparse
 import math
-import os
 from pathlib import Path
 
 import numpy as np
@@ -32,11 +28,12 @@ from statsmodels.regression.linear_model import OLS
 from statsmodels.stats.oneway import anova_oneway
 from statsmodels.tools import add_constant
 
-from analysis.time_to_accuracy import WorkloadResult, analyse
-from analysis.tta_results import (ALPHA, ATTENT, COST_TO_TARGET, FINAL, FULL, INCONCLUSIVE, Paired, holm, holm_steps,
-                                  paired_comparisons, summarize)
-from analysis.tta_runs import WORKLOAD, load_benchmark
 from attent import contract
+from attent.analysis.runs import REPORT_ARTIFACTS
+from attent.analysis.stats import ALPHA, INCONCLUSIVE, Paired, Plateau, holm, holm_steps
+from attent.analysis.time_to_accuracy import analyse
+from attent.analysis.tta_results import ATTENT, COST_TO_TARGET, FINAL, FULL
+from attent.analysis.tta_runs import WORKLOAD, load_benchmark
 
 TRAIN_LIMIT = "params.task.train_limit"
 # the comparators on the size axis: AtteNT's minus each one's
@@ -60,65 +57,35 @@ def comparison_cells(paired: Paired) -> dict[str, object]:
             f"{key}_seeds": paired.seeds, f"{key}_verdict": paired.verdict}
 
 
-def runs_beside(size_csv: str | Path) -> Path:
-    """The ``per_run.csv`` an earlier report saved beside its ``data_size.csv`` (the report's
-    layout: ``<report>/data_size/data_size.csv`` and ``<report>/per_run.csv``)."""
-    return Path(size_csv).parent.parent / "per_run.csv"
+def workload_sizes(runs: pd.DataFrame) -> dict[str, int]:
+    """Each workload's training-set size (its runs' ``task.train_limit``), where they logged one."""
+    if TRAIN_LIMIT not in runs:
+        return {}
+    sizes = pd.to_numeric(runs[TRAIN_LIMIT], errors="coerce").groupby(runs[WORKLOAD]).max().dropna()
+    return {name: int(size) for name, size in sizes.items()}
 
 
-def size_table(results: list[WorkloadResult], sizes: dict[str, int]) -> pd.DataFrame:
-    """One row per workload (size): the plateau verdict, each comparison's difference, Holm-step
-    interval and word, and AtteNT's savings with their intervals."""
-    rows = []
-    for result in results:
-        attent = result.summary.set_index("method").loc[ATTENT] if ATTENT in set(result.summary["method"]) else None
-        row = {"workload": result.name, "size": sizes.get(result.name, math.nan), "metric": result.metric,
-               "lower_is_better": result.lower, "plateau": result.plateau.verdict,
-               "plateau_gain": result.plateau.mean, "plateau_low_90": result.plateau.low,
-               "plateau_high_90": result.plateau.high, "target": result.target.value}
-        for p in result.paired:
-            if p.subject != ATTENT or p.method not in AGAINST:
-                continue
+def size_row(workload: str, size: float, metric: str, lower: bool, plateau: Plateau, target: float,
+             paired: list[Paired], summary: pd.DataFrame) -> dict[str, object]:
+    """One size's row: the plateau verdict, AtteNT's seeds, each of its comparisons with a method
+    of ``AGAINST`` (difference, Holm-step interval, word), and its savings with their intervals."""
+    attent = summary.set_index("method").loc[ATTENT] if ATTENT in set(summary["method"]) else None
+    row = {"workload": workload, "size": size, "metric": metric, "lower_is_better": lower,
+           "seeds": 0 if attent is None else int(attent["seeds"]), "plateau": plateau.verdict,
+           "plateau_seeds": plateau.seeds, "plateau_gain": plateau.mean, "plateau_low_90": plateau.low,
+           "plateau_high_90": plateau.high, "target": target}
+    for p in paired:
+        if p.subject == ATTENT and p.method in AGAINST:
             row.update(comparison_cells(p))
-        for name in ("realized_saving", "realized_over_ideal"):
-            for suffix in ("", "_low", "_high"):
-                row[name + suffix] = math.nan if attent is None else float(attent.get(name + suffix, math.nan))
-        rows.append(row)
+    for name in ("realized_saving", "realized_over_ideal"):
+        for suffix in ("", "_low", "_high"):
+            row[name + suffix] = math.nan if attent is None else float(attent.get(name + suffix, math.nan))
+    return row
+
+
+def size_table(rows: list[dict[str, object]]) -> pd.DataFrame:
+    """``size_row``'s rows by size."""
     return pd.DataFrame(rows).sort_values("size", kind="stable").reset_index(drop=True)
-
-
-def rejudged(saved: pd.DataFrame, report_dir: Path) -> pd.DataFrame:
-    """``saved`` (an earlier ``data_size.csv``) with its comparisons judged again from the runs its
-    report saved beside it (``per_run.csv``), by the report's own ``paired_comparisons``, so that a
-    rule changed since (an interval's level) reaches the earlier sizes too. Unchanged where that
-    file is missing."""
-    if not (report_dir / "per_run.csv").exists():
-        return saved
-    runs = pd.read_csv(report_dir / "per_run.csv")
-    saved = saved.copy()
-    for index, row in saved.iterrows():
-        workload = runs[runs["workload"] == row["workload"]]
-        if workload.empty:
-            continue
-        lower, margin = bool(workload["lower_is_better"].iloc[0]), float(workload["margin"].iloc[0])
-        for p in paired_comparisons(workload, summarize(workload), lower, margin):
-            if p.method in AGAINST and p.seeds >= 2:
-                for column, value in comparison_cells(p).items():
-                    saved.loc[index, column] = value
-    return saved
-
-
-def with_earlier_sizes(table: pd.DataFrame, earlier: list[str | Path]) -> pd.DataFrame:
-    """``table`` (this store's sizes) and, for the sizes it lacks, the rows earlier reports saved in
-    their ``data_size.csv``, judged again from the runs saved beside them (``rejudged``); column
-    ``source``: "this store" or the file a row came from."""
-    table = table.assign(source="this store")
-    frames = [table]
-    for path in earlier:
-        saved = rejudged(pd.read_csv(path), runs_beside(path).parent).assign(source=str(path))
-        frames.append(saved[~saved["size"].isin(pd.concat(frames)["size"])])
-    merged = pd.concat(frames, ignore_index=True)
-    return merged.sort_values("size", kind="stable").reset_index(drop=True)
 
 
 def size_trends(per_run: pd.DataFrame, sizes: dict[str, int], lower: bool) -> pd.DataFrame:
@@ -208,20 +175,6 @@ def trend_markdown(trends: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def trend_runs(table: pd.DataFrame, results: list[WorkloadResult], earlier: list[str | Path]) -> pd.DataFrame:
-    """The per-run rows behind each size of ``table``: this store's for its own sizes, and for a
-    size an earlier report gave, the ``per_run.csv`` saved beside that report (``rejudged``'s)."""
-    own = set(table.loc[table["source"] == "this store", "workload"])
-    frames = [result.per_run.assign(workload=result.name) for result in results if result.name in own]
-    for path in earlier:
-        saved = runs_beside(path)
-        taken = set(table.loc[table["source"] == str(path), "workload"])
-        if taken and saved.exists():
-            runs = pd.read_csv(saved)
-            frames.append(runs[runs["workload"].isin(taken)])
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["workload"])
-
-
 def size_figure(table: pd.DataFrame, trends: pd.DataFrame | None = None) -> Figure:
     """Against the training-set size (log scale): AtteNT's final metric minus each comparator's
     (with the fitted trend, ``size_trends``, dashed), its method cost to the target minus theirs,
@@ -290,74 +243,53 @@ def markdown(table: pd.DataFrame) -> str:
             f" [{row[f'{name}_low']:.2f}, {row[f'{name}_high']:.2f}]"
         return f"{row[name]:.2f}{interval}"
 
-    lines = ["| training images | full data's plateau (2E control) | AtteNT − Random, final | AtteNT − full data, final "
-             "| AtteNT − full at equal cost, final | AtteNT − full data, cost to target (s) | realized saving "
-             "| realized / ideal |", "|---:|---|---|---|---|---|---:|---:|"]
+    cost = "cost_vs_full" in table  # the cost to the target: within one benchmark only
+    lines = ["| training images | seeds | full data's plateau (2E control), paired seeds | AtteNT − Random, final "
+             "| AtteNT − full data, final | AtteNT − full at equal cost, final "
+             + ("| AtteNT − full data, cost to target (s) " if cost else "") + "| realized saving | realized / ideal |",
+             "|---:|---:|---|---|---|---|" + ("---|" if cost else "") + "---:|---:|"]
     for row in table.to_dict("records"):
-        lines.append(f"| {int(row['size']) if row['size'] == row['size'] else '?'} | {row['plateau']} "
+        lines.append(f"| {int(row['size']) if row['size'] == row['size'] else '?'} | {row['seeds']} "
+                     f"| {row['plateau']} ({row['plateau_seeds']}) "
                      f"| {diff(row, 'final_vs_random', 4)} | {diff(row, 'final_vs_full', 4)} "
-                     f"| {diff(row, 'final_vs_' + contract.METHOD_FULL_EQUAL_COST, 4)} | {diff(row, 'cost_vs_full', 1)} "
-                     f"| {saving(row, 'realized_saving')} | {saving(row, 'realized_over_ideal')} |")
+                     f"| {diff(row, 'final_vs_' + contract.METHOD_FULL_EQUAL_COST, 4)} "
+                     + (f"| {diff(row, 'cost_vs_full', 1)} " if cost else "")
+                     + f"| {saving(row, 'realized_saving')} | {saving(row, 'realized_over_ideal')} |")
     return "\n".join(lines)
 
 
-def build_data_size_report(experiment: str, *, tracking_uri: str, out_dir: str | Path,
-                           tolerances: dict[str, float] | None = None,
-                           margins: dict[str, float] | None = None, earlier: list[str | Path] = ()) -> Path:
-    """``data_size.md``, ``data_size.csv`` and ``figures/data_size.png`` in ``out_dir``, also
-    logged to the benchmark's parent run under ``report/data_size/``; returns the folder.
-    ``earlier``: saved ``data_size.csv`` files whose sizes this store lacks (``with_earlier_sizes``)."""
-    client = MlflowClient(tracking_uri)
-    runs = load_benchmark(client, experiment).runs
-    sizes = pd.to_numeric(runs[TRAIN_LIMIT], errors="coerce").groupby(runs[WORKLOAD]).max() if TRAIN_LIMIT in runs \
-        else pd.Series(dtype=float)
-    results, parent = analyse(client, experiment, tolerances, margins)
-    table = size_table(results, {name: int(size) for name, size in sizes.dropna().items()})
-    table = with_earlier_sizes(table, list(earlier))
-    sized = table[table["size"].notna()]
-    trends = size_trends(trend_runs(table, results, list(earlier)),
-                         dict(zip(sized["workload"], sized["size"].astype(int))),
-                         bool(table["lower_is_better"].iloc[0]) if len(table) else False)
-    out = Path(out_dir)
+def write_size_view(table: pd.DataFrame, trends: pd.DataFrame, out: Path, title: str, about: str) -> None:
+    """``data_size.md`` (headed by ``title`` and ``about``), ``data_size.csv``, ``data_size_trend.csv``
+    and ``figures/data_size.png`` in ``out``."""
     (out / "figures").mkdir(parents=True, exist_ok=True)
     size_figure(table, trends).savefig(out / "figures" / "data_size.png", dpi=110)
     table.to_csv(out / "data_size.csv", index=False)
     trends.to_csv(out / "data_size_trend.csv", index=False)
     (out / "data_size.md").write_text("\n".join([
-        f"# {experiment}: the verdict against the training-set size", "",
-        f"AtteNT's minus each comparator's, seed-paired: the mean difference, its interval at the Holm step's level "
-        f"and the word ({FINAL}: Holm across the workload's comparisons; {COST_TO_TARGET}: its own family). "
-        "Savings: mean and 95 % seed interval. The plateau verdict reads full data for 2E epochs against E.", "",
-        markdown(table), "", *sources(table), "![data size](figures/data_size.png)", "", TREND_HEADING, "",
+        f"# {title}", "", about, "", markdown(table), "", "![data size](figures/data_size.png)", "", TREND_HEADING, "",
         trend_markdown(trends), ""]))
+
+
+def build_data_size_report(experiment: str, *, tracking_uri: str, out_dir: str | Path,
+                           tolerances: dict[str, float] | None = None,
+                           margins: dict[str, float] | None = None) -> Path:
+    """``data_size.md``, ``data_size.csv`` and ``figures/data_size.png`` in ``out_dir``, also
+    logged to the benchmark's parent run under ``report/data_size/``; returns the folder."""
+    client = MlflowClient(tracking_uri)
+    sizes = workload_sizes(load_benchmark(client, experiment).runs)
+    results, parent = analyse(client, experiment, tolerances, margins)
+    table = size_table([size_row(r.name, sizes.get(r.name, math.nan), r.metric, r.lower, r.plateau, r.target.value,
+                                 r.paired, r.summary) for r in results])
+    sized = table[table["size"].notna()]
+    per_run = pd.concat([r.per_run.assign(workload=r.name) for r in results], ignore_index=True)
+    trends = size_trends(per_run, dict(zip(sized["workload"], sized["size"].astype(int))),
+                         bool(table["lower_is_better"].iloc[0]) if len(table) else False)
+    out = Path(out_dir)
+    write_size_view(table, trends, out, f"{experiment}: the verdict against the training-set size",
+                    f"AtteNT's minus each comparator's, seed-paired: the mean difference, its interval at the Holm "
+                    f"step's level and the word ({FINAL}: Holm across the workload's comparisons; {COST_TO_TARGET}: "
+                    "its own family). Savings: mean and 95 % seed interval. The plateau verdict reads full data for "
+                    "2E epochs against E.")
     if parent:
-        client.log_artifacts(parent, str(out), "report/data_size")
+        client.log_artifacts(parent, str(out), f"{REPORT_ARTIFACTS}/data_size")
     return out
-
-
-def sources(table: pd.DataFrame) -> list[str]:
-    """A line naming the saved reports some rows come from (none when all are this store's)."""
-    saved = table[table["source"] != "this store"]
-    if saved.empty:
-        return []
-    by_file = saved.groupby("source")["size"].apply(lambda s: ", ".join(str(int(v)) for v in s))
-    return ["Rows from earlier reports, each built the same way from its own store: "
-            + "; ".join(f"{sizes} images from `{path}`" for path, sizes in by_file.items()) + ".", ""]
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("experiment", help="the benchmark's name (its MLflow experiment), e.g. data-size")
-    parser.add_argument("--tracking-uri", default="sqlite:///mlflow.db")
-    parser.add_argument("--out", default="reports", help="written to <out>/<experiment>/data_size/")
-    parser.add_argument("--with", dest="earlier", action="append", default=[], metavar="CSV",
-                        help="an earlier report's data_size.csv: its sizes this store lacks (repeatable)")
-    args = parser.parse_args(argv)
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a report reads small files
-    out = build_data_size_report(args.experiment, tracking_uri=args.tracking_uri,
-                                 out_dir=Path(args.out) / args.experiment / "data_size", earlier=args.earlier)
-    print((out / "data_size.md").read_text())
-
-
-if __name__ == "__main__":
-    main()

@@ -4,7 +4,7 @@ Holm-adjusted within each workload (``judge_family``), "equivalent" by a paired 
 workload's margin. Such benchmarks ran without the 2E control, so their plateau is undetermined,
 and their ``full_equal_cost`` rows were full data at equal samples (relabelled so here).
 
-    python -m analysis.reanalyse benchmarks/results/tta_small/per_run.csv --margin fmnist-vit=0.01
+    python -m attent.analysis.reanalyse benchmarks/results/tta_small/per_run.csv --margin fmnist-vit=0.01
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.tta_results import FINAL, paired_comparisons, summarize
+from attent.analysis.tta_results import FINAL, paired_comparisons, summarize
 from attent import contract
 
 OLD_EQUAL_COST = contract.METHOD_FULL_EQUAL_COST  # before the measured-cost comparator: equal samples

@@ -1,26 +1,23 @@
-"""The time-to-accuracy benchmark's numbers from its runs and curves (``tta_runs``): the target
-and the plateau control, the per-run and per-method tables, budgets and standings, the paired
-comparisons against AtteNT and their words (Holm-adjusted t-tests, equivalence by TOST), the
-variants' comparisons, and the temperature table. ``analysis.time_to_accuracy`` states the
-method and renders the report.
+"""The time-to-accuracy benchmark's numbers from its runs and curves (``tta_runs``): the target,
+the per-run and per-method tables, budgets and standings, the paired comparisons against AtteNT
+and the variants' (judged by ``stats``: Holm-adjusted t-tests, equivalence by TOST), and the
+temperature table. ``attent.analysis.time_to_accuracy`` states the method and builds the report.
 """
 from __future__ import annotations
 
-import gc
 import math
-import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy import stats
-from statsmodels.stats.multitest import multipletests
-from statsmodels.stats.weightstats import ttost_paired
 
-from analysis.render import percent_cell
-from analysis.runs import ReportError
-from analysis.tta_runs import METHOD
 from attent import contract  # the names the engine logs (no engine import)
+from attent.analysis.cells import percent_cell
+from attent.analysis.runs import ReportError
+from attent.analysis.stats import (APART, CONTROL, MATCHED, REFERENCE, Paired, Plateau, judge_family, mean_std,
+                                   numeric, seed_pair, t_test)
+from attent.analysis.tta_runs import METHOD
+from attent.contract import base_method
 
 LABEL = f"tags.{contract.TAG_LABEL}"
 TEMPERATURE = "params.selection.temperature"
@@ -41,51 +38,12 @@ OVERHEADS = {"scoring_s": contract.time_metric("scoring"), "selection_s": contra
 BUDGET_TOLERANCE = 0.02      # relative difference of budgets still called matched
 ACCURACY_TOLERANCE = 0.005   # the target's absolute tolerance for a higher-is-better metric
 LOSS_TOLERANCE = 0.01        # the target's relative tolerance for a lower-is-better metric
-CONFIDENCE = 0.95            # intervals on savings and costs, unadjusted
-PLATEAU_CONFIDENCE = 0.90    # two-sided, so each end is a one-sided 95 % bound
-ALPHA = 0.05                 # the family-wise error rate of the words (Holm) and the TOST level
-
-# A row's standing: the reference (full data), the plateau control (full_long), matched to
-# AtteNT's budget, or apart from it.
-REFERENCE, CONTROL, MATCHED, APART = "reference", "control", "matched", "apart"
-# The words a comparison may earn (the subject's: AtteNT's, or a variant's), and nothing stronger.
-BETTER, WORSE, INCONCLUSIVE = "better", "worse", "inconclusive"
 FINAL, COST_TO_TARGET = "final metric", "cost to target (s)"  # the two judged quantities
-PLATEAUED, STILL_RISING, UNDETERMINED = "plateaued", "still improving", "undetermined"
 # Per-run quantities, summarized per method as <name>, <name>_std and <name>_n.
 QUANTITIES = ("final_metric", "cost_to_target_s", "method_cost_s", "wallclock_s", "samples_backpropagated",
               "budget", "mean_selected_ratio", "optimizer_steps", "ideal_saving", "realized_saving",
               "realized_over_ideal", "hardness", "overlap", "agreement", "scoring_share", *OVERHEADS)
 INTERVALS = ("realized_saving", "realized_over_ideal")  # also given a 95 % t-interval over seeds
-
-
-def equivalent(margin: float) -> str:
-    return f"equivalent within ± {margin:.4g}"
-
-
-@dataclass
-class TTest:
-    """A one-sample t-test of paired differences against 0, and its interval at ``confidence``."""
-    mean: float
-    low: float
-    high: float
-    p: float                    # two-sided; NaN for fewer than 2 values
-    n: int
-
-
-def t_test(differences, confidence: float = CONFIDENCE) -> TTest:
-    """scipy's one-sample t-test of the differences (NaN dropped) and its t-interval. Differences
-    that are all equal have no spread: the interval is the point, and p is 0 (1 where they are
-    all 0), which is what the t statistic's limit says; scipy warns about them, needlessly."""
-    d = pd.to_numeric(pd.Series(differences, dtype=float), errors="coerce").dropna().to_numpy()
-    if len(d) < 2:
-        return TTest(float(d.mean()) if len(d) else math.nan, math.nan, math.nan, math.nan, len(d))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # "precision loss": identical differences
-        result = stats.ttest_1samp(d, 0.0)
-        low, high = result.confidence_interval(confidence)
-    p = float(result.pvalue)
-    return TTest(float(d.mean()), float(low), float(high), 1.0 if math.isnan(p) else p, len(d))
 
 
 @dataclass
@@ -99,185 +57,28 @@ class Target:
 
 
 @dataclass
-class Plateau:
-    """The plateau control: full data for 2E epochs (full_long) against full data for E, seed by
-    seed. ``mean``, ``low``, ``high``: the improvement full_long's final metric makes on full
-    data's (positive = better, whichever way the metric runs) and its 90 % t-interval."""
-    seeds: int                  # paired seeds (0 without a control)
-    mean: float
-    low: float
-    high: float
-    tolerance: float            # the target's
-    control: bool               # whether the workload has full_long runs
-    control_name: str = FULL_LONG  # what the verdict calls the control (the paper tables: "2E")
-
-    @property
-    def verdict(self) -> str:
-        """``plateaued`` when the interval's upper end lies below the tolerance (more epochs gain
-        less than it, or lose: an overfitting run has plateaued too); ``still improving`` when its
-        lower end lies above it; ``undetermined`` otherwise, with the reason where it is not the
-        interval's."""
-        if not self.control:
-            return f"{UNDETERMINED}: no {self.control_name} control"
-        if self.seeds < 2 or math.isnan(self.low):
-            return f"{UNDETERMINED}: fewer than 2 paired seeds"
-        if self.high < self.tolerance:
-            return PLATEAUED
-        return STILL_RISING if self.low > self.tolerance else UNDETERMINED
-
-    @property
-    def reached(self) -> bool | None:
-        """True: plateaued; False: still improving; None: undetermined."""
-        return {PLATEAUED: True, STILL_RISING: False}.get(self.verdict)
-
-
-@dataclass
-class Paired:
-    """One comparison, seed by seed: the subject's values (AtteNT's, or a variant's) minus the
-    method's, over the seeds where both have one; filled in by ``judge_family``."""
-    subject: str
-    method: str
-    standing: str               # against AtteNT's budget: the method's (the variant's, for a variant)
-    quantity: str               # FINAL or COST_TO_TARGET
-    subject_values: np.ndarray
-    method_values: np.ndarray
-    better_when: str            # "higher" or "lower": the sign of the difference that favours the subject
-    note: str = ""              # why there is no verdict, or the seeds that reached the target
-    margin: float = math.nan    # the equivalence margin (NaN: none declared)
-    p: float = math.nan         # two-sided paired t-test
-    p_holm: float = math.nan    # Holm-adjusted across the family
-    p_tost: float = math.nan    # TOST's (equivalence within ± margin)
-    p_tost_holm: float = math.nan
-    level: float = math.nan     # the confidence of the interval at this comparison's Holm step
-    low: float = math.nan       # that interval
-    high: float = math.nan
-
-    @property
-    def seeds(self) -> int:
-        return len(self.subject_values)
-
-    @property
-    def differences(self) -> np.ndarray:
-        return self.subject_values - self.method_values
-
-    @property
-    def mean(self) -> float:
-        return float(self.differences.mean()) if self.seeds else math.nan
-
-    @property
-    def unadjusted(self) -> TTest:
-        """The plain 95 % t-interval, for the CSV beside the Holm one."""
-        return t_test(self.differences, CONFIDENCE)
-
-    @property
-    def verdict(self) -> str:
-        if self.standing == APART:
-            return f"not judged: {self.note}"
-        if self.seeds == 0:
-            return f"no paired seeds{'; ' + self.note if self.note else ''}"
-        if self.seeds < 2 or math.isnan(self.p_holm):
-            return f"no interval: 1 paired seed{'; ' + self.note if self.note else ''}"
-        if self.p_holm < ALPHA:
-            return BETTER if (self.mean > 0) == (self.better_when == "higher") else WORSE
-        return equivalent(self.margin) if self.p_tost_holm < ALPHA else INCONCLUSIVE
-
-    @property
-    def judged(self) -> bool:
-        """Whether the verdict is a word (better, worse, equivalent, inconclusive)."""
-        return self.standing != APART and not math.isnan(self.p_holm)
-
-    @property
-    def places(self) -> int:
-        """Decimals to show: seconds to 0.1 s, the metric to 4."""
-        return 1 if self.quantity.endswith("(s)") else 4
-
-    def record(self) -> dict[str, object]:
-        plain = self.unadjusted
-        return {"subject": self.subject, "method": self.method, "standing": self.standing,
-                "quantity": self.quantity, "paired_seeds": self.seeds, "difference": self.mean,
-                "low_95": plain.low, "high_95": plain.high, "p": self.p, "p_holm": self.p_holm,
-                "holm_level": self.level, "holm_low": self.low, "holm_high": self.high, "margin": self.margin,
-                "p_tost": self.p_tost, "p_tost_holm": self.p_tost_holm, "better_when": self.better_when,
-                "verdict": self.verdict}
-
-
-def holm(pvalues: list[float]) -> np.ndarray:
-    """Holm-adjusted p-values (statsmodels' ``multipletests``). Its Holm branch ends in a full
-    ``gc.collect()``, which in a process holding torch, MLflow and pandas took 0.18 s a call here
-    (a report makes dozens): the objects that exist before the call are frozen out of it."""
-    gc.freeze()
-    try:
-        return multipletests(pvalues, alpha=ALPHA, method="holm")[1]
-    finally:
-        gc.unfreeze()
-
-
-def judge_family(family: list[Paired], margin: float | None) -> list[Paired]:
-    """Words for a family of comparisons, from intervals only. Among the comparisons with two
-    paired seeds or more (m of them): each one's paired t-test p and, with a ``margin``, its TOST
-    p (``ttost_paired``, equivalence within ± margin), each set Holm-adjusted across the family
-    (``multipletests(..., method="holm")``). "better" / "worse" where the adjusted t-test p <
-    ALPHA; else "equivalent within ± margin" where the adjusted TOST p < ALPHA; else
-    "inconclusive". The interval reported agrees with the word: a comparison Holm rejects at its
-    step j (the j-th smallest p of m) gets the 1 − ALPHA / (m − j + 1) t-interval, which excludes
-    0; every comparison it does not reject gets the interval at the step where Holm stopped,
-    1 − ALPHA / (m − r) after r rejections, which contains 0 (Holm stops at its first
-    non-rejection, so a later comparison's own-step interval could exclude 0 with no word).
-    Returns the family, filled in."""
-    tested = [p for p in family if p.seeds >= 2 and p.standing != APART]
-    if not tested:
-        return family
-    for p in tested:
-        p.p = t_test(p.differences).p
-        if margin is not None and not math.isnan(margin):
-            p.margin = margin
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)  # identical differences: a 0 std divides
-                tost = float(ttost_paired(p.subject_values, p.method_values, -margin, margin)[0])
-            p.p_tost = 1.0 if math.isnan(tost) else tost
-    for p, (adjusted, level) in zip(tested, holm_steps([p.p for p in tested])):
-        p.p_holm, p.level = adjusted, level
-        interval = t_test(p.differences, level)
-        p.low, p.high = interval.low, interval.high
-    if not math.isnan(tested[0].p_tost):
-        for p, adjusted in zip(tested, holm([p.p_tost for p in tested])):
-            p.p_tost_holm = float(adjusted)
-    return family
-
-
-def holm_steps(pvalues: list[float]) -> list[tuple[float, float]]:
-    """Each p's Holm-adjusted p and the confidence of the interval that agrees with its word
-    (``judge_family``): 1 − ALPHA / (m − j + 1) for the j-th smallest p where Holm rejects it,
-    1 − ALPHA / (m − r) after r rejections for the rest."""
-    adjusted = holm(pvalues)
-    m, rejected = len(pvalues), int(sum(a < ALPHA for a in adjusted))
-    levels = [math.nan] * m
-    for rank, index in enumerate(sorted(range(m), key=lambda i: pvalues[i])):  # stable: ties keep the order
-        levels[index] = 1 - ALPHA / (m - min(rank, rejected))
-    return [(float(a), level) for a, level in zip(adjusted, levels)]
+class WorkloadResult:
+    """One workload's numbers and words, as the report writes them (``time_to_accuracy``)."""
+    name: str
+    metric: str                 # the curve metric (eval_*)
+    lower: bool                 # lower is better
+    plateau: Plateau
+    target: Target
+    summary: pd.DataFrame       # one row per method
+    per_run: pd.DataFrame       # one row per run
+    curves: pd.DataFrame        # one row per run and epoch (CURVE_COLUMNS)
+    margin: float = math.nan    # the equivalence margin of the final metric
+    paired: list[Paired] = field(default_factory=list)  # AtteNT against each method: two families
+    temperatures: pd.DataFrame = field(default_factory=pd.DataFrame)
+    variants: pd.DataFrame = field(default_factory=pd.DataFrame)  # methods with a "+": their comparisons
+    variant_paired: list[Paired] = field(default_factory=list)    # those comparisons: their own family
+    choices: list[dict] = field(default_factory=list)   # what the selection stage chose (choices.json)
+    verdict: list[str] = field(default_factory=list)
+    superseded: int = 0         # older finished runs of the same method and seed, left out
+    selection_runs: int = 0     # selection-stage runs, left out
 
 
 # --- the numbers ------------------------------------------------------------------------------------
-
-def numeric(frame: pd.DataFrame, column: str) -> pd.Series:
-    """A column as floats; all NaN where nobody logged it."""
-    if column not in frame:
-        return pd.Series(math.nan, index=frame.index, dtype=float)
-    return pd.to_numeric(frame[column], errors="coerce").astype(float)
-
-
-def mean_std(values: pd.Series) -> tuple[float, float, int]:
-    """Mean, sample std (ddof=1; NaN for fewer than 2 values) and count of the values present."""
-    values = pd.to_numeric(values, errors="coerce").dropna()
-    if values.empty:
-        return math.nan, math.nan, 0
-    return float(values.mean()), (float(values.std(ddof=1)) if len(values) > 1 else math.nan), len(values)
-
-
-def base_method(name: str) -> str:
-    """``soft+T0.1`` -> ``soft``: the method a named variant is a variant of."""
-    return str(name).split("+", 1)[0]
-
 
 def final_metrics(runs: pd.DataFrame, curves: pd.DataFrame, metric: str) -> pd.Series:
     """Each run's final value of the curve metric (its end-of-run metric, else its curve's last
@@ -306,22 +107,6 @@ def target_of(full_finals: pd.Series, lower: bool, tolerance: float | None = Non
                     else f"the seed std of full data's final value, {seed_std:.4f}")
     return Target(reference + slack if lower else reference - slack, slack,
                   f"the larger of {floor_words} and {spread_words}", reference, seed_std, seeds)
-
-
-def plateau_of(per_run: pd.DataFrame, lower: bool, tolerance: float, control_name: str = FULL_LONG) -> Plateau:
-    """full_long's final metric minus full data's, seed by seed, signed so that positive is an
-    improvement, and its 90 % t-interval, against the tolerance (``Plateau.verdict``).
-    ``per_run``: ``method`` (FULL or FULL_LONG), ``seed``, ``final_metric``; ``control_name``: what
-    the verdict calls the control."""
-    def finals(method: str) -> pd.Series:
-        return per_run[per_run["method"].eq(method)].set_index("seed")["final_metric"].dropna()
-    full, long = finals(FULL), finals(FULL_LONG)
-    if long.empty:
-        return Plateau(0, math.nan, math.nan, math.nan, tolerance, control=False, control_name=control_name)
-    seeds = full.index.intersection(long.index)
-    gain = (long[seeds] - full[seeds]) * (-1 if lower else 1)
-    test = t_test(gain, PLATEAU_CONFIDENCE)
-    return Plateau(test.n, test.mean, test.low, test.high, tolerance, control=True, control_name=control_name)
 
 
 def time_to_target(curve: pd.DataFrame, target: float, lower: bool) -> float:
@@ -436,10 +221,9 @@ def standings(summary: pd.DataFrame) -> list[str]:
     return out
 
 
-def seed_pair(mine: pd.DataFrame, other: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
-    """Two methods' values of ``column`` over the seeds where both have one (frames by seed)."""
-    both = pd.concat([mine[column].rename("mine"), other[column].rename("other")], axis=1, join="inner").dropna()
-    return both["mine"].to_numpy(float), both["other"].to_numpy(float)
+def apart_note(budget: float, reference: float) -> str:
+    """Why a comparison off AtteNT's budget gets no word."""
+    return f"budget {percent_cell(budget)} of full data's samples against AtteNT's {percent_cell(reference)}"
 
 
 def paired_comparisons(per_run: pd.DataFrame, summary: pd.DataFrame, lower: bool,
@@ -460,8 +244,7 @@ def paired_comparisons(per_run: pd.DataFrame, summary: pd.DataFrame, lower: bool
             continue
         other = per_run[per_run["method"].eq(method)].set_index("seed")
         budget = float(summary.loc[summary["method"].eq(method), "budget"].iloc[0])
-        apart = (f"budget {percent_cell(budget)} of full data's samples against AtteNT's "
-                 f"{percent_cell(reference)}") if standing[method] == APART else ""
+        apart = apart_note(budget, reference) if standing[method] == APART else ""
         finals.append(Paired(ATTENT, method, standing[method], FINAL, *seed_pair(attent, other, "final_metric"),
                              "lower" if lower else "higher", apart))
         seeds = attent.index.intersection(other.index)
@@ -505,8 +288,7 @@ def variant_table(per_run: pd.DataFrame, summary: pd.DataFrame, lower: bool,
     variants = [m for m in summary["method"] if "+" in str(m)]
     comparisons: dict[tuple[str, str], Paired] = {}
     for variant in variants:
-        apart = (f"budget {percent_cell(budget[variant])} of full data's samples against AtteNT's "
-                 f"{percent_cell(attent_budget(summary))}") if standing[variant] == APART else ""
+        apart = apart_note(budget[variant], attent_budget(summary)) if standing[variant] == APART else ""
         against = {key: m for key, m in VARIANT_COMPARATORS.items() if m in by_method} | {"base": base_method(variant)}
         for key, method in against.items():
             values = seed_pair(by_method[variant], by_method[method], "final_metric") if method in by_method \

@@ -53,6 +53,7 @@ CONTRACT_COLUMNS = (TASK, METHOD, STRATEGY, RATIO_SCHEDULE, INTERVAL_SCHEDULE, L
                     IDENTITY, PARENT_RUN_ID, RATIO_KIND, *NUMERIC_COLUMNS)
 
 MISSING = "—"  # how tables and figures show a value nobody logged
+REPORT_ARTIFACTS = "report"  # where a report logs its files on the parent run of its runs
 # Per-epoch histories the figures read (plus the primary downstream metric).
 HISTORY_KEYS = (contract.TRAIN_LOSS, contract.TIME_TOTAL, contract.TIME_METHOD,
                 *(contract.time_metric(part) for part in contract.METHOD_TIME_PARTS))

@@ -1,5 +1,5 @@
 """The paper tables' regime check, seed intervals and words, from the statistics of the
-time-to-accuracy report (``analysis.tta_results``), so that both reports say the same things in
+time-to-accuracy report (``attent.analysis.stats``), so that both reports say the same things in
 the same words:
 
 - **Plateau, by the control.** Per full-data row, the plateau control (``tables.plateau_controls``:
@@ -28,14 +28,14 @@ import math
 
 import pandas as pd
 
-from analysis.render import metric_header
-from analysis.runs import MISSING, METHOD, SEED, EPOCHS, identity_columns, metric
-from attent.contract import lower_is_better
-from analysis.tables import BUDGET_DIFFERS, BUDGET_MARK, CONFIG_HEADER, Table, matching_baseline, row_contexts
-from analysis.tta_results import (ALPHA, APART, CONFIDENCE, FINAL, FULL, FULL_LONG,
-                                  PLATEAU_CONFIDENCE, PLATEAUED, STILL_RISING, Paired, Plateau, Target,
-                                  judge_family, numeric, plateau_of, seed_pair, t_test, target_of)
 from attent import contract
+from attent.analysis.render import metric_header
+from attent.analysis.runs import MISSING, METHOD, SEED, EPOCHS, identity_columns, metric
+from attent.analysis.stats import (ALPHA, APART, CONFIDENCE, PLATEAU_CONFIDENCE, PLATEAUED, STILL_RISING, Paired,
+                                   Plateau, judge_family, numeric, plateau_of, seed_pair, t_test)
+from attent.analysis.tables import BUDGET_DIFFERS, BUDGET_MARK, CONFIG_HEADER, Table, matching_baseline, row_contexts
+from attent.analysis.tta_results import FINAL, FULL, FULL_LONG, Target, target_of
+from attent.contract import lower_is_better
 
 DEFAULT_MARGIN = 0.01       # equivalence margin of a higher-is-better metric (accuracy), unless given
 CONTROL_NAME = "2E"         # what the plateau verdict calls the control: "undetermined: no 2E control"

@@ -1,4 +1,4 @@
-"""Result tables in the paper's layouts, built from the runs frame of ``analysis.runs``.
+"""Result tables in the paper's layouts, built from the runs frame of ``attent.analysis.runs``.
 
 Every table is the same core: give each run a layout row key (display strings) and list the
 rows the layout expects (rows nobody ran stay in the table with ``—`` cells, so partial sweeps
@@ -11,7 +11,7 @@ ideal saving the back-propagated samples promise; the mean selected ratio, flagg
 method trained on another budget than AtteNT; and the best value per column marked.
 
 The plateau control (``plateau_controls``: full data for twice the epochs of the other runs) is
-no row of a table: ``analysis.table_verdicts`` reads it for the table's regime verdict.
+no row of a table: ``attent.analysis.table_verdicts`` reads it for the table's regime verdict.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from itertools import product
 
 import pandas as pd
 
-from analysis.runs import (EPOCHS, IDENTITY, INTERVAL_SCHEDULE, LABEL, METHOD,
+from attent.analysis.runs import (EPOCHS, IDENTITY, INTERVAL_SCHEDULE, LABEL, METHOD,
                            METHOD_NAMES, MISSING, RATIO_KIND, RATIO_SCHEDULE, RATIO_START,
                            SHORT_PREFIX, STRATEGY, STRATEGY_NAMES, config_details, label_names,
                            downstream_metrics, is_full, metric, param,

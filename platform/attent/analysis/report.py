@@ -4,8 +4,14 @@ parent run(s) the runs belong to.
 
     attent report --experiment NAME [--out DIR] [--tracking-uri URI] [--kinds ablation ratio]
                   [--margin M]
+    attent report [--experiment NAME] --with SOURCE [--with SOURCE ...] [--size WORKLOAD=N ...]
 
-Each table also gets its regime check and words (``analysis.table_verdicts``): the plateau
+A benchmark's experiment (`attent bench`'s) gets its time-to-accuracy report instead (and its
+data-size view, where its spec sets ``size_axis``): ``benchmark_report``. With ``--with``, the
+runs of several benchmarks (other experiments or stores, or the ``per_run.csv`` their reports
+saved) are joined and judged as one: ``attent.analysis.joined``.
+
+Each table also gets its regime check and words (``attent.analysis.table_verdicts``): the plateau
 verdict of full data by the plateau control (full data for twice the table's epochs, which is
 no row of the table), a 95 % seed interval per row, and Holm-adjusted words against full data
 (and AtteNT, in the comparison table).
@@ -25,15 +31,14 @@ from matplotlib.figure import Figure
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
-from analysis import figures
-from analysis.runs import (HISTORY_KEYS, TASK, ReportError, load_experiment_runs, load_histories,
-                           primary_metric)
-from analysis.render import to_csv, to_latex, to_markdown
-from analysis.table_verdicts import judge_table
 from attent import contract  # the names the engine logs (no engine import)
-from analysis.tables import CONFIG_HEADER, TABLE_BUILDERS, Table, applicable_kinds, plateau_controls
+from attent.analysis import figures
+from attent.analysis.render import to_csv, to_latex, to_markdown
+from attent.analysis.runs import (HISTORY_KEYS, REPORT_ARTIFACTS, TASK, ReportError, load_experiment_runs,
+                                  load_histories, primary_metric)
+from attent.analysis.table_verdicts import judge_table
+from attent.analysis.tables import CONFIG_HEADER, TABLE_BUILDERS, Table, applicable_kinds, plateau_controls
 
-ARTIFACT_PATH = "report"
 INDEX_FILE = "report.md"
 
 
@@ -167,7 +172,7 @@ def build_report(experiment: str, tracking_uri: str | None = None,
     logged_to = loaded.sweep_parent_ids if log_to_parent else []
     for parent_id in logged_to:  # this run's files only, not leftovers of earlier reports
         for path in files:
-            client.log_artifact(parent_id, str(path), artifact_path=ARTIFACT_PATH)
+            client.log_artifact(parent_id, str(path), artifact_path=REPORT_ARTIFACTS)
     print(f"\nWrote {len(files)} files to {out}"
           + (f"; logged them to sweep run(s) {', '.join(logged_to)}" if logged_to else ""))
     return Report(experiment, out, tables, figure_paths, files, logged_to, len(loaded.runs),
@@ -182,35 +187,52 @@ def is_benchmark(experiment: str, tracking_uri: str | None) -> bool:
         [found.experiment_id], f"tags.`{contract.TAG_ROLE}` = '{contract.ROLE_BENCHMARK}'", max_results=1))
 
 
-def benchmark_report(experiment: str, tracking_uri: str | None, out: str, margin: float | None) -> None:
+def benchmark_report(experiment: str, tracking_uri: str | None, out: str | Path, margin: float | None = None,
+                     spec: dict | None = None) -> tuple[Path, bool]:
     """The time-to-accuracy report of a benchmark from its runs as they stand (finished runs only:
-    a benchmark still running, or stopped, gets the report of what it has), and the data-size
-    view where its workloads differ in training-set size."""
-    from analysis.data_size import TRAIN_LIMIT, build_data_size_report
-    from analysis.time_to_accuracy import build_time_to_accuracy_report
-    from analysis.tta_runs import WORKLOAD, load_benchmark, parent_json
+    a benchmark still running, or stopped, gets the report of what it has), judged with the
+    tolerances and margins its spec declared (``spec``, else the one logged on its parent run;
+    ``margin`` overrides them), and the data-size view where the spec sets ``size_axis``: the one
+    rule, for `attent bench` and `attent report` alike. Returns the folder and whether the
+    data-size view was written (in its ``data_size/``)."""
+    from attent.analysis.data_size import build_data_size_report
+    from attent.analysis.time_to_accuracy import build_time_to_accuracy_report
+    from attent.analysis.tta_runs import WORKLOAD, load_benchmark, parent_json
     client = MlflowClient(tracking_uri)
     bench = load_benchmark(client, experiment)
-    runs = bench.runs
-    # the tolerances and margins the spec declared (logged on the parent), unless --margin says
-    spec = (parent_json(client, bench.parent, contract.BENCH_SPEC_FILE) if bench.parent else None) or {}
+    if spec is None:
+        spec = (parent_json(client, bench.parent, contract.BENCH_SPEC_FILE) if bench.parent else None) or {}
     declared = {w["name"]: w for w in spec.get("workloads", [])}
     tolerances = {name: w["tolerance"] for name, w in declared.items() if w.get("tolerance") is not None}
     margins = {name: w["margin"] for name, w in declared.items() if w.get("margin") is not None}
     if margin is not None:
-        margins = {name: margin for name in runs[WORKLOAD].unique()}
+        margins = {name: margin for name in bench.runs[WORKLOAD].unique()}
     folder = build_time_to_accuracy_report(experiment, tracking_uri=client.tracking_uri,
                                            out_dir=Path(out) / experiment, tolerances=tolerances, margins=margins)
-    sizes = runs.groupby(WORKLOAD)[TRAIN_LIMIT].first().nunique() if TRAIN_LIMIT in runs else 0
-    if sizes > 1:
+    size_view = bool(spec.get("size_axis"))
+    if size_view:
         build_data_size_report(experiment, tracking_uri=client.tracking_uri, out_dir=folder / "data_size",
                                tolerances=tolerances, margins=margins)
-    print(f"\nreport: {folder}/time_to_accuracy.md" + (f", {folder}/data_size/data_size.md" if sizes > 1 else ""))
+    return folder, size_view
+
+
+def joined_report(experiment: str | None, sources: list[str], tracking_uri: str | None, out: str,
+                  sizes: list[str], margin: float | None) -> Path:
+    """``attent report --with``: the experiment's runs (if named) and every source's, judged as
+    one benchmark (``attent.analysis.joined``), in ``<out>/<experiment, or "joined">/``."""
+    from attent.analysis.joined import build_joined_report, read_source
+    try:
+        given = {workload: int(size) for workload, size in (item.split("=", 1) for item in sizes)}
+    except ValueError:
+        raise ReportError(f"--size takes WORKLOAD=N (a whole number of training samples), not {sizes}") from None
+    name = experiment or "joined"
+    read = [read_source(source, tracking_uri) for source in ([experiment] if experiment else []) + sources]
+    return build_joined_report(name, read, Path(out) / slug(name), sizes=given, margin=margin)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="attent report", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--experiment", required=True, help="MLflow experiment name")
+    parser.add_argument("--experiment", help="MLflow experiment name (optional with --with)")
     parser.add_argument("--out", default="reports", help="output folder (default: reports)")
     parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI")
     parser.add_argument("--kinds", nargs="+", choices=sorted(TABLE_BUILDERS),
@@ -220,14 +242,25 @@ def main(argv: list[str] | None = None) -> int:
                              "none for lower-is-better ones)")
     parser.add_argument("--no-log-to-parent", action="store_true",
                         help="do not log the files as artifacts of the sweep parent run")
+    parser.add_argument("--with", dest="sources", action="append", default=[], metavar="SOURCE",
+                        help="join another benchmark's runs: EXPERIMENT[@TRACKING_URI] or a saved per_run.csv "
+                             "(repeatable); the joined data-size view goes to <out>/<experiment, or joined>/")
+    parser.add_argument("--size", action="append", default=[], metavar="WORKLOAD=N",
+                        help="with --with: a workload's training-set size where no source gives it (repeatable)")
     args = parser.parse_args(argv)
+    if not args.experiment and not args.sources:
+        parser.error("give --experiment, --with, or both")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a report reads small files
     try:
-        if is_benchmark(args.experiment, args.tracking_uri):  # `attent bench`'s: its own report, rebuilt
-            benchmark_report(args.experiment, args.tracking_uri, args.out, args.margin)
-            return 0
-        build_report(args.experiment, args.tracking_uri, args.out, args.kinds,
-                     log_to_parent=not args.no_log_to_parent, margin=args.margin)
+        if args.sources:
+            folder = joined_report(args.experiment, args.sources, args.tracking_uri, args.out, args.size, args.margin)
+            print((folder / "data_size.md").read_text() + f"\nreport: {folder}/data_size.md")
+        elif is_benchmark(args.experiment, args.tracking_uri):  # `attent bench`'s: its own report, rebuilt
+            folder, size_view = benchmark_report(args.experiment, args.tracking_uri, args.out, args.margin)
+            print(f"\nreport: {folder}/time_to_accuracy.md" + (f", {folder}/data_size/data_size.md" if size_view else ""))
+        else:
+            build_report(args.experiment, args.tracking_uri, args.out, args.kinds,
+                         log_to_parent=not args.no_log_to_parent, margin=args.margin)
     except (ReportError, MlflowException) as error:
         print(f"attent report: {error}", file=sys.stderr)
         return 1

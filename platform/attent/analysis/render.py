@@ -1,6 +1,6 @@
-"""Rendering of ``analysis.tables``' tables: cell formatting (mean ± std, percentages, ratios,
+"""Rendering of ``attent.analysis.tables``' tables: their cells (``cells``' numbers, the selected ratio and
 the budget mark) and the Markdown, LaTeX and CSV text of a ``Table``, best values marked; where
-``analysis.table_verdicts`` judged it, the judged metric's seed interval and the words.
+``attent.analysis.table_verdicts`` judged it, the judged metric's seed interval and the words.
 """
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import math
 
 import pandas as pd
 
-from analysis.runs import MISSING
-from analysis.tables import (BUDGET_DIFFERS, BUDGET_MARK, COST, COST_CHANGE, EVAL_TIME,
+from attent.analysis.cells import change_cell, interval_cell, percent_cell, ratio_cell, stat_cell
+from attent.analysis.runs import MISSING
+from attent.analysis.tables import (BUDGET_DIFFERS, BUDGET_MARK, COST, COST_CHANGE, EVAL_TIME,
                              IDEAL_SAVING, REALIZED_SAVING, SAVING_RATIO, Table, best_rows)
 from attent import contract
 
@@ -31,33 +32,9 @@ def decimals(means: pd.Series) -> int:
     return 4 if means.abs().max() < 10 else 2
 
 
-def stat_cell(mean: float, std: float, places: int) -> str:
-    if math.isnan(mean):
-        return MISSING
-    if math.isnan(std):  # a single seed has no spread
-        return f"{mean:.{places}f}"
-    return f"{mean:.{places}f} ± {std:.{places}f}"
-
-
 def stat_cells(stats: pd.DataFrame, metric_name: str, places: int) -> list[str]:
     return [stat_cell(m, s, places)
             for m, s in zip(stats[f"{metric_name}_mean"], stats[f"{metric_name}_std"])]
-
-
-def change_cell(change: float) -> str:
-    return MISSING if math.isnan(change) else f"{change:+.1f}%"
-
-
-def percent_cell(fraction: float) -> str:
-    return MISSING if math.isnan(fraction) else f"{fraction:.1%}"
-
-
-def ratio_cell(value: float) -> str:
-    return MISSING if math.isnan(value) else f"{value:.2f}"
-
-
-def interval_cell(low: float, high: float, places: int) -> str:
-    return MISSING if math.isnan(low) else f"[{low:.{places}f}, {high:.{places}f}]"
 
 
 def interval_header(metric_name: str) -> str:
