@@ -273,15 +273,12 @@ class Selector:
 
 
 def planned_subset_sizes(selection: SelectionConfig, num_samples: int, epochs: int) -> list[int]:
-    """The subset size of every epoch, as the Teacher will choose it: all data before the first
-    re-selection and while annealing, ``budget(N, ratio)`` from each re-selection on. InfoBatch's
-    sizes depend on the losses and cannot be planned."""
+    """The subset size of every epoch, as the Teacher will choose it (``selection.epoch_plan``):
+    all data before the first re-selection, while annealing and in the full epochs of a cycle
+    (interval kind cycles), ``budget(N, ratio)`` from each re-selection on. InfoBatch's sizes
+    depend on the losses and cannot be planned."""
     if selection.method == "infobatch":
         raise ValueError("InfoBatch's subset sizes depend on the losses: planned_steps cannot size a "
                          "schedule for it; use an epoch-based schedule")
-    sizes = [num_samples] * epochs
-    plan = selection.planned_ratios(epochs)
-    ends = [epoch for epoch, _ in plan[1:]] + [selection.selecting_epochs(epochs)]
-    for (start, ratio), end in zip(plan, ends):
-        sizes[start:end] = [budget(num_samples, ratio)] * (end - start)
-    return sizes
+    return [num_samples if planned.all_data else budget(num_samples, planned.ratio)
+            for planned in selection.epoch_plan(epochs)]

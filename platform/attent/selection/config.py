@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 from .deprecation import deprecated_arguments, warn_renamed
-from .schedules import IntervalSchedule, RatioSchedule, epochs_before_annealing, training_progress
+from .schedules import (CycleSchedule, IntervalSchedule, PlannedEpoch, RatioSchedule, cycle_plan,
+                        epochs_before_annealing, training_progress)
 
 METHODS = ("attent", "full", "class_weight", "group_weight", "gradnorm", "infobatch")
 # Random is AtteNT's third strategy (``strategy="random"``), as the paper names Hard, Soft and
@@ -24,9 +25,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Initial scoring pass, re-scoring at each (growing) interval, ratio 20%->80%, soft selection.
     # Soft draws from standardized losses at T = 4 (hardness about 0.12): the paper gives neither
     # T nor a scale; of T = 0.25, 1, 4 measured on Fashion-MNIST the softest did best (README).
+    # No warm-up (warmup_epochs left unset: 0, or the released code's 1 with interval kind cycles).
     "vit": dict(method="attent", strategy="soft", soft_logits="standardized", temperature=4.0,
                 ratio=dict(kind="incremental", start=0.2, end=0.8),
-                interval=dict(kind="incremental", start=1, end=4), warmup_epochs=0, rescore=True),
+                interval=dict(kind="incremental", start=1, end=4), rescore=True),
 }
 
 
@@ -69,18 +71,47 @@ class RatioConfig(BaseModel):
 
 
 class IntervalConfig(BaseModel):
+    """Two readings of the paper's "interval". ``fixed`` and ``incremental``: the epochs a pick is
+    kept before the next one, a function of training progress (the paper's text: "how often the
+    subset is re-sampled"). ``cycles``: the authors' released code's: a warm-up epoch on all data,
+    then ``cycles`` cycles, each opening with ``start`` -> ``end`` epochs on a subset and ending on
+    all data, the ratio stepping once per cycle (``schedules.CycleSchedule``)."""
     model_config = ConfigDict(extra="forbid")
-    kind: Literal["fixed", "incremental"] = "fixed"
-    start: int = Field(1, ge=1, description="I0 in epochs; for fixed, the interval itself")
-    end: Optional[int] = Field(None, ge=1, description="Imax (incremental); defaults to start")
+    kind: Literal["fixed", "incremental", "cycles"] = "fixed"
+    start: int = Field(1, ge=1, description="I0 in epochs; for fixed, the interval itself; for cycles, "
+                                            "the subset epochs of the first cycle")
+    end: Optional[int] = Field(None, ge=1, description="Imax (incremental); for cycles, the subset epochs "
+                                                       "of the last cycle; defaults to start")
+    cycles: Optional[int] = Field(None, ge=1, description="cycles: their number K after the warm-up "
+                                                          "(the released code: 10); other kinds ignore it")
+    redraw: Optional[bool] = Field(None, description="cycles: re-select at every subset epoch (true) or keep "
+                                                     "the cycle's first pick (false); unset: as the released "
+                                                     "code, true for Soft only")
 
     @model_validator(mode="after")
     def _default_end(self) -> "IntervalConfig":
         if self.kind == "fixed" or self.end is None:
             self.end = self.start
+        if self.kind != "cycles":  # a cycles section's leftovers (e.g. an override of its kind) must not linger
+            self.cycles = self.redraw = None
+        elif self.cycles is None:
+            raise ValueError("interval kind cycles needs interval.cycles, the number of cycles after the "
+                             "warm-up (the released code's: 10)")
         return self
 
-    def build(self) -> IntervalSchedule:
+    @model_serializer(mode="wrap")
+    def _without_unused(self, handler) -> dict[str, Any]:
+        """The cycles' settings only in a cycles section: the other kinds' params (and run
+        identities) stay what they were before cycles existed."""
+        data = handler(self)
+        if self.kind != "cycles" and isinstance(data, dict):
+            data.pop("cycles", None)
+            data.pop("redraw", None)
+        return data
+
+    def build(self) -> IntervalSchedule | CycleSchedule:
+        if self.kind == "cycles":
+            return CycleSchedule(self.cycles, self.start, self.end, bool(self.redraw))
         return IntervalSchedule(self.kind, self.start, self.end)
 
 
@@ -92,10 +123,11 @@ class SelectionConfig(BaseModel):
     method: Literal[METHODS] = "attent"             # attent, or a baseline behind the same interface
     strategy: Literal["hard", "soft", "random"] = "hard"  # attent: Hard (top-k), Soft (Gumbel-top-k), Random (uniform)
     ratio: RatioConfig = RatioConfig()               # fraction of the data selected, vs progress
-    interval: IntervalConfig = IntervalConfig()      # epochs a selection is kept, vs progress
+    interval: IntervalConfig = IntervalConfig()      # epochs a selection is kept, vs progress; or cycles
     temperature: float = Field(1.0, gt=0, allow_inf_nan=False)  # soft: softmax(logits / T); T->0 hard, T->inf random
     soft_logits: Literal["raw", "standardized", "log"] = "raw"  # soft: logits = loss | z-scored loss | log loss
-    warmup_epochs: int = Field(0, ge=0)              # epochs on all data before the first selection
+    # epochs on all data before the first selection; unset: 0, or 1 with interval kind cycles (the released code's)
+    warmup_epochs: Optional[int] = Field(None, ge=0)
     rescore: bool = False                            # full scoring pass before each re-selection
     rescore_stale: bool = False                      # beyond the paper: re-score only samples not trained on this interval
     rescore_fraction: float = Field(1.0, gt=0, le=1)  # beyond the paper: share of the samples due a score that a pass re-scores
@@ -127,8 +159,29 @@ class SelectionConfig(BaseModel):
         if isinstance(data, dict) and data.get("preset") is not None:
             if data["preset"] not in PRESETS:
                 raise ValueError(f"unknown selection preset {data['preset']!r}; choose {', '.join(PRESETS)}")
-            data = deep_merge(PRESETS[data["preset"]], data)
+            preset = PRESETS[data["preset"]]
+            interval = data.get("interval")
+            if isinstance(interval, dict) and interval.get("kind") == "cycles":
+                # the preset's interval is the progress reading's: its end must not become the
+                # cycles' (`{kind: cycles, cycles: 10, start: 5}` is 5 subset epochs every cycle)
+                preset = {key: value for key, value in preset.items() if key != "interval"}
+            data = deep_merge(preset, data)
         return data
+
+    @model_validator(mode="after")
+    def _cycles(self) -> "SelectionConfig":
+        """The cycles reading's defaults, as the released code runs it: one warm-up epoch; Soft
+        re-draws at every subset epoch, Hard and Random keep the cycle's pick."""
+        cycles = self.interval.kind == "cycles"
+        if self.warmup_epochs is None:
+            self.warmup_epochs = 1 if cycles else 0
+        if cycles and self.interval.redraw is None:  # a copy: the section may be shared with other configs
+            soft = self.method == "attent" and self.strategy == "soft"
+            self.interval = self.interval.model_copy(update={"redraw": soft})
+        if cycles and self.anneal:
+            raise ValueError("selection.anneal does not combine with interval kind cycles: each cycle "
+                             "ends on all data already")
+        return self
 
     @model_validator(mode="after")
     def _consistent(self) -> "SelectionConfig":
@@ -156,8 +209,13 @@ class SelectionConfig(BaseModel):
         return self.ratio.build()
 
     @property
-    def interval_schedule(self) -> IntervalSchedule:
+    def interval_schedule(self) -> IntervalSchedule | CycleSchedule:
         return self.interval.build()
+
+    @property
+    def uses_cycles(self) -> bool:
+        """The released code's reading of "interval" (``interval.kind: cycles``) decides the subsets."""
+        return self.interval.kind == "cycles" and self.uses_ratio_schedule
 
     @property
     def uses_ratio_schedule(self) -> bool:
@@ -167,9 +225,14 @@ class SelectionConfig(BaseModel):
     @_EPOCHS_RENAMED
     def planned_ratios(self, epochs: int) -> list[tuple[int, float]]:
         """(epoch, ratio) of every re-selection a run of ``epochs`` makes, exactly as the
-        Teacher will (same progress definition, same interval rounding)."""
+        Teacher will (same progress definition, same interval rounding; with interval kind
+        cycles, each cycle's first subset epoch, or each of them with ``redraw``). The epochs
+        that train on all data between picks (warm-up, annealing, a cycle's full epochs) are not
+        re-selections: ``epoch_plan`` lists every epoch."""
         if not self.uses_ratio_schedule:
             return []
+        if self.uses_cycles:
+            return [(p.epoch, p.ratio) for p in self.epoch_plan(epochs) if p.selects]
         plan, epoch = [], self.warmup_epochs
         while epoch < self.selecting_epochs(epochs):
             progress = training_progress(epoch, epochs)
@@ -177,39 +240,49 @@ class SelectionConfig(BaseModel):
             epoch += self.interval_schedule(progress)
         return plan
 
+    def epoch_plan(self, epochs: int) -> list[PlannedEpoch]:
+        """Every epoch of a run of ``epochs``: the share of the data it trains on (1.0: all) and
+        whether a re-selection opens it, as the Teacher will. Either reading of "interval": the
+        progress schedules' (a pick kept until the next; all data in warm-up and annealing), or
+        the released code's cycles (``schedules.cycle_plan``, which refuses an impossible plan)."""
+        if epochs < 1:
+            raise ValueError(f"epochs must be >= 1, got {epochs}")
+        if self.uses_cycles:
+            return cycle_plan(epochs, self.warmup_epochs, self.interval_schedule, self.ratio_schedule)
+        picks, ratio = dict(self.planned_ratios(epochs)), 1.0
+        end, plan = self.selecting_epochs(epochs), []
+        for epoch in range(epochs):
+            ratio = picks.get(epoch, ratio)
+            plan.append(PlannedEpoch(epoch, ratio if epoch < end else 1.0, epoch in picks))
+        return plan
+
     @_EPOCHS_RENAMED
     def mean_planned_ratio(self, epochs: int) -> float:
-        """The mean over epochs of the share of the data the schedules select (1 in warm-up
-        epochs and without a ratio schedule): the budget a run plans to spend."""
-        plan = self.planned_ratios(epochs)
-        if not plan:
-            return 1.0
-        ratios = [1.0] * plan[0][0]
-        end = self.selecting_epochs(epochs)
-        for (epoch, ratio), (until, _) in zip(plan, plan[1:] + [(end, None)]):
-            ratios += [ratio] * (min(until, end) - epoch)
-        ratios += [1.0] * (epochs - end)  # annealing: all data
-        return sum(ratios) / epochs
+        """The mean over epochs of the share of the data the schedules select (1 in epochs on all
+        data and without a ratio schedule): the budget a run plans to spend, and 1 minus its
+        ideal sample saving."""
+        return sum(p.ratio for p in self.epoch_plan(epochs)) / epochs
 
     @_EPOCHS_RENAMED
     def ratio_reached(self, epochs: int) -> float:
         """The largest ratio a run selects (1.0 when it trains on all data at some epoch)."""
-        plan = self.planned_ratios(epochs)
-        trains_on_all = not plan or plan[0][0] > 0 or self.selecting_epochs(epochs) < epochs
-        return max([ratio for _, ratio in plan] + ([1.0] if trains_on_all else []))
+        return max(p.ratio for p in self.epoch_plan(epochs))
 
     @_EPOCHS_RENAMED
     def label(self, epochs: int | None = None) -> str:
         """Human-readable row label for tables, e.g. 'Soft · incremental(0.2→0.8) · incremental(1→4)'.
         Given the run's epochs, a schedule whose end is never selected says what is reached:
-        'incremental(0.2→0.8, reached 0.56)'."""
+        'incremental(0.2→0.8, reached 0.56)'. The cycles reading, whose ratio steps per cycle and
+        reaches its end: 'Soft · incremental(0.2→0.8) per cycle · cycles(4 × 1→4 subset epochs, re-drawn)'."""
         if self.method == "full":
             return "Full data"
         if self.method == "infobatch":
             return f"InfoBatch (prune {self.infobatch_prune:g})"
         head = self.strategy.capitalize() if self.method == "attent" else self.method.replace("_", " ").title()
         ratio = self.ratio_schedule.describe()
-        plan = self.planned_ratios(epochs) if epochs is not None else []
+        plan = self.planned_ratios(epochs) if epochs is not None and not self.uses_cycles else []
+        if self.uses_cycles and self.ratio.kind != "fixed":
+            ratio += " per cycle"
         if plan and self.ratio.kind != "fixed":
             reached = max(r for _, r in plan)
             if abs(reached - self.ratio.end) > 5e-3:

@@ -85,7 +85,11 @@ class Teacher:
         self.subset = torch.arange(num_samples)
         self.loss_weights = torch.ones(num_samples)
         self.epoch = 0
-        self.next_selection = config.warmup_epochs if self.method.selects else math.inf
+        # The released code's reading of "interval" (cycles): the plan, epoch by epoch, fixed
+        # up front (it refuses an impossible one here, before training starts).
+        self.plan = config.epoch_plan(epochs) if config.uses_cycles and self.method.selects else None
+        self.next_selection = self._next_planned(-1) if self.plan is not None else \
+            config.warmup_epochs if self.method.selects else math.inf
         self.selecting_epochs = config.selecting_epochs(epochs)  # then annealing: all data
         self.score_agreement = math.nan  # of the latest scoring pass
         self.history: list[SelectionRecord] = []
@@ -134,7 +138,26 @@ class Teacher:
 
     # --- the epoch boundary -----------------------------------------------------------------
     def is_selection_epoch(self, epoch: int) -> bool:
+        if self.plan is not None:
+            return epoch < len(self.plan) and self.plan[epoch].selects
         return self.next_selection <= epoch < self.selecting_epochs
+
+    def trains_on_all(self, epoch: int) -> bool:
+        """The epoch trains on all data with no pick: annealing, or a cycle's full epochs."""
+        if self.plan is not None:
+            return epoch < len(self.plan) and self.plan[epoch].all_data
+        return epoch >= self.selecting_epochs
+
+    def scheduled_ratio(self, epoch: int) -> float:
+        """The ratio a re-selection at ``epoch`` picks: the ratio schedule at the run's progress,
+        or with cycles at the cycle's place among them."""
+        if self.plan is not None:
+            return self.plan[epoch].ratio
+        return self.config.ratio_schedule(training_progress(epoch, self.epochs))
+
+    def _next_planned(self, epoch: int) -> float:
+        """The first planned re-selection after ``epoch`` (cycles), inf if none."""
+        return next((p.epoch for p in self.plan[epoch + 1:] if p.selects), math.inf)
 
     def needs_scoring(self, epoch: int) -> bool:
         """A full scoring pass is due: a loss-driven re-selection with rescoring on, or with
@@ -153,8 +176,8 @@ class Teacher:
             self.score(score_fn)
         if self.is_selection_epoch(epoch):
             self._reselect(epoch)
-        elif epoch >= self.selecting_epochs and self.subset.numel() < self.num_samples:
-            self._anneal(epoch)
+        elif self.trains_on_all(epoch) and self.subset.numel() < self.num_samples:
+            self._all_data(epoch)
         return self.subset
 
     def end_epoch(self) -> None:
@@ -198,22 +221,26 @@ class Teacher:
 
     def _reselect(self, epoch: int) -> None:
         start = time.perf_counter()
-        p = training_progress(epoch, self.epochs)
-        ratio = self.config.ratio_schedule(p)
+        ratio = self.scheduled_ratio(epoch)
         pool = Pool(self.scores, self.component_scores, self.generator)
         pick = self.method.pick(pool, epoch, budget(self.num_samples, ratio))
         previous = self.history[-1].indices if self.history else None
         self.subset = pick.subset
         self.loss_weights = torch.ones(self.num_samples) if pick.loss_weights is None else pick.loss_weights
-        self.next_selection = epoch + (pick.interval or self.config.interval_schedule(p))
+        if self.plan is not None:
+            self.next_selection = self._next_planned(epoch)
+        else:
+            self.next_selection = epoch + (pick.interval or
+                                           self.config.interval_schedule(training_progress(epoch, self.epochs)))
         self.trained.zero_()  # a new interval begins
         self.seconds["selection"] += time.perf_counter() - start
         ratio = ratio if pick.ratio is None else pick.ratio
         self.history.append(self._record(epoch, ratio, time.perf_counter() - start, previous))
         self.score_agreement = math.nan  # belongs to this pick's scoring pass
 
-    def _anneal(self, epoch: int) -> None:
-        """The final ``anneal`` share of the epochs: all data, unweighted (beyond the paper)."""
+    def _all_data(self, epoch: int) -> None:
+        """Back to all data, unweighted, with no pick and no scoring pass: the final ``anneal``
+        share of the epochs (beyond the paper), or the full epochs that end each cycle."""
         previous = self.subset
         self.subset, self.loss_weights = torch.arange(self.num_samples), torch.ones(self.num_samples)
         self.history.append(self._record(epoch, 1.0, 0.0, previous))
