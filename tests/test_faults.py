@@ -43,10 +43,12 @@ def runs_named(uri: str, name: str):
 # --- 1. checkpoints -----------------------------------------------------------------------------
 @pytest.mark.slow
 def test_a_failed_run_resumes_into_its_mlflow_run_past_a_corrupt_newest_checkpoint(ray_cluster, tmp_path,
-                                                                                    mlflow_uri):
+                                                                                    mlflow_uri, capfd):
     """Re-running a failed run (same name and storage path) continues it in the same MLflow run;
-    its newest checkpoint, overwritten, is skipped for the older intact one."""
+    its newest checkpoint, overwritten, is skipped for the older intact one, and the terminal says
+    both in a line each under the CLI's quiet console."""
     from attent.engine.driver import train
+    from attent.engine.progress import PLAIN, Console
     cfg = digits(tmp_path, mlflow_uri, "corrupt-newest", fault={"fail_once_after_epoch": 1}, ray={"max_failures": 0})
     with pytest.raises(Exception):
         train(cfg)  # dies after epoch 2's checkpoint: checkpoints of epochs 1 and 2
@@ -56,7 +58,12 @@ def test_a_failed_run_resumes_into_its_mlflow_run_past_a_corrupt_newest_checkpoi
     assert len(checkpoints) == 2
     (checkpoints[-1] / "state.pt").write_bytes(os.urandom(4096))  # the newest: overwritten
 
-    resumed = train(cfg)
+    capfd.readouterr()
+    resumed = train(cfg, console=Console(PLAIN))  # `attent train`'s, output to a file or pipe
+    screen = [line for line in capfd.readouterr().err.splitlines() if line.startswith("[attent]")]
+    skipped, = [line for line in screen if line.startswith("[attent] skipped checkpoint ")]
+    assert skipped.startswith(f"[attent] skipped checkpoint {checkpoints[-1]}: ") and "SHA-256" in skipped
+    assert screen.count(f"[attent] resumed {cfg.name} from its epoch-1 checkpoint") == 1
     client, runs = runs_named(mlflow_uri, cfg.name)
     assert resumed.resumed and [r.info.run_id for r in runs] == [resumed.run_id]  # the same MLflow run
     run = client.get_run(resumed.run_id)

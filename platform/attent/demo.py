@@ -35,8 +35,21 @@ def run_demo(workdir: Path, console=None) -> int:
     out = run_benchmark(DEMO_BENCHMARK, demo_overrides() + [f"mlflow.tracking_uri={uri}"],
                         out_dir=workdir / "reports", name=name, console=console)
     print(f"\nDemo wall-clock: {time.perf_counter() - start:.0f}s (Ray start-up and scheduling included)")
-    print(f"Report: {out / 'time_to_accuracy.md'}, figures in {out / 'figures'}.\n"
-          f"Everything is in MLflow ({uri}, experiment '{name}'). Open the dashboard with\n"
-          f"  {Path(sys.executable).parent / 'attent'} ui\n"
-          f"from {workdir}, then browse http://127.0.0.1:5000")
+    print(f"Report: {out / 'time_to_accuracy.md'}, figures in {out / 'figures'}.")
+    print(dashboard_hint(uri, name))
     return 0
+
+
+def dashboard_hint(tracking_uri: str, experiment: str) -> str:
+    """How to see the demo's runs: the `attent ui` command over its store, and the link that opens
+    the experiment's training runs with the training view (MLflow's home page would open on its
+    GenAI pages)."""
+    from .engine.dashboard import UI_DEFAULT_URL, experiment_link
+    command = f"{Path(sys.executable).parent / 'attent'} ui --tracking-uri {tracking_uri}"
+    link = experiment_link(tracking_uri, experiment, UI_DEFAULT_URL)
+    if link is None:  # the benchmark logged nothing: nothing to open
+        return f"Nothing was logged to MLflow ({tracking_uri}, experiment '{experiment}')."
+    return (f"Everything is in MLflow ({tracking_uri}, experiment '{experiment}'). To see its training runs, start\n"
+            f"  {command}\n"
+            f"and open (attent ui prints it too):\n"
+            f"  {link}")

@@ -12,7 +12,7 @@ import json
 import time
 import zlib
 from typing import Any, Iterable
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from mlflow.tracking import MlflowClient
 
@@ -21,8 +21,15 @@ from .. import contract
 # The runs a view lists: all but the parents of sweeps and benchmarks (a run's page names its parent)
 PARENT_ROLES = (contract.ROLE_SWEEP, contract.ROLE_BENCHMARK, contract.ROLE_THEORY)
 RUNS_SHOWN = " and ".join(f"tags.`{contract.TAG_ROLE}` != '{role}'" for role in PARENT_ROLES)
-# Query of MLflow 3.17's UI: its GenAI / Model training switch (GenAI unless the browser clicked
-# the other once), the shared view to load, the runs page's chart mode.
+# MLflow 3.17's UI (its JavaScript bundle, mlflow/server/js/build; tests/test_first_look.py finds
+# each of these there). The experiment's bare route redirects by the GenAI / Model training switch
+# to its GenAI overview, keeping no view, so the link names the Runs tab itself. The switch reads
+# ``workflowType`` from the query, else what the browser last clicked, else GenAI; in 3.17 it also
+# sets the experiment's kind (the ``mlflow.experimentKind`` tag is no longer read). A
+# ``viewStateShareKey`` loads the view stored in the experiment's tag of that key, unless the
+# query carries search facets (``searchFilter``, ``orderByKey``...): the link carries none.
+UI_RUNS_ROUTE = "/experiments/:experimentId/runs"
+UI_DEFAULT_URL = "http://127.0.0.1:5000"  # where `attent ui` serves by default
 UI_MODEL_TRAINING = {"workflowType": "machine_learning"}
 UI_SHARED_VIEW, UI_CHARTS = "viewStateShareKey", {"compareRunsMode": "CHART"}
 KEY_SECTION, CURVE_SECTION, SYSTEM_SECTION = "attent-key-metrics", "attent-per-epoch", "attent-system"
@@ -35,7 +42,8 @@ def training_view_url(base_url: str, experiment_id: str, *, charts: bool = False
     """The experiment's training runs in MLflow's UI: Model training mode and the training view
     (trials listed flat, key metrics as columns), as a table or as charts."""
     query = {**UI_MODEL_TRAINING, UI_SHARED_VIEW: contract.TRAINING_VIEW_KEY, **(UI_CHARTS if charts else {})}
-    return f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs?{urlencode(query)}"
+    route = UI_RUNS_ROUTE.replace(":experimentId", quote(str(experiment_id), safe=""))
+    return f"{base_url.rstrip('/')}/#{route}?{urlencode(query)}"
 
 
 def training_view_state(metric_names: Iterable[str]) -> dict[str, Any]:
@@ -148,6 +156,17 @@ def refresh_training_view(client: MlflowClient, experiment_id: str) -> None:
     runs = get_results_from_paginated_fn(
         lambda count, token: client.search_runs([experiment_id], max_results=count, page_token=token), 1000)
     write_training_view(client, experiment_id, set().union(*(run.data.metrics for run in runs)))
+
+
+def experiment_link(tracking_uri: str, experiment: str, base_url: str) -> str | None:
+    """The training view URL of one experiment, by name, its view refreshed from its runs' metrics
+    (None when the store has no such experiment). What `attent demo` prints."""
+    client = MlflowClient(tracking_uri=tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return None
+    refresh_training_view(client, found.experiment_id)
+    return training_view_url(base_url, found.experiment_id)
 
 
 def dashboard_links(tracking_uri: str, base_url: str) -> list[tuple[str, str]]:
