@@ -12,7 +12,10 @@ run's epochs span its wall-clock minus start-up and teardown, so its per-epoch c
 what each epoch adds around training: reports, MLflow writes, checkpoints.
 
     python benchmarks/engine_overhead.py                       # Fashion-MNIST ViT, full data
-    python benchmarks/engine_overhead.py --epochs 6 --json benchmarks/results/engine_overhead.json
+    python benchmarks/engine_overhead.py --epochs 6 --rounds 3 --out /tmp/overhead
+
+Writes ``README.md`` (the tables, the command, the machine) and ``runs.json`` (every epoch and Ray
+run) into --out, by default a new folder ``benchmarks/results/engine_overhead/<date>-<machine>-<commit>/``.
 """
 from __future__ import annotations
 
@@ -25,18 +28,16 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-CONFIG = REPO / "experiments" / "fashion_mnist_vit.yaml"
+import harness
+
+CONFIG = harness.REPO / "experiments" / "fashion_mnist_vit.yaml"
 
 
 def experiment(args, name: str):
-    from attent.config import load_experiment
-    return load_experiment(CONFIG, [
-        f"name={name}", "selection.preset=null", "selection.method=full", f"train.epochs={args.epochs}",
-        f"task.train_limit={args.samples}", "task.test_limit=500", f"train.eval_every={args.epochs}",
-        "ray.num_workers=1", "ray.cpus_per_worker=1", f"ray.checkpoint_every={args.checkpoint_every}",
-        f"ray.storage_path={args.workdir}/ray_results", f"mlflow.tracking_uri=sqlite:///{args.workdir}/mlflow.db",
-        "mlflow.experiment=engine-overhead"]).resolved()
+    return harness.experiment(CONFIG, name, [
+        "selection.preset=null", "selection.method=full", f"train.epochs={args.epochs}",
+        f"task.train_limit={args.samples}", "task.test_limit=500", f"train.eval_every={args.epochs}"],
+        args.workdir, "engine-overhead", workers=1, threads=1, checkpoint_every=args.checkpoint_every)
 
 
 def bare_loop(args):
@@ -127,7 +128,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--checkpoint-every", type=int, default=1)
     parser.add_argument("--workdir", default=None)
-    parser.add_argument("--json", type=Path)
+    parser.add_argument("--out", type=Path, default=None, help="default: a new stamped folder under results/engine_overhead/")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -136,6 +137,7 @@ def main(argv=None) -> int:
         print(json.dumps(paired_epochs(args)))
         return 0
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="attent-overhead-")
+    info = harness.machine()
     bare, recipe, ray = [], [], []
     for number in range(args.rounds):  # alternated: (bare, recipe) pairs, ray, ...
         bare_s, recipe_s = in_subprocess(args)
@@ -144,25 +146,28 @@ def main(argv=None) -> int:
         ray.append(ray_run(args, number))
         print(f"round {number + 1}/{args.rounds}: bare {statistics.median(bare):.2f} s/epoch, recipe "
               f"{statistics.median(recipe):.2f}, ray {ray[-1]['epoch']:.2f}", file=sys.stderr, flush=True)
-    report(args, bare, recipe, ray)
+    report(args, bare, recipe, ray, info)
     return 0
 
 
-def report(args, bare: list[float], recipe: list[float], ray: list[dict[str, float]]) -> None:
+def report(args, bare: list[float], recipe: list[float], ray: list[dict[str, float]], info: dict) -> None:
     b, r = statistics.median(bare), statistics.median(recipe)
     ray_epoch = statistics.median(x["epoch"] for x in ray)
     fixed = {k: statistics.median(x[k] for x in ray) for k in ("ray_init", "worker_start", "setup", "teardown", "checkpoint")}
-    print(f"Fashion-MNIST ViT, {args.samples} samples, full data, batch 64, one torch thread; "
-          f"median over {len(bare)} epochs (bare, recipe) and {len(ray)} Ray runs of {args.epochs} epochs; "
-          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
-    print("| loop | s / epoch | over bare |\n|---|---:|---:|")
+    lines = [f"Fashion-MNIST ViT, {args.samples} samples, full data, batch 64, one torch thread; median over "
+             f"{len(bare)} epochs (bare, recipe: alternated in one process) and {len(ray)} Ray runs of {args.epochs} "
+             "epochs.", "", "| loop | s / epoch | over bare |", "|---|---:|---:|"]
     for name, value in (("bare torch loop", b), ("engine recipe, no Ray", r), ("engine on Ray Train (+ MLflow, checkpoints)", ray_epoch)):
-        print(f"| {name} | {value:.3f} | {value / b - 1:+.1%} |")
-    print("\nFixed cost of one Ray Train run (s, median): " + ", ".join(f"{k} {v:.1f}" for k, v in fixed.items()))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"bare": bare, "recipe": recipe, "ray": ray, "samples": args.samples,
-                                         "epochs": args.epochs, "checkpoint_every": args.checkpoint_every}, indent=2))
+        lines.append(f"| {name} | {value:.3f} | {value / b - 1:+.1%} |")
+    paired = harness.ratio_text([x / y for x, y in zip(recipe, bare)], "epoch")
+    lines += ["", f"Recipe over bare, epoch by epoch (paired): {paired}.",
+              "", "Fixed cost of one Ray Train run (s, median): " + ", ".join(f"{k} {v:.1f}" for k, v in fixed.items())]
+    out = args.out or harness.stamped_folder("engine_overhead", info)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "runs.json").write_text(json.dumps({"bare": bare, "recipe": recipe, "ray": ray, "samples": args.samples,
+                                               "epochs": args.epochs, "checkpoint_every": args.checkpoint_every}, indent=2))
+    print(harness.write_readme(out, "What the engine costs per epoch over a bare torch loop", harness.command_line(),
+                               "\n".join(lines), info).read_text())
 
 
 if __name__ == "__main__":

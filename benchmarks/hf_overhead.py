@@ -16,7 +16,10 @@ its on_epoch_end (Trainer's whole epoch: AtteNTTrainer's scoring and re-selectio
 backward, optimiser), synchronised with the device; start-up and model building are outside it.
 
     python benchmarks/hf_overhead.py --device cuda --samples 2048 --rounds 3     # a GPU node
-    python benchmarks/hf_overhead.py --device cpu --samples 32 --length 64 --rounds 1 --layers 2  # a smoke run
+    python benchmarks/hf_overhead.py --device cpu --samples 32 --length 64 --rounds 1 --layers 2 --out /tmp/smoke
+
+Writes ``README.md`` (the table, the command, the machine) and ``runs.json`` (every round's epochs)
+into --out, by default a new folder ``benchmarks/results/hf_overhead/<date>-<machine>-<commit>/``.
 """
 from __future__ import annotations
 
@@ -24,34 +27,16 @@ import argparse
 import json
 import statistics
 import tempfile
-import time
+from pathlib import Path
 
 import torch
 from peft import LoraConfig, get_peft_model
-from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments
+from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
 
 import attent
+import harness
 
 ARMS = ("trainer", "attent_full", "attent_llm")
-
-
-class EpochClock(TrainerCallback):
-    """Seconds of each epoch, on_epoch_begin to on_epoch_end, the device synchronised at both ends."""
-
-    def __init__(self, device: str):
-        self.device, self.seconds, self._start = device, [], 0.0
-
-    def _sync(self) -> None:
-        if self.device == "cuda":
-            torch.cuda.synchronize()
-
-    def on_epoch_begin(self, args, state, control, **kwargs):
-        self._sync()
-        self._start = time.perf_counter()
-
-    def on_epoch_end(self, args, state, control, **kwargs):
-        self._sync()
-        self.seconds.append(time.perf_counter() - self._start)
 
 
 def model(args) -> torch.nn.Module:
@@ -79,7 +64,7 @@ def collate(items: list[dict]) -> dict[str, torch.Tensor]:
 
 
 def run(arm: str, args, data: list[dict], out: str) -> dict:
-    clock = EpochClock(args.device)
+    clock = harness.epoch_clock(args.device)
     training = TrainingArguments(output_dir=out, num_train_epochs=args.epochs, per_device_train_batch_size=args.batch,
                                  learning_rate=1e-4, lr_scheduler_type="cosine", bf16=args.device == "cuda",
                                  use_cpu=args.device == "cpu", save_strategy="no", report_to="none",
@@ -92,12 +77,29 @@ def run(arm: str, args, data: list[dict], out: str) -> dict:
         trainer = attent.AtteNTTrainer(**common, selection=config)
     trainer.train()
     backpropagated = trainer.selector.samples_backpropagated if arm != "trainer" else args.samples * args.epochs
-    return {"arm": arm, "epoch_s": clock.seconds, "method_s": sum(clock.seconds),
+    return {"arm": arm, "epoch_s": clock.epochs, "method_s": sum(clock.epochs),
             "samples_backpropagated": backpropagated, "steps": trainer.state.global_step,
             "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if args.device == "cuda" else None}
 
 
-def main() -> None:
+def table(args, rows: list[dict]) -> str:
+    """Per arm: the median method time, each round's, and its ratio to Trainer's in the same round."""
+    lines = [f"{args.samples} samples x {args.length} tokens, batch {args.batch}, {args.epochs} epochs, "
+             f"{args.layers} layers, {args.device}; medians over {args.rounds} round(s), arms interleaved.", "",
+             "| arm | method time (s) | per round | / Trainer's, same round | samples back-propagated "
+             "| optimiser steps | peak GPU memory (GiB) |", "|---|---:|---|---:|---:|---:|---:|"]
+    for arm in ARMS:
+        runs = [r for r in rows if r["arm"] == arm]
+        memory = runs[0]["peak_memory_gib"]
+        per_round = ", ".join(f"{r['method_s']:.2f}" for r in runs)
+        lines.append(f"| {arm} | {statistics.median(r['method_s'] for r in runs):.2f} | {per_round} | "
+                     f"{harness.ratio_text(harness.paired_ratios(rows, 'method_s', arm, 'trainer'))} | "
+                     f"{runs[0]['samples_backpropagated']} | {runs[0]['steps']} | "
+                     f"{'—' if memory is None else f'{memory:.2f}'} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--samples", type=int, default=2048)
@@ -106,33 +108,26 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--layers", type=int, default=30)       # SmolLM2-135M's 30
     parser.add_argument("--rounds", type=int, default=3)        # every arm once per round, interleaved
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=None, help="default: a new stamped folder under results/hf_overhead/")
+    args = parser.parse_args(argv)
+    info = harness.machine()
     data = samples(args)
     rows = []
-    with tempfile.TemporaryDirectory() as out:
+    with tempfile.TemporaryDirectory() as scratch:
         for round_ in range(args.rounds):
             for arm in ARMS:
                 if args.device == "cuda":
                     torch.cuda.reset_peak_memory_stats()
-                row = {"round": round_, **run(arm, args, data, out)}
+                row = {"round": round_, **run(arm, args, data, scratch)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    by_arm = {arm: [r for r in rows if r["arm"] == arm] for arm in ARMS}
-    base = statistics.median(r["method_s"] for r in by_arm["trainer"])
-    print(f"\n{args.samples} samples x {args.length} tokens, batch {args.batch}, {args.epochs} epochs, "
-          f"{args.layers} layers, {args.device} ({torch.cuda.get_device_name() if args.device == 'cuda' else 'CPU'}), "
-          f"torch {torch.__version__}; medians over {args.rounds} round(s)")
-    print("| arm | method time (s) | / Trainer's | samples back-propagated | optimiser steps | peak GPU memory (GiB) |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for arm, runs in by_arm.items():
-        seconds = statistics.median(r["method_s"] for r in runs)
-        memory = runs[0]["peak_memory_gib"]
-        print(f"| {arm} | {seconds:.2f} | {seconds / base:.3f} | {runs[0]['samples_backpropagated']} "
-              f"| {runs[0]['steps']} | {'—' if memory is None else f'{memory:.2f}'} |")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "rows": rows}, f, indent=1)
+    out = args.out or harness.stamped_folder("hf_overhead", info)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "runs.json").write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows},
+                                              indent=1))
+    readme = harness.write_readme(out, "AtteNTTrainer against Trainer", harness.command_line(argv),
+                                  table(args, rows), info)
+    print(readme.read_text())
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ Measured, per run:
   method_s       the cost of the method, as the engine counts it (``time_method_s``): training +
                  scoring + selection; not evaluation, checkpoints, model logging or start-up. Engine:
                  its own counter (each epoch's train_one_epoch, plus the teacher's scoring and
-                 selection clocks), from the run's MLflow metrics. Trainer arms: ``MethodClock``, a
+                 selection clocks), from the run's MLflow metrics. Trainer arms: ``harness.epoch_clock``, a
                  TrainerCallback summing the wall-clock from each on_epoch_begin to its on_epoch_end.
                  That window holds everything Trainer does in the epoch: AtteNTTrainer's scoring pass
                  and re-selection (its ``_run_epoch`` begins with them, after on_epoch_begin), loading
@@ -59,29 +59,31 @@ seed, each column a Holm-adjusted family with its words) under --out. ``runs.csv
 ``--resume`` keeps the rows it holds (the same settings) and trains only the (seed, arm) pairs it lacks.
 
     # the real run (a quiet machine, nothing else running; about 2 h at one thread, ~35 min a seed):
-    PYTHONPATH=platform python benchmarks/hf_vs_engine.py --problems 128 --heldout 128 --seeds 0 1 2
+    python benchmarks/hf_vs_engine.py --problems 128 --heldout 128 --seeds 0 1 2
     # the smoke run:
-    PYTHONPATH=platform python benchmarks/hf_vs_engine.py --problems 16 --heldout 16 --seeds 0 --epochs 2 \\
+    python benchmarks/hf_vs_engine.py --problems 16 --heldout 16 --seeds 0 --epochs 2 \\
         --out benchmarks/results/hf_vs_engine/smoke
+    # the four arms' configurations as JSON, nothing trained; summary.md again from --out/runs.csv:
+    python benchmarks/hf_vs_engine.py --problems 16 --dry-run
+    python benchmarks/hf_vs_engine.py --summarize --out benchmarks/results/hf_vs_engine
 """
 from __future__ import annotations
 
 import argparse
-import csv
+import json
 import math
 import os
-import statistics
 import sys
 import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from attent.doctor import cpu_model
+import harness
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = harness.REPO
 BASE = REPO / "experiments" / "gsm8k_smollm2.yaml"
-RESULTS = REPO / "benchmarks" / "results" / "hf_vs_engine"
+RESULTS = harness.RESULTS / "hf_vs_engine"
 ARMS = ("trainer_full", "trainer_attent", "engine_attent", "engine_full")
 LABELS = {"trainer_full": "Trainer, full data", "trainer_attent": "AtteNTTrainer (llm preset)",
           "engine_attent": "engine, AtteNT (llm preset)", "engine_full": "engine, full data"}
@@ -111,6 +113,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="equivalence margin of the held-out loss (nats; 0.02 is about 2 %% in perplexity)")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     parser.add_argument("--resume", action="store_true", help="keep the rows of --out/runs.csv, train the rest")
+    parser.add_argument("--dry-run", action="store_true", help="print each arm's configuration (JSON), train nothing")
+    parser.add_argument("--summarize", action="store_true", help="write summary.md from --out/runs.csv, train nothing")
     parser.add_argument("--data-dir", default=str(REPO.parent / "shared" / "datasets"),
                         help="offline mirror holding gsm8k/train.jsonl and gsm8k/test.jsonl")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where runs.csv and summary.md go")
@@ -122,25 +126,18 @@ def parse_args(argv=None) -> argparse.Namespace:
 # --- the job -----------------------------------------------------------------------------------------------
 def experiment(args, seed: int, arm: str, workdir: Path, stamp: str):
     """The engine's experiment of ``arm`` at ``seed`` (the Trainer arms read their task from it too)."""
-    from attent.config import load_experiment
     overrides = [
-        f"name=hf-vs-engine-{arm.replace('_', '-')}-s{seed}-{stamp}", f"seed={seed}",
-        f"task.data_dir={args.data_dir}", f"task.train_limit={args.problems}", "task.split_seed=null",
+        f"seed={seed}", f"task.data_dir={args.data_dir}", f"task.train_limit={args.problems}", "task.split_seed=null",
         f"task.max_length={args.max_length}", f"task.lora_r={args.lora_r}",
         "task.eval.benchmarks=[gsm8k_loss]", f"task.eval.response_loss_limit={args.heldout}",
         f"task.eval.eval_batch_size={args.eval_batch_size}",
         f"train.epochs={args.epochs}", f"train.batch_size={args.batch_size}",
         f"train.global_batch_size={args.global_batch_size}", f"train.lr={args.lr}",
         f"train.eval_every={args.epochs}",   # the engine evaluates once, after the last epoch
-        "ray.num_workers=1", f"ray.cpus_per_worker={args.threads}", f"ray.checkpoint_every={args.epochs}",
-        f"ray.storage_path={workdir / 'ray_results'}", f"mlflow.tracking_uri=sqlite:///{workdir / 'mlflow.db'}",
-        "mlflow.experiment=hf-vs-engine",
+        *(["selection.preset=null", "selection.method=full"] if arm.endswith("_full") else ["selection.preset=llm"]),
     ]
-    if arm.endswith("_full"):
-        overrides += ["selection.preset=null", "selection.method=full"]
-    else:
-        overrides += ["selection.preset=llm"]
-    return load_experiment(BASE, overrides).resolved(REPO)
+    return harness.experiment(BASE, f"hf-vs-engine-{arm.replace('_', '-')}-s{seed}-{stamp}", overrides, workdir,
+                              "hf-vs-engine", workers=1, threads=args.threads, checkpoint_every=args.epochs)
 
 
 def heldout_loss(task, model) -> float:
@@ -162,31 +159,9 @@ def data_identity(task) -> dict:
 
 # --- the Trainer arms ----------------------------------------------------------------------------------------
 def trainer_classes():
-    import time as clock
-
-    from transformers import Trainer, TrainerCallback
+    from transformers import Trainer
 
     from attent.integrations.huggingface import AtteNTTrainer
-
-    class MethodClock(TrainerCallback):
-        """Seconds from each on_epoch_begin to its on_epoch_end (the method's cost, see the module
-        docstring), and from each on_step_begin to its on_step_end."""
-
-        def __init__(self):
-            self.epochs, self.steps = [], 0.0
-            self._epoch = self._step = None
-
-        def on_epoch_begin(self, args, state, control, **kwargs):
-            self._epoch = clock.perf_counter()
-
-        def on_epoch_end(self, args, state, control, **kwargs):
-            self.epochs.append(clock.perf_counter() - self._epoch)
-
-        def on_step_begin(self, args, state, control, **kwargs):
-            self._step = clock.perf_counter()
-
-        def on_step_end(self, args, state, control, **kwargs):
-            self.steps += clock.perf_counter() - self._step
 
     class Counting:
         """Counts the rows (samples) of every training micro-batch."""
@@ -202,7 +177,7 @@ def trainer_classes():
     class CountingAtteNTTrainer(Counting, AtteNTTrainer):
         pass
 
-    return MethodClock, CountingTrainer, CountingAtteNTTrainer
+    return CountingTrainer, CountingAtteNTTrainer
 
 
 def run_trainer(args, cfg, arm: str, workdir: Path) -> tuple[dict, object, object]:
@@ -213,7 +188,7 @@ def run_trainer(args, cfg, arm: str, workdir: Path) -> tuple[dict, object, objec
     from attent.selection.config import SelectionConfig
     from attent.tasks.registry import build_task
 
-    MethodClock, CountingTrainer, CountingAtteNTTrainer = trainer_classes()
+    CountingTrainer, CountingAtteNTTrainer = trainer_classes()
     started = time.perf_counter()
     task = build_task(cfg.task, seed=cfg.seed)
     optim = resolve_optimizer(task.optimizer_spec(), cfg)
@@ -232,7 +207,7 @@ def run_trainer(args, cfg, arm: str, workdir: Path) -> tuple[dict, object, objec
         warmup_steps=optim.warmup_ratio, max_grad_norm=cfg.train.grad_clip or 0.0, seed=cfg.seed,
         use_cpu=True, dataloader_num_workers=cfg.train.loader_workers, remove_unused_columns=False,
         logging_strategy="epoch", save_strategy="no", eval_strategy="no", report_to="none", disable_tqdm=True)
-    clock = MethodClock()
+    clock = harness.epoch_clock("cpu")  # the method's cost (the module docstring)
     kwargs = dict(model=task.build_model(), args=training, train_dataset=task.train_dataset(),
                   data_collator=collate, callbacks=[clock])
     if arm == "trainer_attent":
@@ -295,45 +270,10 @@ def add_savings(rows: list[dict]) -> None:
         row["ideal_saving"] = 1 - row["samples_backpropagated"] / full["samples_backpropagated"] if full else math.nan
 
 
-def mean_std(values: list[float]) -> str:
-    values = [v for v in values if v == v]
-    if not values:
-        return "–"
-    mean = statistics.fmean(values)
-    spread = statistics.stdev(values) if len(values) > 1 else math.nan
-    return f"{mean:.4g} ± {spread:.2g}" if spread == spread else f"{mean:.4g}"
-
-
 def judged(rows: list[dict], key: str, margin: float | None) -> list:
-    """The PAIRS as one family of paired comparisons of ``key`` over the seeds that ran both arms,
-    judged by the analysis package's ``judge_family``: paired t-tests Holm-adjusted across the
-    family (the interval shown is the one at each comparison's Holm step), "lower" / "higher" only
-    where the adjusted test rejects, "equivalent within ± margin" from Holm-adjusted paired TOSTs
-    where a margin is declared, "inconclusive" otherwise."""
-    import numpy as np
-    from analysis.tta_results import MATCHED, Paired, judge_family
-    by = {(r["seed"], r["arm"]): r[key] for r in rows}
-    seeds = sorted({r["seed"] for r in rows})
-    family = []
-    for a, b in PAIRS:
-        both = [s for s in seeds if (s, a) in by and (s, b) in by]
-        family.append(Paired(subject=LABELS[a], method=LABELS[b], standing=MATCHED, quantity=key,
-                             subject_values=np.array([by[s, a] for s in both], dtype=float),
-                             method_values=np.array([by[s, b] for s in both], dtype=float),
-                             better_when="lower"))  # lower held-out loss, lower cost
-    return judge_family(family, margin)
-
-
-def judged_cell(p) -> str:
-    """mean difference [Holm-step interval] and its word; the word for "better" at lower values is
-    "lower" here, since neither quantity is a verdict on a method by itself."""
-    if p.seeds == 0:
-        return "–"
-    if p.seeds < 2:
-        return f"{p.mean:+.4g} (1 seed: no interval)"
-    from analysis.tta_results import BETTER, WORSE
-    word = {BETTER: "lower", WORSE: "higher"}.get(p.verdict, p.verdict)
-    return f"{p.mean:+.4g} [{p.low:+.4g}, {p.high:+.4g}] at {p.level:.1%}: **{word}**"
+    """The PAIRS as one family of paired comparisons of ``key`` over the seeds that ran both arms
+    (``harness.judged_pairs``: Holm-adjusted paired t-tests, TOSTs where a margin is declared)."""
+    return harness.judged_pairs(rows, key, [(LABELS[a], LABELS[b], a, b) for a, b in PAIRS], margin)
 
 
 def summary(args, rows: list[dict], total: float) -> str:
@@ -348,9 +288,7 @@ def summary(args, rows: list[dict], total: float) -> str:
         f"per arm; seeds {seeds}; one run at a time. `benchmarks/hf_vs_engine.py` (its docstring: what is "
         "timed and what differs between the frameworks by design).",
         "",
-        f"Machine: {cpu_model()}, {os.cpu_count()} CPUs; load average at the end "
-        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; total {total / 60:.1f} min "
-        f"({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC).",
+        f"{harness.machine_line()} Total {total / 60:.1f} min.",
         "",
         "## Per arm (mean ± std over seeds)",
         "",
@@ -362,7 +300,7 @@ def summary(args, rows: list[dict], total: float) -> str:
         mine = [r for r in rows if r["arm"] == arm]
         if not mine:
             continue
-        cells = [mean_std([r[k] for r in mine]) for k in ("method_s", "samples_backpropagated", "optimizer_steps",
+        cells = [harness.mean_std([r[k] for r in mine]) for k in ("method_s", "samples_backpropagated", "optimizer_steps",
                                                            "realized_saving", "ideal_saving", "heldout_loss")]
         lines.append(f"| {LABELS[arm]} | " + " | ".join(cells) + " |")
     lines += ["", "Savings: against the same seed's full-data run of the same framework (Trainer for "
@@ -377,7 +315,7 @@ def summary(args, rows: list[dict], total: float) -> str:
               "| difference | held-out loss | method cost (s) |", "|---|---:|---:|"]
     losses, costs = judged(rows, "heldout_loss", args.margin), judged(rows, "method_s", None)
     for (a, b), loss, cost in zip(PAIRS, losses, costs):
-        lines.append(f"| {LABELS[a]} − {LABELS[b]} | {judged_cell(loss)} | {judged_cell(cost)} |")
+        lines.append(f"| {LABELS[a]} − {LABELS[b]} | {harness.judged_cell(loss)} | {harness.judged_cell(cost)} |")
     checks = [r for r in rows if r["arm"].startswith("engine") and r["engine_own_heldout_loss"] == r["engine_own_heldout_loss"]]
     if checks:
         worst = max(abs(r["heldout_loss"] - r["engine_own_heldout_loss"]) for r in checks)
@@ -391,14 +329,7 @@ def finished_rows(args) -> list[dict]:
     path = args.out / "runs.csv"
     if not (args.resume and path.is_file()):
         return []
-    def value(text: str):
-        try:
-            number = float(text)
-        except ValueError:
-            return text
-        return int(number) if number.is_integer() and "." not in text and "e" not in text else number
-    with open(path, newline="") as f:
-        rows = [{k: value(v) for k, v in row.items() if v != ""} for row in csv.DictReader(f)]
+    rows = harness.read_rows(path)
     for row in rows:  # a row of other settings would pair with nothing: refuse rather than mix
         if (row["train_problems"], row["heldout_problems"]) != (args.problems, args.heldout):
             raise SystemExit(f"{path}: rows of {row['train_problems']} / {row['heldout_problems']} problems, not "
@@ -407,18 +338,23 @@ def finished_rows(args) -> list[dict]:
 
 
 def write(args, rows: list[dict], total: float) -> None:
-    args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / "runs.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: row.get(k, "") for k in COLUMNS})
+    harness.write_rows(args.out / "runs.csv", rows, COLUMNS)
     (args.out / "summary.md").write_text(summary(args, rows, total))
 
 
 # --- the run -------------------------------------------------------------------------------------------------
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.dry_run:  # the first seed's arms, nothing trained
+        workdir = args.workdir or Path(tempfile.gettempdir()) / "attent-hf-vs-engine"
+        print(json.dumps({arm: experiment(args, args.seeds[0], arm, workdir, "dry").model_dump(mode="json")
+                          for arm in args.arms}))
+        return 0
+    if args.summarize:  # summary.md again from the rows of runs.csv
+        rows = harness.read_rows(args.out / "runs.csv")
+        add_savings(rows)
+        (args.out / "summary.md").write_text(summary(args, rows, 0.0))
+        return 0
     # every arm on the same number of threads: the Ray worker inherits OMP_NUM_THREADS (Ray's own
     # default would be its CPUs per worker, which --threads also sets)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)

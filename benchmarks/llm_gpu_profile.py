@@ -1,10 +1,12 @@
-"""Where an LLM training step's time goes on one device: a recorded run's configuration (from a
-`llm_gpu.py run` file) set up as its run was, one warm-up epoch, then one epoch under
-torch.profiler, one under cProfile and one plain (training only). Written for the lent GPU node
-(no Ray, no MLflow there).
+"""Where an LLM training step's time goes on one device: a benchmark run's configuration set up as
+its run was, one warm-up epoch, then one epoch under torch.profiler, one under cProfile and one
+plain (training only). The run is read from an MLflow store (``attent bench --local`` on a GPU
+node writes ``mlflow.db``: the verdict run of --method and --seed in --experiment) or from a
+``runs.json`` of the saved H100 results. No Ray is started; the profiled epochs are not recorded.
 
-    python benchmarks/llm_gpu_profile.py benchmarks/results/llm_size/h100/runs.json --method full --seed 0 \\
+    python benchmarks/llm_gpu_profile.py sqlite:///mlflow.db --experiment llm-size-b32 --method full --seed 0 \\
         --out prof task.data_dir=$PWD/data [more key=value overrides] [--tag NAME]
+    python benchmarks/llm_gpu_profile.py benchmarks/results/llm_size/h100/runs.json --method full --out prof
 
 With ``--timing N`` it skips both profilers and times N plain epochs after the warm-up (for
 comparing settings: precision, the base model's dtype, batch size, ``--compile``).
@@ -23,10 +25,10 @@ import json
 import pstats
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
-
-sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "platform"), str(Path(__file__).resolve().parents[1])]
+from typing import Any
 
 from attent import contract
 from attent.config import ExperimentConfig, deep_merge, parse_overrides
@@ -34,9 +36,32 @@ from attent.config import ExperimentConfig, deep_merge, parse_overrides
 SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpy", "cudaMemcpyAsync", "cudaEventSynchronize")
 
 
+def recorded_config(args) -> dict[str, Any]:
+    """The configuration the verdict run of ``args.method`` and ``args.seed`` trained with."""
+    if args.source.endswith(".json"):
+        recorded = json.loads(Path(args.source).read_text())
+        return next(r for r in recorded["runs"] if r["method"] == args.method and r["seed"] == args.seed
+                    and r["stage"] == contract.BENCH_STAGE_VERDICT)["config"]
+    import yaml
+    from mlflow import MlflowClient
+    client = MlflowClient(args.source)
+    experiment = client.get_experiment_by_name(args.experiment or "")
+    if experiment is None:
+        sys.exit(f"no experiment {args.experiment!r} in {args.source}: name the benchmark with --experiment")
+    found = client.search_runs([experiment.experiment_id], " and ".join([
+        f"tags.`{contract.TAG_BENCH_METHOD}` = '{args.method}'", f"params.seed = '{args.seed}'",
+        f"tags.`{contract.TAG_BENCH_STAGE}` = '{contract.BENCH_STAGE_VERDICT}'", "attributes.status = 'FINISHED'"]),
+        max_results=1)
+    if not found:
+        sys.exit(f"no finished verdict run of {args.method}, seed {args.seed} in {args.experiment}")
+    with tempfile.TemporaryDirectory() as scratch:
+        return yaml.safe_load(Path(client.download_artifacts(found[0].info.run_id, "config.yaml", scratch)).read_text())
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", help="a runs.json written by benchmarks/llm_gpu.py run")
+    parser.add_argument("source", help="an MLflow tracking URI (with --experiment), or a saved runs.json")
+    parser.add_argument("--experiment", help="the benchmark's MLflow experiment (its name)")
     parser.add_argument("--method", default="full")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True)
@@ -50,10 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     from torch.profiler import ProfilerActivity, profile
     from attent.engine.recipe import TrainingRecipe, WorkerContext
 
-    recorded = json.loads(Path(args.runs).read_text())
-    run = next(r for r in recorded["runs"] if r["method"] == args.method and r["seed"] == args.seed
-               and r["stage"] == contract.BENCH_STAGE_VERDICT)
-    data = deep_merge(run["config"], parse_overrides(args.overrides))
+    data = deep_merge(recorded_config(args), parse_overrides(args.overrides))
     data["train"]["epochs"] = max(1 + (args.timing or 3), data["train"]["epochs"])  # warm-up, then the measured
     cfg = ExperimentConfig.model_validate(data).resolved()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -40,12 +40,7 @@ from pathlib import Path
 
 import torch
 
-try:
-    import attent  # noqa: F401
-except ImportError:  # run from a checkout without installing the package
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "platform"))
-
-from attent.tasks.llm.config import LLMTaskConfig  # noqa: E402  (light: pydantic only)
+from attent.tasks.llm.config import LLMTaskConfig  # light: pydantic only
 
 REPO = Path(__file__).resolve().parents[1]
 GSM8K_TRAIN = REPO.parent / "shared" / "datasets" / "gsm8k" / "train.jsonl"

@@ -31,13 +31,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-try:
-    from attent.doctor import cpu_model
-    from attent.selection import strategies, topk
-except ImportError:  # run from a checkout without installing the package
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "platform"))
-    from attent.doctor import cpu_model
-    from attent.selection import strategies, topk
+from attent.doctor import cpu_model
+from attent.selection import strategies, topk
 
 GOAL_SECONDS = 1.0   # per strategy at 100M scores
 GOAL_N = 100_000_000

@@ -21,8 +21,8 @@ so a point lost in every run is still counted as lost.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import glob
+import dataclasses
+import json
 import os
 import re
 import shutil
@@ -35,14 +35,13 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from attent import contract
+from tracking_backends import ATTENT, BACKENDS, backend_uri, free_ports, postgres_unavailable
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = REPO / "experiments" / "digits_vit.yaml"
-ATTENT = Path(sys.executable).parent / "attent"
 EXPERIMENT = "tracking-load"
 EPOCHS = 1
 TRAIN_SAMPLES = 300
-BACKENDS = ("sqlite-direct", "sqlite", "server-sqlite", "server-postgresql")
 CORE_ARTIFACTS = ("config.yaml", "selection_history.json", "epoch_history.json")
 # What the engine always logs, from the contract: per epoch (step 0) and at the end (step EPOCHS).
 PER_EPOCH = (contract.TRAIN_LOSS, contract.SELECTED_RATIO, contract.TIME_METHOD, contract.TIME_TOTAL,
@@ -84,95 +83,13 @@ class LoadCount:
 
 
 # ------------------------------------------------------------------------------------------
-# PostgreSQL and the tracking server
-# ------------------------------------------------------------------------------------------
-
-def postgres_bin() -> Optional[Path]:
-    """The directory of PostgreSQL's initdb/pg_ctl (on PATH, or Debian's /usr/lib/postgresql/N/bin)."""
-    found = shutil.which("initdb")
-    if found:
-        return Path(found).resolve().parent
-    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
-    return Path(versions[-1]).parent if versions else None
-
-
-def postgres_unavailable() -> Optional[str]:
-    """Why a local PostgreSQL cannot be started here, or None."""
-    if postgres_bin() is None:
-        return "PostgreSQL is not installed (apt-get install postgresql)"
-    if os.geteuid() == 0 and shutil.which("runuser") is None:
-        return "running as root without runuser to start PostgreSQL as another user"
-    if os.geteuid() == 0 and not _user_exists("postgres"):
-        return "running as root and no postgres user to run PostgreSQL as"
-    try:
-        import psycopg2  # noqa: F401  (MLflow's PostgreSQL driver)
-    except ImportError:
-        return "psycopg2 is not installed (pip install -e '.[server]')"
-    return None
-
-
-def _user_exists(name: str) -> bool:
-    import pwd
-    try:
-        pwd.getpwnam(name)
-        return True
-    except KeyError:
-        return False
-
-
-def _as_postgres_user(command: list[str]) -> list[str]:
-    """PostgreSQL refuses to run as root: as root, run it as the postgres user."""
-    return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
-
-
-@contextlib.contextmanager
-def local_postgres(port: int) -> Iterator[str]:
-    """A throwaway PostgreSQL cluster (trust auth, unix socket only, in a temporary directory);
-    yields the SQLAlchemy URI of its database ``mlflow``. Stopped and removed afterwards."""
-    bindir = postgres_bin()
-    root = Path(tempfile.mkdtemp(prefix="attent-pg-"))
-    if os.geteuid() == 0:
-        shutil.chown(root, "postgres", "postgres")
-    data = root / "data"
-    run = lambda cmd: subprocess.run(_as_postgres_user(cmd), check=True, capture_output=True, timeout=120)  # noqa: E731
-    try:
-        run([str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"])
-        options = f"-c listen_addresses='' -c unix_socket_directories={root} -p {port}"
-        run([str(bindir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(root / "postgres.log"),
-             "-w", "start"])
-        try:
-            run([str(bindir / "createdb"), "-h", str(root), "-p", str(port), "-U", "postgres", "mlflow"])
-            yield f"postgresql+psycopg2://postgres@/mlflow?host={root}&port={port}"
-        finally:
-            run([str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"])
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def tracking_server(backend_uri: str, workdir: Path, port: int) -> Iterator[str]:
-    """`attent server` on 127.0.0.1:port over ``backend_uri``, artifacts in workdir/mlartifacts;
-    yields its URL. Stopped (its whole process group) afterwards."""
-    from attent import server
-    with open(workdir / "server.log", "ab") as log:
-        process = subprocess.Popen([str(ATTENT), "server", "--backend-store-uri", backend_uri, "--port", str(port),
-                                    "--artifacts-destination", str(workdir / "mlartifacts")],
-                                   cwd=workdir, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        server.wait_ready(url, process)
-        yield url
-    finally:
-        server.stop(process)
-
-
-# ------------------------------------------------------------------------------------------
 # The load: one sweep of concurrent trials
 # ------------------------------------------------------------------------------------------
 
-def write_sweep(workdir: Path, name: str, trials: int, tracking_uri: str) -> Path:
+def write_sweep(workdir: Path, name: str, trials: int, tracking_uri: str, workers: int = 1) -> Path:
     """N one-epoch digits trials (seeds 0..N-1), all at once, each worker on 2/N CPUs; on the Ray
-    at $RAY_ADDRESS, else on a fresh local one (never on another Ray `ray start` left running)."""
+    at $RAY_ADDRESS, else on a fresh local one (never on another Ray `ray start` left running).
+    ``workers`` 0: each trial trains in its own process (Ray Train's local mode), the same writers."""
     path = workdir / f"{name}.yaml"
     address = "" if os.environ.get("RAY_ADDRESS") else "\n    ray.address: local"
     path.write_text(f"""
@@ -183,6 +100,7 @@ sweep:
     train.epochs: {EPOCHS}
     task.train_limit: {TRAIN_SAMPLES}
     ray.cpus_per_worker: {2 / trials:g}
+    ray.num_workers: {workers}
     ray.storage_path: {workdir / 'ray_results'}
     mlflow.tracking_uri: '{tracking_uri}'
     mlflow.experiment: {EXPERIMENT}{address}
@@ -201,30 +119,14 @@ def run_sweep_command(sweep: Path, log_path: Path, extra_env: dict[str, str] | N
     return done.returncode, time.perf_counter() - start
 
 
-@contextlib.contextmanager
-def backend_uri(backend: str, workdir: Path, ports: Iterator[int]) -> Iterator[str]:
-    """The tracking URI clients of ``backend`` use, with its server and database running."""
-    sqlite_uri = f"sqlite:///{workdir / 'mlflow.db'}"
-    if backend in ("sqlite", "sqlite-direct"):
-        yield sqlite_uri
-    elif backend == "server-sqlite":
-        with tracking_server(sqlite_uri, workdir, next(ports)) as url:
-            yield url
-    elif backend == "server-postgresql":
-        with local_postgres(next(ports)) as database, tracking_server(database, workdir, next(ports)) as url:
-            yield url
-    else:
-        raise ValueError(f"unknown backend {backend!r}; one of {', '.join(BACKENDS)}")
-
-
-def run_load(backend: str, trials: int, workdir: Path, ports: Iterator[int]) -> LoadCount:
-    """One sweep of ``trials`` concurrent trials into ``backend``, counted."""
+def run_load(backend: str, trials: int, workdir: Path, ports: Iterator[int], workers: int = 1) -> LoadCount:
+    """One sweep of ``trials`` concurrent trials into ``backend``, counted (``workers``: per trial)."""
     from attent.sweep import DIRECT_SQLITE_ENV
     workdir.mkdir(parents=True, exist_ok=True)
     name, log = f"load-{backend}-{trials}", workdir / f"load-{backend}-{trials}.log"
     env = {DIRECT_SQLITE_ENV: "1" if backend == "sqlite-direct" else ""}
     with backend_uri(backend, workdir, ports) as uri:
-        code, seconds = run_sweep_command(write_sweep(workdir, name, trials, uri), log, env)
+        code, seconds = run_sweep_command(write_sweep(workdir, name, trials, uri, workers), log, env)
         count = count_logged(uri, name, trials)
     count.backend, count.seconds, count.sweep_exit_code = backend, seconds, code
     count.errors = count_errors(log.read_text(errors="replace"))
@@ -389,12 +291,6 @@ def burst_writer(uri: str, gate: Path, index: int) -> None:
 # The report
 # ------------------------------------------------------------------------------------------
 
-def free_ports() -> Iterator[int]:
-    from attent.server import free_port
-    while True:
-        yield free_port()
-
-
 def table(counts: list[LoadCount]) -> str:
     rows = ["| backend | trials | sweep (s) | sweep exit | trial runs | FINISHED / RUNNING / FAILED | parent "
             "| metric points found / expected | duplicated | artifacts found / expected | errors in output |",
@@ -430,7 +326,7 @@ def measure(args, workdir: Path) -> tuple[list[LoadCount], list[BurstCount]]:
             print(burst_table(bursts[-1:]), flush=True)
     for trials in args.trials:
         for backend in runnable:
-            loads.append(run_load(backend, trials, workdir / f"{backend}-{trials}", ports))
+            loads.append(run_load(backend, trials, workdir / f"{backend}-{trials}", ports, args.workers))
             print(table(loads[-1:]), flush=True)
     return loads, bursts
 
@@ -465,7 +361,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=BACKENDS)
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "tracking_load.md")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, stores)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="Ray Train workers per trial (0: each trial trains in its own process, local mode)")
+    parser.add_argument("--json", type=Path, help="also write every count here, with the floors the "
+                        "engine's contract sets (points and artifacts every trial logs)")
+    parser.add_argument("--why-no-postgres", action="store_true",
+                        help="print why server-postgresql cannot run here (nothing if it can) and stop")
     args = parser.parse_args(argv)
+    if args.why_no_postgres:
+        print(postgres_unavailable() or "", end="")
+        return 0
     if "server-postgresql" in args.backends and postgres_unavailable():
         print(f"skipping server-postgresql: {postgres_unavailable()}", flush=True)
     workdir = Path(tempfile.mkdtemp(prefix="attent-tracking-load-"))
@@ -477,6 +382,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(workdir, ignore_errors=True)
     print(f"\n{write_report(args, loads, bursts)}\nwritten to {args.out}")
+    if args.json:
+        floors = {"points_floor_per_trial": len(PER_EPOCH) + len(START) + len(FINAL),
+                  "artifacts_floor_per_trial": len(CORE_ARTIFACTS)}
+        args.json.write_text(json.dumps({**floors, "loads": [dataclasses.asdict(c) for c in loads],
+                                         "bursts": [dataclasses.asdict(c) for c in bursts]}, indent=1))
     return 0
 
 

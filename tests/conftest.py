@@ -3,7 +3,6 @@ session, the repository's paths, and a scratch MLflow SQLite store per test."""
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import socket
 import subprocess
@@ -35,15 +34,6 @@ if not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"
 # One BLAS/OpenMP thread per process: tests run beside Ray workers on 2 cores, and oversubscribed
 # OpenMP threads made the LLM tests 5-10x slower.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-
-
-def benchmark_script(name: str):
-    """``benchmarks/<name>.py`` imported as the module ``name`` (registered in sys.modules, where
-    its dataclasses look their module up)."""
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
-    module = sys.modules[name] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def free_port() -> int:

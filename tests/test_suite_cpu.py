@@ -1,4 +1,4 @@
-"""benchmarks/suite_cpu.py, the plugin that charges each test the machine-wide CPU spent while it
+"""tests/suite_cpu.py, the plugin that charges each test the machine-wide CPU spent while it
 ran, on a pytest session of its own (pytester)."""
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 pytest_plugins = "pytester"
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+TESTS = Path(__file__).resolve().parent
 
 
 def test_each_test_is_charged_at_least_its_own_cpu_and_files_are_summed(pytester, monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    monkeypatch.syspath_prepend(str(TESTS))
     pytester.makepyfile(test_work="""
         import time
 

@@ -12,8 +12,8 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
 
-from analysis.time_to_accuracy import analyse, build_time_to_accuracy_report
-from analysis.tta_results import time_to_target
+from attent.analysis.time_to_accuracy import analyse, build_time_to_accuracy_report
+from attent.analysis.tta_results import time_to_target
 from attent import contract
 from attent.benchmark import METHODS, load_benchmark
 from conftest import REPO
@@ -184,7 +184,7 @@ benchmark:
   workloads:
     - name: digits
       base: {REPO}/experiments/digits_vit.yaml
-      overrides: {{train.epochs: 3, ray.num_workers: 1, ray.checkpoint_every: 3, train.eval_every: 1,
+      overrides: {{train.epochs: 3, ray.num_workers: 0, ray.checkpoint_every: 3, train.eval_every: 1,
                    task.train_limit: 400, task.val_limit: 100, task.test_limit: 100,
                    ray.storage_path: {tmp_path}/ray_results}}
       metric: eval_test_accuracy

@@ -120,6 +120,11 @@ def add_run_commands(sub) -> None:
     p.add_argument("--dry-run", action="store_true", help="list and check the runs, start nothing")
     p.add_argument("--workload", action="append", metavar="NAME",
                    help="only this workload (repeatable): a long one run on its own")
+    p.add_argument("--local", action="store_true",
+                   help="every run in this process on one device (the GPU if visible): Ray Train's local mode, "
+                        "no Ray cluster")
+    p.add_argument("--budget-s", type=float, default=float("inf"), metavar="SECONDS",
+                   help="start a seed only if it would end within this many seconds, by the longest seed so far")
     p.add_argument("overrides", nargs="*", help="key.path=value for every run")
 
     p = sub.add_parser("downstream", help="run an experiment's downstream jobs on a finished training run")
@@ -135,12 +140,17 @@ def add_run_commands(sub) -> None:
 
 def add_service_commands(sub) -> None:
     """Commands that read results, serve the tracking store or make data."""
-    p = sub.add_parser("report", help="tables and figures of an MLflow experiment")
-    p.add_argument("--experiment", required=True)
+    p = sub.add_parser("report", help="tables and figures of an MLflow experiment, or of several benchmarks joined")
+    p.add_argument("--experiment", help="MLflow experiment (optional with --with)")
     p.add_argument("--out", default="reports")
     p.add_argument("--tracking-uri", default=None)
     p.add_argument("--margin", type=float, default=None,
                    help="equivalence margin of the tables' words (default: 0.01 for accuracy-like metrics)")
+    p.add_argument("--with", dest="sources", action="append", default=[], metavar="SOURCE",
+                   help="join another benchmark, read as one with the experiment's: EXPERIMENT[@TRACKING_URI] or "
+                        "the per_run.csv a report saved (repeatable); writes the joined data-size view")
+    p.add_argument("--size", action="append", default=[], metavar="WORKLOAD=N",
+                   help="with --with: a workload's training-set size where no source gives it (repeatable)")
 
     p = sub.add_parser("ui", help="the MLflow dashboard over the local store, on 127.0.0.1")
     p.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db")
@@ -174,67 +184,8 @@ def add_service_commands(sub) -> None:
 
 
 def cmd_validate(args) -> int:
-    """An experiment, sweep, benchmark or theory file: parsed, every run expanded and checked;
-    nothing runs. The YAML is read before anything heavy is imported, so a bad file is refused at
-    once. ``--decode`` opens every data file as well."""
-    from .config import load_experiment, read_yaml
-    from .sweep import describe_sweep, is_sweep_file, load_sweep
-    data = read_yaml(args.config)
-    if {"problem", "teach"} & set(data):  # the theory lab's files (attent theory FILE)
-        from .theory.config import load
-        cfg = load(args.config, args.overrides)
-        from .engine.preflight.store import check_tracking
-        check_tracking(cfg.mlflow.tracking_uri)
-        print(f"{args.config}: OK — theory lab, {len(cfg.seeds)} seed(s), methods {list(cfg.teach.methods)}, "
-              f"{cfg.teach.max_iterations} iterations\nMLflow {cfg.mlflow.tracking_uri} (experiment "
-              f"{cfg.mlflow.experiment!r})")
-        return 0
-    if set(data) == {"benchmark"}:
-        from .benchmark import describe, load_benchmark
-        spec, runs = load_benchmark(args.config, args.overrides, workloads=getattr(args, "workload", None))
-        configs = [run.experiment.resolved() for run in runs]
-        summary = describe(spec, runs)
-    elif is_sweep_file(args.config):
-        sweep = load_sweep(args.config, args.overrides)
-        configs = [cfg.resolved() for _, cfg in sweep.trials]
-        summary = describe_sweep(sweep)
-    else:
-        configs = [load_experiment(args.config, args.overrides).resolved()]
-        cfg = configs[0]
-        summary = (f"task {cfg.task.name}, {cfg.train.epochs} epochs, selection "
-                   f"{cfg.selection.label(cfg.train.epochs)}, {cfg.ray.num_workers} worker(s)")
-    from .engine.preflight import check_experiment
-    check_experiment(*configs)  # MLflow store, resources, data
-    if getattr(args, "decode", False):
-        decode_files(configs)
-    print(f"{args.config}: OK — {summary}\nMLflow {configs[0].mlflow.tracking_uri} "
-          f"(experiment {configs[0].mlflow.experiment!r})")
-    return 0
-
-
-def decode_files(configs) -> None:
-    """Open every data file of the runs' tasks (once per distinct task data), with progress; a
-    DataError naming each unreadable file."""
-    from PIL import Image
-    from .tasks.config import DataError
-    tasks = {}
-    for cfg in configs:
-        for task in [cfg.task] + [cfg.downstream_experiment(job, pretrained=None).resolved().task for job in cfg.downstream]:
-            tasks.setdefault(task.model_dump_json(include={"name", "data_path", "dataset"}), task)
-    paths = list(dict.fromkeys(path for task in tasks.values() for path in task.data_files()))
-    bad, step = [], max(1, len(paths) // 10)
-    for number, (path, what) in enumerate(paths, 1):
-        try:
-            with Image.open(path) as image:
-                image.load()
-        except Exception as exc:  # noqa: BLE001 -- PIL raises many kinds for a broken file
-            bad.append(f"{path} ({what}: {type(exc).__name__}: {' '.join(str(exc).split())})")
-        if number % step == 0 or number == len(paths):
-            print(f"decoded {number}/{len(paths)} files, {len(bad)} unreadable", file=sys.stderr, flush=True)
-    if bad:
-        raise DataError(f"{len(bad)} of {len(paths)} data files cannot be read: {'; '.join(bad[:20])}"
-                        + (f"; and {len(bad) - 20} more" if len(bad) > 20 else "")
-                        + ". Fix: replace or delete them")
+    from .validate import validate
+    return validate(args)
 
 
 def cmd_train(args) -> int:
@@ -268,30 +219,40 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .benchmark import run_benchmark
+    from .benchmark import executor_overrides, run_benchmark
+    executor = "local" if args.local else "ray"
     if args.dry_run:
+        args.overrides = executor_overrides(executor, args.overrides)
         return cmd_validate(args)
     from .engine.progress import Console
     out = run_benchmark(args.config, args.overrides, out_dir=args.out, console=Console.for_cli(args.verbose),
-                        workloads=args.workload)
-    print(f"\nreport: {out}/time_to_accuracy.md (CSV and figures beside it; also on the MLflow parent run)")
+                        workloads=args.workload, executor=executor, budget_s=args.budget_s)
+    if out is not None:
+        print(f"\nreport: {out}/time_to_accuracy.md (CSV and figures beside it; also on the MLflow parent run)")
     return 0
 
 
 def cmd_report(args) -> int:
-    """The report (analysis/, which reads MLflow through the run contract alone), after the
-    experiment's runs left RUNNING by a dead driver are closed KILLED (the report leaves them out)."""
+    """The report (attent.analysis, which reads MLflow through the run contract alone), after the
+    experiment's runs left RUNNING by a dead driver are closed KILLED (the report leaves them out);
+    with --with, several benchmarks' runs (experiments, stores, saved per_run.csv files) joined."""
     from .config import ConfigError, sqlite_file
+    if args.experiment is None and not args.sources:
+        raise ConfigError("attent report needs --experiment NAME, or --with SOURCE to join saved results")
     uri = _tracking_uri(args.tracking_uri)
     store = sqlite_file(uri)
-    if store is not None and not store.is_file():  # before MLflow's import: a report only reads a store
+    needs_store = args.experiment is not None or any(not s.endswith(".csv") and "@" not in s for s in args.sources)
+    if needs_store and store is not None and not store.is_file():  # before MLflow's import: a report only reads
         raise ConfigError(f"no MLflow store at {store}. Fix: give --tracking-uri the store the runs were logged "
                           f"to (attent train writes sqlite:///mlflow.db in the folder it runs in)")
-    from analysis.report import main as report_main
+    from attent.analysis.report import main as report_main
     from .engine.tracking import close_runs_of_dead_drivers_in
-    close_runs_of_dead_drivers_in(uri, args.experiment)
+    if args.experiment is not None:
+        close_runs_of_dead_drivers_in(uri, args.experiment)
     margin = [] if args.margin is None else ["--margin", str(args.margin)]
-    return report_main(["--experiment", args.experiment, "--out", args.out, "--tracking-uri", uri, *margin])
+    joined = [f"--with={s}" for s in args.sources] + [f"--size={s}" for s in args.size]
+    experiment = [] if args.experiment is None else ["--experiment", args.experiment]
+    return report_main([*experiment, "--out", args.out, "--tracking-uri", uri, *margin, *joined])
 
 
 def _tracking_uri(given: str | None) -> str:
@@ -307,19 +268,25 @@ def cmd_ui(args) -> int:
     server.check_port_free(args.host, args.port)
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
                "--host", args.host, "--port", str(args.port), "--workers", "1"]
-    base = f"http://{args.host}:{args.port}"
+    base = server.local_url(args.host, args.port)  # a wildcard bind is browsed over loopback
     from .engine.dashboard import dashboard_links  # imports MLflow while the server starts
     from .engine.tracking import close_runs_of_dead_drivers_in
 
     def announce() -> None:
         close_runs_of_dead_drivers_in(uri)  # once the server made the store: no two first writers
-        print(f"MLflow dashboard: {base}  (store {uri}; Ctrl-C stops it)", flush=True)
-        for name, link in dashboard_links(uri, base):  # MLflow 3.17 opens on its GenAI pages without them
+        # the experiments' links alone: MLflow 3.17's home page (the bare address) and an experiment
+        # opened from it land on its GenAI pages, without the training view
+        links = dashboard_links(uri, base)
+        if links:
+            print(f"MLflow dashboard over {uri} (Ctrl-C stops it); each experiment's training runs:", flush=True)
+        else:
+            print(f"MLflow dashboard: {base}  (store {uri}, no runs yet; Ctrl-C stops it)", flush=True)
+        for name, link in links:
             print(f"  {name}: {link}", flush=True)
         if log:
             print(f"(the server's own log: {log})", flush=True)
     log = None if args.verbose else server_log("ui", args.port)
-    return server.serve_in_foreground(command, server.local_url(args.host, args.port), announce, log)
+    return server.serve_in_foreground(command, base, announce, log)
 
 
 def server_log(kind: str, port: int) -> Path:

@@ -1,4 +1,4 @@
-"""How far the reference runs (``tests/shared_runs.py``) drift from their record when other CPU
+"""How far the reference runs (``shared_runs.py``, beside this file) drift from their record when other CPU
 kernels run them: the measurement behind the off-machine tolerance of ``assert_reproduces``.
 
 Each kernel set trains the reference runs in its own process with its own local Ray (two CPUs,
@@ -21,12 +21,12 @@ each set from ``native``; and whether every re-selection's subset matched the re
 learning rate: a real change, for scale.
 
 ``--update-tests`` writes the histories into ``tests/reference_drift.json``, from which
-``tests/shared_runs.py`` derives the tolerance off the recording's kernels; kernel sets measured
+``shared_runs.py`` derives the tolerance off the recording's kernels; kernel sets measured
 on other machines against the same record stay there (a run re-recorded starts afresh).
 
-    python benchmarks/reference_drift.py --update-tests --lr-scale 1.1 \\
+    python tests/reference_drift.py --update-tests --lr-scale 1.1 \\
         --json benchmarks/results/reference_drift.json --md benchmarks/results/reference_drift.md
-    python benchmarks/reference_drift.py --runs digits-full --kernels native avx2
+    python tests/reference_drift.py --runs digits-full --kernels native avx2
 """
 from __future__ import annotations
 
@@ -39,8 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+REPO = Path(__file__).resolve().parents[1]  # run as a script from tests/, which Python puts first on the path
 
 AVX2 = {"ATEN_CPU_CAPABILITY": "avx2"}
 KERNELS: dict[str, dict[str, str]] = {
@@ -193,7 +192,7 @@ def update_tests(results: dict[str, dict], record: dict, held_out: set[str]) -> 
     left out (its run went another way: no drift to measure)."""
     import shared_runs
     drift = json.loads(shared_runs.DRIFT.read_text()) if shared_runs.DRIFT.exists() else {"runs": {}}
-    drift["about"] = ("The reference runs trained under other CPU kernels (benchmarks/reference_drift.py "
+    drift["about"] = ("The reference runs trained under other CPU kernels (tests/reference_drift.py "
                       "--update-tests): tests/shared_runs.py derives the off-machine tolerance from them.")
     for name in dict.fromkeys(n for r in results.values() for n in r["runs"]):
         entry = drift["runs"].get(name)

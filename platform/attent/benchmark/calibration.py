@@ -1,0 +1,102 @@
+"""What a benchmark decides from finished runs: the selection stage's choice (validation metrics
+only) and the methods calibrated at run time from other runs of the same seed (InfoBatch at
+AtteNT's budget, full data at AtteNT's measured cost); and when two runs are the same
+computation, so that the runner records the earlier run's result rather than training it twice.
+MLflow is imported only by the functions that read it."""
+from __future__ import annotations
+
+from typing import Any
+
+from .. import contract
+from ..config import ConfigError, ExperimentConfig
+from .spec import BenchmarkRun, TuneSpec, WorkloadSpec
+
+def choice_record(workload: WorkloadSpec, tune: TuneSpec, value: Any, scores: dict[str, float],
+                  seeds: list[int]) -> dict[str, Any]:
+    """One choice of the selection stage as ``choices.json`` records it; a best value at an end of
+    the candidates may not be the best (``at_edge``: the report says so too)."""
+    return {"workload": workload.name, "method": tune.method, "key": tune.key, "value": value,
+            "metric": workload.selection_metric(), "scores": scores,
+            "at_edge": value in (tune.values[0], tune.values[-1]), "seeds": sorted(set(seeds))}
+
+
+def choose(tune: TuneSpec, finals: dict[Any, list[float]], lower_is_better: bool) -> tuple[Any, dict[str, float]]:
+    """The candidate whose validation metric is best on average over the selection seeds, and
+    every candidate's mean. ``finals``: value -> the final validation metric of each seed's run;
+    nothing else is given, so no test metric can sway the choice."""
+    means = {value: sum(v) / len(v) for value, v in finals.items() if v}
+    missing = [value for value in tune.values if value not in means]
+    if missing:
+        raise ConfigError(f"selection of {tune.key}: no finished run with a validation metric for {missing}")
+    best = (min if lower_is_better else max)(tune.values, key=lambda value: means[value])
+    return best, {str(value): means[value] for value in tune.values}
+
+
+def calibrate_infobatch(run: BenchmarkRun, reference: ExperimentConfig, budget: float) -> ExperimentConfig:
+    """The run with the prune ratio that brings InfoBatch to ``budget``, from the kept ratios of
+    ``reference`` (the same seed's InfoBatch run at its defaults, finished)."""
+    from ..engine.tracking import client_for
+    from ..selection.baselines import infobatch_prune_for_budget
+    done = finished_source(run, reference, "the InfoBatch run")
+    history = client_for(reference.mlflow.tracking_uri).get_metric_history(done.info.run_id, contract.SELECTED_RATIO)
+    kept = [m.value for m in sorted(history, key=lambda m: m.step)]
+    sel = reference.selection
+    prune = infobatch_prune_for_budget(budget, kept, sel.infobatch_prune, reference.train.epochs, sel.infobatch_final)
+    cfg = run.experiment
+    return cfg.model_copy(update={"selection": cfg.selection.model_copy(update={"infobatch_prune": round(prune, 4)})})
+
+
+def calibrate_equal_cost(run: BenchmarkRun, full: ExperimentConfig, attent: ExperimentConfig) -> ExperimentConfig:
+    """Full data for the epochs whose method cost matches AtteNT's, both measured in the same
+    seed's finished runs: a full-data epoch costs the same every epoch (evaluation is not in the
+    method cost), so E x AtteNT's cost / full data's cost epochs, rounded, at least one."""
+    attent_cost, full_cost = (contract.method_cost(finished_source(run, source, "the run").data.metrics)
+                              for source in (attent, full))
+    return with_epochs(run.experiment, equal_cost_epochs(full.train.epochs, attent_cost, full_cost))
+
+
+def equal_cost_epochs(full_epochs: int, attent_cost: float, full_cost: float) -> int:
+    """Full data's epochs at AtteNT's measured method cost: E x AtteNT's cost / full data's cost,
+    rounded, at least one."""
+    return max(1, round(full_epochs * attent_cost / full_cost))
+
+
+def with_epochs(cfg: ExperimentConfig, epochs: int) -> ExperimentConfig:
+    return cfg.model_copy(update={"train": cfg.train.model_copy(update={"epochs": epochs})})
+
+
+def finished_source(run: BenchmarkRun, source: ExperimentConfig, what: str):
+    """The finished MLflow run a calibrated ``run`` reads; refused in one line otherwise."""
+    done = latest_run(source)
+    if done is None or done.info.status != "FINISHED":
+        raise ConfigError(f"{run.experiment.name}: {what} it calibrates from ({source.name}) did not finish")
+    return done
+
+
+def latest_run(cfg: ExperimentConfig):
+    from ..engine.tracking import latest_run as latest
+    return latest(cfg)
+
+
+def validation_finals(runs: list[BenchmarkRun], metric: str) -> dict[Any, list[float]]:
+    """Candidate value -> the final value of the validation ``metric`` in each of its finished
+    runs: the one metric the selection stage reads."""
+    if not metric.startswith(contract.VAL_PREFIX):
+        raise ConfigError(f"the selection stage reads validation metrics only ({contract.VAL_PREFIX}...), not {metric}")
+    finals: dict[Any, list[float]] = {}
+    for run in runs:
+        done = latest_run(run.experiment)
+        value = None if done is None else done.data.metrics.get(metric)
+        if value is None:
+            raise ConfigError(f"{run.experiment.name} logged no {metric}: give the workload a validation split "
+                              f"(task.val_limit)")
+        finals.setdefault(run.candidate[1], []).append(float(value))
+    return finals
+
+
+def computation(cfg: ExperimentConfig) -> dict[str, Any]:
+    """What a run computes: its resolved configuration less its name and where it is recorded
+    (MLflow, the checkpoint folder). Two runs with equal computations train the same model to the
+    same numbers (the recipe is seeded and deterministic), whatever they are called."""
+    data = cfg.model_dump(mode="json")
+    return {**data, "name": None, "mlflow": None, "ray": {**data["ray"], "storage_path": None}}
