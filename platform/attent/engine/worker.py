@@ -36,18 +36,34 @@ ON_EPOCH = "on_epoch"          # payload key, local mode: called with each epoch
 def train_loop_per_worker(payload: dict[str, Any]) -> None:
     """Ray Train's entry point on every rank (and, in local mode, in the driver's process)."""
     started, entered = time.perf_counter(), time.time()  # first: the monitor's start is no start-up of ours
-    # Tasks that read MLflow artifacts (a downstream job's pretrained weights) use the run's store.
-    os.environ["MLFLOW_TRACKING_URI"] = payload["tracking_uri"]
     cfg = ExperimentConfig.model_validate(payload["config"])
     if not payload.get(LOCAL_MODE):  # in local mode the driver is this process
         faults.watch_driver(payload.get("driver"))
     if faults.recorded_fatal(cfg):  # a restart after a failure that would only repeat: stop, the driver says why
         return
+    # Tasks that read MLflow artifacts (a downstream job's pretrained weights) use the run's store;
+    # in local mode this process is the caller's, whose environment is given back afterwards.
+    with environment(MLFLOW_TRACKING_URI=payload["tracking_uri"]):
+        try:
+            train_run(payload, cfg, started, entered)
+        except faults.NOT_RETRYABLE as error:
+            faults.record_fatal(cfg, error)
+            raise
+
+
+@contextlib.contextmanager
+def environment(**values: str) -> Iterator[None]:
+    """These environment variables while the body runs, then as they were."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
     try:
-        train_run(payload, cfg, started, entered)
-    except faults.NOT_RETRYABLE as error:
-        faults.record_fatal(cfg, error)
-        raise
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def train_run(payload: dict[str, Any], cfg: ExperimentConfig, started: float, entered: float) -> None:
