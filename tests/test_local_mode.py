@@ -79,8 +79,11 @@ def test_an_injected_failure_restarts_in_process_from_the_latest_checkpoint(tmp_
     failure ends the run."""
     from attent.engine.driver import train
     from attent.engine.faults import InjectedFailure
+    caller = os.environ.get("MLFLOW_TRACKING_URI")
     result = train(digits(tmp_path, mlflow_uri, "restarted", fault={"fail_once_after_epoch": 1},
                           ray={"max_failures": 1}))
+    # the worker ran in this process: the run's store must not stay this process's default
+    assert os.environ.get("MLFLOW_TRACKING_URI") == caller
     out = capsys.readouterr()
     assert "restarting from its latest checkpoint in this process (restart 1 of 1" in out.out + out.err
     client = mlflow.MlflowClient(mlflow_uri)
