@@ -80,11 +80,9 @@ def train_run(payload: dict[str, Any], cfg: ExperimentConfig, started: float, en
     ctx = WorkerContext(context.get_world_rank(), context.get_world_size(), device)
     # Ray Train logs every report at INFO under a logger named after its file, outside the
     # 'ray.train' hierarchy that LoggingConfig controls; our epoch lines say it better.
+    # (Local mode's per-report INFO lines are under 'ray.train', which the driver quiets.)
     from ray.train.v2._internal.execution import context as train_context
-    from ray.train.v2._internal.execution import train_fn_utils
-    for module in (train_context, train_fn_utils):  # the second: local mode's reports
-        logging.getLogger(module.__name__).setLevel(logging.WARNING)
-        logging.getLogger(module.__file__).setLevel(logging.WARNING)
+    logging.getLogger(train_context.__file__).setLevel(logging.WARNING)
     if local:  # the run's own folder, where Ray Train would persist its checkpoints
         storage = checkpoint.run_storage(cfg.ray.storage_path, cfg.name)
     else:
