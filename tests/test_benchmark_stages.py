@@ -124,6 +124,31 @@ def test_full_data_at_equal_cost_is_calibrated_from_the_measured_costs(tmp_path)
         calibrate_equal_cost(seed1["full_equal_cost"], seed1["full"].experiment, seed1["attent"].experiment)
 
 
+def test_random_at_equal_cost_runs_after_its_sources_for_attents_measured_cost(tmp_path, capsys):
+    """Random scores nothing, so at AtteNT's samples it costs less: its equal-cost run gets the
+    epochs that bring its measured cost to AtteNT's, under AtteNT's schedules and Random's strategy,
+    read by the runner from the same seed's finished `random` and `attent` runs."""
+    from attent.analysis.tta_results import MATCHED, standings
+    from attent.benchmark.runner import calibrated
+    uri = f"sqlite:///{tmp_path}/m.db"
+    _, runs = load_benchmark(write_spec(tmp_path, uri, methods="{attent: {}, random: {}, random_equal_cost: {}}"))
+    seed0 = [run for run in runs if run.experiment.seed == 0]
+    assert [run.method for run in seed0][-1] == "random_equal_cost"  # after the runs it reads
+    by = {run.method: run for run in seed0}
+    log_finished(uri, by["random"].experiment, {contract.TIME_METHOD: 20.0})
+    log_finished(uri, by["attent"].experiment, {contract.TIME_METHOD: 26.0})
+    cfg = calibrated(by["random_equal_cost"], runs)
+    assert cfg.train.epochs == round(8 * 26 / 20) == 10
+    assert (cfg.selection.strategy, cfg.selection.ratio, cfg.selection.interval) == (
+        "random", by["attent"].experiment.selection.ratio, by["attent"].experiment.selection.interval)
+    assert "10 epochs of Random for AtteNT's measured method cost" in capsys.readouterr().out
+    import pandas as pd  # matched by construction, whatever its sample budget
+    summary = pd.DataFrame({"method": ["attent", "random", "random_equal_cost"], "budget": [0.5, 0.5, 0.62]})
+    assert standings(summary) == [MATCHED, MATCHED, MATCHED]
+    with pytest.raises(ConfigError, match="random_equal_cost is calibrated from the `random` run"):
+        load_benchmark(write_spec(tmp_path, uri, methods="{attent: {}, random_equal_cost: {}}"))
+
+
 def test_a_workload_missing_what_a_method_is_calibrated_from_is_refused(tmp_path):
     path = write_spec(tmp_path, f"sqlite:///{tmp_path}/m.db", methods="{attent: {}, full_equal_cost: {}}")
     with pytest.raises(ConfigError, match="full_equal_cost is calibrated from the `full` run"):

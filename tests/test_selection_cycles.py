@@ -360,3 +360,26 @@ def test_the_cycles_ablation_spec():
     assert len(rows) == 6 and all(s.interval.kind == "cycles" and s.warmup_epochs == 1 for s in rows.values())
     assert {round(1 - s.mean_planned_ratio(60), 4) for s in rows.values()} == {0.0333, 0.0367}
     assert all((s.soft_logits, s.temperature) == ("raw", 1.0) for s in rows.values())
+
+
+def test_random_at_equal_cost_lengthens_the_cycles_by_full_data_epochs():
+    """Random under the cycles plan at AtteNT's measured cost: the added epochs are full-data
+    ones (the subset epochs stay 1 -> 4), so the epochs are chosen by planned samples, not by
+    E x the cost ratio, which would overshoot by the subset epochs' discount."""
+    from attent.benchmark.calibration import equal_cost_epochs
+    random = SelectionConfig(**{**SOFT, "strategy": "random"})
+    samples = lambda e: random.mean_planned_ratio(e) * e  # noqa: E731
+    assert samples(21) == pytest.approx(17) and samples(24) == pytest.approx(20)
+    # AtteNT measured 20.3 units against Random's 17 (its scoring passes): 24 epochs, not round(21 x 20.3 / 17) = 25
+    assert equal_cost_epochs(21, 20.3, 17.0, samples=samples) == 24
+    assert equal_cost_epochs(21, 17.0, 17.0, samples=samples) == 21
+    assert equal_cost_epochs(8, 26.0, 40.0) == round(8 * 26 / 40)  # full data: E x the cost ratio
+
+
+def test_the_ablation_table_holds_one_row_per_interval_and_strategy_under_the_label_it_ran():
+    """Soft re-draws at every subset epoch and its interval's label says so: Table 3 groups the
+    two labels of one schedule (no empty "re-drawn" rows for Hard and Random, none without it for Soft)."""
+    from attent.analysis.tables import redraw_groups
+    labels = ["cycles(4 × 1 subset epoch)", "cycles(4 × 1 subset epoch, re-drawn)", "cycles(4 × 1→2 subset epochs)",
+              "cycles(4 × 1→2 subset epochs, re-drawn)", "incremental(1→4)"]
+    assert redraw_groups(labels) == [labels[0:2], labels[2:4], labels[4:]]

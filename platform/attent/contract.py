@@ -62,6 +62,7 @@ METHOD_ATTENT = "attent"                        # TAG_METHOD values analysis sin
 METHOD_FULL = "full"                            # the no-selection baseline
 # benchmark-only method names (TAG_BENCH_METHOD values the time-to-accuracy report singles out)
 METHOD_FULL_EQUAL_COST = "full_equal_cost"      # full data for the epochs whose measured method cost matches AtteNT's (same seed)
+METHOD_RANDOM_EQUAL_COST = "random_equal_cost"  # Random for the epochs whose measured method cost matches AtteNT's (same seed)
 METHOD_FULL_EQUAL_SAMPLES = "full_equal_samples"  # full data for AtteNT's mean ratio x E epochs (equal samples)
 METHOD_FULL_LONG = "full_long"                  # full data for 2E epochs: the plateau control
 METHOD_INFOBATCH_BUDGET = "infobatch_budget"    # InfoBatch pruned to AtteNT's budget

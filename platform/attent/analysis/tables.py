@@ -45,6 +45,7 @@ CONFIG_HEADER = "Config"  # the fields telling apart configurations that share a
 BASELINE_NAME = METHOD_NAMES[contract.METHOD_FULL]
 PAPER_STRATEGIES = ("random", "hard", "soft")
 PAPER_RATIOS = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4)  # below the 100 % full-data row
+REDRAWN = ", re-drawn"  # in a cycles interval's label (SelectionConfig.label) when each subset epoch re-draws
 RANDOM = "random"  # the Random subset: AtteNT's strategy, and the method tag of runs recorded before issue 46
 COMPARISON_METHODS = (contract.METHOD_ATTENT, "class_weight", "group_weight", "gradnorm", "infobatch",
                       RANDOM, contract.METHOD_FULL)
@@ -250,11 +251,23 @@ def ablation_table(runs: pd.DataFrame, name: str = "ablation") -> Table:
         attent.assign(**{headers[0]: attent[RATIO_SCHEDULE], headers[1]: attent[INTERVAL_SCHEDULE],
                          headers[2]: attent[STRATEGY].map(strategy_label)})])
     strategies = unique_in_order(attent[STRATEGY], PAPER_STRATEGIES)
-    grid = product(schedule_order(attent[RATIO_SCHEDULE]),
-                   schedule_order(attent[INTERVAL_SCHEDULE]),
-                   [strategy_label(s) for s in strategies])
+    # Under the cycles reading an interval's label says whether its strategy re-draws at every
+    # subset epoch (Soft by default): one row per interval and strategy, under the label it ran.
+    ran = set(zip(keyed[headers[1]], keyed[headers[2]]))
+    grid = [(ratio, next((i for i in same if (i, label) in ran), same[0]), label)
+            for ratio, same, label in product(schedule_order(attent[RATIO_SCHEDULE]),
+                                              redraw_groups(schedule_order(attent[INTERVAL_SCHEDULE])),
+                                              [strategy_label(s) for s in strategies])]
     return build_table(name, "Ablation: ratio schedule × interval schedule × strategy",
                        keyed, headers, [baseline, *grid], baseline, downstream_metrics(keyed))
+
+
+def redraw_groups(intervals: list[str]) -> list[list[str]]:
+    """Interval labels grouped by the schedule they name, with and without ", re-drawn"."""
+    groups: dict[str, list[str]] = {}
+    for label in intervals:
+        groups.setdefault(str(label).replace(REDRAWN, ""), []).append(label)
+    return list(groups.values())
 
 
 def ratio_table(runs: pd.DataFrame, name: str = "ratio") -> Table:

@@ -23,14 +23,16 @@ LABEL = f"tags.{contract.TAG_LABEL}"
 TEMPERATURE = "params.selection.temperature"
 FULL, ATTENT, FULL_LONG = contract.METHOD_FULL, contract.METHOD_ATTENT, contract.METHOD_FULL_LONG
 EQUAL_COST, EQUAL_SAMPLES = contract.METHOD_FULL_EQUAL_COST, contract.METHOD_FULL_EQUAL_SAMPLES
+RANDOM_EQUAL_COST = contract.METHOD_RANDOM_EQUAL_COST
 INFOBATCH_BUDGET = contract.METHOD_INFOBATCH_BUDGET
 # What the full-data comparators are, in the tables (their tag label is full data's preset's)
 COMPARATOR_LABELS = {FULL: "full data", FULL_LONG: "full data for 2E epochs (plateau control)",
-                     EQUAL_COST: "full data at equal cost (measured)", EQUAL_SAMPLES: "full data at equal samples"}
+                     EQUAL_COST: "full data at equal cost (measured)", EQUAL_SAMPLES: "full data at equal samples",
+                     RANDOM_EQUAL_COST: "Random at equal cost (measured)"}
 TEMPERATURE_METHODS = ("soft", ATTENT)  # base methods whose temperature the report sets side by side
 # Row order within a standing: by base method (the part before "+"), then by name.
-METHOD_ORDER = (FULL, FULL_LONG, EQUAL_COST, EQUAL_SAMPLES, ATTENT, "hard", "soft", "random", INFOBATCH_BUDGET,
-                "infobatch")
+METHOD_ORDER = (FULL, FULL_LONG, EQUAL_COST, EQUAL_SAMPLES, ATTENT, "hard", "soft", "random", RANDOM_EQUAL_COST,
+                INFOBATCH_BUDGET, "infobatch")
 OVERHEADS = {"scoring_s": contract.time_metric("scoring"), "selection_s": contract.time_metric("selection"),
              "eval_s": contract.time_metric("eval"), "checkpoint_s": contract.time_metric("checkpoint"),
              "startup_s": contract.TIME_STARTUP, "teardown_s": contract.TIME_TEARDOWN}
@@ -204,7 +206,7 @@ def attent_budget(summary: pd.DataFrame) -> float:
 
 def standings(summary: pd.DataFrame) -> list[str]:
     """Full data: the reference; full_long: the plateau control; AtteNT and full data at equal
-    cost or equal samples: matched (by construction); others matched where their budget is within
+    cost or equal samples and Random at equal cost: matched (by construction); others matched where their budget is within
     BUDGET_TOLERANCE (relative) of AtteNT's, else apart."""
     reference = attent_budget(summary)
     out = []
@@ -213,7 +215,7 @@ def standings(summary: pd.DataFrame) -> list[str]:
             out.append(REFERENCE)
         elif method == FULL_LONG:
             out.append(CONTROL)
-        elif method in (ATTENT, EQUAL_COST, EQUAL_SAMPLES):
+        elif method in (ATTENT, EQUAL_COST, EQUAL_SAMPLES, RANDOM_EQUAL_COST):
             out.append(MATCHED)
         else:
             close = abs(budget - reference) <= BUDGET_TOLERANCE * reference  # False for NaN

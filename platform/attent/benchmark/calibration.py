@@ -1,6 +1,6 @@
 """What a benchmark decides from finished runs: the selection stage's choice (validation metrics
 only) and the methods calibrated at run time from other runs of the same seed (InfoBatch at
-AtteNT's budget, full data at AtteNT's measured cost); and when two runs are the same
+AtteNT's budget, full data and Random at AtteNT's measured cost); and when two runs are the same
 computation, so that the runner records the earlier run's result rather than training it twice.
 MLflow is imported only by the functions that read it."""
 from __future__ import annotations
@@ -46,19 +46,34 @@ def calibrate_infobatch(run: BenchmarkRun, reference: ExperimentConfig, budget: 
     return cfg.model_copy(update={"selection": cfg.selection.model_copy(update={"infobatch_prune": round(prune, 4)})})
 
 
-def calibrate_equal_cost(run: BenchmarkRun, full: ExperimentConfig, attent: ExperimentConfig) -> ExperimentConfig:
-    """Full data for the epochs whose method cost matches AtteNT's, both measured in the same
-    seed's finished runs: a full-data epoch costs the same every epoch (evaluation is not in the
-    method cost), so E x AtteNT's cost / full data's cost epochs, rounded, at least one."""
-    attent_cost, full_cost = (contract.method_cost(finished_source(run, source, "the run").data.metrics)
-                              for source in (attent, full))
-    return with_epochs(run.experiment, equal_cost_epochs(full.train.epochs, attent_cost, full_cost))
+def calibrate_equal_cost(run: BenchmarkRun, reference: ExperimentConfig, attent: ExperimentConfig) -> ExperimentConfig:
+    """``reference``'s method (full data, or Random under AtteNT's schedules) for the epochs whose
+    method cost matches AtteNT's, both measured in the same seed's finished runs. Neither scores,
+    so their cost goes with the samples they train: the epochs whose planned samples come nearest
+    to the reference run's times AtteNT's cost / its cost (for full data E x that ratio, rounded;
+    under the cycles reading the added epochs are full-data ones, dearer than the run's mean)."""
+    attent_cost, reference_cost = (contract.method_cost(finished_source(run, source, "the run").data.metrics)
+                                   for source in (attent, reference))
+    epochs = equal_cost_epochs(reference.train.epochs, attent_cost, reference_cost,
+                               samples=lambda e: reference.selection.mean_planned_ratio(e) * e)
+    return with_epochs(run.experiment, epochs)
 
 
-def equal_cost_epochs(full_epochs: int, attent_cost: float, full_cost: float) -> int:
-    """Full data's epochs at AtteNT's measured method cost: E x AtteNT's cost / full data's cost,
-    rounded, at least one."""
-    return max(1, round(full_epochs * attent_cost / full_cost))
+def equal_cost_epochs(epochs: int, attent_cost: float, reference_cost: float, samples=float) -> int:
+    """A reference method's epochs at AtteNT's measured method cost: those whose planned samples
+    (``samples(e)``, in epochs of all data; default: e, full data) come nearest to its E's times
+    AtteNT's cost / its cost, at least one (the fewer epochs on a tie). Epochs its schedules
+    cannot plan are skipped."""
+    target = samples(epochs) * attent_cost / reference_cost
+    best, gap = 1, float("inf")
+    for e in range(1, 4 * epochs + 2):
+        try:
+            planned = samples(e)
+        except ValueError:  # e.g. fewer epochs than the cycles need
+            continue
+        if abs(planned - target) < gap - 1e-9:
+            best, gap = e, abs(planned - target)
+    return best
 
 
 def with_epochs(cfg: ExperimentConfig, epochs: int) -> ExperimentConfig:

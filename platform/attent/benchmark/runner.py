@@ -140,6 +140,9 @@ def calibrated(run: BenchmarkRun, runs: list[BenchmarkRun], quiet: bool = False)
     elif method == contract.METHOD_FULL_EQUAL_COST:
         cfg = calibrate_equal_cost(run, same_seed(contract.METHOD_FULL), same_seed(contract.METHOD_ATTENT))
         said = f"{cfg.train.epochs} epochs of full data for AtteNT's measured method cost"
+    elif method == contract.METHOD_RANDOM_EQUAL_COST:
+        cfg = calibrate_equal_cost(run, same_seed("random"), same_seed(contract.METHOD_ATTENT))
+        said = f"{cfg.train.epochs} epochs of Random for AtteNT's measured method cost"
     else:
         return cfg
     if not quiet:

@@ -29,6 +29,10 @@ METHODS: dict[str, dict[str, Any]] = {
     # full data for the epochs whose measured method cost matches the same seed's AtteNT run,
     # calibrated at run time from that run and full data's (both must be in the workload)
     contract.METHOD_FULL_EQUAL_COST: {"selection.preset": None, "selection.method": "full"},
+    # Random, AtteNT's schedules, for the epochs whose measured method cost matches the same seed's
+    # AtteNT run (Random scores nothing, so at equal samples it costs less): calibrated at run time
+    # from that run and the same seed's `random` run (both must be in the workload)
+    contract.METHOD_RANDOM_EQUAL_COST: {**_ATTENT, "selection.strategy": "random"},
     # full data for round(AtteNT's mean planned ratio x E) epochs: equal samples, not equal cost
     contract.METHOD_FULL_EQUAL_SAMPLES: {"selection.preset": None, "selection.method": "full"},
     # InfoBatch with the prune ratio that brings its mean kept ratio to AtteNT's budget, calibrated
@@ -107,7 +111,10 @@ class BenchmarkRun(BaseModel):
 Choices = dict[str, list[tuple[TuneSpec, Any]]]
 # methods calibrated at run time from other runs of the same seed, which must run first
 CALIBRATED_FROM = {contract.METHOD_INFOBATCH_BUDGET: ("infobatch",),
-                   contract.METHOD_FULL_EQUAL_COST: (contract.METHOD_FULL, contract.METHOD_ATTENT)}
+                   contract.METHOD_FULL_EQUAL_COST: (contract.METHOD_FULL, contract.METHOD_ATTENT),
+                   contract.METHOD_RANDOM_EQUAL_COST: ("random", contract.METHOD_ATTENT)}
+
+EQUAL_COST_METHODS = (contract.METHOD_FULL_EQUAL_COST, contract.METHOD_RANDOM_EQUAL_COST)
 
 
 def load_benchmark(path: str | Path, overrides: list[str] | None = None, *, name: str | None = None,
@@ -229,7 +236,7 @@ def describe(spec: BenchmarkSpec, runs: list[BenchmarkRun], *, chosen: bool = Fa
              f"{spec.threads} thread(s) per worker, one run at a time"]
     for run in runs:
         cfg = run.experiment
-        epochs = ("epochs calibrated at run time" if base_method(run.method) == contract.METHOD_FULL_EQUAL_COST
+        epochs = ("epochs calibrated at run time" if base_method(run.method) in EQUAL_COST_METHODS
                   else f"{cfg.train.epochs} epochs")
         lines.append(f"  {run.workload.name:<12} {run.method:<12} seed {cfg.seed}: {epochs}, "
                      f"{cfg.selection.label(cfg.train.epochs)}"
