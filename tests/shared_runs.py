@@ -232,6 +232,20 @@ def measured_drift(name: str) -> dict[str, Any]:
     return measured
 
 
+def digits_run(root: Path, uri: str, name: str, *, experiment: str, **sections: Any) -> ExperimentConfig:
+    """A small digits run of its own (300 training and 100 test samples, the ViT preset, 3
+    epochs, seed 3) in Ray Train's local mode, its checkpoints under ``root``; ``sections`` are
+    merged over it (``ray={"num_workers": 1}`` for a Ray Train worker)."""
+    base = {"name": name, "seed": 3,
+            "task": {"name": "vision", "dataset": "digits", "train_limit": 300, "test_limit": 100,
+                     "model": {"preset": "vit_tiny_cpu"}},
+            "train": {"epochs": 3, "batch_size": 64},
+            "selection": {"preset": "vit"},
+            "ray": {"num_workers": 0, "storage_path": str(root / "ray_results")},
+            "mlflow": {"tracking_uri": uri, "experiment": experiment}}
+    return build_experiment(deep_merge(base, sections))
+
+
 # --- the digits sweeps ---------------------------------------------------------------------------
 RATIO_SWEEP, ABLATION_SWEEP = "e2e-ratio", "e2e-ablation"
 FULL = {"selection.preset": None, "selection.method": "full"}

@@ -3,6 +3,7 @@ same recipe and MLflow run contract as one Ray Train worker, checkpoints written
 (Ray Train persists none there), restarts and resumes as with workers."""
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -14,23 +15,11 @@ import pytest
 import yaml
 
 import shared_runs
-from attent.config import build_experiment
 from attent.engine import checkpoint
-from attent.selection.config import deep_merge
 from conftest import BIN
 
 pytestmark = pytest.mark.slow
-
-
-def digits(tmp_path: Path, uri: str, name: str, **sections):
-    base = {"name": name, "seed": 3,
-            "task": {"name": "vision", "dataset": "digits", "train_limit": 300, "test_limit": 100,
-                     "model": {"preset": "vit_tiny_cpu"}},
-            "train": {"epochs": 3, "batch_size": 64},
-            "selection": {"preset": "vit"},
-            "ray": {"num_workers": 0, "storage_path": str(tmp_path / "ray_results")},
-            "mlflow": {"tracking_uri": uri, "experiment": "local-mode"}}
-    return build_experiment(deep_merge(base, sections))
+digits = functools.partial(shared_runs.digits_run, experiment="local-mode")
 
 
 def recorded(uri: str, run_id: str, scratch: Path):
