@@ -174,6 +174,7 @@ def test_attent_train_on_a_terminal_shows_one_progress_line(tmp_path, mlflow_uri
     assert len(lines) <= 3, lines  # the progress line and the result
     # the training function's own lines and Train's local-mode notice are in this process: not shown
     assert "[attent] epoch" not in text and "local mode" not in text
+    assert "setting up" in text and "Ray workers" not in text  # no worker starts in local mode
     assert "Traceback" not in text and "WARNING" not in text
     client, [run] = runs_named(mlflow_uri, "on-a-terminal")
     log = Path(run.data.tags["attent.run_key"]) / "attent.log"

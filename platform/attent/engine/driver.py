@@ -84,7 +84,8 @@ def train(cfg: ExperimentConfig, *, parent_run_id: str | None = None, role: str 
         log_file = progress.log_path(cfg.ray.storage_path, cfg.name)
         with progress.captured_output(console, log_file) as terminal:
             name = (extra_tags or {}).get(contract.TAG_RUN_NAME, cfg.name)
-            line = progress.RunProgress(console, terminal, name, cfg.train.epochs, log_file)
+            line = progress.RunProgress(console, terminal, name, cfg.train.epochs, log_file,
+                                        phase="setting up" if cfg.ray.num_workers == 0 else "starting Ray workers")
             return _train(cfg, parent_run_id, role, extra_tags, callbacks, on_epoch, line)
 
 

@@ -86,10 +86,11 @@ def captured_output(console: Console, path: Path) -> Iterator[IO[str] | None]:
 
 class RunProgress:
     """The progress line of one run: its phase before the first epoch, then epochs done, the
-    training loss and evaluation metrics of the latest one, elapsed time and the ETA."""
+    training loss and evaluation metrics of the latest one, elapsed time and the ETA. ``phase``:
+    what the line says until the first epoch (in Ray Train's local mode no worker starts)."""
 
     def __init__(self, console: Console, terminal: IO[str] | None, name: str, epochs: int,
-                 log_file: Path | None = None):
+                 log_file: Path | None = None, phase: str = "starting Ray workers"):
         self.console, self.terminal, self.name, self.epochs = console, terminal, name, epochs
         self.log_file = log_file if terminal is not None else None  # where the libraries' output went
         self.started = time.perf_counter()
@@ -107,7 +108,7 @@ class RunProgress:
             self._bar = tqdm(total=epochs, desc=name, unit="epoch", file=terminal, ncols=width(terminal),
                              # the ETA is the epochs' own pace (postfix), not one that counts Ray's start-up
                              bar_format="{desc} {n_fmt}/{total_fmt} epochs |{bar:12}| {elapsed}{postfix}")
-            self._bar.set_postfix_str("starting Ray workers")  # until set-up ends
+            self._bar.set_postfix_str(phase)  # until set-up ends
 
     def follow(self, handle) -> None:
         """Read the run's metrics every second from now on (a resumed run starts at its epoch);
