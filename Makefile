@@ -45,16 +45,17 @@ demo: setup
 # 2 cores) and, waiting on Ray's process starts, polls and servers, keep only 1.2 of the 2 cores
 # busy on average (measured); so the fast tier runs beside them, in one pytest-xdist worker, in
 # that idle time (measured against the tiers one after the other and against two workers at
-# nice 10: README). Its output goes to $(FAST_LOG): its last line, or all of it if it failed,
-# is printed after the Ray tier's.
+# nice 10: README). Its output goes to $(FAST_LOG): its end, or all of it if it failed,
+# is printed after the Ray tier's. Each tier lists its slowest tests (--durations): where the
+# suite's time goes, in every CI log.
 FAST_LOG := .pytest-fast.log
 test: setup
-	@$(BIN)/pytest -q -m "not slow" -n 1 > $(FAST_LOG) 2>&1 & fast=$$!; \
+	@$(BIN)/pytest -q -m "not slow" -n 1 --durations=20 > $(FAST_LOG) 2>&1 & fast=$$!; \
 	trap 'kill $$fast 2>/dev/null' INT TERM; \
-	$(BIN)/pytest -q -m slow; slow=$$?; \
+	$(BIN)/pytest -q -m slow --durations=0; slow=$$?; \
 	wait $$fast; fast_rc=$$?; \
 	echo "== the fast tier (-m 'not slow'), run beside it; its output: $(FAST_LOG)"; \
-	if [ $$fast_rc -eq 0 ]; then tail -n 1 $(FAST_LOG); else cat $(FAST_LOG); fi; \
+	if [ $$fast_rc -eq 0 ]; then tail -n 25 $(FAST_LOG); else cat $(FAST_LOG); fi; \
 	[ $$slow -eq 0 ] && [ $$fast_rc -eq 0 ]
 
 # The inner loop: unit, property and single-process tests on real data and models; no Ray, no
