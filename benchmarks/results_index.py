@@ -21,6 +21,9 @@ INDEX = RESULTS / "README.md"
 STUDIES = {
     "antk": "empirical ANTK tracking on real runs (`attent train ... antk.enabled=true`)",
     "beyond_paper": "the selection library's options beyond the paper (`attent bench benchmarks/beyond_the_paper.yaml`)",
+    "cycles_verdict": "AtteNT under the released code's schedule (subset bursts inside full-data training) at the "
+                      "authors' operating point, Fashion-MNIST 6,000 images "
+                      "(`attent bench benchmarks/cycles_verdict_6000.yaml --local`)",
     "data_size": "the verdict against training-set size, Fashion-MNIST 600 to 20,000 images "
                  "(`attent bench benchmarks/data_size*.yaml`, joined by `attent report --with`)",
     "engine_overhead": "the engine's per-epoch cost over a bare torch loop, a Ray run's fixed cost "
