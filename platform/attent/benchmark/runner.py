@@ -31,7 +31,8 @@ from ..config import ExperimentConfig
 from ..contract import base_method
 from .calibration import (calibrate_equal_cost, calibrate_infobatch, choice_record, choose, computation,
                           latest_run, validation_finals)
-from .spec import BenchmarkRun, BenchmarkSpec, describe, load_benchmark, selection_runs
+from .spec import (CALIBRATED_FROM, EQUAL_COST_METHODS, BenchmarkRun, BenchmarkSpec, describe, load_benchmark,
+                   selection_runs)
 
 EXECUTORS = ("ray", "local")
 
@@ -137,12 +138,11 @@ def calibrated(run: BenchmarkRun, runs: list[BenchmarkRun], quiet: bool = False)
     if method == contract.METHOD_INFOBATCH_BUDGET:
         cfg = calibrate_infobatch(run, same_seed("infobatch"), run.attent_budget)
         said = f"InfoBatch prune {cfg.selection.infobatch_prune:g} for AtteNT's budget {run.attent_budget:.3f}"
-    elif method == contract.METHOD_FULL_EQUAL_COST:
-        cfg = calibrate_equal_cost(run, same_seed(contract.METHOD_FULL), same_seed(contract.METHOD_ATTENT))
-        said = f"{cfg.train.epochs} epochs of full data for AtteNT's measured method cost"
-    elif method == contract.METHOD_RANDOM_EQUAL_COST:
-        cfg = calibrate_equal_cost(run, same_seed("random"), same_seed(contract.METHOD_ATTENT))
-        said = f"{cfg.train.epochs} epochs of Random for AtteNT's measured method cost"
+    elif method in EQUAL_COST_METHODS:
+        reference, attent = CALIBRATED_FROM[method]
+        cfg = calibrate_equal_cost(run, same_seed(reference), same_seed(attent))
+        what = "full data" if reference == contract.METHOD_FULL else "Random"
+        said = f"{cfg.train.epochs} epochs of {what} for AtteNT's measured method cost"
     else:
         return cfg
     if not quiet:
