@@ -21,97 +21,19 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, IterableDataset
-from transformers import (
-    DataCollatorWithFlattening,
-    LlamaConfig,
-    LlamaForCausalLM,
-    Trainer,
-    TrainerCallback,
-    TrainingArguments,
-)
+from torch.utils.data import DataLoader
+from transformers import LlamaForCausalLM, Trainer, TrainerCallback
 
-from conftest import REPO, SHARED, free_port
+from conftest import REPO, free_port
+from hf_tiny import (CONFIGS, GSM8K, N, RecordingTrainer, collate, losses_of, samples, selection_rows, tiny_llama,
+                     training_args)
 
 import attent
 from attent import contract
-from attent.integrations.huggingface import STATE_FILE, AtteNTTrainer
+from attent.integrations.huggingface import AtteNTTrainer
 from attent.selection.config import SelectionConfig
 from attent.selection.strategies import subset_checksum
 from attent.selection.teacher import Teacher
-
-N, FIRST_TOKEN, VOCAB = 40, 50, 256
-GSM8K = SHARED / "datasets" / "gsm8k" / "train.jsonl"
-
-
-# --- tiny data and model ---------------------------------------------------------------------------------
-def samples(n: int = N, seed: int = 0) -> list[dict]:
-    """Sample i: token 50 + i, then a prompt and a response of 2-6 random tokens each; labels
-    -100 on the prompt."""
-    g = torch.Generator().manual_seed(seed)
-    items = []
-    for i in range(n):
-        prompt, response = (int(x) for x in torch.randint(2, 7, (2,), generator=g))
-        ids = [FIRST_TOKEN + i] + torch.randint(1, FIRST_TOKEN, (prompt - 1 + response,), generator=g).tolist()
-        items.append({"input_ids": ids, "labels": [-100] * prompt + ids[prompt:]})
-    return items
-
-
-def collate(items: list[dict]) -> dict[str, torch.Tensor]:
-    """Right-padded: pad token 0, attention mask 0, label -100."""
-    width = max(len(item["input_ids"]) for item in items)
-
-    def padded(rows, fill):
-        return torch.tensor([row + [fill] * (width - len(row)) for row in rows])
-
-    return {"input_ids": padded([item["input_ids"] for item in items], 0),
-            "labels": padded([item["labels"] for item in items], -100),
-            "attention_mask": padded([[1] * len(item["input_ids"]) for item in items], 0)}
-
-
-def tiny_llama(seed: int = 0) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64))
-
-
-def training_args(output_dir, **overrides) -> TrainingArguments:
-    base = dict(output_dir=str(output_dir), per_device_train_batch_size=4, num_train_epochs=3, learning_rate=1e-2,
-                logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, seed=0, disable_tqdm=True)
-    return TrainingArguments(**{**base, **overrides})
-
-
-class RecordingTrainer(AtteNTTrainer):
-    """AtteNTTrainer that notes, per epoch, the subset and the samples its training steps got
-    (read from the batches' first tokens, i.e. after the loader and accelerate)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.trained: dict[int, list[int]] = {}
-        self.subsets: dict[int, list[int]] = {}
-
-    def training_step(self, model, inputs, num_items_in_batch=None):
-        epoch = self.selector.teacher.epoch
-        self.trained.setdefault(epoch, []).extend((inputs["input_ids"][:, 0] - FIRST_TOKEN).tolist())
-        self.subsets[epoch] = self.selector.teacher.subset.tolist()
-        return super().training_step(model, inputs, num_items_in_batch)
-
-
-def losses_of(trainer: Trainer, after: int = 0) -> list[float]:
-    """The logged training loss of each step after step ``after`` (a resumed run's history holds
-    the checkpoint's rows too)."""
-    return [row["loss"] for row in trainer.state.log_history if "loss" in row and row["step"] > after]
-
-
-def selection_rows(trainer: Trainer, after: int = 0) -> list[dict]:
-    return [row for row in trainer.state.log_history if "subset_checksum" in row and row["step"] > after]
-
-
-CONFIGS = {
-    "vit": dict(preset="vit"),   # scoring passes, soft, growing ratio and interval
-    "llm": dict(preset="llm"),   # scores from the training forwards only, hard
-    "random": dict(strategy="random", ratio={"kind": "cosine"}),
-}
 
 
 # --- (a) the trainer chooses what a bare Teacher chooses -----------------------------------------------
@@ -270,73 +192,6 @@ def test_a_resumed_run_draws_the_same_subsets(name, where, tmp_path):
     assert len({row["subset_checksum"] for row in later}) > 1 or name == "llm"  # llm: hard, 70% from epoch 1 on
 
 
-# --- (d) refusals, one line each, naming the fix ------------------------------------------------------------
-class Stream(IterableDataset):
-    def __iter__(self):
-        return iter(samples())
-
-
-def one_sample_per_row_lost(items):
-    """A collator that concatenates the batch into one row, as packing does."""
-    batch = collate(items)
-    return {key: value.reshape(1, -1) for key, value in batch.items()}
-
-
-REFUSED = {
-    "infobatch": (dict(selection=SelectionConfig(method="infobatch")), {}, "InfoBatch"),
-    "max_steps": ({}, dict(max_steps=10), "set num_train_epochs"),
-    "fractional epochs": ({}, dict(num_train_epochs=2.5), "whole number"),
-    "group_by_length": ({}, dict(train_sampling_strategy="group_by_length"), "use 'random' or 'sequential'"),
-    "auto batch size": ({}, dict(auto_find_batch_size=True), "set per_device_train_batch_size"),
-    "compute_loss_func": (dict(compute_loss_func=lambda outputs, labels, num_items_in_batch=None: outputs.loss),
-                          {}, "drop it"),
-    "label smoothing": ({}, dict(label_smoothing_factor=0.1), "label_smoothing_factor=0"),
-    # (without max_steps Trainer itself refuses an IterableDataset, also in one line)
-    "iterable dataset": (dict(train_dataset=Stream()), dict(max_steps=10), "map-style train_dataset"),
-    "flattening collator": (dict(data_collator=DataCollatorWithFlattening()), {}, "use a padding collator"),
-    "batches out of order": ({}, dict(dataloader_in_order=False, dataloader_num_workers=1),
-                             "keep dataloader_in_order=True"),
-}
-
-
-@pytest.mark.parametrize("name", REFUSED)
-def test_settings_that_break_the_selection_are_refused_in_one_line(name, tmp_path):
-    kwargs, overrides, fix = REFUSED[name]
-    kwargs = {"model": tiny_llama(), "train_dataset": samples(), "data_collator": collate,
-              "selection": SelectionConfig(preset="llm"), **kwargs}
-    with pytest.raises(ValueError, match="AtteNTTrainer: ") as error:
-        AtteNTTrainer(args=training_args(tmp_path, **overrides), **kwargs)
-    assert fix in str(error.value) and "\n" not in str(error.value)
-
-
-def test_a_collator_that_merges_samples_is_refused_at_the_first_batch(tmp_path):
-    trainer = AtteNTTrainer(model=tiny_llama(), args=training_args(tmp_path), train_dataset=samples(),
-                            data_collator=one_sample_per_row_lost, selection=SelectionConfig(preset="llm"))
-    with pytest.raises(ValueError, match="a batch of 1 rows holds 4 samples.*use a padding collator") as error:
-        trainer.train()
-    assert "\n" not in str(error.value)
-
-
-def test_resuming_a_checkpoint_without_selection_state_or_with_other_settings_is_refused(tmp_path):
-    Trainer(model=tiny_llama(), args=training_args(tmp_path / "plain", save_strategy="epoch", num_train_epochs=1),
-            train_dataset=samples(), data_collator=collate).train()
-    trainer = AtteNTTrainer(model=tiny_llama(), args=training_args(tmp_path / "a"), train_dataset=samples(),
-                            data_collator=collate, selection=SelectionConfig(preset="llm"))
-    with pytest.raises(ValueError, match="holds no AtteNT selection state") as error:
-        trainer.train(resume_from_checkpoint=str(tmp_path / "plain" / "checkpoint-10"))
-    assert "\n" not in str(error.value)
-
-    AtteNTTrainer(model=tiny_llama(), args=training_args(tmp_path / "b", save_strategy="steps", save_steps=3,
-                                                         num_train_epochs=1),
-                  train_dataset=samples(), data_collator=collate, selection=SelectionConfig(preset="llm")).train()
-    assert (tmp_path / "b" / "checkpoint-3" / STATE_FILE.format(rank=0)).is_file()
-    other_batch = AtteNTTrainer(model=tiny_llama(), args=training_args(tmp_path / "c", per_device_train_batch_size=8),
-                                train_dataset=samples(), data_collator=collate, selection=SelectionConfig(preset="llm"))
-    with pytest.raises(ValueError, match="resume with the settings the checkpoint was trained with") as error:
-        other_batch.train(resume_from_checkpoint=str(tmp_path / "b" / "checkpoint-3"))
-    assert "\n" not in str(error.value)
-
-
 # --- (e) the LR schedule's length is the steps taken -------------------------------------------------------
 class StepCounter(TrainerCallback):
     def __init__(self):
@@ -391,59 +246,6 @@ def test_public_names_are_lazy():
                             env={**os.environ, "PYTHONPATH": f"{REPO / 'platform'}{os.pathsep}{REPO}"})
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["False", "False", "True", "False"]
-
-
-# --- TRL's SFTTrainer --------------------------------------------------------------------------------------
-def sft_run(trainer_class, tmp_path, name, tokenizer, **overrides):
-    from trl import SFTConfig
-    items = [{"prompt": f"Question {i}: what is {i} plus {i}?", "completion": f" {i} plus {i} is {2 * i}."}
-             for i in range(12)]
-    import datasets
-    config = SFTConfig(output_dir=str(tmp_path / name), per_device_train_batch_size=4, num_train_epochs=2,
-                       learning_rate=1e-2, logging_steps=1, save_strategy="no", report_to="none", use_cpu=True,
-                       seed=0, disable_tqdm=True, bf16=False, gradient_checkpointing=False, max_length=64,
-                       train_sampling_strategy="sequential", **overrides)
-    kwargs = {"selection": SelectionConfig(method="full")} if trainer_class.__name__.startswith("AtteNT") else {}
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                         max_position_embeddings=128))
-    trainer = trainer_class(model=model, args=config, train_dataset=datasets.Dataset.from_list(items),
-                            processing_class=tokenizer, **kwargs)
-    trainer.train()
-    return trainer
-
-
-@pytest.fixture(scope="module")
-def smollm2_tokenizer():
-    from transformers import AutoTokenizer
-    from attent.tasks.llm.model import resolve_checkpoint
-    return AutoTokenizer.from_pretrained(resolve_checkpoint("smollm2-135m-instruct"))
-
-
-@pytest.mark.parametrize("accumulation", [1, 3])
-def test_sft_full_reproduces_trls_sft_trainer(accumulation, tmp_path, smollm2_tokenizer):
-    """TRL's fused forward reduced per sample: measured, losses at most 9.5e-7 apart (1 ulp at
-    ~10), weights and TRL's token accuracy equal."""
-    from trl import SFTTrainer
-    from attent.integrations.huggingface_trl import AtteNTSFTTrainer
-    ours = sft_run(AtteNTSFTTrainer, tmp_path, "attent", smollm2_tokenizer, gradient_accumulation_steps=accumulation)
-    plain = sft_run(SFTTrainer, tmp_path, "plain", smollm2_tokenizer, gradient_accumulation_steps=accumulation)
-    assert len(losses_of(ours)) == len(losses_of(plain)) == 2 * math.ceil(3 / accumulation)
-    assert max(abs(a - b) for a, b in zip(losses_of(ours), losses_of(plain))) < 4e-6
-    accuracy = [[row["mean_token_accuracy"] for row in t.state.log_history if "mean_token_accuracy" in row]
-                for t in (ours, plain)]
-    assert accuracy[0] and accuracy[0] == pytest.approx(accuracy[1])
-    assert len(selection_rows(ours)) == 2
-
-
-@pytest.mark.parametrize("knob", ["packing", "padding_free"])
-def test_sft_packing_and_padding_free_are_refused_in_one_line(knob, tmp_path, smollm2_tokenizer):
-    from attent.integrations.huggingface_trl import AtteNTSFTTrainer
-    with pytest.raises(ValueError, match=f"AtteNTSFTTrainer: {knob}=True puts several samples in one row.*"
-                                         f"set {knob}=False") as error:
-        sft_run(AtteNTSFTTrainer, tmp_path, knob, smollm2_tokenizer, **{knob: True})
-    assert "\n" not in str(error.value)
 
 
 # --- (f) the examples run ------------------------------------------------------------------------------------

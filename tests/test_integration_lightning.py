@@ -13,7 +13,6 @@ from __future__ import annotations
 import csv
 import math
 import os
-import threading
 
 import pytest
 import torch
@@ -21,7 +20,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDataset
+from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 L = pytest.importorskip("lightning")
 
@@ -29,91 +28,8 @@ import attent  # noqa: E402
 from attent import contract  # noqa: E402
 from attent.integrations.lightning import AtteNTCallback  # noqa: E402
 from attent.selection.config import SelectionConfig  # noqa: E402
-
-N, EPOCHS = 103, 6
-CONFIGS = {
-    "vit": dict(preset="vit"),   # scoring passes, soft, growing ratio and interval
-    "llm": dict(preset="llm"),   # scores from the training forwards only, hard
-}
-TARGETS = torch.randn(N, generator=torch.Generator().manual_seed(11)) * 2
-# Quiet and small: no logger, checkpoints, progress bar, summary or sanity check unless a test asks.
-TRAINER = dict(accelerator="cpu", devices=1, reload_dataloaders_every_n_epochs=1, logger=False,
-               enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-               num_sanity_val_steps=0)
-
-
-def dataset() -> TensorDataset:
-    return TensorDataset(torch.arange(N))
-
-
-def per_sample_loss(module: "SampleModule", batch) -> torch.Tensor:
-    return module(batch[0])
-
-
-class SampleModule(L.LightningModule):
-    """One parameter per sample; its loss is the squared distance to the sample's target."""
-
-    def __init__(self, selection: AtteNTCallback | None = None, batch_size: int = 8):
-        super().__init__()
-        self.value = torch.nn.Parameter(torch.zeros(N))
-        self.register_buffer("target", TARGETS.clone())
-        self.selection, self.batch_size = selection, batch_size
-
-    def forward(self, items: torch.Tensor) -> torch.Tensor:
-        return (self.value[items] - self.target[items]) ** 2
-
-    def training_step(self, batch, batch_idx):
-        return self.selection.update(per_sample_loss(self, batch))
-
-    def train_dataloader(self):
-        return self.selection.loader(self.batch_size)
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.5)
-
-
-class Record(L.Callback):
-    """What each epoch of a fit chose and trained on, on this rank (saved to ``path`` if given)."""
-
-    def __init__(self, selection: AtteNTCallback, path: str | None = None):
-        self.selection, self.path = selection, path
-        self.subsets, self.checksums, self.hardness, self.trained = [], [], [], []
-
-    def on_train_start(self, trainer, module):
-        self.first_subset = self.selection.selector.teacher.subset.clone()  # also of an epoch resumed midway
-
-    def on_train_epoch_start(self, trainer, module):
-        self.subsets.append(self.selection.selector.teacher.subset.clone())
-        metrics = self.selection.selector.metrics()  # the Selector's: of the epoch starting
-        self.checksums.append(metrics["subset_checksum"])
-        self.hardness.append(metrics["selection_hardness"])
-        self.trained.append([])
-
-    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        if not self.trained:  # an epoch resumed midway: Lightning skips its on_train_epoch_start
-            self.trained.append([])
-        self.trained[-1].append(batch[0].clone())
-
-    def on_train_end(self, trainer, module):
-        self.table = self.selection.selector.teacher.scores.clone()
-        if self.path:
-            torch.save(self.result(module), os.path.join(self.path, f"rank{trainer.global_rank}.pt"))
-
-    def result(self, module: SampleModule) -> dict:
-        return {"first_subset": self.first_subset, "subsets": self.subsets, "checksums": self.checksums,
-                "hardness": self.hardness, "trained": [torch.cat(t) for t in self.trained], "table": self.table,
-                "value": module.value.detach().clone()}
-
-
-def fit(config: SelectionConfig, epochs: int, seed: int, module_class=SampleModule, *, ckpt_path=None,
-        callbacks=(), path=None, **trainer_kwargs) -> tuple[dict, L.Trainer]:
-    selection = AtteNTCallback(dataset(), selection=config, seed=seed, loss_fn=per_sample_loss)
-    module = module_class(selection)
-    record = Record(selection, path)
-    trainer = L.Trainer(**{**TRAINER, **trainer_kwargs}, max_epochs=epochs,
-                        callbacks=[selection, record, *callbacks])
-    trainer.fit(module, ckpt_path=ckpt_path)
-    return (record.result(module) if not path else {}), trainer
+from lightning_sample import (CONFIGS, EPOCHS, N, TRAINER, Record, SampleModule, _fork_or_spawn,  # noqa: E402
+                              dataset, fit, per_sample_loss)
 
 
 def run_plain(config: SelectionConfig, epochs: int, seed: int, batch_size: int = 8, ddp: bool = False) -> dict:
@@ -166,11 +82,6 @@ def test_the_callback_chooses_what_the_plain_selector_chooses(name, module_class
     for subset, trained in zip(got["subsets"], got["trained"]):
         assert sorted(trained.tolist()) == subset.tolist()  # each epoch trained on its subset, once
     assert len({tuple(s.tolist()) for s in got["subsets"]}) > 2  # not vacuous
-
-
-def _fork_or_spawn() -> str:
-    # fork where safe (as test_selection_distributed does): spawn re-imports torch, 10-25 s here
-    return "fork" if "fork" in mp.get_all_start_methods() and threading.active_count() == 1 else "spawn"
 
 
 def _plain_rank(rank: int, world: int, store_path: str, out_dir: str, config: dict) -> None:
@@ -329,80 +240,6 @@ def test_full_reproduces_a_plain_lightning_run():
     assert (losses["full"] - losses["plain"]).abs().max() <= 1e-6
     assert all(torch.equal(a, b) for a, b in zip(weights["full"], weights["plain"], strict=True))
     assert losses["full"][-1] < losses["full"][0]
-
-
-# --- (d) each setting the callback needs, refused in one line ---------------------------------------------
-def refusal(error: pytest.ExceptionInfo) -> str:
-    message = str(error.value)
-    assert "\n" not in message
-    return message
-
-
-def test_a_trainer_that_does_not_reload_the_train_loader_is_refused():
-    with pytest.raises(ValueError, match=r"Trainer\(reload_dataloaders_every_n_epochs=1\)") as error:
-        fit(SelectionConfig(**CONFIGS["llm"]), 2, 0, reload_dataloaders_every_n_epochs=0)
-    refusal(error)
-
-
-def test_a_trainer_without_max_epochs_is_refused():
-    with pytest.raises(ValueError, match=r"Trainer\(max_epochs=E\)") as error:
-        fit(SelectionConfig(**CONFIGS["llm"]), None, 0, max_steps=20)
-    refusal(error)
-
-
-@pytest.mark.timeout(120)
-def test_ddp_with_lightnings_distributed_sampler_is_refused():
-    """Refused at the callback's ``setup``, which Lightning calls on each rank before any loader is
-    built; called here on a two-device DDP Trainer that launches no process (the two-rank test
-    above fits one with the setting the refusal names)."""
-    selection = AtteNTCallback(dataset(), selection=SelectionConfig(**CONFIGS["llm"]), seed=0)
-    trainer = L.Trainer(**{**TRAINER, "devices": 2}, strategy=f"ddp_{_fork_or_spawn()}", max_epochs=2,
-                        callbacks=[selection])
-    assert trainer.world_size == 2
-    with pytest.raises(ValueError, match=r"needs Trainer\(use_distributed_sampler=False\) under DDP: its sampler"):
-        selection.setup(trainer, SampleModule(selection), "fit")
-    quiet = L.Trainer(**{**TRAINER, "devices": 2}, strategy=f"ddp_{_fork_or_spawn()}", max_epochs=2,
-                      use_distributed_sampler=False, callbacks=[selection])
-    selection.setup(quiet, SampleModule(selection), "fit")  # the setting it names is enough
-
-
-class OwnLoaderModule(SampleModule):
-    def train_dataloader(self):
-        return DataLoader(dataset(), batch_size=8, shuffle=True)
-
-
-def test_a_train_loader_that_does_not_draw_from_the_callbacks_sampler_is_refused():
-    with pytest.raises(ValueError, match=r"does not draw from callback.sampler: build it with sampler=") as error:
-        fit(SelectionConfig(**CONFIGS["llm"]), 2, 0, OwnLoaderModule)
-    refusal(error)
-
-
-def test_a_scoring_preset_without_loss_fn_is_refused():
-    selection = AtteNTCallback(dataset(), selection=SelectionConfig(preset="vit"), seed=0)
-    trainer = L.Trainer(**TRAINER, max_epochs=2, callbacks=[selection])
-    with pytest.raises(ValueError, match=r"runs scoring passes: pass AtteNTCallback\(loss_fn=\.\.\.\)") as error:
-        trainer.fit(SampleModule(selection))
-    refusal(error)
-
-
-def test_update_before_the_trainer_set_the_callback_up_is_refused():
-    selection = AtteNTCallback(dataset(), selection=SelectionConfig(preset="llm"), seed=0)
-    with pytest.raises(RuntimeError, match=r"pass it in Trainer\(callbacks=\[\.\.\.\]\)") as error:
-        selection.update(torch.ones(4))
-    refusal(error)
-
-
-def test_resuming_from_a_checkpoint_without_the_callbacks_state_is_refused(tmp_path):
-    config = SelectionConfig(**CONFIGS["llm"])
-    checkpoints = L.pytorch.callbacks.ModelCheckpoint(tmp_path, "{epoch}", save_top_k=-1)
-    fit(config, 2, 0, callbacks=[checkpoints], enable_checkpointing=True, default_root_dir=tmp_path)
-    checkpoint = torch.load(tmp_path / "epoch=0.ckpt", weights_only=False)
-    assert any("AtteNTCallback" in key for key in checkpoint["callbacks"])
-    checkpoint["callbacks"] = {k: v for k, v in checkpoint["callbacks"].items() if "AtteNTCallback" not in k}
-    torch.save(checkpoint, tmp_path / "without.ckpt")
-    with pytest.raises(RuntimeError, match=r"chose the subset of epoch 0 but the Trainer starts epoch 1") as error:
-        fit(config, 2, 0, ckpt_path=tmp_path / "without.ckpt", default_root_dir=tmp_path)
-    refusal(error)
 
 
 # --- (e) planned_steps is the number of optimiser steps taken -------------------------------------------

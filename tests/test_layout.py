@@ -151,3 +151,16 @@ print(len(runs))
                           env={**os.environ, "PYTHONPATH": f"{PLATFORM}:{REPO}"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["18"]
+
+
+MAX_LINES = 400
+
+
+def test_no_module_over_400_lines():
+    """No Python module of the project (outside a virtual environment) is longer than 400 lines:
+    a longer one is split by responsibility, its shared helpers moved to a module of their own."""
+    too_long = sorted(f"{path.relative_to(REPO)} ({lines} lines)"
+                      for part in ("platform", "benchmarks", "experiments", "tests", "examples")
+                      for path in (REPO / part).rglob("*.py") if ".venv" not in path.relative_to(REPO).parts
+                      for lines in [len(path.read_text(encoding="utf-8").splitlines())] if lines > MAX_LINES)
+    assert too_long == [], f"modules over {MAX_LINES} lines: {', '.join(too_long)}"

@@ -1,55 +1,17 @@
 """The Teacher: presets, re-selection timing, scoring passes, bad input, checkpoint/resume."""
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
 from attent.selection.config import SelectionConfig
-from attent.selection.sampler import SubsetSampler
 from attent.selection.strategies import budget, hardness
 from attent.selection.teacher import Teacher
-
-
-def gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def losses_at(epoch: int, n: int) -> torch.Tensor:
-    """The learner's per-sample loss at an epoch: a deterministic function of (epoch, sample)."""
-    return torch.rand(n, generator=gen(1000 + epoch)) * 5.0
+from teacher_learner import Learner, gen, losses_at
 
 
 def top_k(scores: torch.Tensor, k: int) -> torch.Tensor:
     return torch.sort(scores, descending=True, stable=True).indices[:k].sort().values
-
-
-class Learner:
-    """Drives a Teacher the way the engine does, with scoring passes counted."""
-
-    def __init__(self, teacher: Teacher, batch: int = 16):
-        self.teacher, self.batch, self.scored_at = teacher, batch, []
-
-    def score_fn(self, epoch: int):
-        n = self.teacher.num_samples
-
-        def fn(indices):
-            self.scored_at.append(epoch)
-            losses = losses_at(epoch, n)
-            for idx in indices[torch.randperm(indices.numel(), generator=gen(epoch))].split(self.batch):
-                yield idx, losses[idx]
-        return fn
-
-    def epoch(self, epoch: int, *, with_score_fn: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-        t = self.teacher
-        subset = t.begin_epoch(epoch, self.score_fn(epoch) if with_score_fn else None).clone()
-        weights = t.loss_weights.clone()
-        losses = losses_at(epoch, t.num_samples)
-        for idx in torch.tensor(list(SubsetSampler(t, seed=3))).split(self.batch):
-            t.observe(idx, losses[idx])
-        t.end_epoch()
-        return subset, weights
 
 
 # --- the llm preset ------------------------------------------------------------------------------
@@ -260,95 +222,6 @@ def test_observe_accepts_any_shape_and_grad_tensors():
     t.observe(torch.tensor([[0, 1], [2, 3]]), losses)
     t.sync()
     assert t.scores[:4].tolist() == [0.0, 1.5, 3.0, 4.5] and torch.isnan(t.scores[4:]).all()
-
-
-# --- resume ------------------------------------------------------------------------------------------
-RESUME_CONFIGS = {
-    "hard": dict(strategy="hard", ratio={"kind": "fixed", "start": 0.5}),
-    "soft": dict(strategy="soft", ratio={"kind": "cosine"}, temperature=0.5,
-                 interval={"kind": "incremental", "start": 1, "end": 3}),
-    "random": dict(strategy="random", ratio={"kind": "incremental"}),
-    "infobatch": dict(method="infobatch", infobatch_prune=0.6),
-    "vit": dict(preset="vit"),
-    "llm": dict(preset="llm"),
-}
-
-
-def comparable(history) -> list[dict]:
-    """Record summaries without wall-clock time, NaN made comparable."""
-    return [{key: ("nan" if isinstance(v, float) and math.isnan(v) else v)
-             for key, v in r.summary().items() if key != "seconds"} for r in history]
-
-
-def run(teacher: Teacher, epochs: range) -> tuple[list, list]:
-    learner = Learner(teacher)
-    out = [learner.epoch(e) for e in epochs]
-    return [s for s, _ in out], [w for _, w in out]
-
-
-@pytest.mark.parametrize("cut", [2, 5])
-@pytest.mark.parametrize("name", RESUME_CONFIGS)
-def test_resume_reproduces_uninterrupted_run(name, cut, tmp_path):
-    n, epochs = 200, 9
-    cfg = SelectionConfig(**RESUME_CONFIGS[name])
-    straight = Teacher(n, cfg, epochs=epochs, seed=11)
-    subsets, weights = run(straight, range(epochs))
-
-    first = Teacher(n, cfg, epochs=epochs, seed=11)
-    head_subsets, _ = run(first, range(cut))
-    path = tmp_path / "teacher.pt"
-    torch.save(first.state_dict(), path)
-    del first
-
-    # a different constructor seed: everything must come from the checkpoint
-    resumed = Teacher(n, cfg, epochs=epochs, seed=999)
-    resumed.load_state_dict(torch.load(path))
-    tail_subsets, tail_weights = run(resumed, range(cut, epochs))
-
-    for a, b in zip(head_subsets + tail_subsets, subsets):
-        assert torch.equal(a, b)
-    for a, b in zip(tail_weights, weights[cut:]):
-        assert torch.equal(a, b)
-    torch.testing.assert_close(resumed.scores, straight.scores, rtol=0, atol=0, equal_nan=True)  # NaN: never seen
-    assert comparable(resumed.history) == comparable(straight.history)
-    assert all(torch.equal(a.indices, b.indices) for a, b in zip(resumed.history, straight.history))
-    assert resumed.next_selection == straight.next_selection
-    # the run really re-selected after the cut, with the generator in play
-    assert any(r.epoch >= cut for r in straight.history)
-
-
-def test_resume_without_generator_state_would_differ(tmp_path):
-    """Guards the resume test itself: dropping the generator state changes a soft run."""
-    n, epochs, cut = 200, 6, 2
-    cfg = SelectionConfig(**RESUME_CONFIGS["soft"])
-    subsets, _ = run(Teacher(n, cfg, epochs=epochs, seed=11), range(epochs))
-    first = Teacher(n, cfg, epochs=epochs, seed=11)
-    run(first, range(cut))
-    state = first.state_dict()
-    state["generator"] = torch.Generator().manual_seed(999).get_state()
-    resumed = Teacher(n, cfg, epochs=epochs, seed=11)
-    resumed.load_state_dict(state)
-    tail, _ = run(resumed, range(cut, epochs))
-    assert any(not torch.equal(a, b) for a, b in zip(tail, subsets[cut:]))
-
-
-def test_state_dict_requires_merged_observations():
-    t = Teacher(10, SelectionConfig(), epochs=3)
-    t.observe(torch.tensor([3]), torch.tensor([2.5]))
-    with pytest.raises(RuntimeError, match="unmerged"):
-        t.state_dict()
-    t.sync()
-    state = t.state_dict()
-    assert state["scores"][3] == 2.5
-    fresh = Teacher(10, SelectionConfig(), epochs=3)
-    fresh.load_state_dict(state)
-    assert fresh.scores[3] == 2.5 and torch.isnan(fresh.scores[:3]).all()
-
-
-def test_load_state_dict_rejects_other_dataset():
-    state = Teacher(10, SelectionConfig(), epochs=3).state_dict()
-    with pytest.raises(ValueError, match="samples"):
-        Teacher(11, SelectionConfig(), epochs=3).load_state_dict(state)
 
 
 # --- stale-only re-scoring (beyond the paper) -----------------------------------------------------

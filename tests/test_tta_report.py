@@ -8,132 +8,15 @@ from __future__ import annotations
 import math
 import warnings
 
-import numpy as np
 import pandas as pd
 import pytest
 from mlflow import MlflowClient
-from mlflow.entities import Metric, Param
 from scipy import stats
 
 from attent.analysis.time_to_accuracy import analyse, build_time_to_accuracy_report
 from attent.analysis.tta_text import STILL_IMPROVING
 from attent import contract
-
-N = 1000           # training samples
-BATCH = 100        # samples per optimiser step
-METRIC = "eval_test_accuracy"
-FULL_CURVE = [0.50, 0.65, 0.75, 0.80, 0.84, 0.86, 0.862, 0.861]
-ATTENT_CURVE = [0.55, 0.70, 0.80, 0.85, 0.86, 0.865, 0.866, 0.866]
-SEED_OFFSETS = (0.0, 0.0045, -0.0045)                               # full data's final: std 0.0045
-# Target: full data's final 0.861 (mean over seeds) less max(0.005, 0.0045) = 0.856 (no curve
-# below touches it exactly).
-
-
-def shifted(curve: list[float], seed: int, noise: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> list[float]:
-    """The curve moved by the seed's offset and by the method's own noise for that seed (so that
-    seed-paired differences are not constant)."""
-    return [v + SEED_OFFSETS[seed] + noise[seed] for v in curve]
-
-
-def method_specs(seed: int) -> dict[str, dict]:
-    """method -> epochs, per-epoch accuracies, seconds per epoch, selected ratio, hardness, temperature."""
-    noisy = (0.01, -0.012, 0.004)  # random's seed noise: dominates its 0.0007 mean difference
-    soft_t1 = [v - 0.0085 for v in ATTENT_CURVE] if seed == 0 else [v - 0.0185 for v in ATTENT_CURVE]
-    if seed == 2:  # past the target at epochs 5-6, then back below it: not reached (sustained)
-        soft_t1[4] = soft_t1[5] = 0.87
-    return {
-        "full": dict(epochs=8, curve=shifted(FULL_CURVE, seed), seconds=10.0, ratio=1.0, hardness=None),
-        # 2E epochs, flat after E: full data had plateaued at E
-        contract.METHOD_FULL_LONG: dict(epochs=16, curve=shifted(FULL_CURVE + [0.861] * 8, seed,
-                                                                 (0.001, -0.002, 0.0015)),
-                                        seconds=10.0, ratio=1.0, hardness=None),
-        # the epochs the engine calibrated from measured method costs: 5
-        contract.METHOD_FULL_EQUAL_COST: dict(epochs=5, curve=shifted(FULL_CURVE[:5], seed, (0.001, 0.0, -0.001)),
-                                              seconds=10.0, ratio=1.0, hardness=None),
-        # AtteNT's mean ratio 0.5 x 8 epochs: 4 epochs of full data; ends far below AtteNT
-        contract.METHOD_FULL_EQUAL_SAMPLES: dict(epochs=4, curve=shifted(FULL_CURVE[:4], seed, (0.002, -0.001, -0.001)),
-                                                 seconds=10.0, ratio=1.0, hardness=None),
-        "attent": dict(epochs=8, curve=shifted(ATTENT_CURVE, seed, (0.0015, -0.001, -0.0005)), seconds=5.5,
-                       ratio=0.5, hardness=0.9, temperature=0.5),
-        "random": dict(epochs=8, curve=shifted(ATTENT_CURVE, seed, noisy), seconds=5.0, ratio=0.5, hardness=0.0),
-        "infobatch": dict(epochs=8, curve=shifted(ATTENT_CURVE, seed), seconds=7.0, ratio=0.7, hardness=None),
-        "soft+T0.1": dict(epochs=8, curve=shifted([v - 0.003 for v in ATTENT_CURVE], seed, (-0.0012, 0.0007, 0.0005)),
-                          seconds=5.5, ratio=0.5, hardness=0.8, temperature=0.1),
-        # stays past the target (0.856) in seed 0 only; no seed offset
-        "soft+T1": dict(epochs=8, curve=soft_t1, seconds=5.5, ratio=0.5, hardness=0.3, temperature=1.0),
-    }
-
-
-def log_run(client: MlflowClient, experiment_id: str, parent: str, workload: str, method: str, seed: int,
-            spec: dict, start_time: int | None = None, stage: str | None = contract.BENCH_STAGE_VERDICT) -> str:
-    """One benchmark child run as the engine logs it: per-epoch rows at step = epoch (0-based),
-    end-of-run metrics at step = epochs, the flattened config as params (many of them).
-    ``stage``: its benchmark stage tag (None: no tag, as older benchmarks logged them)."""
-    tags = {contract.TAG_ROLE: contract.ROLE_TRIAL, contract.TAG_PARENT_RUN_ID: parent,
-            contract.TAG_BENCH_WORKLOAD: workload, contract.TAG_BENCH_METHOD: method,
-            contract.TAG_BENCH_METRIC: METRIC, contract.TAG_LABEL: method}
-    if stage is not None:
-        tags[contract.TAG_BENCH_STAGE] = stage
-    run_id = client.create_run(experiment_id, tags=tags, start_time=start_time).info.run_id
-    epochs, ratio = spec["epochs"], spec["ratio"]
-    metrics, cost, samples = [], 0.0, 0
-    for step, accuracy in enumerate(spec["curve"]):
-        cost += spec["seconds"] + 0.1 * seed
-        samples += int(ratio * N)
-        row = {"epoch": step + 1, METRIC: accuracy, contract.TIME_METHOD: cost, contract.SELECTED_RATIO: ratio,
-               contract.SAMPLES_BACKPROPAGATED: samples, contract.TRAIN_LOSS: 1 - accuracy,
-               **{contract.time_metric(part): 0.1 for part in contract.TIME_PARTS}}
-        if spec["hardness"] is not None:
-            row |= {contract.SELECTION_HARDNESS: spec["hardness"], contract.SELECTION_OVERLAP: 0.7}
-        metrics += [Metric(k, float(v), 0, step) for k, v in row.items()]
-    finals = {METRIC: spec["curve"][-1], contract.TIME_METHOD: cost, contract.SAMPLES_BACKPROPAGATED: samples,
-              contract.SAMPLE_SAVING: 1 - samples / (N * epochs), contract.MEAN_SELECTED_RATIO: ratio,
-              contract.TIME_WALLCLOCK: cost + 20, contract.TIME_STARTUP: 15.0, contract.TIME_TEARDOWN: 2.0,
-              contract.OPTIMIZER_STEPS: epochs * math.ceil(ratio * N / BATCH),
-              contract.time_metric("scoring"): 0.4 * epochs if spec["hardness"] is not None else 0.0}
-    metrics += [Metric(k, float(v), 0, epochs) for k, v in finals.items()]
-    params = {contract.PARAM_SEED: seed, "train.epochs": epochs,
-              "selection.temperature": spec.get("temperature", 1.0),
-              **{f"config.field{i}": i for i in range(120)}}  # the engine's wide config: >100 columns
-    params = [Param(k, str(v)) for k, v in params.items()]
-    client.log_batch(run_id, metrics=metrics[:900])
-    client.log_batch(run_id, metrics=metrics[900:])
-    for i in range(0, len(params), 100):
-        client.log_batch(run_id, params=params[i:i + 100])
-    client.set_terminated(run_id)
-    return run_id
-
-
-def log_benchmark(uri: str, name: str, specs, seeds=(0, 1, 2), workload: str = "vit",
-                  stage: str | None = contract.BENCH_STAGE_VERDICT) -> str:
-    """A decoy older benchmark parent, then the real one and its children; returns the real one."""
-    client = MlflowClient(uri)
-    experiment_id = client.create_experiment(name)
-    client.create_run(experiment_id, tags={contract.TAG_ROLE: contract.ROLE_BENCHMARK})
-    parent = client.create_run(experiment_id, tags={contract.TAG_ROLE: contract.ROLE_BENCHMARK}).info.run_id
-    for seed in seeds:
-        for method, spec in specs(seed).items():
-            log_run(client, experiment_id, parent, workload, method, seed, spec, stage=stage)
-    return parent
-
-
-CHOICES = [{"workload": "vit", "method": "attent", "key": "selection.temperature", "value": 0.5,
-            "metric": "eval_val_accuracy", "scores": {"0.1": 0.61, "0.5": 0.64, "1": 0.62}, "seeds": [0]}]
-
-
-def log_selection_stage(uri: str, name: str, parent: str) -> list[str]:
-    """The selection stage's runs, logged after the verdict runs (so the newest of their method
-    and seed): AtteNT at seed 0 with a test metric of 0.50, which would turn every comparison
-    against it if read, and a candidate of its temperature under its own name; then its choices
-    on the parent run."""
-    client = MlflowClient(uri)
-    experiment_id = client.get_experiment_by_name(name).experiment_id
-    low = dict(method_specs(0)["attent"], curve=[0.5] * 8)
-    ids = [log_run(client, experiment_id, parent, "vit", "attent", 0, low, stage=contract.BENCH_STAGE_SELECTION),
-           log_run(client, experiment_id, parent, "vit", "attent+temperature=1", 0, low,
-                   stage=contract.BENCH_STAGE_SELECTION)]
-    client.log_dict(parent, CHOICES, contract.BENCH_CHOICES_FILE)
-    return ids
+from tta_benchmark import CHOICES, SEED_OFFSETS, log_benchmark, log_run, log_selection_stage, method_specs
 
 
 @pytest.fixture(scope="module")
@@ -211,27 +94,6 @@ def test_the_plateau_control_calls_a_rising_curve_still_improving(store):
     assert STILL_IMPROVING in text.lower() and "**still improving**" in text
 
 
-def test_the_plateau_verdicts_from_the_interval():
-    """Straight from per-run finals: flat differences plateau, a 3-point gain still improves, a
-    gain as large as the tolerance is undetermined, and so are no control and one seed. For a loss,
-    a lower full_long is the improvement; one that overfits (higher loss) has plateaued."""
-    from attent.analysis.stats import plateau_of
-
-    def runs(full, long, method="full_long"):
-        return pd.DataFrame({"method": ["full"] * len(full) + [method] * len(long),
-                             "seed": list(range(len(full))) + list(range(len(long))),
-                             "final_metric": list(full) + list(long)})
-    full = [0.80, 0.81, 0.79, 0.80]
-    assert plateau_of(runs(full, [0.801, 0.809, 0.791, 0.8]), False, 0.005).verdict == "plateaued"
-    assert plateau_of(runs(full, [0.83, 0.841, 0.819, 0.8305]), False, 0.005).verdict == "still improving"
-    assert plateau_of(runs(full, [0.805, 0.82, 0.79, 0.805]), False, 0.005).verdict == "undetermined"
-    assert plateau_of(runs(full, full, method="random"), False, 0.005).verdict == "undetermined: no full_long control"
-    assert plateau_of(runs(full, [0.9]), False, 0.005).verdict == "undetermined: fewer than 2 paired seeds"
-    losses = [1.00, 1.02, 0.99]
-    assert plateau_of(runs(losses, [0.95, 0.96, 0.94]), True, 0.01).verdict == "still improving"
-    assert plateau_of(runs(losses, [1.10, 1.13, 1.08]), True, 0.01).verdict == "plateaued"  # overfits
-
-
 def test_the_terminal_shows_the_verdict_and_a_table_that_fits(report):
     """What `attent bench` / `attent demo` print: the verdict sentences and one table row per
     method with its optimiser steps, every line within the terminal's width (the Markdown file
@@ -302,68 +164,6 @@ def test_sustained_time_to_target_ignores_a_crossing_that_falls_back(report):
     assert math.isnan(time_to_target(curve.iloc[:3], 0.85, lower=False))  # ends below
     gap = pd.DataFrame({"cost": [1.0, 2.0, 3.0], "value": [0.9, float("nan"), 0.95]})
     assert time_to_target(gap, 0.85, lower=False) == 1.0  # epochs without an evaluation break nothing
-
-
-def test_words_follow_holm_and_tost_as_statsmodels_computes_them():
-    """Three comparisons of four seeds: one clearly positive, one positive at p = 0.03 unadjusted
-    (but 0.06 after Holm: inconclusive, not better), one within ± 0.01 (equivalent). The
-    adjusted p-values are statsmodels' own, the intervals scipy's at each Holm step."""
-    from statsmodels.stats.multitest import multipletests
-    from statsmodels.stats.weightstats import ttost_paired
-
-    from attent.analysis.stats import Paired, judge_family
-    base = np.array([0.80, 0.82, 0.79, 0.81])
-    others = {"clear": base - np.array([0.05, 0.052, 0.049, 0.051]),
-              "borderline": base - np.array([0.01, 0.03, 0.012, 0.028]),
-              "close": base - np.array([0.001, -0.002, 0.0015, -0.0005])}
-    family = judge_family([Paired("attent", name, "matched", "final metric", base, values, "higher")
-                           for name, values in others.items()], margin=0.01)
-    raw = [stats.ttest_rel(base, values).pvalue for values in others.values()]
-    tost = [ttost_paired(base, values, -0.01, 0.01)[0] for values in others.values()]
-    holm, tost_holm = (multipletests(p, alpha=0.05, method="holm")[1] for p in (raw, tost))
-    assert [p.p for p in family] == pytest.approx(raw)
-    assert [p.p_holm for p in family] == pytest.approx(list(holm))
-    assert [p.p_tost for p in family] == pytest.approx(tost)
-    assert [p.p_tost_holm for p in family] == pytest.approx(list(tost_holm))
-    clear, borderline, close = family
-    assert borderline.p < 0.05 < borderline.p_holm  # "better" unadjusted, not after Holm
-    assert [p.verdict for p in family] == ["better", "inconclusive", "equivalent within ± 0.01"]
-    # rejected at step j of m = 3: 1 - 0.05 / (3 - j + 1); Holm stops at step 2 (1 rejection), so
-    # the comparisons it does not reject get that step's interval, 1 - 0.05 / 2
-    for p, level in ((clear, 1 - 0.05 / 3), (borderline, 1 - 0.05 / 2), (close, 1 - 0.05 / 2)):
-        expected = stats.ttest_rel(base, others[p.method]).confidence_interval(level)
-        assert p.level == pytest.approx(level) and (p.low, p.high) == pytest.approx((expected.low, expected.high))
-    assert borderline.low < 0 < borderline.high
-    worse = judge_family([Paired("attent", "x", "matched", "final metric", base, base + 0.05 + np.array(
-        [0.001, -0.001, 0.002, 0.0]), "higher")], margin=0.01)[0]
-    assert worse.verdict == "worse" and worse.level == pytest.approx(0.95)
-    lower = judge_family([Paired("attent", "x", "matched", "cost to target (s)", base, base + 0.05 + np.array(
-        [0.001, -0.001, 0.002, 0.0]), "lower")], margin=None)[0]
-    assert lower.verdict == "better" and math.isnan(lower.p_tost)  # lower cost is better; no margin, no TOST
-
-
-def test_an_interval_excludes_zero_only_where_holm_gives_a_word():
-    """Holm stops at its first non-rejection. Here the smallest p (0.0148, above 0.05 / 4) is not
-    rejected, so no comparison is; the second's own-step interval (1 - 0.05 / 3) would exclude 0
-    all the same (its p, 0.0154, is below 0.05 / 3), as the 20,000-image verdict had it. Every
-    interval is then the stopping step's, 1 - 0.05 / 4, and each contains 0."""
-    from statsmodels.stats.multitest import multipletests
-
-    from attent.analysis.stats import Paired, judge_family
-    base = np.array([0.80, 0.82, 0.79])
-    others = {"first": base - np.array([0.037, 0.047, 0.057]), "second": base - np.array([0.036, 0.046, 0.056]),
-              "third": base - np.array([-0.01, 0.01, 0.03]), "fourth": base - np.array([-0.02, 0.0, 0.02])}
-    family = judge_family([Paired("attent", name, "matched", "final metric", base, values, "higher")
-                           for name, values in others.items()], margin=None)
-    raw = [stats.ttest_rel(base, values).pvalue for values in others.values()]
-    first, second = family[:2]
-    assert 0.05 / 4 < first.p < second.p < 0.05 / 3  # the second's own step would reject
-    assert not multipletests(raw, alpha=0.05, method="holm")[0].any()
-    assert stats.ttest_rel(base, others["second"]).confidence_interval(1 - 0.05 / 3).low > 0
-    for p in family:
-        assert p.verdict == "inconclusive" and p.level == pytest.approx(1 - 0.05 / 4)
-        assert p.low < 0 < p.high
-
 
 def test_paired_verdicts(report):
     """The final-metric family: AtteNT against full data, full data at equal cost and at equal
@@ -472,20 +272,6 @@ def test_csvs_figures_and_artifacts(report, store):
     logged = {a.path for a in client.list_artifacts(store["parent"], "report")}
     assert {"report/time_to_accuracy.md", "report/summary.csv", "report/curves.csv", "report/figures"} <= logged
     assert client.get_run(store["parent"]).info.status == "FINISHED"
-
-
-def test_lower_is_better_target():
-    """A loss: the target is full data's final value plus the larger of 1 % of it and the seed std."""
-    from attent.analysis.tta_results import target_of
-    target = target_of(pd.Series([1.0, 1.02]), lower=True)  # the seed std beats 1 % of 1.01
-    assert target.reference == pytest.approx(1.01) and target.seed_std == pytest.approx(0.02 / math.sqrt(2))
-    assert target.tolerance == pytest.approx(0.02 / math.sqrt(2)) and target.value == pytest.approx(1.01 + target.tolerance)
-    assert "the larger of 1% of full data's final value, 0.0101 and the seed std" in target.rule
-    assert target_of(pd.Series([1.0, 1.02]), lower=True, tolerance=0.05).value == pytest.approx(1.06)
-    from attent.analysis.tta_results import time_to_target
-    curve = pd.DataFrame({"method_cost_s": [1.0, 2.0, 3.0, 4.0], "value": [3.0, float("nan"), 1.005, 0.9]})
-    assert time_to_target(curve, target.value, lower=True) == 3.0
-    assert math.isnan(time_to_target(curve, 0.5, lower=True))
 
 
 def test_variants_are_paired_against_full_data_equal_cost_equal_samples_and_their_method(tmp_path):

@@ -1,0 +1,184 @@
+"""analysis.report's regime check and words (analysis.table_verdicts): the plateau control, Holm, TOST, one seed."""
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+from mlflow import MlflowClient
+from scipy import stats
+from statsmodels.stats.multitest import multipletests
+
+from attent.analysis.report import build_report
+from attent.analysis.render import to_csv, to_markdown
+from attent import contract
+from attent.sweep import load_sweep
+from conftest import REPO
+from report_store import cost_metrics, known_sweep, log_run, new_experiment
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """An MLflow SQLite store holding test_report.py's known sweep; the tests add experiments of their own."""
+    return known_sweep(tmp_path_factory)
+
+
+# --- the regime check and the words (analysis.table_verdicts) --------------------------------
+FULL_30 = [0.90, 0.91, 0.92]  # full data's final accuracy per seed at E = 30 epochs; seed std 0.01
+
+
+def log_seeds(client: MlflowClient, experiment_id: str, method: str, accuracies: list[float],
+              epochs: int = 30, ratio: float = 0.5) -> None:
+    """One finished run per seed (0, 1, ...) of ``method`` trained ``epochs`` epochs, as the
+    shipped sweeps log them (``train.epochs`` and the seed among the params)."""
+    budget = 1.0 if method == "full" else ratio
+    for seed, accuracy in enumerate(accuracies):
+        log_run(client, experiment_id, {"selection.method": method, contract.PARAM_EPOCHS: epochs,
+                                        contract.PARAM_SEED: seed},
+                {**cost_metrics(100 * budget, 1000 * budget, accuracy), contract.MEAN_SELECTED_RATIO: budget},
+                tags={contract.TAG_LABEL: "Soft"} if method == "attent" else None)
+
+
+def plus(values: list[float], deltas: list[float]) -> list[float]:
+    return [v + d for v, d in zip(values, deltas)]
+
+
+def with_without_report(store, tmp_path, name: str, control: list[float] | None):
+    """Full data and AtteNT at 30 epochs over 3 seeds, and the 60-epoch control if given."""
+    client, experiment_id = new_experiment(store, name)
+    log_seeds(client, experiment_id, "full", FULL_30)
+    log_seeds(client, experiment_id, "attent", plus(FULL_30, [-0.010, -0.011, -0.009]))
+    if control is not None:
+        log_seeds(client, experiment_id, "full", control, epochs=60)
+    return build_report(name, tracking_uri=store[0], out_dir=tmp_path, log_to_parent=False)
+
+
+def test_a_control_three_points_higher_on_every_seed_reads_still_improving(store, tmp_path):
+    """The 60-epoch full runs end +0.029, +0.030, +0.031 above the 30-epoch ones: the 90 % paired
+    interval [+0.0283, +0.0317] lies above the tolerance max(0.005, seed std 0.01): still
+    improving, and the table says it measures the budget. The control is no row of the table."""
+    report = with_without_report(store, tmp_path, "regime-rising", plus(FULL_30, [0.029, 0.030, 0.031]))
+    [table] = report.tables
+    assert table.labels.values.tolist() == [["w/o AtteNT"], ["w/ AtteNT"]]  # no Config column: control left out
+    assert table.stats["n"].tolist() == [3, 3] and report.runs == 9
+    expected = stats.ttest_1samp([0.029, 0.030, 0.031], 0.0).confidence_interval(0.90)
+    markdown = to_markdown(table)
+    assert (f"Plateau: full data for 60 epochs minus for 30, final accuracy, signed so that positive is an "
+            f"improvement: +0.0300, 90% paired interval [{expected.low:+.4f}, {expected.high:+.4f}] over 3 seeds, "
+            "against the tolerance 0.0100 (the larger of 0.005 absolute and the seed std of full data's final "
+            "value, 0.0100): still improving.") in markdown
+    assert expected.low > 0.01
+    assert ("Full data was still improving at 30 epochs: this table measures the training budget, not the "
+            "selection.") in markdown
+
+
+def test_a_flat_control_reads_plateaued(store, tmp_path):
+    """Control − full per seed: +0.001, −0.001, 0: the interval's upper end (+0.0029) lies below the
+    tolerance 0.01: plateaued."""
+    report = with_without_report(store, tmp_path, "regime-flat", plus(FULL_30, [0.001, -0.001, 0.0]))
+    markdown = to_markdown(report.tables[0])
+    assert "over 3 seeds, against the tolerance 0.0100" in markdown and "): plateaued." in markdown
+    assert "at 30 epochs the rows compare selection, not training budgets." in markdown
+    assert "measures the training budget" not in markdown and "may measure" not in markdown
+
+
+def test_words_follow_holm_across_the_tables_comparisons(store, tmp_path):
+    """Comparison table, 3 seeds: AtteNT, Random at AtteNT's budget and full data; 3 comparisons
+    (AtteNT and Random against full data, Random against AtteNT), one Holm family. AtteNT − full
+    (−0.026, −0.020, −0.014) is significant alone (p = 0.029) but not after Holm (× 3): inconclusive.
+    Random − full (+0.001, −0.001, 0) passes the TOST within ± 0.01 after Holm: equivalent."""
+    client, experiment_id = new_experiment(store, "regime-holm")
+    attent, random = plus(FULL_30, [-0.026, -0.020, -0.014]), plus(FULL_30, [0.001, -0.001, 0.0])
+    log_seeds(client, experiment_id, "full", FULL_30)
+    log_seeds(client, experiment_id, "attent", attent)
+    log_seeds(client, experiment_id, "random", random)
+    table = build_report("regime-holm", tracking_uri=store[0], out_dir=tmp_path, log_to_parent=False).tables[0]
+    assert table.name == "comparison"
+    words = dict(zip(table.labels["Method"], table.words.to_dict("records")))
+    assert words["AtteNT"] == {"vs full data": "inconclusive (-0.0200)", "vs AtteNT": "reference"}
+    assert words["Random subset"] == {"vs full data": "equivalent within ± 0.01 (+0.0000)",
+                                      "vs AtteNT": "inconclusive (+0.0200)"}
+    assert words["Full data"] == {"vs full data": "reference", "vs AtteNT": "—"}
+    assert words["GradNorm"] == {"vs full data": "—", "vs AtteNT": "—"}  # no run
+
+    by = {(p.subject, p.method): p for p in table.comparisons}
+    alone = stats.ttest_rel(attent, FULL_30).pvalue
+    assert by["AtteNT", "Full data"].p == pytest.approx(alone) and alone < 0.05
+    ps = [stats.ttest_rel(attent, FULL_30).pvalue, stats.ttest_rel(random, FULL_30).pvalue,
+          stats.ttest_rel(random, attent).pvalue]
+    holm = multipletests(ps, alpha=0.05, method="holm")[1]
+    assert [by[k].p_holm for k in (("AtteNT", "Full data"), ("Random subset", "Full data"),
+                                   ("Random subset", "AtteNT"))] == pytest.approx(list(holm))
+    assert holm[0] > 0.05
+    markdown = to_markdown(table)
+    assert "Holm-adjusted across the table's 3 comparisons at 0.05" in markdown
+    assert "| accuracy 95% CI | vs full data | vs AtteNT |" in markdown.splitlines()[0]
+    rows = {r["Method"]: r for r in csv.DictReader(io.StringIO(to_csv(table)))}
+    interval = stats.ttest_1samp(FULL_30, 0.0).confidence_interval(0.95)
+    assert (float(rows["Full data"]["eval_accuracy_low_95"]), float(rows["Full data"]["eval_accuracy_high_95"])) \
+        == pytest.approx((interval.low, interval.high))
+    assert rows["AtteNT"]["vs full data"] == "inconclusive (-0.0200)"
+
+
+def test_attents_random_strategy_is_the_comparisons_random_subset(store, tmp_path):
+    """The comparison sweeps ask for Random as AtteNT's strategy (selection.strategy: random: tags
+    method attent, strategy random). Beside other methods those runs are the Random subset row,
+    as the runs recorded under the deprecated selection.method: random are (test above), with
+    the same words against AtteNT, and no ablation table of Soft against Random appears."""
+    client, experiment_id = new_experiment(store, "random-strategy")
+    finals = {("full", "none"): FULL_30, ("attent", "soft"): plus(FULL_30, [-0.026, -0.020, -0.014]),
+              ("attent", "random"): plus(FULL_30, [0.001, -0.001, 0.0]),
+              ("class_weight", "none"): plus(FULL_30, [0.002, -0.001, 0.0])}
+    for (method, strategy), accuracies in finals.items():
+        budget = 1.0 if method == "full" else 0.5
+        for seed, accuracy in enumerate(accuracies):
+            log_run(client, experiment_id, {"selection.method": method, "selection.strategy": strategy,
+                                            contract.PARAM_EPOCHS: 30, contract.PARAM_SEED: seed},
+                    {**cost_metrics(100 * budget, 1000 * budget, accuracy), contract.MEAN_SELECTED_RATIO: budget},
+                    tags={contract.TAG_STRATEGY: strategy, contract.TAG_LABEL: f"{strategy.capitalize()} · x"})
+    tables = build_report("random-strategy", tracking_uri=store[0], out_dir=tmp_path, log_to_parent=False).tables
+    assert [table.name for table in tables] == ["comparison"]
+    table = tables[0]
+    assert dict(zip(table.labels["Method"], table.stats["n"])) == {
+        "AtteNT": 3, "Class weight": 3, "Group weight": 0, "GradNorm": 0, "InfoBatch": 0, "Random subset": 3,
+        "Full data": 3}
+    words = dict(zip(table.labels["Method"], table.words.to_dict("records")))
+    assert words["Random subset"] == {"vs full data": "equivalent within ± 0.01 (+0.0000)",
+                                      "vs AtteNT": "inconclusive (+0.0200)"}
+
+
+def test_a_one_seed_table_gets_no_words(store, tmp_path):
+    """One seed per row and no control (the test suite's own small sweeps): no interval, no
+    words, and a plateau that nothing shows."""
+    client, experiment_id = new_experiment(store, "regime-one-seed")
+    log_seeds(client, experiment_id, "full", [0.90], epochs=2)
+    log_seeds(client, experiment_id, "attent", [0.88], epochs=2)
+    report = build_report("regime-one-seed", tracking_uri=store[0], out_dir=tmp_path, log_to_parent=False)
+    [table] = report.tables
+    assert table.words["vs full data"].tolist() == ["reference", "one seed: not judged"]
+    assert not any(p.judged for p in table.comparisons)
+    markdown = to_markdown(table)
+    assert "| **0.9000** | — | reference |" in markdown
+    assert ("Plateau: undetermined: no 2E control (no full-data run for 4 epochs beside the 2-epoch ones).\n\n"
+            "Nothing shows that full data had plateaued at 2 epochs: the table may measure the training budget, "
+            "not the selection.") in markdown
+    assert "No words: no row has two seeds paired with its reference's" in markdown
+
+
+PLATEAU_SWEEPS = ("ablation_digits", "ratio_digits", "comparison_digits", "with_without_digits")
+
+
+@pytest.mark.parametrize("sweep", PLATEAU_SWEEPS)
+def test_shipped_digits_sweeps_train_the_pilots_epochs_over_3_seeds_with_a_2e_control(sweep):
+    """Every trial trains the epoch pilot's E (``epochs_pilot_digits.yaml``: one of its counts, on
+    the same validation hold-out) but the plateau control, full data for 2E; seeds 0-2."""
+    pilot = load_sweep(REPO / "experiments" / "sweeps" / "epochs_pilot_digits.yaml")
+    loaded = load_sweep(REPO / "experiments" / "sweeps" / f"{sweep}.yaml")
+    assert loaded.spec.seeds == pilot.spec.seeds == [0, 1, 2]
+    epochs = {(cfg.selection.method, cfg.train.epochs) for _, cfg in loaded.trials}
+    e = min(e for _, e in epochs)
+    assert {e for _, e in epochs} == {e, 2 * e} and ("full", e) in epochs
+    assert e in {cfg.train.epochs for _, cfg in pilot.trials}
+    assert [m for m, epochs_ in epochs if epochs_ == 2 * e] == ["full"]
+    assert sum(cfg.train.epochs == 2 * e for _, cfg in loaded.trials) == 3
+    assert {cfg.task.val_limit for _, cfg in loaded.trials} == {cfg.task.val_limit for _, cfg in pilot.trials} == {300}
