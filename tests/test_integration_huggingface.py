@@ -250,6 +250,7 @@ def test_public_names_are_lazy():
 
 # --- (f) the examples run ------------------------------------------------------------------------------------
 @pytest.mark.timeout(600)
+@pytest.mark.skipif(not GSM8K.exists(), reason=f"{GSM8K} not present")
 @pytest.mark.parametrize("script", ["hf_trainer.py", "trl_sft.py"])
 def test_example_runs_and_follows_the_llm_preset(script, tmp_path):
     from attent.tasks.llm.model import resolve_checkpoint
