@@ -80,6 +80,7 @@ def test_a_process_group_the_trainer_does_not_see_is_refused(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+@pytest.mark.skipif(not GSM8K.exists(), reason=f"{GSM8K} not present")
 def test_ray_job_submit_runs_the_example_on_two_agreeing_workers(ray_cluster, tmp_path, mlflow_uri):
     """docs/integrations/huggingface.md, *Under Ray Train*: the example, submitted from the repository root with
     RAY_AUTH_MODE=token exported to a Ray started from the venv, trains SmolLM2 with LoRA on two
