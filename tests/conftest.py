@@ -128,6 +128,14 @@ def restarted_reference(reference_runs):
 
 
 @pytest.fixture(scope="session")
+def known_sweep_store(tmp_path_factory):
+    """(tracking URI, sweep parent run id, report folder) of report_store's known sweep, built once
+    for the report tests; some add experiments of their own beside it."""
+    from report_store import known_sweep
+    return known_sweep(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
 def digits_sweeps(ray_cluster, tmp_path_factory):
     """The two small digits sweeps (``shared_runs``), run once per session on first use."""
     import shared_runs

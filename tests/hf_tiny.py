@@ -72,6 +72,11 @@ def losses_of(trainer: Trainer, after: int = 0) -> list[float]:
     return [row["loss"] for row in trainer.state.log_history if "loss" in row and row["step"] > after]
 
 
+def flat_weights(model) -> torch.Tensor:
+    """All of ``model``'s parameters as one flat tensor, to compare two trainings' results."""
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
 def selection_rows(trainer: Trainer, after: int = 0) -> list[dict]:
     return [row for row in trainer.state.log_history if "subset_checksum" in row and row["step"] > after]
 

@@ -38,6 +38,8 @@ from transformers import (
     TrainingArguments,
 )
 
+from hf_tiny import flat_weights, losses_of
+
 from attent.integrations.huggingface import AtteNTTrainer
 from attent.selection.config import SelectionConfig
 
@@ -130,14 +132,6 @@ def training_args(output_dir, **overrides) -> TrainingArguments:
                 logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, seed=0, disable_tqdm=True,
                 train_sampling_strategy="sequential")
     return TrainingArguments(**{**base, **overrides})
-
-
-def losses_of(trainer: Trainer) -> list[float]:
-    return [row["loss"] for row in trainer.state.log_history if "loss" in row]
-
-
-def flat_weights(model) -> torch.Tensor:
-    return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
 def own_loss_one_at_a_time(model, items: list[dict]) -> torch.Tensor:

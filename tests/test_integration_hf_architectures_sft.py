@@ -5,17 +5,11 @@ import math
 
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM, Trainer
+from transformers import GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
+
+from hf_tiny import flat_weights, losses_of
 
 from attent.selection.config import SelectionConfig
-
-
-def losses_of(trainer: Trainer) -> list[float]:
-    return [row["loss"] for row in trainer.state.log_history if "loss" in row]
-
-
-def flat_weights(model) -> torch.Tensor:
-    return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
 # --- TRL's SFTTrainer: its fused head, its completion-only and assistant-only masks ---------------------------

@@ -25,8 +25,8 @@ from torch.utils.data import DataLoader
 from transformers import LlamaForCausalLM, Trainer, TrainerCallback
 
 from conftest import REPO, free_port
-from hf_tiny import (CONFIGS, GSM8K, N, RecordingTrainer, collate, losses_of, samples, selection_rows, tiny_llama,
-                     training_args)
+from hf_tiny import (CONFIGS, GSM8K, N, RecordingTrainer, collate, flat_weights, losses_of, samples, selection_rows,
+                     tiny_llama, training_args)
 
 import attent
 from attent import contract
@@ -133,7 +133,7 @@ def train_losses(trainer_class, tmp_path, name, **overrides) -> tuple[list[float
     args = training_args(tmp_path / name, train_sampling_strategy="sequential", num_train_epochs=2, **overrides)
     trainer = trainer_class(model=tiny_llama(), args=args, train_dataset=samples(), data_collator=collate, **kwargs)
     trainer.train()
-    weights = torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
+    weights = flat_weights(trainer.model)
     return losses_of(trainer), weights
 
 

@@ -22,18 +22,12 @@ from attent.analysis.report import build_report, main
 from attent.analysis.runs import HISTORY_KEYS, load_experiment_runs, load_histories
 from attent.analysis.render import to_markdown
 from attent.analysis.tables import comparison_table
-from report_store import EXPERIMENT, known_sweep
+from report_store import EXPERIMENT
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory) -> tuple[str, str, Path]:
-    """(tracking URI, sweep parent run id, report folder) of the known sweep."""
-    return known_sweep(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def report(store):
-    uri, _, out = store
+def report(known_sweep_store):
+    uri, _, out = known_sweep_store
     return build_report(EXPERIMENT, tracking_uri=uri, out_dir=out)
 
 
@@ -99,8 +93,8 @@ def test_ablation_latex(report):
     assert r"[0.7752, 0.8248] & inconclusive (-0.0200) \\" in tex
 
 
-def test_files_written_and_logged_to_the_sweep_parent(store, report):
-    uri, parent_id, _ = store
+def test_files_written_and_logged_to_the_sweep_parent(known_sweep_store, report):
+    uri, parent_id, _ = known_sweep_store
     expected = {"ablation.md", "ablation.csv", "ablation.tex", "ablation_comparisons.csv", "report.md",
                 "fig_training_time.png", "fig_loss_curves.png", "fig_time_to_baseline.png",
                 "fig_sample_ratio.png"}
@@ -111,11 +105,11 @@ def test_files_written_and_logged_to_the_sweep_parent(store, report):
     assert {Path(f.path).name for f in logged} == expected
 
 
-def test_time_to_reach_the_baseline_accuracy(store):
+def test_time_to_reach_the_baseline_accuracy(known_sweep_store):
     """Target = full runs' mean final accuracy 0.82. Soft reaches 0.825 at epoch 2, at 3/4 of
     its final method cost (52.5, 57.75, 63 s, from the parts: its runs predate time_method_s;
     the wall time with evaluation would be more); Hard tops out at 0.81 and never reaches it."""
-    client = MlflowClient(store[0])
+    client = MlflowClient(known_sweep_store[0])
     runs = load_experiment_runs(client, EXPERIMENT).runs
     histories = load_histories(client, runs["run_id"].tolist(), [*HISTORY_KEYS, "eval_accuracy"])
     reach = time_to_reach_baseline(runs, histories, "eval_accuracy").set_index("config")
@@ -125,8 +119,8 @@ def test_time_to_reach_the_baseline_accuracy(store):
     assert reach.loc["Hard · cosine · incremental", "n"] == 0
 
 
-def test_comparison_layout_splits_attent_configs_and_keeps_missing_methods(store):
-    runs = load_experiment_runs(MlflowClient(store[0]), EXPERIMENT).runs
+def test_comparison_layout_splits_attent_configs_and_keeps_missing_methods(known_sweep_store):
+    runs = load_experiment_runs(MlflowClient(known_sweep_store[0]), EXPERIMENT).runs
     table = comparison_table(runs)
     assert table.labels["Method"].tolist() == [
         "AtteNT (Hard · cosine · incremental)", "AtteNT (Soft · cosine · incremental)",
@@ -135,8 +129,8 @@ def test_comparison_layout_splits_attent_configs_and_keeps_missing_methods(store
     assert table.stats["cost_change_pct"].iloc[1] == pytest.approx(-30.0)
 
 
-def test_missing_experiment_and_no_finished_runs_give_a_message(store, tmp_path, capsys):
-    uri = store[0]
+def test_missing_experiment_and_no_finished_runs_give_a_message(known_sweep_store, tmp_path, capsys):
+    uri = known_sweep_store[0]
     assert main(["--experiment", "nope", "--tracking-uri", uri, "--out", str(tmp_path)]) == 1
     assert "experiment 'nope' does not exist" in capsys.readouterr().err
 

@@ -13,18 +13,12 @@ from attent.analysis.render import to_csv, to_markdown
 from attent import contract
 from attent.sweep import load_sweep
 from conftest import REPO
-from report_store import cost_metrics, known_sweep, log_run, new_experiment
+from report_store import cost_metrics, log_run, new_experiment
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    """An MLflow SQLite store holding test_report.py's known sweep; the tests add experiments of their own."""
-    return known_sweep(tmp_path_factory)
-
-
-def test_fixed_ratio_runs_build_the_sample_ratio_table(store, tmp_path):
+def test_fixed_ratio_runs_build_the_sample_ratio_table(known_sweep_store, tmp_path):
     """Table 5 from what the engine logs (params selection.ratio.kind/start)."""
-    client, experiment_id = new_experiment(store, "fixed-ratios")
+    client, experiment_id = new_experiment(known_sweep_store, "fixed-ratios")
     log_run(client, experiment_id, {"selection.method": "full", contract.PARAM_RATIO_KIND: "fixed",
                                     contract.PARAM_RATIO_START: 1.0}, cost_metrics(100, 1000, 0.9))
     for ratio in (1.0, 0.8, 0.5):
@@ -34,7 +28,7 @@ def test_fixed_ratio_runs_build_the_sample_ratio_table(store, tmp_path):
                 cost_metrics(100 * ratio, 1000 * ratio, 0.9 * ratio),
                 tags={contract.TAG_STRATEGY: "hard", contract.TAG_INTERVAL_SCHEDULE: "fixed(1)",
                       contract.TAG_LABEL: f"Hard · fixed({ratio:g}) · fixed(1)"})
-    report = build_report("fixed-ratios", tracking_uri=store[0], out_dir=tmp_path,
+    report = build_report("fixed-ratios", tracking_uri=known_sweep_store[0], out_dir=tmp_path,
                           log_to_parent=False)
     assert [t.name for t in report.tables] == ["ratio"]
     table = report.tables[0]
@@ -46,10 +40,10 @@ def test_fixed_ratio_runs_build_the_sample_ratio_table(store, tmp_path):
         pytest.approx([0.5, 0.5])
 
 
-def test_configs_differing_in_more_than_the_seed_get_their_own_rows(store, tmp_path):
+def test_configs_differing_in_more_than_the_seed_get_their_own_rows(known_sweep_store, tmp_path):
     """Two temperatures under one label: two rows, each averaging its own seeds, labelled by
     the one field that differs (seed, run name and the constant model are not shown)."""
-    client, experiment_id = new_experiment(store, "temperatures")
+    client, experiment_id = new_experiment(known_sweep_store, "temperatures")
     common = {"task.model": "vit_tiny_cpu", "selection.strategy": "soft"}
     soft = {contract.TAG_STRATEGY: "soft", contract.TAG_LABEL: "Soft · incremental(0.2→0.8)"}
     for seed in range(2):
@@ -61,7 +55,7 @@ def test_configs_differing_in_more_than_the_seed_get_their_own_rows(store, tmp_p
                       "selection.method": "attent", contract.PARAM_TEMPERATURE: temperature}
             log_run(client, experiment_id, params,
                     cost_metrics(50, 500, accuracy + 0.01 * seed), tags=soft)
-    report = build_report("temperatures", tracking_uri=store[0], out_dir=tmp_path,
+    report = build_report("temperatures", tracking_uri=known_sweep_store[0], out_dir=tmp_path,
                           log_to_parent=False)
     table = report.tables[0]
     assert table.name == "with_without"
@@ -77,16 +71,16 @@ def test_configs_differing_in_more_than_the_seed_get_their_own_rows(store, tmp_p
                                        "Soft · incremental(0.2→0.8) (temperature=2.0)"}
 
 
-def test_each_config_is_compared_with_the_full_data_run_of_its_own_model(store, tmp_path):
+def test_each_config_is_compared_with_the_full_data_run_of_its_own_model(known_sweep_store, tmp_path):
     """Table 1 pattern (models x {w/, w/o}): never one model's cost against another's."""
-    client, experiment_id = new_experiment(store, "models")
+    client, experiment_id = new_experiment(known_sweep_store, "models")
     for model, full_cost, attent_cost in (("a", 100.0, 60.0), ("b", 200.0, 150.0)):
         log_run(client, experiment_id, {"task.model": model, "selection.method": "full"},
                 cost_metrics(full_cost, 1000, 0.8))
         log_run(client, experiment_id, {"task.model": model, "selection.method": "attent"},
                 cost_metrics(attent_cost, 500, 0.8),
                 tags={contract.TAG_STRATEGY: "soft", contract.TAG_LABEL: "Soft"})
-    table = build_report("models", tracking_uri=store[0], out_dir=tmp_path,
+    table = build_report("models", tracking_uri=known_sweep_store[0], out_dir=tmp_path,
                          log_to_parent=False).tables[0]
     assert table.labels.values.tolist() == [["w/o AtteNT", "task.model=a"],
                                             ["w/o AtteNT", "task.model=b"],
@@ -96,17 +90,17 @@ def test_each_config_is_compared_with_the_full_data_run_of_its_own_model(store, 
     assert table.stats["ideal_saving"].tolist() == pytest.approx([0.0, 0.0, 0.5, 0.5])
 
 
-def test_rows_trained_on_another_budget_than_attent_are_flagged(store, tmp_path):
+def test_rows_trained_on_another_budget_than_attent_are_flagged(known_sweep_store, tmp_path):
     """Each row shows its mean selected ratio; one more than 2 % (relative) away from AtteNT's
     0.457 gets a marker and a footnote. Full data is the reference, not a competitor."""
-    client, experiment_id = new_experiment(store, "budgets")
+    client, experiment_id = new_experiment(known_sweep_store, "budgets")
     ratios = {"attent": 0.457, "random": 0.457, "class_weight": 0.465, "gradnorm": 0.5,
               "infobatch": 0.7, "full": 1.0}
     for method, ratio in ratios.items():
         log_run(client, experiment_id, {"selection.method": method},
                 {**cost_metrics(100 * ratio, 1000 * ratio, 0.8),
                  contract.MEAN_SELECTED_RATIO: ratio})
-    table = build_report("budgets", tracking_uri=store[0], out_dir=tmp_path,
+    table = build_report("budgets", tracking_uri=known_sweep_store[0], out_dir=tmp_path,
                          log_to_parent=False).tables[0]
     assert table.name == "comparison"
     flagged = dict(zip(table.labels["Method"], table.stats["budget_differs"]))
@@ -124,14 +118,14 @@ def test_rows_trained_on_another_budget_than_attent_are_flagged(store, tmp_path)
     assert float(rows["InfoBatch"]["mean_selected_ratio_mean"]) == pytest.approx(0.7)
 
 
-def test_a_budget_is_compared_with_attents_on_the_same_dataset(store, tmp_path):
+def test_a_budget_is_compared_with_attents_on_the_same_dataset(known_sweep_store, tmp_path):
     """Random on dataset b matches AtteNT's budget on dataset a, not its own dataset's."""
-    client, experiment_id = new_experiment(store, "budgets-by-dataset")
+    client, experiment_id = new_experiment(known_sweep_store, "budgets-by-dataset")
     for dataset, attent_ratio, random_ratio in (("a", 0.434, 0.434), ("b", 0.6, 0.434)):
         for method, ratio in (("full", 1.0), ("attent", attent_ratio), ("random", random_ratio)):
             log_run(client, experiment_id, {"task.dataset": dataset, "selection.method": method},
                     {**cost_metrics(100 * ratio, 1000 * ratio, 0.8), contract.MEAN_SELECTED_RATIO: ratio})
-    table = build_report("budgets-by-dataset", tracking_uri=store[0], out_dir=tmp_path,
+    table = build_report("budgets-by-dataset", tracking_uri=known_sweep_store[0], out_dir=tmp_path,
                          log_to_parent=False).tables[0]
     flagged = {(m, c): f for m, c, f in zip(table.labels["Method"], table.labels["Config"],
                                              table.stats["budget_differs"])}
@@ -169,12 +163,12 @@ def test_comparison_sweep_gives_every_budgeted_method_attents_budget():
                                "full"}
 
 
-def test_downstream_job_results_get_columns_before_eval_metrics(store, tmp_path):
+def test_downstream_job_results_get_columns_before_eval_metrics(known_sweep_store, tmp_path):
     """A pretraining run carries its downstream jobs' final results as downstream.<job>.<metric>:
     they come first, in the paper's order (classification, segmentation, depth; δ1 before
     abs_rel), then the run's own eval_* metric. abs_rel is lower-is-better, so its best row is
     AtteNT's 0.1000, while full data's 0.8500 is the best δ1."""
-    client, experiment_id = new_experiment(store, "pretraining-downstream")
+    client, experiment_id = new_experiment(known_sweep_store, "pretraining-downstream")
     results = {"full": (0.80, 0.40, 0.85, 0.12, 0.90), "attent": (0.82, 0.41, 0.84, 0.10, 0.80)}
     names = [contract.downstream_metric(job, name) for job, name in (
         ("classification", "top1_accuracy"), ("semseg", "miou"), ("depth", "delta1"),
@@ -189,7 +183,7 @@ def test_downstream_job_results_get_columns_before_eval_metrics(store, tmp_path)
     assert lower_is_better("downstream.depth.abs_rel") and lower_is_better("downstream.depth.rmse")
     assert not lower_is_better("downstream.depth.delta1")
 
-    table = build_report("pretraining-downstream", tracking_uri=store[0], out_dir=tmp_path,
+    table = build_report("pretraining-downstream", tracking_uri=known_sweep_store[0], out_dir=tmp_path,
                          log_to_parent=False).tables[0]
     assert table.name == "with_without" and table.metrics == [*names, "eval_accuracy"]
     lines = to_markdown(table).splitlines()

@@ -14,13 +14,7 @@ from attent.analysis.render import to_csv, to_markdown
 from attent import contract
 from attent.sweep import load_sweep
 from conftest import REPO
-from report_store import cost_metrics, known_sweep, log_run, new_experiment
-
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    """An MLflow SQLite store holding test_report.py's known sweep; the tests add experiments of their own."""
-    return known_sweep(tmp_path_factory)
+from report_store import cost_metrics, log_run, new_experiment
 
 
 # --- the regime check and the words (analysis.table_verdicts) --------------------------------
@@ -43,21 +37,21 @@ def plus(values: list[float], deltas: list[float]) -> list[float]:
     return [v + d for v, d in zip(values, deltas)]
 
 
-def with_without_report(store, tmp_path, name: str, control: list[float] | None):
+def with_without_report(known_sweep_store, tmp_path, name: str, control: list[float] | None):
     """Full data and AtteNT at 30 epochs over 3 seeds, and the 60-epoch control if given."""
-    client, experiment_id = new_experiment(store, name)
+    client, experiment_id = new_experiment(known_sweep_store, name)
     log_seeds(client, experiment_id, "full", FULL_30)
     log_seeds(client, experiment_id, "attent", plus(FULL_30, [-0.010, -0.011, -0.009]))
     if control is not None:
         log_seeds(client, experiment_id, "full", control, epochs=60)
-    return build_report(name, tracking_uri=store[0], out_dir=tmp_path, log_to_parent=False)
+    return build_report(name, tracking_uri=known_sweep_store[0], out_dir=tmp_path, log_to_parent=False)
 
 
-def test_a_control_three_points_higher_on_every_seed_reads_still_improving(store, tmp_path):
+def test_a_control_three_points_higher_on_every_seed_reads_still_improving(known_sweep_store, tmp_path):
     """The 60-epoch full runs end +0.029, +0.030, +0.031 above the 30-epoch ones: the 90 % paired
     interval [+0.0283, +0.0317] lies above the tolerance max(0.005, seed std 0.01): still
     improving, and the table says it measures the budget. The control is no row of the table."""
-    report = with_without_report(store, tmp_path, "regime-rising", plus(FULL_30, [0.029, 0.030, 0.031]))
+    report = with_without_report(known_sweep_store, tmp_path, "regime-rising", plus(FULL_30, [0.029, 0.030, 0.031]))
     [table] = report.tables
     assert table.labels.values.tolist() == [["w/o AtteNT"], ["w/ AtteNT"]]  # no Config column: control left out
     assert table.stats["n"].tolist() == [3, 3] and report.runs == 9
@@ -72,27 +66,27 @@ def test_a_control_three_points_higher_on_every_seed_reads_still_improving(store
             "selection.") in markdown
 
 
-def test_a_flat_control_reads_plateaued(store, tmp_path):
+def test_a_flat_control_reads_plateaued(known_sweep_store, tmp_path):
     """Control − full per seed: +0.001, −0.001, 0: the interval's upper end (+0.0029) lies below the
     tolerance 0.01: plateaued."""
-    report = with_without_report(store, tmp_path, "regime-flat", plus(FULL_30, [0.001, -0.001, 0.0]))
+    report = with_without_report(known_sweep_store, tmp_path, "regime-flat", plus(FULL_30, [0.001, -0.001, 0.0]))
     markdown = to_markdown(report.tables[0])
     assert "over 3 seeds, against the tolerance 0.0100" in markdown and "): plateaued." in markdown
     assert "at 30 epochs the rows compare selection, not training budgets." in markdown
     assert "measures the training budget" not in markdown and "may measure" not in markdown
 
 
-def test_words_follow_holm_across_the_tables_comparisons(store, tmp_path):
+def test_words_follow_holm_across_the_tables_comparisons(known_sweep_store, tmp_path):
     """Comparison table, 3 seeds: AtteNT, Random at AtteNT's budget and full data; 3 comparisons
     (AtteNT and Random against full data, Random against AtteNT), one Holm family. AtteNT − full
     (−0.026, −0.020, −0.014) is significant alone (p = 0.029) but not after Holm (× 3): inconclusive.
     Random − full (+0.001, −0.001, 0) passes the TOST within ± 0.01 after Holm: equivalent."""
-    client, experiment_id = new_experiment(store, "regime-holm")
+    client, experiment_id = new_experiment(known_sweep_store, "regime-holm")
     attent, random = plus(FULL_30, [-0.026, -0.020, -0.014]), plus(FULL_30, [0.001, -0.001, 0.0])
     log_seeds(client, experiment_id, "full", FULL_30)
     log_seeds(client, experiment_id, "attent", attent)
     log_seeds(client, experiment_id, "random", random)
-    table = build_report("regime-holm", tracking_uri=store[0], out_dir=tmp_path, log_to_parent=False).tables[0]
+    table = build_report("regime-holm", tracking_uri=known_sweep_store[0], out_dir=tmp_path, log_to_parent=False).tables[0]
     assert table.name == "comparison"
     words = dict(zip(table.labels["Method"], table.words.to_dict("records")))
     assert words["AtteNT"] == {"vs full data": "inconclusive (-0.0200)", "vs AtteNT": "reference"}
@@ -120,12 +114,12 @@ def test_words_follow_holm_across_the_tables_comparisons(store, tmp_path):
     assert rows["AtteNT"]["vs full data"] == "inconclusive (-0.0200)"
 
 
-def test_attents_random_strategy_is_the_comparisons_random_subset(store, tmp_path):
+def test_attents_random_strategy_is_the_comparisons_random_subset(known_sweep_store, tmp_path):
     """The comparison sweeps ask for Random as AtteNT's strategy (selection.strategy: random: tags
     method attent, strategy random). Beside other methods those runs are the Random subset row,
     as the runs recorded under the deprecated selection.method: random are (test above), with
     the same words against AtteNT, and no ablation table of Soft against Random appears."""
-    client, experiment_id = new_experiment(store, "random-strategy")
+    client, experiment_id = new_experiment(known_sweep_store, "random-strategy")
     finals = {("full", "none"): FULL_30, ("attent", "soft"): plus(FULL_30, [-0.026, -0.020, -0.014]),
               ("attent", "random"): plus(FULL_30, [0.001, -0.001, 0.0]),
               ("class_weight", "none"): plus(FULL_30, [0.002, -0.001, 0.0])}
@@ -136,7 +130,7 @@ def test_attents_random_strategy_is_the_comparisons_random_subset(store, tmp_pat
                                             contract.PARAM_EPOCHS: 30, contract.PARAM_SEED: seed},
                     {**cost_metrics(100 * budget, 1000 * budget, accuracy), contract.MEAN_SELECTED_RATIO: budget},
                     tags={contract.TAG_STRATEGY: strategy, contract.TAG_LABEL: f"{strategy.capitalize()} · x"})
-    tables = build_report("random-strategy", tracking_uri=store[0], out_dir=tmp_path, log_to_parent=False).tables
+    tables = build_report("random-strategy", tracking_uri=known_sweep_store[0], out_dir=tmp_path, log_to_parent=False).tables
     assert [table.name for table in tables] == ["comparison"]
     table = tables[0]
     assert dict(zip(table.labels["Method"], table.stats["n"])) == {
@@ -147,13 +141,13 @@ def test_attents_random_strategy_is_the_comparisons_random_subset(store, tmp_pat
                                       "vs AtteNT": "inconclusive (+0.0200)"}
 
 
-def test_a_one_seed_table_gets_no_words(store, tmp_path):
+def test_a_one_seed_table_gets_no_words(known_sweep_store, tmp_path):
     """One seed per row and no control (the test suite's own small sweeps): no interval, no
     words, and a plateau that nothing shows."""
-    client, experiment_id = new_experiment(store, "regime-one-seed")
+    client, experiment_id = new_experiment(known_sweep_store, "regime-one-seed")
     log_seeds(client, experiment_id, "full", [0.90], epochs=2)
     log_seeds(client, experiment_id, "attent", [0.88], epochs=2)
-    report = build_report("regime-one-seed", tracking_uri=store[0], out_dir=tmp_path, log_to_parent=False)
+    report = build_report("regime-one-seed", tracking_uri=known_sweep_store[0], out_dir=tmp_path, log_to_parent=False)
     [table] = report.tables
     assert table.words["vs full data"].tolist() == ["reference", "one seed: not judged"]
     assert not any(p.judged for p in table.comparisons)
