@@ -14,7 +14,7 @@ from attent.analysis.data_size import build_data_size_report
 from attent.analysis.joined import Source, judge_joined, joined_runs, read_source
 from attent.analysis.report import main as report_main
 from attent.analysis.runs import ReportError
-from test_tta_report import log_run, method_specs
+from tta_benchmark import log_run, method_specs
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "benchmarks" / "results" / "data_size"

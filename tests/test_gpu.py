@@ -85,8 +85,7 @@ def test_the_trainer_chooses_on_cuda_what_it_chooses_on_the_cpu(tmp_path):
     """AtteNTTrainer on CUDA, fp32, learning rate 0: every sample keeps the loss the initial model
     gives it, and CUDA's kernels move those losses by float rounding only, far below the gaps
     between them, so the subsets equal the CPU's at every re-selection; in bf16 it trains."""
-    from test_integration_huggingface import (CONFIGS, RecordingTrainer, collate, samples, selection_rows,
-                                              tiny_llama, training_args)
+    from hf_tiny import CONFIGS, RecordingTrainer, collate, samples, selection_rows, tiny_llama, training_args
     from attent.selection.config import SelectionConfig
     picks = {}
     for device in ("cpu", "cuda"):
@@ -109,7 +108,8 @@ def test_the_trainer_chooses_on_cuda_what_it_chooses_on_the_cpu(tmp_path):
 def test_the_lightning_callback_chooses_on_cuda_what_it_chooses_on_the_cpu():
     """The Lightning callback on one GPU against the CPU: the same model, optimiser and seed; the
     per-sample losses of this model are exact in fp32 on either device (squared differences)."""
-    from test_integration_lightning import CONFIGS, fit
+    pytest.importorskip("lightning")  # lightning_sample imports it
+    from lightning_sample import CONFIGS, fit
     from attent.selection.config import SelectionConfig
     runs = {device: fit(SelectionConfig(**CONFIGS["vit"]), 4, 0, accelerator=device)[0] for device in ("cpu", "gpu")}
     assert runs["gpu"]["checksums"] == runs["cpu"]["checksums"]

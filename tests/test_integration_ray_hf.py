@@ -17,8 +17,7 @@ from ray.data.iterator import _IterableFromIterator
 from ray.train.huggingface.transformers import prepare_trainer
 
 from conftest import BIN, REPO
-from test_integration_huggingface import (GSM8K, RecordingTrainer, collate, samples, selection_rows, tiny_llama,
-                                          training_args)
+from hf_tiny import GSM8K, RecordingTrainer, collate, samples, selection_rows, tiny_llama, training_args
 
 from attent.integrations.huggingface import AtteNTTrainer
 from attent.integrations.pytorch import subset_checksum
