@@ -9,7 +9,7 @@ FASHION_MNIST := /usr/share/datasets/fashion-mnist
 # library installs beside a user's own torch), the lock fixes the versions `make test` passed on.
 LOCK := requirements/platform.lock
 
-.PHONY: setup data demo test test-fast bench ui server lock
+.PHONY: setup data demo test test-all bench ui server lock
 
 $(VENV)/.installed: pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
@@ -41,28 +41,20 @@ setup: $(VENV)/.installed data
 demo: setup
 	$(BIN)/attent demo
 
-# The whole suite. The Ray tests (marked slow) run in one process (two Ray sessions oversubscribe
-# 2 cores) and, waiting on Ray's process starts, polls and servers, keep only 1.2 of the 2 cores
-# busy on average (measured); so the fast tier runs beside them, in one pytest-xdist worker, in
-# that idle time (measured against the tiers one after the other and against two workers at
-# nice 10: README). Its output goes to $(FAST_LOG): its end, or all of it if it failed,
-# is printed after the Ray tier's. Each tier lists its slowest tests (--durations): where the
-# suite's time goes, in every CI log.
-FAST_LOG := .pytest-fast.log
+# `make test`, what a newcomer and every developer run: everything but the system tier (unit,
+# property and single-process tests, the examples, the docs build, the local-mode end-to-end runs
+# and one run on two Ray Train workers). `make test-all`, what CI runs: the same and the system
+# tier (worker restarts, killed drivers, clusters of their own, `ray job submit`, servers, a
+# browser). Both on two pytest-xdist workers; the tests that use the session's Ray run one after
+# another on one of them (`--dist loadgroup`, tests/conftest.py), the rest spread around them.
+# Each lists its 20 slowest tests and the time of each tier: where the suite's time goes, in
+# every CI log.
+PYTEST := $(BIN)/pytest -q -n 2 --dist loadgroup --durations=20
 test: setup
-	@$(BIN)/pytest -q -m "not slow" -n 1 --durations=20 > $(FAST_LOG) 2>&1 & fast=$$!; \
-	trap 'kill $$fast 2>/dev/null' INT TERM; \
-	$(BIN)/pytest -q -m slow --durations=0; slow=$$?; \
-	wait $$fast; fast_rc=$$?; \
-	echo "== the fast tier (-m 'not slow'), run beside it; its output: $(FAST_LOG)"; \
-	if [ $$fast_rc -eq 0 ]; then tail -n 25 $(FAST_LOG); else cat $(FAST_LOG); fi; \
-	[ $$slow -eq 0 ] && [ $$fast_rc -eq 0 ]
+	$(PYTEST) -m "not system"
 
-# The inner loop: unit, property and single-process tests on real data and models; no Ray, no
-# MLflow server, no browser (the tests marked slow are the rest of `make test`), on two
-# pytest-xdist workers.
-test-fast: setup
-	$(BIN)/pytest -q -m "not slow" -n 2
+test-all: setup
+	$(PYTEST)
 
 # The small time-to-accuracy benchmark (~40 min on 2 cores; needs `attent data scenes --out data/scenes`)
 bench: setup

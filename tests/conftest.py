@@ -34,6 +34,10 @@ if not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"
 # One BLAS/OpenMP thread per process: tests run beside Ray workers on 2 cores, and oversubscribed
 # OpenMP threads made the LLM tests 5-10x slower.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# No thread a test did not start: the multi-process tests fork only a single-threaded process
+# (``ranks.start_method``), and Hugging Face Hub's telemetry thread (TRL reports its trainers'
+# use) and tqdm's monitor thread stayed alive for the rest of the worker. Neither is under test.
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
 def free_port() -> int:
@@ -50,6 +54,29 @@ def poll_train_workers_often() -> None:
     from attent.engine.driver import PREEMPTION_WATCHER_ENV, TRAIN_POLL_ENV, TRAIN_POLL_SECONDS
     os.environ.setdefault(TRAIN_POLL_ENV, TRAIN_POLL_SECONDS)
     os.environ.setdefault(PREEMPTION_WATCHER_ENV, "0")  # as attent's own local Ray: no spot nodes here
+
+
+def pytest_configure(config):
+    import tqdm
+
+    import ranks
+    refuse_ungrouped_loadgroup(config)
+    tqdm.tqdm.monitor_interval = 0  # no monitor thread (above)
+    ranks.preload_fork_server()
+
+
+def refuse_ungrouped_loadgroup(config) -> None:
+    """`make test`'s ``--dist loadgroup`` groups nothing with pytest 9.2 and pytest-xdist 3.8 (xdist
+    rewrites a test's id, which 9.2 no longer reads: pytest-dev/pytest-xdist#1386): the Ray tests
+    would run on both workers, each training the session's runs again. Refused in one line."""
+    if config.getoption("dist", "no") != "loadgroup" or hasattr(config, "workerinput"):
+        return
+    import xdist
+    from packaging.version import Version
+    if Version(pytest.__version__) >= Version("9.2") and Version(xdist.__version__) <= Version("3.8.0"):
+        raise pytest.UsageError(f"pytest {pytest.__version__} with pytest-xdist {xdist.__version__}: --dist loadgroup "
+                                "groups no test (pytest-dev/pytest-xdist#1386); install the tested versions "
+                                "with `make setup` (requirements/platform.lock)")
 
 
 @pytest.fixture(scope="session")
@@ -142,8 +169,21 @@ def digits_sweeps(ray_cluster, tmp_path_factory):
     return shared_runs.run_digits_sweeps(tmp_path_factory.mktemp("sweeps"))
 
 
+@pytest.fixture(scope="session")
+def empty_store(tmp_path_factory) -> Path:
+    """A new SQLite tracking store, its tables created once per session (MLflow's migrations, ~2 s
+    each time): the tests' scratch stores are copies of it. The stores whose creation is under
+    test are made by the test (``test_faults``, ``test_preflight``)."""
+    import mlflow
+    path = tmp_path_factory.mktemp("empty-store") / "mlflow.db"
+    mlflow.MlflowClient(f"sqlite:///{path}").search_experiments(max_results=1)
+    return path
+
+
 @pytest.fixture
-def mlflow_uri(tmp_path) -> str:
+def mlflow_uri(tmp_path, empty_store) -> str:
+    import shutil
+    shutil.copyfile(empty_store, tmp_path / "mlflow.db")
     return f"sqlite:///{tmp_path / 'mlflow.db'}"
 
 
@@ -167,10 +207,25 @@ def start_tracking_server(backend_uri: str, artifacts: Path):
 RAY_FIXTURES = {"ray_cluster", "reference_runs", "restarted_reference", "digits_sweeps"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
-    """The fast tier (`-m "not slow"`, `make test-fast`) starts no Ray: a test that uses the
-    session's Ray must say it is slow."""
-    unmarked = [item.nodeid for item in items
-                if RAY_FIXTURES & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("slow")]
-    if unmarked:
-        raise pytest.UsageError(f"tests using Ray without the slow marker: {unmarked}")
+    """The tests that use the session's Ray run one after another on one pytest-xdist worker
+    (``--dist loadgroup``): one Ray is started, and the runs trained once per session are trained
+    once. The rest spread over both workers around them."""
+    for item in items:
+        if RAY_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("ray"))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Each tier's time in every log: the summed durations of `make test`'s tests and of the system
+    tier's (`make test-all` adds it), beside pytest's own wall-clock line."""
+    seconds = {"make test": 0.0, "system tier": 0.0}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "when", None) in ("setup", "call", "teardown"):
+                tier = "system tier" if "system" in report.keywords else "make test"
+                seconds[tier] += report.duration
+    spent = ", ".join(f"{tier} {value:.0f} s" for tier, value in seconds.items() if value)
+    if spent:
+        terminalreporter.write_line(f"test time by tier (summed over both workers): {spent}")

@@ -18,10 +18,13 @@ comparisons need.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 import torch
@@ -108,6 +111,7 @@ class TrainedRun:
     metrics: dict[str, float]         # the last report
     epochs: list[dict[str, float]]    # epoch_history.json
     subsets: list[list[int]]          # selection_history.json: each re-selection's indices
+    screen: str = ""                  # what `attent train` showed with its output to a file
 
     @property
     def tracking_uri(self) -> str:
@@ -126,10 +130,31 @@ def histories(tracking_uri: str, run_id: str, scratch: Path) -> tuple[list[dict[
 
 
 def train_run(cfg: ExperimentConfig, scratch: Path) -> TrainedRun:
+    """``cfg`` trained as `attent train` trains it with its output to a file (plain progress
+    lines, the libraries' and the workers' output in the run's log), the screen kept."""
     from attent.engine.driver import train
-    result = train(cfg)
+    from attent.engine.progress import PLAIN, Console
+    screen = scratch / f"{cfg.name}.screen"
+    screen.parent.mkdir(parents=True, exist_ok=True)
+    with screen.open("w") as stderr, redirected_fd(2, stderr):
+        result = train(cfg, console=Console(PLAIN))
     return TrainedRun(cfg, result.run_id, result.metrics,
-                      *histories(cfg.mlflow.tracking_uri, result.run_id, scratch / cfg.name))
+                      *histories(cfg.mlflow.tracking_uri, result.run_id, scratch / cfg.name), screen.read_text())
+
+
+@contextlib.contextmanager
+def redirected_fd(fd: int, to) -> Iterator[None]:
+    """File descriptor ``fd`` pointing at file ``to`` for the body (pytest's capture, which holds
+    it otherwise, is given it back after)."""
+    sys.stdout.flush(), sys.stderr.flush()
+    saved = os.dup(fd)
+    os.dup2(to.fileno(), fd)
+    try:
+        yield
+    finally:
+        sys.stdout.flush(), sys.stderr.flush()
+        os.dup2(saved, fd)
+        os.close(saved)
 
 
 def untimed(rows: list[dict[str, float]]) -> list[dict[str, float]]:

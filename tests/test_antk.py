@@ -89,7 +89,7 @@ def test_kernel_time_stays_out_of_the_epochs_time_split(tmp_path, mlflow_uri):
     assert all(p.grad is None for p in recipe.raw_model.parameters())
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_probe_set_tracking_on_a_real_run_trains_identically(restarted_reference, tmp_path):
     """The reference soft run (digits, 2 workers, 4 epochs) tracking its kernel after every epoch,
     and losing its rank 0 after epoch 2: the kernels come back from the checkpoint, and every
@@ -146,7 +146,6 @@ def test_multimae_kernel_output_is_deterministic_and_its_kernel_runs(scene_root)
     assert tracker.parameters == sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-@pytest.mark.slow
 def test_llm_kernel_spans_the_lora_adapters_only():
     if not (DATASETS / "gsm8k" / "train.jsonl").is_file():
         pytest.skip(f"{DATASETS} not present")

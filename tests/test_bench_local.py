@@ -45,7 +45,6 @@ def histories(uri: str, run) -> dict[str, list[tuple[int, float]]]:
             for key in run.data.metrics if not key.startswith(contract.SYSTEM_METRICS_PREFIX)}
 
 
-@pytest.mark.slow
 def test_a_local_benchmark_records_a_repeated_computation_once_and_goes_on_after_the_budget(
         tmp_path, monkeypatch, no_ray_cluster, capsys):
     """llm_size_b32.yaml's shape on digits: the learning rate chosen at E epochs, then E, whose
@@ -103,7 +102,6 @@ benchmark:
     assert (tmp_path / "reports" / "local-bench" / "time_to_accuracy.md").is_file()
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not (SHARED / "datasets" / "gsm8k" / "train.jsonl").exists(), reason="no offline GSM8K")
 def test_the_llm_gpu_spec_runs_locally_at_a_tiny_size_and_stops_at_the_budget(tmp_path, monkeypatch, no_ray_cluster,
                                                                                capsys):

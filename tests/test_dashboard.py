@@ -17,7 +17,6 @@ from attent import contract
 from attent.engine import dashboard as views, tracking
 from conftest import BIN, free_port
 
-slow = pytest.mark.slow
 needs_chromium = pytest.mark.skipif(not (shutil.which("chromium") and shutil.which("chromedriver")),
                                     reason="needs Debian's chromium and chromium-driver (.ci/run installs them)")
 SWEEP = shared_runs.ABLATION_SWEEP
@@ -35,7 +34,6 @@ def sweep_store(digits_sweeps):
     return uri, experiment_id, {run.info.run_name: run for run in trials}
 
 
-@slow
 def test_each_real_run_records_its_datasets_and_system_metrics(sweep_store):
     uri, _, runs = sweep_store
     for run in runs.values():
@@ -56,7 +54,6 @@ def test_each_real_run_records_its_datasets_and_system_metrics(sweep_store):
     assert len(digests) == 4 and all(d == digests[0] for d in digests)  # the same data: the same digests
 
 
-@slow
 def test_training_view_lists_the_trials_flat_with_the_key_metrics_and_models(sweep_store):
     uri, experiment_id, _ = sweep_store
     view = views.saved_training_view(mlflow.MlflowClient(uri), experiment_id)
@@ -136,7 +133,7 @@ def wait_for_text(driver, *texts, timeout=90):
     WebDriverWait(driver, timeout).until(lambda d: all(t in page_text(d) for t in texts))
 
 
-@slow
+@pytest.mark.system
 @needs_chromium
 def test_dashboard_opens_the_trials_with_their_key_metrics(dashboard, browser):
     url, uri, experiment_id, runs = dashboard
@@ -162,7 +159,7 @@ def test_dashboard_opens_the_trials_with_their_key_metrics(dashboard, browser):
     wait_for_text(browser, "Key metrics", "Per epoch", "System metrics", *key)
 
 
-@slow
+@pytest.mark.system
 @needs_chromium
 def test_without_the_link_the_view_is_two_clicks_away(dashboard, browser):
     url, _, experiment_id, runs = dashboard

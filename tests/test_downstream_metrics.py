@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
+from ranks import start_method
 
 from attent.tasks.mae.metrics import (LOWER_IS_BETTER, METRIC_NAMES, MIN_DEPTH,
                                       DownstreamMetrics, build_metrics)
@@ -205,7 +206,8 @@ def sharded_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
 
 
 def test_sharded_ranks_agree_with_the_unsharded_computation(tmp_path):
-    mp.spawn(sharded_worker, args=(WORLD, str(tmp_path / "init"), str(tmp_path)), nprocs=WORLD)
+    mp.start_processes(sharded_worker, args=(WORLD, str(tmp_path / "init"), str(tmp_path)), nprocs=WORLD,
+                       start_method=start_method())
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
     assert ranks[0] == ranks[1]  # bitwise: the same gathered states, summed in the same order
     unsharded = evaluate(range(WORLD), WORLD)  # every item, in one process

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from ranks import start_method
 
 from attent.tasks.llm.evaluation.benchmarks import (
     CHAMP,
@@ -134,7 +135,7 @@ def _count_on_rank(rank: int, world_size: int, store: str, results) -> None:
 
 
 def test_counts_are_summed_over_ranks_so_every_rank_reports_the_same(tmp_path):
-    context = mp.get_context("spawn")
+    context = mp.get_context(start_method())
     results = context.SimpleQueue()
     processes = [context.Process(target=_count_on_rank, args=(rank, 2, tmp_path / "store", results))
                  for rank in range(2)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import multiprocessing
 import os
 import signal
 import socket
@@ -22,6 +23,7 @@ from attent.cli import main as attent_main
 from attent.config import PreflightError
 from attent.engine.faults import RunFault
 from conftest import BIN, REPO, free_port, ray_processes
+from ranks import start_method
 
 
 digits = functools.partial(shared_runs.digits_run, experiment="faults")  # local mode unless ray= says
@@ -34,7 +36,6 @@ def runs_named(uri: str, name: str):
 
 
 # --- 1. checkpoints -----------------------------------------------------------------------------
-@pytest.mark.slow
 def test_a_failed_run_resumes_into_its_mlflow_run_past_a_corrupt_newest_checkpoint(tmp_path, mlflow_uri, capfd):
     """Re-running a failed run (same name and storage path) continues it in the same MLflow run;
     its newest checkpoint, overwritten, is skipped for the older intact one, and the terminal says
@@ -68,7 +69,7 @@ def test_a_failed_run_resumes_into_its_mlflow_run_past_a_corrupt_newest_checkpoi
     assert sorted({int(m.step) for m in client.get_metric_history(resumed.run_id, "train_loss")}) == [0, 1, 2]
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_no_readable_checkpoint_stops_at_once_with_one_line_in_the_same_run(ray_cluster, tmp_path, mlflow_uri):
     """On a Ray Train worker: the restarts Ray Train would make find the worker's note and stop."""
     from attent.engine.driver import train
@@ -125,7 +126,6 @@ def test_validate_decode_names_every_unreadable_file(broken_scenes, tmp_path, ml
     assert line.startswith("attent validate: error: 1 of 120 data files cannot be read") and str(victim) in line
 
 
-@pytest.mark.slow
 def test_an_unreadable_file_in_training_is_named_once_not_retried(broken_scenes, tmp_path, mlflow_uri):
     """In Ray Train's local mode, ray.max_failures 2: the engine's restart loop gives up at once
     (Ray Train's restarts stopping on the worker's note: the unreadable checkpoints above)."""
@@ -144,7 +144,7 @@ def test_an_unreadable_file_in_training_is_named_once_not_retried(broken_scenes,
 
 
 # --- 3. a tracking server that refuses the API ----------------------------------------------------
-@pytest.mark.slow
+@pytest.mark.system
 def test_a_server_refusing_our_host_header_is_refused_before_anything_starts(tmp_path):
     from attent.engine.preflight import store
     port = free_port()
@@ -176,7 +176,7 @@ def test_an_unreachable_ray_address_is_one_line_within_seconds(tmp_path, capsys)
 
 
 # --- 5. a killed driver, and two drivers of one run ----------------------------------------------
-@pytest.mark.slow
+@pytest.mark.system
 def test_workers_stop_with_their_killed_driver_and_a_second_driver_refuses(ray_cluster, tmp_path, mlflow_uri):
     """A second driver of a live run refuses, and `attent report` leaves the live driver's run
     RUNNING. SIGKILLed, the driver takes its workers with it; the next `attent report` closes its
@@ -322,15 +322,23 @@ def test_validate_recognises_the_theory_lab_file(capsys):
 
 
 # --- 8. two first writers of a new SQLite store -----------------------------------------------------
+def _first_writer(uri: str, name: str, start) -> None:
+    from attent.engine.tracking import client_for, ensure_experiment
+    start.wait()  # every process at once: each finds no tables and goes to create them
+    client = client_for(uri)
+    client.create_run(ensure_experiment(client, "race", uri), run_name=name)
+
+
 def test_processes_creating_one_new_sqlite_store_at_once_all_succeed(tmp_path):
     uri = f"sqlite:///{tmp_path}/new.db"
-    script = ("import sys; from attent.engine.tracking import client_for, ensure_experiment\n"
-              "c = client_for(sys.argv[1]); e = ensure_experiment(c, 'race', sys.argv[1])\n"
-              "c.create_run(e, run_name=sys.argv[2])\n")
-    procs = [subprocess.Popen([sys.executable, "-c", script, uri, f"w{i}"], stderr=subprocess.PIPE, text=True)
-             for i in range(6)]
-    errors = [p.communicate(timeout=300)[1] for p in procs]
-    assert all(p.returncode == 0 for p in procs), errors
+    context = multiprocessing.get_context(start_method())
+    start = context.Barrier(6)
+    procs = [context.Process(target=_first_writer, args=(uri, f"w{i}", start)) for i in range(6)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=300)
+    assert [proc.exitcode for proc in procs] == [0] * 6  # a child's traceback is in the captured output
     client = mlflow.MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("race").experiment_id])
     assert sorted(r.info.run_name for r in runs) == [f"w{i}" for i in range(6)]

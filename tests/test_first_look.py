@@ -78,6 +78,7 @@ def test_the_link_matches_the_routes_and_query_of_mlflows_ui():
     assert '"compareRunsMode"' in js and "compareRunsMode=CHART" in dashboard.training_view_url("", "7", charts=True)
 
 
+@pytest.mark.system
 def test_attent_ui_prints_the_training_runs_link_that_the_server_answers(tmp_path):
     """`attent ui` over a store with a benchmark's runs prints the experiment's training view
     link, not the bare address (MLflow's GenAI home); the server serves the UI holding the route,

@@ -57,7 +57,7 @@ def test_the_fused_loss_equals_the_chunked_loss():
     torch.testing.assert_close(fused, chunked, rtol=2e-2, atol=2e-2)  # bf16 logits
 
 
-@pytest.mark.slow
+@pytest.mark.system
 @pytest.mark.skipif(GPUS < 2, reason="needs two GPUs for two NCCL ranks")
 def test_two_workers_on_nccl_train_on_the_same_subsets(ray_cluster, tmp_path, mlflow_uri):
     import mlflow
@@ -69,7 +69,7 @@ def test_two_workers_on_nccl_train_on_the_same_subsets(ray_cluster, tmp_path, ml
     assert run.info.status == "FINISHED" and "subset_checksum" in run.data.metrics
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_gpu_system_metrics_reach_mlflow(ray_cluster, tmp_path, mlflow_uri):
     import mlflow
     from attent.engine.driver import train

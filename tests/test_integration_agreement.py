@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import threading
 
 import pytest
 import torch
@@ -34,6 +33,7 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
 from conftest import free_port
+from ranks import start_method
 
 L = pytest.importorskip("lightning")
 transformers = pytest.importorskip("transformers")
@@ -256,9 +256,7 @@ def _rank(rank: int, world: int, port: int, out_dir: str) -> None:
 
 @pytest.mark.timeout(240)
 def test_the_four_choose_the_same_subsets_on_two_ranks(tmp_path):
-    # fork where safe (as the other integration tests): spawn re-imports torch, Lightning, transformers
-    method = "fork" if "fork" in mp.get_all_start_methods() and threading.active_count() == 1 else "spawn"
-    mp.start_processes(_rank, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True, start_method=method)
+    mp.start_processes(_rank, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True, start_method=start_method())
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
     for name in CONFIGS:
         assert_all_agree(r0[name], name, rank=0, world=2)

@@ -15,7 +15,6 @@ import math
 import os
 import subprocess
 import sys
-import threading
 
 import pytest
 import torch
@@ -27,6 +26,7 @@ from transformers import LlamaForCausalLM, Trainer, TrainerCallback
 from conftest import REPO, free_port
 from hf_tiny import (CONFIGS, GSM8K, N, RecordingTrainer, collate, flat_weights, losses_of, samples, selection_rows,
                      tiny_llama, training_args)
+from ranks import start_method
 
 import attent
 from attent import contract
@@ -108,9 +108,7 @@ def _rank_worker(rank: int, world: int, port: int, out_dir: str) -> None:
 
 @pytest.mark.timeout(240)
 def test_two_ranks_agree_and_split_the_subset(tmp_path):
-    # fork where safe (as the plain Selector's test): spawn re-imports torch and transformers, ~20 s here
-    method = "fork" if "fork" in mp.get_all_start_methods() and threading.active_count() == 1 else "spawn"
-    mp.start_processes(_rank_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True, start_method=method)
+    mp.start_processes(_rank_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True, start_method=start_method())
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
     assert r0["checksums"] == r1["checksums"] and len(r0["checksums"]) == 4
     for epoch, subset in r0["subsets"].items():

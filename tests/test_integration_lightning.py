@@ -28,8 +28,9 @@ import attent  # noqa: E402
 from attent import contract  # noqa: E402
 from attent.integrations.lightning import AtteNTCallback  # noqa: E402
 from attent.selection.config import SelectionConfig  # noqa: E402
-from lightning_sample import (CONFIGS, EPOCHS, N, TRAINER, Record, SampleModule, _fork_or_spawn,  # noqa: E402
+from lightning_sample import (CONFIGS, EPOCHS, N, TRAINER, Record, SampleModule, ddp_strategy,  # noqa: E402
                               dataset, fit, per_sample_loss)
+from ranks import start_method  # noqa: E402
 
 
 def run_plain(config: SelectionConfig, epochs: int, seed: int, batch_size: int = 8, ddp: bool = False) -> dict:
@@ -101,12 +102,12 @@ def test_two_ddp_ranks_agree_split_the_subset_and_match_the_plain_selector(tmp_p
     (tmp_path / "lightning").mkdir()
     (tmp_path / "plain").mkdir()
     selection = AtteNTCallback(dataset(), selection=SelectionConfig(**config), seed=5, loss_fn=per_sample_loss)
-    trainer = L.Trainer(**{**TRAINER, "devices": 2}, strategy=f"ddp_{_fork_or_spawn()}", max_epochs=4,
+    trainer = L.Trainer(**{**TRAINER, "devices": 2}, strategy=ddp_strategy(), max_epochs=4,
                         use_distributed_sampler=False,
                         callbacks=[selection, Record(selection, str(tmp_path / "lightning"))])
     trainer.fit(SampleModule(selection, batch_size=6))
     mp.start_processes(_plain_rank, args=(2, str(tmp_path / "store"), str(tmp_path / "plain"), config), nprocs=2,
-                       join=True, start_method=_fork_or_spawn())
+                       join=True, start_method=start_method())
 
     r0, r1 = (torch.load(tmp_path / "lightning" / f"rank{r}.pt") for r in range(2))
     for rank, got in enumerate((r0, r1)):

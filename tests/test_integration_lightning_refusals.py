@@ -9,7 +9,7 @@ L = pytest.importorskip("lightning")
 
 from attent.integrations.lightning import AtteNTCallback  # noqa: E402
 from attent.selection.config import SelectionConfig  # noqa: E402
-from lightning_sample import CONFIGS, TRAINER, SampleModule, _fork_or_spawn, dataset, fit  # noqa: E402
+from lightning_sample import CONFIGS, TRAINER, SampleModule, dataset, ddp_strategy, fit  # noqa: E402
 
 
 # --- (d) each setting the callback needs, refused in one line ---------------------------------------------
@@ -37,12 +37,12 @@ def test_ddp_with_lightnings_distributed_sampler_is_refused():
     built; called here on a two-device DDP Trainer that launches no process (the two-rank test
     above fits one with the setting the refusal names)."""
     selection = AtteNTCallback(dataset(), selection=SelectionConfig(**CONFIGS["llm"]), seed=0)
-    trainer = L.Trainer(**{**TRAINER, "devices": 2}, strategy=f"ddp_{_fork_or_spawn()}", max_epochs=2,
+    trainer = L.Trainer(**{**TRAINER, "devices": 2}, strategy=ddp_strategy(), max_epochs=2,
                         callbacks=[selection])
     assert trainer.world_size == 2
     with pytest.raises(ValueError, match=r"needs Trainer\(use_distributed_sampler=False\) under DDP: its sampler"):
         selection.setup(trainer, SampleModule(selection), "fit")
-    quiet = L.Trainer(**{**TRAINER, "devices": 2}, strategy=f"ddp_{_fork_or_spawn()}", max_epochs=2,
+    quiet = L.Trainer(**{**TRAINER, "devices": 2}, strategy=ddp_strategy(), max_epochs=2,
                       use_distributed_sampler=False, callbacks=[selection])
     selection.setup(quiet, SampleModule(selection), "fit")  # the setting it names is enough
 

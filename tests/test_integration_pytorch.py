@@ -10,7 +10,6 @@ import math
 import os
 import subprocess
 import sys
-import threading
 
 import pytest
 import torch
@@ -19,6 +18,7 @@ import torch.multiprocessing as mp
 from torch.utils.data import DataLoader, TensorDataset
 
 from conftest import REPO
+from ranks import start_method
 
 import attent
 from attent.selection.config import SelectionConfig
@@ -290,10 +290,8 @@ def _rank_worker(rank: int, world: int, store_path: str, out_dir: str) -> None:
 
 @pytest.mark.timeout(120)
 def test_two_ranks_share_the_subset_and_split_it(tmp_path):
-    # fork where safe (as test_selection_distributed does): spawn re-imports torch, 10-25 s here
-    method = "fork" if "fork" in mp.get_all_start_methods() and threading.active_count() == 1 else "spawn"
     mp.start_processes(_rank_worker, args=(2, str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True,
-                       start_method=method)
+                       start_method=start_method())
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
     model = TableModel()
     single = run_selector(Selector(dataset(), selection=SelectionConfig(preset="vit"), epochs=4, seed=5, model=model,

@@ -77,7 +77,7 @@ def test_a_process_group_the_trainer_does_not_see_is_refused(tmp_path):
     assert "\n" not in str(error.value)
 
 
-@pytest.mark.slow
+@pytest.mark.system
 @pytest.mark.timeout(900)
 @pytest.mark.skipif(not GSM8K.exists(), reason=f"{GSM8K} not present")
 def test_ray_job_submit_runs_the_example_on_two_agreeing_workers(ray_cluster, tmp_path, mlflow_uri):

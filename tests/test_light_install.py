@@ -26,7 +26,7 @@ from packaging.utils import canonicalize_name
 
 from conftest import REPO
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = pytest.mark.timeout(900)
 PLATFORM_PACKAGES = ("ray", "mlflow")
 
 

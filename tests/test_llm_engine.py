@@ -9,8 +9,7 @@ import pytest
 
 from conftest import SHARED
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not (SHARED / "datasets/gsm8k/train.jsonl").exists(), reason="needs ../shared/datasets")]
+pytestmark = [pytest.mark.skipif(not (SHARED / "datasets/gsm8k/train.jsonl").exists(), reason="needs ../shared/datasets")]
 
 
 def test_smollm2_lora_run_with_llm_preset(reference_runs):

@@ -160,7 +160,6 @@ def test_hf_judge_batches_like_single_calls_and_its_verdicts_are_counted(tiny, c
     assert metrics["mt_bench_judged"] == 2 and 0 <= metrics["mt_bench_unparsed"] <= 2
 
 
-@pytest.mark.slow
 def test_smollm2_answers_and_judges_two_mt_bench_questions():
     """A 135M judge rarely reaches a "[[rating]]" in 24 tokens: whatever it writes is judged,
     and the metrics must agree with parsing its four judgements."""

@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 import shared_runs
+from attent.cli import main as attent_main
 from attent.engine import checkpoint
 from conftest import BIN
 
-pytestmark = pytest.mark.slow
 digits = functools.partial(shared_runs.digits_run, experiment="local-mode")
 
 
@@ -31,6 +31,7 @@ def recorded(uri: str, run_id: str, scratch: Path):
     return run, artifacts, models, shared_runs.histories(uri, run_id, scratch)
 
 
+@pytest.mark.system
 def test_local_mode_trains_what_one_ray_train_worker_trains(ray_cluster, tmp_path, mlflow_uri):
     """The same config at ray.num_workers 0 and 1: the same subsets at every re-selection, every
     per-epoch number equal within the reference runs' tolerance floor, and the same MLflow keys
@@ -86,9 +87,10 @@ def test_an_injected_failure_restarts_in_process_from_the_latest_checkpoint(tmp_
     assert [r.info.status for r in failed] == ["FAILED"]
 
 
-def test_a_killed_local_mode_run_resumes_from_its_own_checkpoint_into_the_same_run(tmp_path, mlflow_uri):
-    """`attent train` at ray.num_workers=0, SIGKILLed after its first checkpoint: re-run, it
-    resumes from the checkpoint the engine wrote, into the same MLflow run, and finishes."""
+def test_a_killed_local_mode_run_resumes_from_its_own_checkpoint_into_the_same_run(tmp_path, mlflow_uri, capsys):
+    """`attent train` at ray.num_workers=0, SIGKILLed after its first checkpoint: re-run (here in
+    this process, as the command's ``main``), it resumes from the checkpoint the engine wrote, into
+    the same MLflow run, and finishes."""
     cfg = digits(tmp_path, mlflow_uri, "killed", train={"epochs": 4})
     path = tmp_path / "killed.yaml"
     path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
@@ -112,10 +114,9 @@ def test_a_killed_local_mode_run_resumes_from_its_own_checkpoint_into_the_same_r
     experiment = client.get_experiment_by_name("local-mode")
     [killed] = client.search_runs([experiment.experiment_id], "tags.`mlflow.runName` = 'killed'")
     assert killed.info.status == "RUNNING"  # its driver died without closing it
-    again = subprocess.run([str(BIN / "attent"), "train", str(path)], env=env, capture_output=True, text=True,
-                           timeout=600)
-    assert again.returncode == 0, again.stderr[-2000:]
-    assert "(resumed)" in again.stdout
+    capsys.readouterr()
+    assert attent_main(["train", str(path)]) == 0
+    assert "(resumed)" in capsys.readouterr().out
     [resumed] = client.search_runs([experiment.experiment_id], "tags.`mlflow.runName` = 'killed'")
     assert resumed.info.run_id == killed.info.run_id and resumed.info.status == "FINISHED"
     restored = client.get_metric_history(resumed.info.run_id, "restored_at_epoch")

@@ -17,8 +17,6 @@ from attent import contract
 from attent.sweep import run_sweep
 from conftest import REPO
 
-pytestmark = pytest.mark.slow
-
 SWEEP = "e2e-multimae"
 JOBS = {"classification": "top1_accuracy", "depth": "delta1"}
 

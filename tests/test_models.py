@@ -237,7 +237,6 @@ def last_checkpoint_model(cfg) -> dict[str, torch.Tensor]:
     return checkpoint.load(newest)["model"]
 
 
-@pytest.mark.slow
 def test_a_finished_run_logs_its_model_which_predicts_as_its_last_checkpoint(reference_runs, monkeypatch):
     trained = reference_runs("digits-soft")
     cfg, client = trained.cfg, MlflowClient(trained.tracking_uri)
@@ -263,7 +262,6 @@ def test_a_finished_run_logs_its_model_which_predicts_as_its_last_checkpoint(ref
     assert accuracy == pytest.approx(run.data.metrics["eval_test_accuracy"])
 
 
-@pytest.mark.slow
 def test_a_run_starts_from_a_logged_model_and_registers_its_own(reference_runs, tmp_path, monkeypatch):
     """A vision run from the reference run's model at a learning rate too small to move it: its
     first evaluation is the reference run's last; its own model is version 1 of a registered name."""
@@ -293,7 +291,6 @@ def test_a_run_starts_from_a_logged_model_and_registers_its_own(reference_runs, 
                                    mlflow.pytorch.load_model(source)(images), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not (SHARED / "datasets/gsm8k/train.jsonl").exists(), reason="needs ../shared/datasets")
 def test_the_llm_run_logs_its_adapter_which_predicts_as_its_last_checkpoint(reference_runs, monkeypatch):
     trained = reference_runs("llm")

@@ -17,7 +17,7 @@ import shared_runs
 from attent import contract
 from conftest import BIN, REPO, poll_train_workers_often, start_tracking_server
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.system
 
 EXPERIMENT = "multinode"
 REFERENCE = "digits-soft"

@@ -194,7 +194,6 @@ def short_ray_tmp():
     subprocess.run(["rm", "-rf", path], check=False)
 
 
-@pytest.mark.slow
 def test_train_with_an_unreachable_tracking_server_fails_fast(tmp_path, short_ray_tmp):
     port = free_port()
     proc, elapsed = attent(["train", DIGITS, f"mlflow.tracking_uri=http://127.0.0.1:{port}",
@@ -209,7 +208,6 @@ def test_train_with_an_unreachable_tracking_server_fails_fast(tmp_path, short_ra
     print(f"refused in {elapsed:.1f}s")
 
 
-@pytest.mark.slow
 def test_train_with_more_workers_than_this_machine_fails_before_ray(tmp_path, short_ray_tmp):
     db = tmp_path / "store" / "mlflow.db"
     db.parent.mkdir()
@@ -227,7 +225,6 @@ def test_train_with_more_workers_than_this_machine_fails_before_ray(tmp_path, sh
     print(f"refused in {elapsed:.1f}s")
 
 
-@pytest.mark.slow
 def test_validate_runs_the_same_checks_without_ray(tmp_path, short_ray_tmp):
     proc, _ = attent(["validate", DIGITS, "ray.cpus_per_worker=64"], tmp_path, {"RAY_TMPDIR": short_ray_tmp})
     assert proc.returncode == 2
@@ -236,7 +233,6 @@ def test_validate_runs_the_same_checks_without_ray(tmp_path, short_ray_tmp):
     assert not list(Path(short_ray_tmp).glob("session_*"))
 
 
-@pytest.mark.slow
 def test_sweep_with_more_workers_than_this_machine_fails_before_its_parent_run(tmp_path, short_ray_tmp):
     db = tmp_path / "mlflow.db"
     proc, _ = attent(["sweep", str(REPO / "experiments/sweeps/ablation_digits.yaml"),
@@ -255,7 +251,7 @@ def train_controllers(dashboard: str) -> int:
                            limit=10_000, raise_on_missing_output=False))
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_cluster_without_autoscaler_refuses_before_any_worker(ray_cluster, tmp_path):
     """The session cluster: `ray start --head --num-cpus=2`, no --autoscaling-config."""
     db = tmp_path / "mlflow.db"
@@ -299,7 +295,7 @@ print("CHECK RETURNED", flush=True)
 """
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_cluster_with_an_autoscaler_waits_visibly(tmp_path):
     """A head with Ray's fake multi-node autoscaler (v1, worker type of 2 CPUs, up to 3 nodes):
     8 CPUs do not fit now but may later, so the check announces the wait and lets Train go on.
@@ -328,7 +324,6 @@ def test_cluster_with_an_autoscaler_waits_visibly(tmp_path):
     assert "lower ray.num_workers to at most 2" in proc.stderr
 
 
-@pytest.mark.slow
 def test_strict_spread_on_a_local_ray_is_refused(tmp_path, short_ray_tmp):
     proc, _ = attent(["validate", DIGITS, "ray.num_workers=2", "ray.cpus_per_worker=0.5",
                       "ray.placement_strategy=STRICT_SPREAD"], tmp_path, {"RAY_TMPDIR": short_ray_tmp})

@@ -11,14 +11,16 @@ import pytest
 
 import shared_runs
 
-pytestmark = pytest.mark.slow
-
 # metrics added after the recording (issue 20's agreement of training and scoring losses): new
 # numbers beside the recorded ones, which stay bit-exact
 ADDED_SINCE_RECORDING = {"selection_score_agreement"}
+SYSTEM_TIER = {"digits-infobatch", "digits-full"}
 
 
-@pytest.mark.parametrize("name", list(shared_runs.REFERENCE_RUNS))
+# The two-rank digits-soft run (the one `make test` trains on Ray Train workers) and the LLM run here;
+# the other two-rank runs in the system tier.
+@pytest.mark.parametrize("name", [pytest.param(name, marks=[pytest.mark.system] if name in SYSTEM_TIER else [])
+                                  for name in shared_runs.REFERENCE_RUNS])
 def test_reference_run_reproduces_its_record(name, reference_runs):
     if name == "llm" and not (shared_runs.SHARED / "datasets/gsm8k/train.jsonl").exists():
         pytest.skip("needs ../shared/datasets")

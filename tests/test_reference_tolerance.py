@@ -68,7 +68,7 @@ def test_a_record_re_recorded_needs_its_drift_re_measured(monkeypatch, tmp_path)
 LR_SCALE = 1.1
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_the_tolerance_rejects_a_real_change(ray_cluster, tmp_path):
     """digits-full at 1.1x the learning rate: its subsets (none: full data) and counts are the
     record's, its losses are not, by more than the tolerance (the comparison forced to the

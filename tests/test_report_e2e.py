@@ -18,8 +18,6 @@ from attent.analysis.report import Report, build_report
 from attent import contract
 from shared_runs import ABLATION_SWEEP, RATIO_SWEEP
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def store(digits_sweeps) -> tuple[str, dict[str, Report]]:

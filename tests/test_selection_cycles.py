@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import os
-import threading
 
 import pytest
 import torch
@@ -18,6 +17,7 @@ from pydantic import ValidationError
 from torch.utils.data import TensorDataset
 
 from conftest import REPO
+from ranks import start_method
 
 import attent
 from attent.config import load_experiment
@@ -325,10 +325,8 @@ def _worker(rank: int, world: int, store_path: str, out_dir: str) -> None:
 
 @pytest.mark.timeout(120)
 def test_two_ranks_agree_on_the_cycles_subsets(tmp_path):
-    # fork where safe, as test_selection_distributed does (spawn re-imports torch: 10-25 s here)
-    method = "fork" if "fork" in mp.get_all_start_methods() and threading.active_count() == 1 else "spawn"
     mp.start_processes(_worker, args=(2, str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True,
-                       start_method=method)
+                       start_method=start_method())
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     for name, cfg in (("soft", SOFT), ("hard", HARD)):
         single = drive(Teacher(N, SelectionConfig(**cfg), E, seed=5), range(E))

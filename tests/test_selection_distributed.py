@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import threading
 from types import SimpleNamespace
 
 import pytest
@@ -14,6 +13,7 @@ import torch.multiprocessing as mp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, DistributedSampler
+from ranks import start_method
 
 from attent.selection.config import SelectionConfig
 from attent.selection.sampler import SubsetSampler, shard_indices
@@ -83,13 +83,8 @@ def _worker(rank: int, world: int, store_path: str, out_dir: str) -> None:
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("gloo")
-    # fork where that is safe (the platform has it, and no other Python thread, such as a Ray
-    # client's, runs in this process): spawn re-imports torch in every child, 10-25 s on a busy
-    # 2-core machine against ~1 s. The children set up their own gloo group either way.
-    safe_to_fork = "fork" in mp.get_all_start_methods() and threading.active_count() == 1
-    method = "fork" if safe_to_fork else "spawn"
     mp.start_processes(_worker, args=(2, str(tmp / "store"), str(tmp)), nprocs=2, join=True,
-                       start_method=method)
+                       start_method=start_method())
     return [torch.load(tmp / f"rank{r}.pt") for r in range(2)]
 
 

@@ -60,7 +60,6 @@ def test_a_sweep_is_its_own_mlflow_experiment():
     assert {c.mlflow.experiment for _, c in sweep.trials} == {"ablation-digits"}  # not the base's digits-vit
 
 
-@pytest.mark.slow  # Ray: the digits sweeps, or a sweep of its own
 def test_four_trial_sweep_logs_parent_and_children(digits_sweeps):
     """The ablation sweep (``shared_runs``): a grid of two temperatures plus two extra trials,
     two at a time on the session's Ray."""
@@ -82,7 +81,7 @@ def test_four_trial_sweep_logs_parent_and_children(digits_sweeps):
     assert all("eval_test_accuracy" in k.data.metrics for k in kids)
 
 
-@pytest.mark.slow  # Ray: the digits sweeps, or a sweep of its own
+@pytest.mark.system
 def test_interrupted_sweep_resumes_only_unfinished_trials(ray_cluster, tmp_path, mlflow_uri):
     path = write_sweep(tmp_path, mlflow_uri, "interrupted", [0], 1, epochs=3)
     env = dict(os.environ, RAY_ADDRESS=ray_cluster["address"])
@@ -112,7 +111,6 @@ def test_interrupted_sweep_resumes_only_unfinished_trials(ray_cluster, tmp_path,
         assert client.get_run(run_id).info.end_time == end_time
 
 
-@pytest.mark.slow  # Ray: the digits sweeps, or a sweep of its own
 def test_a_trial_finished_before_tune_saved_it_is_not_trained_again(digits_sweeps):
     """The driver can die after a trial's MLflow run FINISHED but before Tune persisted that; the
     rerun trial reports the recorded metrics instead of training into a second MLflow run. The

@@ -16,6 +16,7 @@ from mlflow.entities import Metric, Param
 from attent.analysis.time_to_accuracy import analyse, build_time_to_accuracy_report
 from attent.analysis.tta_results import time_to_target
 from attent import contract
+from attent.cli import main as attent_main
 from attent.benchmark import METHODS, load_benchmark
 from attent.selection.schedules import CycleSchedule
 from conftest import REPO
@@ -178,8 +179,7 @@ def test_time_to_target_reads_lower_is_better_curves():
 
 
 # --- one real benchmark ------------------------------------------------------------------
-@pytest.mark.slow
-def test_attent_bench_runs_one_at_a_time_into_mlflow_and_reports(ray_cluster, tmp_path):
+def test_attent_bench_runs_one_at_a_time_into_mlflow_and_reports(ray_cluster, tmp_path, monkeypatch, capsys):
     """`attent bench` on digits: full data and AtteNT, one seed, real Ray and MLflow. Every run
     is a child of the benchmark's parent run, logs its start-up and teardown apart, checkpoints
     only every 3rd epoch; the report and its figures land on disk and on the parent; a second
@@ -238,5 +238,7 @@ benchmark:
     parent = {r.data.tags[contract.TAG_PARENT_RUN_ID] for r in runs}.pop()
     assert client.get_run(parent).data.tags[contract.TAG_ROLE] == contract.ROLE_BENCHMARK
     assert any(a.path.endswith("figures") for a in client.list_artifacts(parent, "report"))
-    again = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300)
-    assert again.returncode == 0 and again.stdout.count("finished earlier, kept") == 4
+    # the same command again, here in this process (as the command's ``main``)
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert attent_main(command[3:]) == 0 and capsys.readouterr().out.count("finished earlier, kept") == 4

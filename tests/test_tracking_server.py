@@ -27,8 +27,6 @@ from attent.cli import main as attent_main
 from attent.sweep import SWEEP_SERVER_LOG
 from conftest import BIN, REPO, free_port
 
-pytestmark = pytest.mark.slow
-
 LOAD = REPO / "benchmarks" / "tracking_load.py"
 TRIALS = 4
 
@@ -71,6 +69,7 @@ def test_server_refuses_a_taken_port(tmp_path, capsys):
     assert f"port {port} on 127.0.0.1 is taken" in capsys.readouterr().err
 
 
+@pytest.mark.system
 def test_server_prints_its_url_and_serves_localhost_and_other_machines(tmp_path):
     """The printed URL works, and so does http://localhost:PORT; artifacts go through the server
     into --artifacts-destination (experiments created through it get mlflow-artifacts:/). The Host
@@ -100,6 +99,7 @@ def test_server_prints_its_url_and_serves_localhost_and_other_machines(tmp_path)
         server.stop(proc)
 
 
+@pytest.mark.system
 def test_ui_prints_its_links_once_it_answers_runs_no_job_runner_and_stops_on_ctrl_c(tmp_path):
     """`attent ui`: the dashboard link is printed once the server answers; the server runs without
     MLflow's job runner (no huey consumer processes); Ctrl-C stops it and every process it
@@ -165,18 +165,21 @@ def assert_nothing_lost(count: dict) -> None:
     assert count["artifacts_expected"] > count["artifacts_floor"]  # figures/*.png too
 
 
+@pytest.mark.system
 def test_concurrent_trials_through_the_server_on_postgresql(ray_cluster, tmp_path):
     if no_postgres():
         pytest.skip(f"PostgreSQL variant: {no_postgres()}")
     assert_nothing_lost(run_load("server-postgresql", tmp_path))
 
 
+@pytest.mark.system
 def test_concurrent_trials_through_the_server_on_sqlite(ray_cluster, tmp_path):
     if not no_postgres():
         pytest.skip("PostgreSQL is installed: the server runs on it (test above)")
     assert_nothing_lost(run_load("server-sqlite", tmp_path))
 
 
+@pytest.mark.system
 def test_concurrent_trials_on_sqlite_get_the_sweeps_own_server(tmp_path, monkeypatch):
     """The default: concurrent trials on a sqlite:/// store log through a server over that file,
     started for the sweep's duration (the 8-trial load through a server is measured above and in

@@ -11,6 +11,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 from pydantic import ValidationError
 from torch.utils.data import DataLoader
+from ranks import start_method
 
 from attent.tasks.vit import PRESETS, build_vit, vit_config
 from attent.tasks.vision.config import VisionTaskConfig
@@ -201,8 +202,8 @@ def test_evaluate_sharded_over_two_gloo_ranks_matches_one(tmp_path, digits_task,
     config = VisionTaskConfig(**DIGITS, test_limit=101, val_limit=37, eval_batch_size=16)
     single = VisionTask(config, seed=0).evaluate(trained_digits, rank=0, world_size=1)
 
-    mp.spawn(evaluate_on_rank, nprocs=2, args=(2, config, trained_digits.state_dict(),
-                                               str(tmp_path / "store"), str(tmp_path)))
+    mp.start_processes(evaluate_on_rank, nprocs=2, start_method=start_method(),
+                       args=(2, config, trained_digits.state_dict(), str(tmp_path / "store"), str(tmp_path)))
 
     for rank in range(2):
         sharded = json.loads((tmp_path / f"rank{rank}.json").read_text())
