@@ -274,26 +274,29 @@ def digits_run(root: Path, uri: str, name: str, *, experiment: str, **sections: 
 # --- the digits sweeps ---------------------------------------------------------------------------
 RATIO_SWEEP, ABLATION_SWEEP = "e2e-ratio", "e2e-ablation"
 FULL = {"selection.preset": None, "selection.method": "full"}
+# The ratio sweep's trials one at a time (one trial process, each trial straight into the SQLite
+# file), the ablation's two at a time (two processes logging through the sweep's own server).
 SWEEPS = {
     RATIO_SWEEP: {"overrides": {"selection.strategy": "hard", "selection.interval": {"kind": "fixed", "start": 1}},
                   "grid": {"selection.ratio": [{"kind": "fixed", "start": r} for r in (0.8, 0.5)]},
-                  "trials": [FULL]},
+                  "trials": [FULL], "max_concurrent": 1},
     ABLATION_SWEEP: {"grid": {"selection.temperature": [0.5, 2.0]},  # the ViT preset: incremental ratio
-                     "trials": [FULL, {"selection.ratio": {"kind": "cosine", "start": 0.2, "end": 0.8}}]},
+                     "trials": [FULL, {"selection.ratio": {"kind": "cosine", "start": 0.2, "end": 0.8}}],
+                     "max_concurrent": 2},
 }
 SWEEP_TRAIN_SAMPLES, SWEEP_TEST_SAMPLES = 300, 100
 
 
 def write_sweep(root: Path, uri: str, name: str, sweep: dict) -> Path:
-    """A sweep over the digits experiment shrunk to seconds per trial, two trials at a time, each
-    in Ray Train's local mode (its own process: the tables and dashboards they feed are not about
-    Train's workers, which test_sweep's interrupted sweep keeps)."""
+    """A sweep over the digits experiment shrunk to seconds per trial, each trial in Ray Train's
+    local mode in its trial's process (the tables and dashboards they feed are not about Train's
+    workers, which test_sweep's interrupted sweep keeps)."""
     sweep = dict(sweep)
     overrides = {"train.epochs": 2, "task.train_limit": SWEEP_TRAIN_SAMPLES, "task.test_limit": SWEEP_TEST_SAMPLES,
                  "ray.num_workers": 0, "ray.storage_path": str(root / "ray_results"),
                  "mlflow.tracking_uri": uri, **sweep.pop("overrides", {})}
     spec = {"name": name, "base": str(REPO / "experiments" / "digits_vit.yaml"),
-            "overrides": overrides, "seeds": [0], "max_concurrent": 2, **sweep}
+            "overrides": overrides, "seeds": [0], **sweep}
     path = root / f"{name}.yaml"
     path.write_text(yaml.safe_dump({"sweep": spec}, sort_keys=False, allow_unicode=True))
     return path

@@ -40,7 +40,7 @@ def store(ray_cluster, tmp_path_factory):
                           "ray.storage_path": str(root / "ray_results"), "mlflow.tracking_uri": uri,
                           "downstream": downstream},
             "trials": [{}, {"selection.preset": None, "selection.method": "full"}],
-            "seeds": [0], "max_concurrent": 2}
+            "seeds": [0], "max_concurrent": 1}  # one trial process (the digits ablation sweep runs two)
     path = root / "sweep.yaml"
     path.write_text(yaml.safe_dump({"sweep": spec}, sort_keys=False))
     results = run_sweep(path)
