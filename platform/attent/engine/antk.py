@@ -186,7 +186,6 @@ class KernelTracker:
         shown = [e for e in self.heatmap_epochs() if e in self.kernels]
         for name, figure in figures.antk_figures(epochs, kernels, drift, shown).items():
             logger.log_figure(figure, name)
-            figures.close(figure)
 
 
 def tracker_for(cfg, task: Task, model: nn.Module, rank: int, device: torch.device) -> KernelTracker | None:

@@ -1,18 +1,19 @@
-"""Figures of one training run, logged to MLflow as PNG artifacts."""
+"""Figures of one training run, logged to MLflow as PNG artifacts. Built with matplotlib's object
+API, as the reports' are: no pyplot, so no backend to select and no global figure registry that a
+long-lived process (a local-mode sweep's trial, a user's notebook) must remember to close."""
 from __future__ import annotations
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 
-def training_figures(history: list[dict[str, float]], selections, label: str) -> dict[str, "plt.Figure"]:
+def training_figures(history: list[dict[str, float]], selections, label: str) -> dict[str, Figure]:
     """Loss and evaluation curves, selected ratio per epoch, and where the time went."""
     epochs = [row["epoch"] for row in history]
     figs = {}
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
     ax.plot(epochs, [row["train_loss"] for row in history], marker="o", label="train loss (selected samples)")
     if any("eval_loss" in row for row in history):
         points = [(row["epoch"], row["eval_loss"]) for row in history if "eval_loss" in row]
@@ -23,7 +24,8 @@ def training_figures(history: list[dict[str, float]], selections, label: str) ->
 
     eval_keys = sorted({k for row in history for k in row if k.startswith("eval_") and k != "eval_loss"})
     if eval_keys:
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig = Figure(figsize=(6, 4))
+        ax = fig.subplots()
         for key in eval_keys:
             points = [(row["epoch"], row[key]) for row in history if key in row]
             ax.plot(*zip(*points), marker="o", label=key[5:])
@@ -31,7 +33,8 @@ def training_figures(history: list[dict[str, float]], selections, label: str) ->
         ax.legend()
         figs["eval"] = fig
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
     ax.step(epochs, [row["selected_ratio"] for row in history], where="mid", marker="o", label="selected ratio")
     for record in selections:
         ax.axvline(record.epoch + 1, color="grey", alpha=0.3, linewidth=1)
@@ -39,7 +42,8 @@ def training_figures(history: list[dict[str, float]], selections, label: str) ->
            title=f"Selected ratio — {label}")
     figs["selected_ratio"] = fig
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
     last = history[-1]
     parts = [k for k in ("train", "scoring", "selection", "eval", "checkpoint") if f"time_{k}_s" in last]
     ax.bar(parts, [last[f"time_{k}_s"] for k in parts])
@@ -49,13 +53,14 @@ def training_figures(history: list[dict[str, float]], selections, label: str) ->
 
 
 def antk_figures(epochs: list[int], kernels: list, drift: dict[str, list[float]],
-                 heatmap_epochs: list[int]) -> dict[str, "plt.Figure"]:
+                 heatmap_epochs: list[int]) -> dict[str, Figure]:
     """The probe-set kernels at ``heatmap_epochs`` (0-based, each with its own colour scale: the
     kernel's scale grows as it settles) and the drift per tracked epoch, keyed by artifact file."""
     from .. import contract
     figs = {}
     shown = [(e, k) for e, k in zip(epochs, kernels) if e in heatmap_epochs]
-    fig, axes = plt.subplots(1, len(shown), figsize=(4 * len(shown), 3.6), squeeze=False)
+    fig = Figure(figsize=(4 * len(shown), 3.6))
+    axes = fig.subplots(1, len(shown), squeeze=False)
     for ax, (epoch, kernel) in zip(axes[0], shown):
         image = ax.imshow(kernel.numpy(), cmap="viridis")
         fig.colorbar(image, ax=ax, fraction=0.046)
@@ -64,17 +69,14 @@ def antk_figures(epochs: list[int], kernels: list, drift: dict[str, list[float]]
     fig.tight_layout()
     figs[contract.ANTK_HEATMAP_FIGURE] = fig
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
     x = [e + 1 for e in epochs]
     ax.plot(x, drift["to_final"], marker="o", label="‖K_e − K_final‖ / ‖K_final‖")
     ax.plot(x[1:], drift["step"][1:], marker="s", label="‖K_e − K_previous‖ / ‖K_previous‖")
     ax.plot(x, drift["alignment_to_final"], marker="^", linestyle="--", label="alignment with K_final")
     ax.set(xlabel="epoch", ylabel="relative Frobenius distance / alignment", title="Kernel drift")
-    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.legend()
     figs[contract.ANTK_DRIFT_FIGURE] = fig
     return figs
-
-
-def close(figure) -> None:
-    plt.close(figure)

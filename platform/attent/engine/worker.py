@@ -197,7 +197,6 @@ def log_final(logger: RunLogger, recipe: TrainingRecipe) -> None:
     label = cfg.selection.label(cfg.train.epochs)
     for name, figure in figures.training_figures(counters.history, teacher.history, label).items():
         logger.log_figure(figure, f"figures/{name}.png")
-        figures.close(figure)
     exported = recipe.task.export(recipe.raw_model)
     if exported is not None:
         with tempfile.TemporaryDirectory(prefix="attent-export-") as tmp:
