@@ -3,7 +3,7 @@ machine spent while it ran (``/proc/stat``: every process, Ray's and MLflow's in
 pytest's ``--durations`` and ``time`` miss), with its wall-clock time. A session fixture is
 charged to the first test that uses it. Meaningful only with nothing else running.
 
-    PYTHONPATH=tests pytest -m slow -p suite_cpu --suite-cpu=suite_cpu.json
+    PYTHONPATH=tests pytest -m system -p suite_cpu --suite-cpu=suite_cpu.json   # or any selection
 
 writes each test's ``cpu_s`` and ``wall_s`` to the JSON file and prints the heaviest tests and
 the totals by test file.
