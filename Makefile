@@ -9,7 +9,7 @@ FASHION_MNIST := /usr/share/datasets/fashion-mnist
 # library installs beside a user's own torch), the lock fixes the versions `make test` passed on.
 LOCK := requirements/platform.lock
 
-.PHONY: setup data demo test test-all bench ui server lock
+.PHONY: setup data demo lint test test-all bench ui server lock
 
 $(VENV)/.installed: pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
@@ -50,15 +50,21 @@ demo: setup
 # Each lists its 20 slowest tests and the time of each tier: where the suite's time goes, in
 # every CI log.
 PYTEST := $(BIN)/pytest -q -n 2 --dist loadgroup --durations=20
-test: setup
+# ruff's lint and format check (pyproject.toml's [tool.ruff]); `ruff format .` and
+# `ruff check --fix .` mend most of what it reports.
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: setup lint
 	$(PYTEST) -m "not system"
 
-test-all: setup
+test-all: setup lint
 	$(PYTEST)
 
 # The small time-to-accuracy benchmark (~40 min on 2 cores; needs `attent data scenes --out data/scenes`)
 bench: setup
-	$(BIN)/attent bench benchmarks/time_to_accuracy_small.yaml
+	$(BIN)/attent bench benchmarks/specs/time_to_accuracy_small.yaml
 
 ui: setup
 	$(BIN)/attent ui

@@ -1,12 +1,15 @@
-"""What the performance benchmarks share: the machine a measurement ran on, a results folder
-stamped with machine, date and commit (with a README the script writes), the experiment a timing
-script builds from a base YAML, one epoch clock for Hugging Face Trainer arms, and ratios between
-arms measured in the same round.
+"""What the performance scripts of the suite share: the machine a measurement ran on (processor
+and its vector instructions, load, Python, torch, the GPU), a results folder named after the script
+and stamped with machine, date and commit (``results/<script>/<date>-<machine>-<commit>/``, its
+``machine.json`` and the README the script writes), the experiment a timing script builds from a
+base YAML, one epoch clock for Hugging Face Trainer arms, and ratios between arms measured in the
+same round.
 
-The scripts beside this file import it as ``harness`` (``python benchmarks/NAME.py`` puts this
-folder first on the module path) and ``attent`` as installed (``pip install -e .``); nothing
-outside ``benchmarks/`` imports it.
+A script in a topic folder (``benchmarks/<topic>/<script>.py``) puts this folder on its module
+path, the one entry it adds, and imports this module as ``harness``; ``attent`` comes as installed
+(``pip install -e .``). Nothing outside ``benchmarks/`` imports it.
 """
+
 from __future__ import annotations
 
 import csv
@@ -19,8 +22,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -28,27 +32,61 @@ RESULTS = REPO / "benchmarks" / "results"
 
 # --- the machine --------------------------------------------------------------------------------
 
+
 def commit() -> str:
     """The working tree's commit (short), with ``+changes`` when it differs from it."""
+
     def git(*args: str) -> str:
         try:
             return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return ""
+
     head = git("rev-parse", "--short=9", "HEAD") or "unknown"
     return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
+def cpu_isa() -> str:
+    """The widest vector instructions the processor offers (Linux's /proc/cpuinfo flags): AVX512,
+    AVX2, AVX, NEON, or the machine's architecture where none is listed."""
+    try:
+        flags = next(
+            (
+                line.split(":", 1)[1].split()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith(("flags", "Features"))
+            ),
+            [],
+        )
+    except OSError:
+        flags = []
+    for flag, name in (("avx512f", "AVX512"), ("avx2", "AVX2"), ("avx", "AVX"), ("asimd", "NEON")):
+        if flag in flags:
+            return name
+    return platform.machine()
+
+
 def machine() -> dict[str, Any]:
-    """The machine a measurement runs on: processor, CPUs, load, Python and torch, the GPU if
-    one is visible, the commit and the time (UTC)."""
+    """The machine a measurement runs on: processor and its vector instructions, CPUs, load,
+    Python and torch (with the CPU kernels it picked), the GPU if one is visible, the commit and
+    the time (UTC)."""
     from attent.doctor import cpu_model
-    info: dict[str, Any] = {"cpu": cpu_model(), "cpus": os.cpu_count(), "load_average": list(os.getloadavg()),
-                            "python": platform.python_version(), "host": platform.node(), "commit": commit(),
-                            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+    info: dict[str, Any] = {
+        "cpu": cpu_model(),
+        "cpu_isa": cpu_isa(),
+        "cpus": os.cpu_count(),
+        "load_average": list(os.getloadavg()),
+        "python": platform.python_version(),
+        "host": platform.node(),
+        "commit": commit(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
     if "torch" in sys.modules or _importable("torch"):
         import torch
+
         info["torch"] = torch.__version__
+        info["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
         if torch.cuda.is_available():
             info["gpu"] = torch.cuda.get_device_name()
             info["cuda"] = torch.version.cuda
@@ -57,6 +95,7 @@ def machine() -> dict[str, Any]:
 
 def _importable(name: str) -> bool:
     import importlib.util
+
     return importlib.util.find_spec(name) is not None
 
 
@@ -65,20 +104,46 @@ def machine_line(info: dict[str, Any] | None = None) -> str:
     info = info or machine()
     device = f"{info['gpu']} (CUDA {info['cuda']}), " if info.get("gpu") else ""
     load = " ".join(f"{x:.2f}" for x in info["load_average"])
-    return (f"Machine: {device}{info['cpu']}, {info['cpus']} CPUs, load average {load}; Python {info['python']}"
-            + (f", torch {info['torch']}" if info.get("torch") else "") + f"; commit `{info['commit']}`, {info['date']}.")
+    torch = f", torch {info['torch']} ({info.get('torch_cpu_capability', '?')} kernels)" if info.get("torch") else ""
+    return (
+        f"Machine: {device}{info['cpu']} ({info.get('cpu_isa', '?')}), {info['cpus']} CPUs, load average {load}; "
+        f"Python {info['python']}{torch}; commit `{info['commit']}`, {info['date']}."
+    )
 
 
-def stamped_folder(study: str, info: dict[str, Any] | None = None, root: Path = RESULTS) -> Path:
-    """``results/<study>/<date>-<machine>-<commit>/``, made, with the machine described in its
-    ``machine.json``: a new measurement never overwrites an earlier one."""
+def study_name() -> str:
+    """The study a running script measures: its file's name (``fixed_cost`` for
+    ``benchmarks/overheads/fixed_cost.py``), which names its folder under ``results/``."""
+    return Path(sys.argv[0]).stem
+
+
+def stamped_folder(study: str | None = None, info: dict[str, Any] | None = None, root: Path = RESULTS) -> Path:
+    """``results/<study>/<date>-<machine>-<commit>/`` (the study: the running script's name),
+    made, with the machine described in its ``machine.json``: a new measurement never overwrites
+    an earlier one."""
     info = info or machine()
     where = info.get("gpu") or info["cpu"]
     slug = re.sub(r"[^a-z0-9]+", "-", where.lower()).strip("-")[:40]
-    folder = root / study / f"{time.strftime('%Y-%m-%d', time.gmtime())}-{slug}-{info['commit']}"
+    folder = root / (study or study_name()) / f"{time.strftime('%Y-%m-%d', time.gmtime())}-{slug}-{info['commit']}"
+    return results_folder(folder, info)
+
+
+def results_folder(out: Path | str | None, info: dict[str, Any] | None = None) -> Path:
+    """Where a script writes its results: ``out`` when given (a script's ``--out``), else a new
+    stamped folder of its study; made, with the machine described in its ``machine.json``."""
+    if out is None:
+        return stamped_folder(None, info)
+    folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "machine.json").write_text(json.dumps(info, indent=1) + "\n")
+    write_json(folder / "machine.json", info or machine())
     return folder
+
+
+def write_json(path: Path, data: Any) -> Path:
+    """``data`` as indented JSON at ``path`` (its folder made)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return path
 
 
 def write_readme(folder: Path, title: str, command: str, body: str, info: dict[str, Any] | None = None) -> Path:
@@ -98,18 +163,37 @@ def command_line(argv: list[str] | None = None) -> str:
 
 # --- runs ---------------------------------------------------------------------------------------
 
-def experiment(base: Path, name: str, overrides: Iterable[str], workdir: Path | str, mlflow_experiment: str, *,
-               workers: int = 1, threads: float = 1, checkpoint_every: int = 1):
+
+def experiment(
+    base: Path,
+    name: str,
+    overrides: Iterable[str],
+    workdir: Path | str,
+    mlflow_experiment: str,
+    *,
+    workers: int = 1,
+    threads: float = 1,
+    checkpoint_every: int = 1,
+):
     """A timing script's run of ``base`` with ``overrides``: ``workers`` Ray Train workers (0:
     local mode, in the calling process) on ``threads`` CPUs each, its checkpoints and its MLflow
     store (SQLite) under ``workdir``; resolved."""
     from attent.config import load_experiment
+
     workdir = Path(workdir)
-    return load_experiment(base, [
-        f"name={name}", *overrides, f"ray.num_workers={workers}", f"ray.cpus_per_worker={threads:g}",
-        f"ray.checkpoint_every={checkpoint_every}", f"ray.storage_path={workdir / 'ray_results'}",
-        f"mlflow.tracking_uri=sqlite:///{workdir / 'mlflow.db'}", f"mlflow.experiment={mlflow_experiment}",
-    ]).resolved(REPO)
+    return load_experiment(
+        base,
+        [
+            f"name={name}",
+            *overrides,
+            f"ray.num_workers={workers}",
+            f"ray.cpus_per_worker={threads:g}",
+            f"ray.checkpoint_every={checkpoint_every}",
+            f"ray.storage_path={workdir / 'ray_results'}",
+            f"mlflow.tracking_uri=sqlite:///{workdir / 'mlflow.db'}",
+            f"mlflow.experiment={mlflow_experiment}",
+        ],
+    ).resolved(REPO)
 
 
 def epoch_clock(device: str = "cpu"):
@@ -146,8 +230,10 @@ def epoch_clock(device: str = "cpu"):
 
 # --- ratios -------------------------------------------------------------------------------------
 
-def paired_ratios(rows: list[dict[str, Any]], key: str, arm: str, baseline: str, *, by: str = "round",
-                  label: str = "arm") -> list[float]:
+
+def paired_ratios(
+    rows: list[dict[str, Any]], key: str, arm: str, baseline: str, *, by: str = "round", label: str = "arm"
+) -> list[float]:
     """``key`` of ``arm`` over ``key`` of ``baseline``, one ratio per value of ``by`` (a round,
     a seed) where both ran: arms measured side by side are compared within the pair, so a drift
     of the machine between rounds cancels."""
@@ -175,8 +261,15 @@ def mean_std(values: list[float]) -> str:
     return f"{mean:.4g} ± {spread:.2g}" if spread == spread else f"{mean:.4g}"
 
 
-def judged_pairs(rows: list[dict[str, Any]], key: str, pairs: list[tuple[str, str, str, str]],
-                 margin: float | None, *, by: str = "seed", label: str = "arm") -> list:
+def judged_pairs(
+    rows: list[dict[str, Any]],
+    key: str,
+    pairs: list[tuple[str, str, str, str]],
+    margin: float | None,
+    *,
+    by: str = "seed",
+    label: str = "arm",
+) -> list:
     """One family of paired comparisons of ``key``, each ``(subject label, method label, subject
     arm, method arm)`` over the values of ``by`` (the seeds) that ran both arms, judged by the
     analysis package's ``judge_family``: paired t-tests Holm-adjusted across the family (the
@@ -185,15 +278,23 @@ def judged_pairs(rows: list[dict[str, Any]], key: str, pairs: list[tuple[str, st
     paired TOSTs where a margin is declared, "inconclusive" otherwise."""
     import numpy as np
     from attent.analysis.stats import MATCHED, Paired, judge_family
+
     values = {(r[by], r[label]): r[key] for r in rows}
     keys = sorted({r[by] for r in rows})
     family = []
     for subject, method, a, b in pairs:
         both = [k for k in keys if (k, a) in values and (k, b) in values]
-        family.append(Paired(subject=subject, method=method, standing=MATCHED, quantity=key,
-                             subject_values=np.array([values[k, a] for k in both], dtype=float),
-                             method_values=np.array([values[k, b] for k in both], dtype=float),
-                             better_when="lower"))
+        family.append(
+            Paired(
+                subject=subject,
+                method=method,
+                standing=MATCHED,
+                quantity=key,
+                subject_values=np.array([values[k, a] for k in both], dtype=float),
+                method_values=np.array([values[k, b] for k in both], dtype=float),
+                better_when="lower",
+            )
+        )
     return judge_family(family, margin)
 
 
@@ -205,18 +306,21 @@ def judged_cell(p) -> str:
     if p.seeds < 2:
         return f"{p.mean:+.4g} (1 seed: no interval)"
     from attent.analysis.stats import BETTER, WORSE
+
     word = {BETTER: "lower", WORSE: "higher"}.get(p.verdict, p.verdict)
     return f"{p.mean:+.4g} [{p.low:+.4g}, {p.high:+.4g}] at {p.level:.1%}: **{word}**"
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
     """A results CSV's rows, numbers as numbers (integers where written as such), empty cells left out."""
+
     def value(text: str):
         try:
             number = float(text)
         except ValueError:
             return text
         return int(number) if number.is_integer() and "." not in text and "e" not in text else number
+
     with open(path, newline="") as f:
         return [{k: value(v) for k, v in row.items() if v != ""} for row in csv.DictReader(f)]
 

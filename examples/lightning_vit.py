@@ -9,6 +9,7 @@ selection's metrics every epoch.
 (On a busy machine set OMP_NUM_THREADS=1.) Each epoch prints one JSON line (the test suite reads
 them); under DDP rank 0 prints, and train_loss is the mean over both ranks.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,14 +17,13 @@ import json
 import logging
 import warnings
 
+import attent
 import lightning as L
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, Subset
-
-import attent
 from attent.tasks.vision.data import load_digits
 from attent.tasks.vit import build_vit, vit_config
+from torch.utils.data import DataLoader, Subset
 
 
 def per_sample_loss(module: L.LightningModule, batch: dict) -> torch.Tensor:
@@ -65,19 +65,23 @@ class ViTClassifier(L.LightningModule):
         # After AtteNTCallback's own hook: metrics() is this epoch's selection, under the engine's
         # metric names (selected_ratio, selection_hardness, subset_checksum, train_loss, ...).
         if self.trainer.is_global_zero:
-            row = {**self.selection.metrics(), "steps": self.trainer.global_step, "planned_steps": self.planned_steps,
-                   "test_accuracy": float(self.trainer.callback_metrics["test_accuracy"])}
+            row = {
+                **self.selection.metrics(),
+                "steps": self.trainer.global_step,
+                "planned_steps": self.planned_steps,
+                "test_accuracy": float(self.trainer.callback_metrics["test_accuracy"]),
+            }
             print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=8)
-    parser.add_argument("--batch-size", type=int, default=64)      # per process
-    parser.add_argument("--lr", type=float, default=3e-3)          # OneCycle's peak
-    parser.add_argument("--limit", type=int, default=0)            # training samples used (0: all 1,437)
+    parser.add_argument("--batch-size", type=int, default=64)  # per process
+    parser.add_argument("--lr", type=float, default=3e-3)  # OneCycle's peak
+    parser.add_argument("--limit", type=int, default=0)  # training samples used (0: all 1,437)
     parser.add_argument("--preset", default="vit", choices=["vit", "llm"])
-    parser.add_argument("--devices", type=int, default=1)          # CPU processes; 2 or more run DDP
+    parser.add_argument("--devices", type=int, default=1)  # CPU processes; 2 or more run DDP
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
@@ -87,14 +91,22 @@ def main() -> None:
     splits = load_digits(seed=args.seed)
     train_set = Subset(splits.train, range(args.limit)) if args.limit else splits.train
 
-    selection = attent.AtteNTCallback(train_set, selection=attent.SelectionConfig(preset=args.preset),
-                                      seed=args.seed, loss_fn=per_sample_loss)  # loss_fn: for the scoring pass
+    selection = attent.AtteNTCallback(
+        train_set, selection=attent.SelectionConfig(preset=args.preset), seed=args.seed, loss_fn=per_sample_loss
+    )  # loss_fn: for the scoring pass
     trainer = L.Trainer(
-        max_epochs=args.epochs, accelerator="cpu", devices=args.devices, callbacks=[selection],
+        max_epochs=args.epochs,
+        accelerator="cpu",
+        devices=args.devices,
+        callbacks=[selection],
         reload_dataloaders_every_n_epochs=1,  # each epoch's subset has its own size: Lightning re-reads it
-        use_distributed_sampler=False,        # under DDP the callback's sampler shards the subset itself
-        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        num_sanity_val_steps=0)               # quiet: the JSON lines are the log
+        use_distributed_sampler=False,  # under DDP the callback's sampler shards the subset itself
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )  # quiet: the JSON lines are the log
     trainer.fit(ViTClassifier(selection, splits.test, args.batch_size, args.lr))
 
 

@@ -8,19 +8,19 @@ OneCycle LR schedule sized by the planned subsets, and the selection's metrics e
 
 Each epoch prints one JSON line (the test suite reads them).
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 import time
 
+import attent
 import torch
 import torch.nn.functional as F
-from torch.utils.data import Subset
-
-import attent
 from attent.tasks.vision.data import load_digits
 from attent.tasks.vit import build_vit, vit_config
+from torch.utils.data import Subset
 
 
 def per_sample_loss(model: torch.nn.Module, batch: dict) -> torch.Tensor:
@@ -41,8 +41,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--lr", type=float, default=3e-3)          # OneCycle's peak
-    parser.add_argument("--limit", type=int, default=0)            # training samples used (0: all 1,437)
+    parser.add_argument("--lr", type=float, default=3e-3)  # OneCycle's peak
+    parser.add_argument("--limit", type=int, default=0)  # training samples used (0: all 1,437)
     parser.add_argument("--preset", default="vit", choices=["vit", "llm"])
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -54,16 +54,23 @@ def main() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.05)
 
     # The three lines: wrap the dataset, draw from its sampler, train on the loss update() returns.
-    selector = attent.Selector(train_set, selection=attent.SelectionConfig(preset=args.preset), epochs=args.epochs,
-                               seed=args.seed, model=model, loss_fn=per_sample_loss)
+    selector = attent.Selector(
+        train_set,
+        selection=attent.SelectionConfig(preset=args.preset),
+        epochs=args.epochs,
+        seed=args.seed,
+        model=model,
+        loss_fn=per_sample_loss,
+    )
     loader = selector.loader(batch_size=args.batch_size)
     # Sized by the planned subsets, not len(loader) * epochs: the epochs shrink.
-    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=args.lr,
-                                                    total_steps=selector.planned_steps(args.batch_size))
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=args.lr, total_steps=selector.planned_steps(args.batch_size)
+    )
     steps = 0
     for epoch in range(args.epochs):
         start = time.perf_counter()
-        selector.begin_epoch(epoch)                    # the scoring pass and re-selection, when due
+        selector.begin_epoch(epoch)  # the scoring pass and re-selection, when due
         for batch in loader:
             loss = selector.update(per_sample_loss(model, batch))
             loss.backward()
@@ -71,8 +78,13 @@ def main() -> None:
             optimizer.zero_grad(set_to_none=True)
             scheduler.step()
             steps += 1
-        row = {**selector.metrics(), "steps": steps, "planned_steps": scheduler.total_steps,
-               "test_accuracy": accuracy(model, splits.test), "seconds": round(time.perf_counter() - start, 2)}
+        row = {
+            **selector.metrics(),
+            "steps": steps,
+            "planned_steps": scheduler.total_steps,
+            "test_accuracy": accuracy(model, splits.test),
+            "seconds": round(time.perf_counter() - start, 2),
+        }
         print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
 
 

@@ -11,6 +11,7 @@ pip would pick is refused: the lock holds only versions the tests ran on. The lo
 ``pip install -c requirements/platform.lock -e '.[all,test,docs]'``, so pyproject.toml keeps the
 ranges a library user's install resolves against and the lock only fixes the platform's choice.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,9 @@ def canonical(name: str) -> str:
 
 def freeze(python: str) -> dict[str, str]:
     """name -> version of every package installed (not editable, not from a URL)."""
-    out = subprocess.run([python, "-m", "pip", "freeze", "--all", "--exclude-editable"], check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [python, "-m", "pip", "freeze", "--all", "--exclude-editable"], check=True, capture_output=True, text=True
+    ).stdout
     pins = (line.split("==") for line in out.splitlines() if "==" in line and not line.startswith("#"))
     return {canonical(name): version for name, version in pins}
 
@@ -50,14 +52,34 @@ def resolve(python: str, installed: dict[str, str]) -> dict[str, str]:
     """What `pip install -e '.[EXTRAS]'` installs into an empty venv, held to the installed versions."""
     with tempfile.TemporaryDirectory() as tmp:
         constraints, report = Path(tmp) / "constraints.txt", Path(tmp) / "report.json"
-        constraints.write_text("".join(f"{name}=={version}\n" for name, version in installed.items()
-                                       if name != "attent"))
-        subprocess.run([python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-                        "--report", str(report), "-c", str(constraints), "-e", f"{REPO}[{EXTRAS}]"],
-                       check=True, cwd=REPO)
+        constraints.write_text(
+            "".join(f"{name}=={version}\n" for name, version in installed.items() if name != "attent")
+        )
+        subprocess.run(
+            [
+                python,
+                "-m",
+                "pip",
+                "install",
+                "--dry-run",
+                "--ignore-installed",
+                "--quiet",
+                "--report",
+                str(report),
+                "-c",
+                str(constraints),
+                "-e",
+                f"{REPO}[{EXTRAS}]",
+            ],
+            check=True,
+            cwd=REPO,
+        )
         items = json.loads(report.read_text())["install"]
-    return {canonical(i["metadata"]["name"]): i["metadata"]["version"] for i in items
-            if canonical(i["metadata"]["name"]) != "attent"}
+    return {
+        canonical(i["metadata"]["name"]): i["metadata"]["version"]
+        for i in items
+        if canonical(i["metadata"]["name"]) != "attent"
+    }
 
 
 def main() -> int:
@@ -66,8 +88,11 @@ def main() -> int:
     locked = resolve(python, installed) | {name: installed[name] for name in ON_THEIR_OWN}
     untested = sorted(f"{name}=={version}" for name, version in locked.items() if installed.get(name) != version)
     if untested:
-        print(f"refused: not installed in {sys.prefix} at these versions (install them and run the tests "
-              f"first): {', '.join(untested)}", file=sys.stderr)
+        print(
+            f"refused: not installed in {sys.prefix} at these versions (install them and run the tests "
+            f"first): {', '.join(untested)}",
+            file=sys.stderr,
+        )
         return 1
     LOCK.write_text(HEADER + "".join(f"{name}=={locked[name]}\n" for name in sorted(locked)))
     print(f"{LOCK.relative_to(REPO)}: {len(locked)} packages")

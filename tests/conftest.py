@@ -1,5 +1,6 @@
 """Shared fixtures: one real Ray cluster (``ray start --head`` on 127.0.0.1) for the whole
 session, the repository's paths, and a scratch MLflow SQLite store per test."""
+
 from __future__ import annotations
 
 import contextlib
@@ -19,12 +20,16 @@ BIN = Path(sys.executable).parent
 os.environ["RAY_AUTH_MODE"] = "token"
 # ... and with the mode set, `ray start` refuses to run without a token: on a machine that never
 # made one (`ray get-auth-token --generate`), the session uses its own, never written to ~/.ray.
-if not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
-        or (Path.home() / ".ray" / "auth_token").is_file()):
+if not (
+    os.environ.get("RAY_AUTH_TOKEN")
+    or os.environ.get("RAY_AUTH_TOKEN_PATH")
+    or (Path.home() / ".ray" / "auth_token").is_file()
+):
     import atexit
     import secrets
     import shutil
     import tempfile
+
     _token = Path(tempfile.mkdtemp(prefix="attent-ray-token-")) / "auth_token"
     _token.write_text(secrets.token_hex(32))
     os.environ["RAY_AUTH_TOKEN_PATH"] = str(_token)
@@ -52,14 +57,15 @@ def poll_train_workers_often() -> None:
     checkpoint and its teardown do not wait ~5 s; and it starts no preemption watcher (one actor
     process fewer per run). Ray processes started after this inherit both."""
     from attent.engine.driver import PREEMPTION_WATCHER_ENV, TRAIN_POLL_ENV, TRAIN_POLL_SECONDS
+
     os.environ.setdefault(TRAIN_POLL_ENV, TRAIN_POLL_SECONDS)
     os.environ.setdefault(PREEMPTION_WATCHER_ENV, "0")  # as attent's own local Ray: no spot nodes here
 
 
 def pytest_configure(config):
+    import ranks
     import tqdm
 
-    import ranks
     refuse_ungrouped_loadgroup(config)
     tqdm.tqdm.monitor_interval = 0  # no monitor thread (above)
     ranks.preload_fork_server()
@@ -73,10 +79,13 @@ def refuse_ungrouped_loadgroup(config) -> None:
         return
     import xdist
     from packaging.version import Version
+
     if Version(pytest.__version__) >= Version("9.2") and Version(xdist.__version__) <= Version("3.8.0"):
-        raise pytest.UsageError(f"pytest {pytest.__version__} with pytest-xdist {xdist.__version__}: --dist loadgroup "
-                                "groups no test (pytest-dev/pytest-xdist#1386); install the tested versions "
-                                "with `make setup` (requirements/platform.lock)")
+        raise pytest.UsageError(
+            f"pytest {pytest.__version__} with pytest-xdist {xdist.__version__}: --dist loadgroup "
+            "groups no test (pytest-dev/pytest-xdist#1386); install the tested versions "
+            "with `make setup` (requirements/platform.lock)"
+        )
 
 
 @pytest.fixture(scope="session")
@@ -85,11 +94,20 @@ def ray_cluster(tmp_path_factory):
     poll_train_workers_often()
     port, dashboard = free_port(), free_port()
     temp = Path("/tmp") / f"ray-attent-{os.getpid()}"
-    cmd = [str(BIN / "ray"), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
-           "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", "--num-cpus=2",
-           # its own agent port: the default (52365) may be held by another Ray on the machine
-           f"--dashboard-agent-listen-port={free_port()}",
-           "--disable-usage-stats", f"--temp-dir={temp}"]
+    cmd = [
+        str(BIN / "ray"),
+        "start",
+        "--head",
+        "--node-ip-address=127.0.0.1",
+        f"--port={port}",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={dashboard}",
+        "--num-cpus=2",
+        # its own agent port: the default (52365) may be held by another Ray on the machine
+        f"--dashboard-agent-listen-port={free_port()}",
+        "--disable-usage-stats",
+        f"--temp-dir={temp}",
+    ]
     old_address = os.environ.get("RAY_ADDRESS")
     # started from the venv, as docs/guides/ray.md asks: a submitted job's entrypoint finds `attent` on its PATH
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -98,6 +116,7 @@ def ray_cluster(tmp_path_factory):
     os.environ["RAY_ADDRESS"] = info["address"]
     yield info
     import ray
+
     ray.shutdown()
     stop_ray_processes(temp)
     if old_address is None:
@@ -109,6 +128,7 @@ def ray_cluster(tmp_path_factory):
 def ray_processes(temp_dir: Path) -> list:
     """The processes of one local cluster: those started with its temp dir, and their children."""
     import psutil
+
     mine = []
     for proc in psutil.process_iter(["cmdline"]):
         try:
@@ -123,6 +143,7 @@ def stop_ray_processes(temp_dir: Path) -> None:
     """Stop the Ray processes of one local cluster. Unlike `ray stop`, leaves any other Ray on
     the machine alone (parallel sessions)."""
     import psutil
+
     mine = ray_processes(temp_dir)
     for proc in mine:
         try:
@@ -137,6 +158,7 @@ def reference_runs(ray_cluster, tmp_path_factory):
     """(name, variant) -> that reference run (``shared_runs``), trained on first use, once per
     session."""
     import shared_runs
+
     root = tmp_path_factory.mktemp("reference")
     trained = {}
 
@@ -145,6 +167,7 @@ def reference_runs(ray_cluster, tmp_path_factory):
             cfg = shared_runs.reference_experiment(name, root, variant)
             trained[name, variant] = shared_runs.train_run(cfg, root / "read")
         return trained[name, variant]
+
     return get
 
 
@@ -159,6 +182,7 @@ def known_sweep_store(tmp_path_factory):
     """(tracking URI, sweep parent run id, report folder) of report_store's known sweep, built once
     for the report tests; some add experiments of their own beside it."""
     from report_store import known_sweep
+
     return known_sweep(tmp_path_factory)
 
 
@@ -166,6 +190,7 @@ def known_sweep_store(tmp_path_factory):
 def digits_sweeps(ray_cluster, tmp_path_factory):
     """The two small digits sweeps (``shared_runs``), run once per session on first use."""
     import shared_runs
+
     return shared_runs.run_digits_sweeps(tmp_path_factory.mktemp("sweeps"))
 
 
@@ -175,6 +200,7 @@ def empty_store(tmp_path_factory) -> Path:
     each time): the tests' scratch stores are copies of it. The stores whose creation is under
     test are made by the test (``test_faults``, ``test_preflight``)."""
     import mlflow
+
     path = tmp_path_factory.mktemp("empty-store") / "mlflow.db"
     mlflow.MlflowClient(f"sqlite:///{path}").search_experiments(max_results=1)
     return path
@@ -183,6 +209,7 @@ def empty_store(tmp_path_factory) -> Path:
 @pytest.fixture
 def mlflow_uri(tmp_path, empty_store) -> str:
     import shutil
+
     shutil.copyfile(empty_store, tmp_path / "mlflow.db")
     return f"sqlite:///{tmp_path / 'mlflow.db'}"
 
@@ -192,10 +219,25 @@ def start_tracking_server(backend_uri: str, artifacts: Path):
     """`attent server` on 127.0.0.1 (a SQL backend, proxied artifact store) in its own process
     group, its URL yielded once /health answers; stopped with its workers afterwards."""
     from attent import server
+
     port = free_port()
-    proc = subprocess.Popen([str(BIN / "attent"), "server", "--backend-store-uri", backend_uri,
-                             "--artifacts-destination", str(artifacts), "--port", str(port), "--workers", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            str(BIN / "attent"),
+            "server",
+            "--backend-store-uri",
+            backend_uri,
+            "--artifacts-destination",
+            str(artifacts),
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         server.wait_ready(url, proc)

@@ -1,13 +1,12 @@
 """The Hugging Face integration tests' tiny Llama, its synthetic token data (sample i's first token is 50 + i), and an
 AtteNTTrainer that records, per epoch, the subset and the samples its training steps got."""
+
 from __future__ import annotations
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
-
-from conftest import SHARED
-
 from attent.integrations.huggingface import AtteNTTrainer
+from conftest import SHARED
+from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
 
 N, FIRST_TOKEN, VOCAB = 40, 50, 256
 GSM8K = SHARED / "datasets" / "gsm8k" / "train.jsonl"
@@ -33,20 +32,41 @@ def collate(items: list[dict]) -> dict[str, torch.Tensor]:
     def padded(rows, fill):
         return torch.tensor([row + [fill] * (width - len(row)) for row in rows])
 
-    return {"input_ids": padded([item["input_ids"] for item in items], 0),
-            "labels": padded([item["labels"] for item in items], -100),
-            "attention_mask": padded([[1] * len(item["input_ids"]) for item in items], 0)}
+    return {
+        "input_ids": padded([item["input_ids"] for item in items], 0),
+        "labels": padded([item["labels"] for item in items], -100),
+        "attention_mask": padded([[1] * len(item["input_ids"]) for item in items], 0),
+    }
 
 
 def tiny_llama(seed: int = 0) -> LlamaForCausalLM:
     torch.manual_seed(seed)
-    return LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64))
+    return LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+        )
+    )
 
 
 def training_args(output_dir, **overrides) -> TrainingArguments:
-    base = dict(output_dir=str(output_dir), per_device_train_batch_size=4, num_train_epochs=3, learning_rate=1e-2,
-                logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, seed=0, disable_tqdm=True)
+    base = dict(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=4,
+        num_train_epochs=3,
+        learning_rate=1e-2,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        seed=0,
+        disable_tqdm=True,
+    )
     return TrainingArguments(**{**base, **overrides})
 
 
@@ -82,7 +102,7 @@ def selection_rows(trainer: Trainer, after: int = 0) -> list[dict]:
 
 
 CONFIGS = {
-    "vit": dict(preset="vit"),   # scoring passes, soft, growing ratio and interval
-    "llm": dict(preset="llm"),   # scores from the training forwards only, hard
+    "vit": dict(preset="vit"),  # scoring passes, soft, growing ratio and interval
+    "llm": dict(preset="llm"),  # scores from the training forwards only, hard
     "random": dict(strategy="random", ratio={"kind": "cosine"}),
 }

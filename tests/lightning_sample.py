@@ -1,35 +1,42 @@
 """The Lightning integration tests' model (one parameter per sample, pulled towards the sample's target), the callback
 that records what each epoch chose and trained on, and ``fit``; imported once lightning is known to be installed."""
+
 from __future__ import annotations
 
 import os
 
 import lightning as L
 import torch
-from lightning.pytorch.strategies import DDPStrategy
-from torch.utils.data import TensorDataset
-
 from attent.integrations.lightning import AtteNTCallback
 from attent.selection.config import SelectionConfig
+from lightning.pytorch.strategies import DDPStrategy
 from ranks import start_method
+from torch.utils.data import TensorDataset
 
 N, EPOCHS = 103, 6
 CONFIGS = {
-    "vit": dict(preset="vit"),   # scoring passes, soft, growing ratio and interval
-    "llm": dict(preset="llm"),   # scores from the training forwards only, hard
+    "vit": dict(preset="vit"),  # scoring passes, soft, growing ratio and interval
+    "llm": dict(preset="llm"),  # scores from the training forwards only, hard
 }
 TARGETS = torch.randn(N, generator=torch.Generator().manual_seed(11)) * 2
 # Quiet and small: no logger, checkpoints, progress bar, summary or sanity check unless a test asks.
-TRAINER = dict(accelerator="cpu", devices=1, reload_dataloaders_every_n_epochs=1, logger=False,
-               enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-               num_sanity_val_steps=0)
+TRAINER = dict(
+    accelerator="cpu",
+    devices=1,
+    reload_dataloaders_every_n_epochs=1,
+    logger=False,
+    enable_checkpointing=False,
+    enable_progress_bar=False,
+    enable_model_summary=False,
+    num_sanity_val_steps=0,
+)
 
 
 def dataset() -> TensorDataset:
     return TensorDataset(torch.arange(N))
 
 
-def per_sample_loss(module: "SampleModule", batch) -> torch.Tensor:
+def per_sample_loss(module: SampleModule, batch) -> torch.Tensor:
     return module(batch[0])
 
 
@@ -83,18 +90,32 @@ class Record(L.Callback):
             torch.save(self.result(module), os.path.join(self.path, f"rank{trainer.global_rank}.pt"))
 
     def result(self, module: SampleModule) -> dict:
-        return {"first_subset": self.first_subset, "subsets": self.subsets, "checksums": self.checksums,
-                "hardness": self.hardness, "trained": [torch.cat(t) for t in self.trained], "table": self.table,
-                "value": module.value.detach().clone()}
+        return {
+            "first_subset": self.first_subset,
+            "subsets": self.subsets,
+            "checksums": self.checksums,
+            "hardness": self.hardness,
+            "trained": [torch.cat(t) for t in self.trained],
+            "table": self.table,
+            "value": module.value.detach().clone(),
+        }
 
 
-def fit(config: SelectionConfig, epochs: int, seed: int, module_class=SampleModule, *, ckpt_path=None,
-        callbacks=(), path=None, **trainer_kwargs) -> tuple[dict, L.Trainer]:
+def fit(
+    config: SelectionConfig,
+    epochs: int,
+    seed: int,
+    module_class=SampleModule,
+    *,
+    ckpt_path=None,
+    callbacks=(),
+    path=None,
+    **trainer_kwargs,
+) -> tuple[dict, L.Trainer]:
     selection = AtteNTCallback(dataset(), selection=config, seed=seed, loss_fn=per_sample_loss)
     module = module_class(selection)
     record = Record(selection, path)
-    trainer = L.Trainer(**{**TRAINER, **trainer_kwargs}, max_epochs=epochs,
-                        callbacks=[selection, record, *callbacks])
+    trainer = L.Trainer(**{**TRAINER, **trainer_kwargs}, max_epochs=epochs, callbacks=[selection, record, *callbacks])
     trainer.fit(module, ckpt_path=ckpt_path)
     return (record.result(module) if not path else {}), trainer
 

@@ -6,13 +6,25 @@ again: 10-25 s per child on 2 cores, against about a second forked (measured).
 
 A fork server's children inherit the environment it started with, not the test's: the tests pass
 what a child needs (a port, a store path) as arguments, and the children set it themselves."""
+
 from __future__ import annotations
 
 import multiprocessing
 import threading
 
-PRELOAD = ["torch", "torch.distributed", "transformers", "accelerate", "trl", "peft", "lightning", "timm",
-           "mlflow", "attent.integrations.pytorch", "attent.engine.tracking"]
+PRELOAD = [
+    "torch",
+    "torch.distributed",
+    "transformers",
+    "accelerate",
+    "trl",
+    "peft",
+    "lightning",
+    "timm",
+    "mlflow",
+    "attent.integrations.pytorch",
+    "attent.engine.tracking",
+]
 
 
 def start_method() -> str:

@@ -1,4 +1,5 @@
 """What the selection tests compare against: seeded generators, a sort-based top-k, and Hypothesis' quick settings."""
+
 from __future__ import annotations
 
 import torch

@@ -16,20 +16,21 @@ commit): ``ATTENT_RECORD_REFERENCE=1 pytest tests/test_reference_runs.py``; then
 their drift (``python tests/reference_drift.py --update-tests``), which off-machine
 comparisons need.
 """
+
 from __future__ import annotations
 
 import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import torch
 import yaml
-
 from attent.config import ExperimentConfig, build_experiment
 from attent.selection.config import deep_merge
 
@@ -42,8 +43,13 @@ DRIFT = TESTS / "reference_drift.json"  # the reference runs trained under other
 # run's seed draw its data, seed 5 would train and test on other digits)
 DIGITS = {
     "seed": 5,
-    "task": {"name": "vision", "dataset": "digits", "img_size": 8, "split_seed": 0,
-             "model": {"preset": "vit_tiny_cpu", "patch_size": 2}},
+    "task": {
+        "name": "vision",
+        "dataset": "digits",
+        "img_size": 8,
+        "split_seed": 0,
+        "model": {"preset": "vit_tiny_cpu", "patch_size": 2},
+    },
     "train": {"epochs": 4, "batch_size": 32},
     "ray": {"num_workers": 2},
 }
@@ -56,20 +62,33 @@ REFERENCE_RUNS: dict[str, dict[str, Any]] = {
     # response loss after each epoch
     "llm": {
         "seed": 0,
-        "task": {"name": "llm", "model": "smollm2-135m-instruct", "lora_r": 4, "dataset": "gsm8k",
-                 "data_dir": str(SHARED / "datasets"), "train_limit": 12, "split_seed": 0, "max_length": 128,
-                 "eval": {"benchmarks": ["gsm8k", "gsm8k_loss"], "eval_limit": 2, "max_new_tokens": 24,
-                          "eval_batch_size": 2, "response_loss_limit": 6}},
+        "task": {
+            "name": "llm",
+            "model": "smollm2-135m-instruct",
+            "lora_r": 4,
+            "dataset": "gsm8k",
+            "data_dir": str(SHARED / "datasets"),
+            "train_limit": 12,
+            "split_seed": 0,
+            "max_length": 128,
+            "eval": {
+                "suites": ["gsm8k", "gsm8k_loss"],
+                "eval_limit": 2,
+                "max_new_tokens": 24,
+                "eval_batch_size": 2,
+                "response_loss_limit": 6,
+            },
+        },
         "train": {"epochs": 2, "batch_size": 4, "global_batch_size": 8, "lr": 2e-4},
         "selection": {"preset": "llm"},
-        # recorded on one Ray Train worker; Ray Train's local mode reproduces it (issue 47)
+        # recorded on one Ray Train worker; Ray Train's local mode reproduces it
         "ray": {"num_workers": 0},
     },
 }
 # Variants of a reference run that must train identically: its rank 0 killed after epoch 2 and
 # restarted from the checkpoint, while the run tracks the empirical kernel on a probe set.
 VARIANTS: dict[str, dict[str, Any]] = {
-    "restarted": {"antk": {"enabled": True}, "fault": {"fail_once_after_epoch": 1}, "ray": {"max_failures": 1}},
+    "restarted": {"antk": {"enabled": True}, "fault": {"fail_once_after_epoch": 1}, "ray": {"max_failures": 1}}
 }
 TIMED = "time_"  # per-epoch values that depend on the wall-clock: not compared
 
@@ -84,23 +103,31 @@ def cpu_kernels() -> str:
 def processor() -> str:
     """The CPU's vendor, family and model (Linux), else what Python's platform module says."""
     try:
-        fields = dict(map(str.strip, line.split(":", 1)) for line in Path("/proc/cpuinfo").read_text().splitlines()
-                      if ":" in line)
+        fields = dict(
+            map(str.strip, line.split(":", 1)) for line in Path("/proc/cpuinfo").read_text().splitlines() if ":" in line
+        )
         return " ".join(fields[k] for k in ("vendor_id", "cpu family", "model") if k in fields)
     except OSError:
         import platform
+
         return platform.processor() or platform.machine()
 
 
-def reference_experiment(name: str, root: Path, variant: str = "",
-                         overrides: dict[str, Any] | None = None) -> ExperimentConfig:
+def reference_experiment(
+    name: str, root: Path, variant: str = "", overrides: dict[str, Any] | None = None
+) -> ExperimentConfig:
     """A reference run's experiment (or one of its ``VARIANTS``, ``<name>-<variant>``; or with
     ``overrides``, a deliberately changed run, whose ``name`` they should set), stored under
     ``root``."""
     data = deep_merge(REFERENCE_RUNS[name], VARIANTS[variant] if variant else {})
-    data = deep_merge(data, {"name": f"{name}-{variant}" if variant else name,
-                             "ray": {"storage_path": str(root / "ray_results")},
-                             "mlflow": {"tracking_uri": f"sqlite:///{root / 'mlflow.db'}", "experiment": "reference"}})
+    data = deep_merge(
+        data,
+        {
+            "name": f"{name}-{variant}" if variant else name,
+            "ray": {"storage_path": str(root / "ray_results")},
+            "mlflow": {"tracking_uri": f"sqlite:///{root / 'mlflow.db'}", "experiment": "reference"},
+        },
+    )
     return build_experiment(deep_merge(data, overrides or {}))
 
 
@@ -108,10 +135,10 @@ def reference_experiment(name: str, root: Path, variant: str = "",
 class TrainedRun:
     cfg: ExperimentConfig
     run_id: str
-    metrics: dict[str, float]         # the last report
-    epochs: list[dict[str, float]]    # epoch_history.json
-    subsets: list[list[int]]          # selection_history.json: each re-selection's indices
-    screen: str = ""                  # what `attent train` showed with its output to a file
+    metrics: dict[str, float]  # the last report
+    epochs: list[dict[str, float]]  # epoch_history.json
+    subsets: list[list[int]]  # selection_history.json: each re-selection's indices
+    screen: str = ""  # what `attent train` showed with its output to a file
 
     @property
     def tracking_uri(self) -> str:
@@ -121,11 +148,13 @@ class TrainedRun:
 def histories(tracking_uri: str, run_id: str, scratch: Path) -> tuple[list[dict[str, float]], list[list[int]]]:
     """A finished run's per-epoch rows and its re-selections' subsets, from its MLflow artifacts."""
     import mlflow
+
     client = mlflow.MlflowClient(tracking_uri)
     scratch.mkdir(parents=True, exist_ok=True)
     epochs = json.loads(Path(client.download_artifacts(run_id, "epoch_history.json", str(scratch))).read_text())
-    selections = json.loads(Path(client.download_artifacts(run_id, "selection_history.json",
-                                                          str(scratch))).read_text())["selections"]
+    selections = json.loads(
+        Path(client.download_artifacts(run_id, "selection_history.json", str(scratch))).read_text()
+    )["selections"]
     return epochs, [s["indices"] for s in selections]
 
 
@@ -134,12 +163,18 @@ def train_run(cfg: ExperimentConfig, scratch: Path) -> TrainedRun:
     lines, the libraries' and the workers' output in the run's log), the screen kept."""
     from attent.engine.driver import train
     from attent.engine.progress import PLAIN, Console
+
     screen = scratch / f"{cfg.name}.screen"
     screen.parent.mkdir(parents=True, exist_ok=True)
     with screen.open("w") as stderr, redirected_fd(2, stderr):
         result = train(cfg, console=Console(PLAIN))
-    return TrainedRun(cfg, result.run_id, result.metrics,
-                      *histories(cfg.mlflow.tracking_uri, result.run_id, scratch / cfg.name), screen.read_text())
+    return TrainedRun(
+        cfg,
+        result.run_id,
+        result.metrics,
+        *histories(cfg.mlflow.tracking_uri, result.run_id, scratch / cfg.name),
+        screen.read_text(),
+    )
 
 
 @contextlib.contextmanager
@@ -175,7 +210,7 @@ def recorded(name: str) -> dict[str, Any]:
 # the largest difference between any two measured histories (``DRIFT``) of that run and metric,
 # at that epoch or an earlier one; never by less than the old rel 1e-5 / abs 1e-7.
 #
-# Measured (tests/reference_drift.py; benchmarks/results/reference_drift.md): the record (AMD
+# Measured (tests/reference_drift.py; tests/results/reference_drift.md): the record (AMD
 # AVX512, family 26) and the runs on an Intel Xeon (family 6 model 167) under torch's native
 # AVX512 kernels, ATen held to AVX2 (ATEN_CPU_CAPABILITY=avx2), and ATen, MKL and oneDNN all held
 # to AVX2. Every subset, count and selection statistic matched bit for bit; the losses moved, and
@@ -199,8 +234,9 @@ DRIFT_SAFETY = 10.0
 REL_FLOOR, ABS_FLOOR = 1e-5, 1e-7
 
 
-def assert_reproduces(name: str, epochs: list[dict[str, float]], subsets: list[list[int]],
-                      exact: bool | None = None) -> None:
+def assert_reproduces(
+    name: str, epochs: list[dict[str, float]], subsets: list[list[int]], exact: bool | None = None
+) -> None:
     """A run chose the recorded subsets (exactly, always) and logged every recorded per-epoch
     number: bit for bit on the recording's CPU kernels (``exact``: None decides by
     ``cpu_kernels()``), within ``drift_tolerance`` elsewhere. (A variant may log more, e.g.
@@ -221,8 +257,13 @@ def assert_epochs_reproduce(name: str, epochs: list[dict[str, float]], exact: bo
                 assert row[key] == value, (epoch, key, row[key], value)
             else:
                 tolerance = drift_tolerance(name, epoch, key, envelope)
-                assert row[key] == pytest.approx(value, rel=REL_FLOOR, abs=tolerance), \
-                    (epoch, key, row[key], value, f"off-machine tolerance {max(tolerance, REL_FLOOR * abs(value)):.3g}")
+                assert row[key] == pytest.approx(value, rel=REL_FLOOR, abs=tolerance), (
+                    epoch,
+                    key,
+                    row[key],
+                    value,
+                    f"off-machine tolerance {max(tolerance, REL_FLOOR * abs(value)):.3g}",
+                )
 
 
 def drift_tolerance(name: str, epoch: int, key: str, envelope: list[dict[str, float]] | None = None) -> float:
@@ -252,8 +293,10 @@ def measured_drift(name: str) -> dict[str, Any]:
     """Run ``name``'s entry in ``DRIFT``, refused unless measured against the current record."""
     measured = json.loads(DRIFT.read_text())["runs"].get(name)
     if measured is None or measured["record"] != recorded(name)["epochs"]:
-        raise AssertionError(f"{DRIFT.name} holds no drift measured against the current record of {name}: "
-                             "re-measure it (python tests/reference_drift.py --update-tests)")
+        raise AssertionError(
+            f"{DRIFT.name} holds no drift measured against the current record of {name}: "
+            "re-measure it (python tests/reference_drift.py --update-tests)"
+        )
     return measured
 
 
@@ -261,13 +304,21 @@ def digits_run(root: Path, uri: str, name: str, *, experiment: str, **sections: 
     """A small digits run of its own (300 training and 100 test samples, the ViT preset, 3
     epochs, seed 3) in Ray Train's local mode, its checkpoints under ``root``; ``sections`` are
     merged over it (``ray={"num_workers": 1}`` for a Ray Train worker)."""
-    base = {"name": name, "seed": 3,
-            "task": {"name": "vision", "dataset": "digits", "train_limit": 300, "test_limit": 100,
-                     "model": {"preset": "vit_tiny_cpu"}},
-            "train": {"epochs": 3, "batch_size": 64},
-            "selection": {"preset": "vit"},
-            "ray": {"num_workers": 0, "storage_path": str(root / "ray_results")},
-            "mlflow": {"tracking_uri": uri, "experiment": experiment}}
+    base = {
+        "name": name,
+        "seed": 3,
+        "task": {
+            "name": "vision",
+            "dataset": "digits",
+            "train_limit": 300,
+            "test_limit": 100,
+            "model": {"preset": "vit_tiny_cpu"},
+        },
+        "train": {"epochs": 3, "batch_size": 64},
+        "selection": {"preset": "vit"},
+        "ray": {"num_workers": 0, "storage_path": str(root / "ray_results")},
+        "mlflow": {"tracking_uri": uri, "experiment": experiment},
+    }
     return build_experiment(deep_merge(base, sections))
 
 
@@ -277,12 +328,17 @@ FULL = {"selection.preset": None, "selection.method": "full"}
 # The ratio sweep's trials one at a time (one trial process, each trial straight into the SQLite
 # file), the ablation's two at a time (two processes logging through the sweep's own server).
 SWEEPS = {
-    RATIO_SWEEP: {"overrides": {"selection.strategy": "hard", "selection.interval": {"kind": "fixed", "start": 1}},
-                  "grid": {"selection.ratio": [{"kind": "fixed", "start": r} for r in (0.8, 0.5)]},
-                  "trials": [FULL], "max_concurrent": 1},
-    ABLATION_SWEEP: {"grid": {"selection.temperature": [0.5, 2.0]},  # the ViT preset: incremental ratio
-                     "trials": [FULL, {"selection.ratio": {"kind": "cosine", "start": 0.2, "end": 0.8}}],
-                     "max_concurrent": 2},
+    RATIO_SWEEP: {
+        "overrides": {"selection.strategy": "hard", "selection.interval": {"kind": "fixed", "start": 1}},
+        "grid": {"selection.ratio": [{"kind": "fixed", "start": r} for r in (0.8, 0.5)]},
+        "trials": [FULL],
+        "max_concurrent": 1,
+    },
+    ABLATION_SWEEP: {
+        "grid": {"selection.temperature": [0.5, 2.0]},  # the ViT preset: incremental ratio
+        "trials": [FULL, {"selection.ratio": {"kind": "cosine", "start": 0.2, "end": 0.8}}],
+        "max_concurrent": 2,
+    },
 }
 SWEEP_TRAIN_SAMPLES, SWEEP_TEST_SAMPLES = 300, 100
 
@@ -292,11 +348,22 @@ def write_sweep(root: Path, uri: str, name: str, sweep: dict) -> Path:
     local mode in its trial's process (the tables and dashboards they feed are not about Train's
     workers, which test_sweep's interrupted sweep keeps)."""
     sweep = dict(sweep)
-    overrides = {"train.epochs": 2, "task.train_limit": SWEEP_TRAIN_SAMPLES, "task.test_limit": SWEEP_TEST_SAMPLES,
-                 "ray.num_workers": 0, "ray.storage_path": str(root / "ray_results"),
-                 "mlflow.tracking_uri": uri, **sweep.pop("overrides", {})}
-    spec = {"name": name, "base": str(REPO / "experiments" / "digits_vit.yaml"),
-            "overrides": overrides, "seeds": [0], **sweep}
+    overrides = {
+        "train.epochs": 2,
+        "task.train_limit": SWEEP_TRAIN_SAMPLES,
+        "task.test_limit": SWEEP_TEST_SAMPLES,
+        "ray.num_workers": 0,
+        "ray.storage_path": str(root / "ray_results"),
+        "mlflow.tracking_uri": uri,
+        **sweep.pop("overrides", {}),
+    }
+    spec = {
+        "name": name,
+        "base": str(REPO / "experiments" / "digits_vit.yaml"),
+        "overrides": overrides,
+        "seeds": [0],
+        **sweep,
+    }
     path = root / f"{name}.yaml"
     path.write_text(yaml.safe_dump({"sweep": spec}, sort_keys=False, allow_unicode=True))
     return path
@@ -311,6 +378,7 @@ class SweptStore:
 
 def run_digits_sweeps(root: Path) -> SweptStore:
     from attent.sweep import run_sweep
+
     uri = f"sqlite:///{root / 'mlflow.db'}"
     results = {}
     for name, sweep in SWEEPS.items():

@@ -8,6 +8,7 @@ charged to the first test that uses it. Meaningful only with nothing else runnin
 writes each test's ``cpu_s`` and ``wall_s`` to the JSON file and prints the heaviest tests and
 the totals by test file.
 """
+
 from __future__ import annotations
 
 import json

@@ -1,9 +1,9 @@
 """The Teacher tests' learner: a per-sample loss that is a deterministic function of (epoch, sample), and a loop that
 drives a Teacher the way the engine does, counting its scoring passes."""
+
 from __future__ import annotations
 
 import torch
-
 from attent.selection.sampler import SubsetSampler
 from attent.selection.teacher import Teacher
 
@@ -31,6 +31,7 @@ class Learner:
             losses = losses_at(epoch, n)
             for idx in indices[torch.randperm(indices.numel(), generator=gen(epoch))].split(self.batch):
                 yield idx, losses[idx]
+
         return fn
 
     def epoch(self, epoch: int, *, with_score_fn: bool = True) -> tuple[torch.Tensor, torch.Tensor]:

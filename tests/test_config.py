@@ -1,4 +1,5 @@
 """Experiment configs: every shipped YAML loads; bad input is refused before Ray starts."""
+
 from __future__ import annotations
 
 import warnings
@@ -6,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from attent.cli import main
 from attent.config import ConfigError, load_experiment, parse_overrides
 
@@ -27,9 +27,11 @@ def test_every_shipped_yaml_parses_and_names_its_command(path):
         warnings.simplefilter("error", FutureWarning)  # on today's spellings (no deprecated alias)
         if "sweep" in data:  # sweep files wrap a base experiment
             from attent.sweep import load_sweep
+
             load_sweep(path)
         elif "teach" in data:  # the theory lab's experiment (attent theory)
             from attent.theory.config import load
+
             load(path)
         else:
             load_experiment(path)
@@ -47,8 +49,11 @@ def test_the_deprecated_random_method_is_the_random_strategy():
 
 def test_overrides_nest_and_parse_yaml_values():
     assert parse_overrides(["train.epochs=3", "selection.ratio.kind=cosine", "ray.use_gpu=true", "a.b=null"]) == {
-        "train": {"epochs": 3}, "selection": {"ratio": {"kind": "cosine"}}, "ray": {"use_gpu": True},
-        "a": {"b": None}}
+        "train": {"epochs": 3},
+        "selection": {"ratio": {"kind": "cosine"}},
+        "ray": {"use_gpu": True},
+        "a": {"b": None},
+    }
     with pytest.raises(ConfigError, match="key.path=value"):
         parse_overrides(["epochs"])
 
@@ -56,7 +61,6 @@ def test_overrides_nest_and_parse_yaml_values():
 def test_overrides_apply_on_top_of_the_file():
     cfg = load_experiment(REPO / "experiments/digits_vit.yaml", ["train.epochs=2", "selection.strategy=hard"])
     assert cfg.train.epochs == 2 and cfg.selection.strategy == "hard" and cfg.selection.preset == "vit"
-
 
 
 def test_a_bare_off_turns_the_fused_loss_off():
@@ -78,7 +82,10 @@ BAD = {
     "negative epochs": (["train.epochs=0"], "train.epochs"),
     "unknown method": (["selection.method=magic"], "selection.method"),
     "unknown preset": (["selection.preset=bert"], "preset"),
-    "missing data folder": (["task.dataset=fashion_mnist", "task.data_path=/nonexistent/fmnist"], "/nonexistent/fmnist"),
+    "missing data folder": (
+        ["task.dataset=fashion_mnist", "task.data_path=/nonexistent/fmnist"],
+        "/nonexistent/fmnist",
+    ),
     "bad fault rank": (["fault.fail_rank=3"], "fail_rank"),
 }
 
@@ -86,6 +93,7 @@ BAD = {
 @pytest.mark.parametrize("case", BAD, ids=list(BAD))
 def test_bad_input_is_refused_before_any_worker_starts(case, tmp_path, monkeypatch, capsys):
     import ray
+
     monkeypatch.chdir(tmp_path)
     overrides, message = BAD[case]
     ray_was_up = ray.is_initialized()
@@ -97,11 +105,10 @@ def test_bad_input_is_refused_before_any_worker_starts(case, tmp_path, monkeypat
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "ray_results").exists()
 
 
-@pytest.mark.parametrize("text, message", [
-    ("name: [unclosed", "not valid YAML"),
-    ("", "expected a mapping"),
-    ("- a\n- b\n", "expected a mapping"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [("name: [unclosed", "not valid YAML"), ("", "expected a mapping"), ("- a\n- b\n", "expected a mapping")],
+)
 def test_bad_yaml_is_refused(text, message, tmp_path, capsys):
     path = tmp_path / "bad.yaml"
     path.write_text(text)

@@ -1,5 +1,6 @@
 """The MLflow dashboard (`attent ui`) over real engine runs, opened in a real headless Chromium;
 and what each real run records besides its metrics: its datasets and system metrics."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,14 +12,16 @@ import urllib.request
 
 import mlflow
 import pytest
-
 import shared_runs
 from attent import contract
-from attent.engine import dashboard as views, tracking
+from attent.engine import dashboard as views
+from attent.engine import tracking
 from conftest import BIN, free_port
 
-needs_chromium = pytest.mark.skipif(not (shutil.which("chromium") and shutil.which("chromedriver")),
-                                    reason="needs Debian's chromium and chromium-driver (.ci/run installs them)")
+needs_chromium = pytest.mark.skipif(
+    not (shutil.which("chromium") and shutil.which("chromedriver")),
+    reason="needs Debian's chromium and chromium-driver (.ci/run installs them)",
+)
 SWEEP = shared_runs.ABLATION_SWEEP
 VIEWS_MENU = "mlflow.experiment_page.saved_views.trigger"  # MLflow UI's "Views" button
 
@@ -39,15 +42,18 @@ def test_each_real_run_records_its_datasets_and_system_metrics(sweep_store):
     for run in runs.values():
         inputs = {i.dataset.name: i for i in run.inputs.dataset_inputs}
         assert set(inputs) == {"digits-train", "digits-test"}
-        for name, context, samples in (("digits-train", contract.DATASET_TRAIN, shared_runs.SWEEP_TRAIN_SAMPLES),
-                                       ("digits-test", contract.DATASET_EVAL, shared_runs.SWEEP_TEST_SAMPLES)):
+        for name, context, samples in (
+            ("digits-train", contract.DATASET_TRAIN, shared_runs.SWEEP_TRAIN_SAMPLES),
+            ("digits-test", contract.DATASET_EVAL, shared_runs.SWEEP_TEST_SAMPLES),
+        ):
             dataset = inputs[name].dataset
             assert {(t.key, t.value) for t in inputs[name].tags} == {(contract.DATASET_CONTEXT_TAG, context)}
             assert len(dataset.digest) == 8 and json.loads(dataset.profile) == {"num_samples": samples}
             assert json.loads(dataset.source)["uri"].endswith("digits.csv.gz")
         # one monitor on the one node; its last sample is logged when the run's workers end
         cpu = mlflow.MlflowClient(uri).get_metric_history(
-            run.info.run_id, contract.system_metric(0, "cpu_utilization_percentage"))
+            run.info.run_id, contract.system_metric(0, "cpu_utilization_percentage")
+        )
         assert cpu and all(0 <= m.value <= 100 for m in cpu)
         assert run.data.metrics[contract.system_metric(0, "system_memory_usage_megabytes")] > 0
     digests = [{i.dataset.digest for i in run.inputs.dataset_inputs} for run in runs.values()]
@@ -65,8 +71,9 @@ def test_training_view_lists_the_trials_flat_with_the_key_metrics_and_models(swe
     client = mlflow.MlflowClient(uri)
     shown = client.search_runs([experiment_id], view["searchFilter"])
     every = client.search_runs([experiment_id])
-    assert {r.data.tags[contract.TAG_ROLE] for r in every} - {r.data.tags[contract.TAG_ROLE] for r in shown} \
-        == {contract.ROLE_SWEEP} and len(shown) == len(every) - 1
+    assert {r.data.tags[contract.TAG_ROLE] for r in every} - {r.data.tags[contract.TAG_ROLE] for r in shown} == {
+        contract.ROLE_SWEEP
+    } and len(shown) == len(every) - 1
     charts = {(c["metricSectionId"], c["metricKey"]) for c in view["compareRunCharts"]}
     assert {(views.KEY_SECTION, m) for m in key} <= charts
     assert (views.SYSTEM_SECTION, contract.system_metric(0, "cpu_utilization_percentage")) in charts
@@ -74,13 +81,15 @@ def test_training_view_lists_the_trials_flat_with_the_key_metrics_and_models(swe
 
 def test_dataset_inputs_say_where_the_data_comes_from(tmp_path):
     from attent.tasks.llm.data import training_source
+
     mirror = tmp_path / "gsm8k" / "train.jsonl"
     mirror.parent.mkdir()
     mirror.write_text("{}\n")
     assert training_source("gsm8k", tmp_path) == (str(mirror), contract.DATASET_SOURCE_LOCAL)
     assert training_source("gsm8k", None) == ("openai/gsm8k", contract.DATASET_SOURCE_HUB)
-    described = contract.DatasetDescription("gsm8k-train", "openai/gsm8k", contract.DATASET_TRAIN, 7,
-                                            "abc", contract.DATASET_SOURCE_HUB)
+    described = contract.DatasetDescription(
+        "gsm8k-train", "openai/gsm8k", contract.DATASET_TRAIN, 7, "abc", contract.DATASET_SOURCE_HUB
+    )
     hub = tracking.dataset_input(described).dataset
     assert hub.source_type == "hugging_face" and json.loads(hub.source)["path"] == "openai/gsm8k"
     other = tracking.dataset_input(dataclasses.replace(described, fingerprint="abd")).dataset
@@ -91,8 +100,11 @@ def test_dataset_inputs_say_where_the_data_comes_from(tmp_path):
 def dashboard(sweep_store):
     uri, experiment_id, runs = sweep_store
     port = free_port()
-    proc = subprocess.Popen([str(BIN / "attent"), "ui", "--tracking-uri", uri, "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [str(BIN / "attent"), "ui", "--tracking-uri", uri, "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 180
     while True:
@@ -111,12 +123,21 @@ def dashboard(sweep_store):
 def browser():
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
+
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium")
     # wide: the runs table renders only the columns in view
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--no-first-run", "--window-size=2400,1000"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--window-size=2400,1000",
+    ):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
     driver.implicitly_wait(60)  # elements appear as the UI loads
@@ -130,6 +151,7 @@ def page_text(driver) -> str:
 
 def wait_for_text(driver, *texts, timeout=90):
     from selenium.webdriver.support.ui import WebDriverWait
+
     WebDriverWait(driver, timeout).until(lambda d: all(t in page_text(d) for t in texts))
 
 
@@ -152,8 +174,13 @@ def test_dashboard_opens_the_trials_with_their_key_metrics(dashboard, browser):
     run = runs[f"{SWEEP}-t00-s0"]
     train_set = next(i.dataset for i in run.inputs.dataset_inputs if i.dataset.name == "digits-train")
     browser.get(f"{url}/#/experiments/{experiment_id}/runs/{run.info.run_id}")
-    wait_for_text(browser, "Parent run", SWEEP, f"digits-train ({train_set.digest})",
-                  contract.system_metric(0, "cpu_utilization_percentage"))
+    wait_for_text(
+        browser,
+        "Parent run",
+        SWEEP,
+        f"digits-train ({train_set.digest})",
+        contract.system_metric(0, "cpu_utilization_percentage"),
+    )
 
     browser.get(views.training_view_url(url, experiment_id, charts=True))
     wait_for_text(browser, "Key metrics", "Per epoch", "System metrics", *key)

@@ -5,6 +5,7 @@ are generated from, and the README's own links against the repository.
 
 Cost: one build, 6-12 s of wall-clock on 2 cores (5 s of CPU; most of it mkdocstrings reading
 the sources and the Material theme writing ~45 pages and the published data), in the fast tier."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -15,28 +16,40 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
 
 NEEDED = ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python")
-MISSING = [name for name in NEEDED if importlib.util.find_spec(name.split(".")[0]) is None
-           or importlib.util.find_spec(name) is None]
+MISSING = [
+    name
+    for name in NEEDED
+    if importlib.util.find_spec(name.split(".")[0]) is None or importlib.util.find_spec(name) is None
+]
 pytestmark = pytest.mark.skipif(
-    bool(MISSING), reason=f"the docs toolchain is not installed ({', '.join(MISSING)}): pip install -e '.[docs]'")
+    bool(MISSING), reason=f"the docs toolchain is not installed ({', '.join(MISSING)}): pip install -e '.[docs]'"
+)
 
 
 def build(out: Path) -> None:
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}  # Material's notice about MkDocs 2.0, not ours
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-                          cwd=REPO, capture_output=True, text=True, env=env, timeout=600, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
     log = done.stdout + done.stderr
     warnings = [line for line in log.splitlines() if line.startswith(("WARNING", "ERROR"))]
-    assert done.returncode == 0 and not warnings, "mkdocs build --strict failed:\n" + "\n".join(warnings or [log[-4000:]])
+    assert done.returncode == 0 and not warnings, "mkdocs build --strict failed:\n" + "\n".join(
+        warnings or [log[-4000:]]
+    )
 
 
 def page_text(site: Path, page: str) -> str:
     html = (site / page / "index.html").read_text()
-    return re.sub(r"<[^>]+>", " ", html[html.index("<article"):html.index("</article>")])
+    return re.sub(r"<[^>]+>", " ", html[html.index("<article") : html.index("</article>")])
 
 
 def test_the_site_builds_strictly_with_complete_references(tmp_path):
@@ -69,16 +82,32 @@ def test_the_site_builds_strictly_with_complete_references(tmp_path):
 
     # the command-line reference: every command
     text = page_text(site, "reference/cli")
-    for command in ("train", "validate", "demo", "sweep", "bench", "downstream", "theory", "report", "ui",
-                    "server", "data", "doctor"):
+    for command in (
+        "train",
+        "validate",
+        "demo",
+        "sweep",
+        "bench",
+        "downstream",
+        "theory",
+        "report",
+        "ui",
+        "server",
+        "data",
+        "doctor",
+    ):
         assert f"attent {command}" in text
 
     # the API reference: the public names, from their docstrings
     html = (site / "reference" / "api" / "index.html").read_text()
-    for target in ("attent.integrations.pytorch.Selector", "attent.selection.config.SelectionConfig",
-                   "attent.selection.strategies.select", "attent.integrations.huggingface.AtteNTTrainer",
-                   "attent.integrations.huggingface_trl.AtteNTSFTTrainer",
-                   "attent.integrations.lightning.AtteNTCallback"):
+    for target in (
+        "attent.integrations.pytorch.Selector",
+        "attent.selection.config.SelectionConfig",
+        "attent.selection.strategies.select",
+        "attent.integrations.huggingface.AtteNTTrainer",
+        "attent.integrations.huggingface_trl.AtteNTSFTTrainer",
+        "attent.integrations.lightning.AtteNTCallback",
+    ):
         assert f'id="{target}"' in html, target
 
 

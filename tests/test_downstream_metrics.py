@@ -1,5 +1,6 @@
 """Downstream metrics of the MAE workload (attent.tasks.mae.metrics) on hand-computed cases, and
 sharded over two torch.distributed (gloo, CPU) ranks against the unsharded computation."""
+
 from __future__ import annotations
 
 import json
@@ -11,10 +12,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
+from attent.tasks.mae.metrics import LOWER_IS_BETTER, METRIC_NAMES, MIN_DEPTH, DownstreamMetrics, build_metrics
 from ranks import start_method
-
-from attent.tasks.mae.metrics import (LOWER_IS_BETTER, METRIC_NAMES, MIN_DEPTH,
-                                      DownstreamMetrics, build_metrics)
 
 
 def one_hot_logits(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
@@ -23,8 +22,7 @@ def one_hot_logits(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
 
 
 def test_names_and_directions():
-    assert METRIC_NAMES == {"classification": ("top1_accuracy",), "semseg": ("miou",),
-                            "depth": ("delta1", "abs_rel")}
+    assert METRIC_NAMES == {"classification": ("top1_accuracy",), "semseg": ("miou",), "depth": ("delta1", "abs_rel")}
     assert LOWER_IS_BETTER == {"abs_rel"}
     for kind, names in METRIC_NAMES.items():
         metrics = build_metrics(kind, num_classes=4)
@@ -57,12 +55,8 @@ def test_top1_accuracy_keeps_class_255_of_a_large_label_set():
 
 
 # 3x3, 4 classes, 255 = ignore.
-SEG_GT = torch.tensor([[[0, 0, 1],
-                        [1, 255, 0],
-                        [0, 1, 255]]])
-SEG_PRED = torch.tensor([[[0, 1, 1],
-                          [1, 3, 0],
-                          [0, 2, 0]]])
+SEG_GT = torch.tensor([[[0, 0, 1], [1, 255, 0], [0, 1, 255]]])
+SEG_PRED = torch.tensor([[[0, 1, 1], [1, 3, 0], [0, 2, 0]]])
 
 
 def test_miou_is_over_the_classes_present():
@@ -101,10 +95,8 @@ def test_miou_absence_is_judged_over_the_whole_evaluation_set():
 
 
 # [1, 1, 2, 3] depths in metres; gt 0 = invalid.
-DEPTH_GT = torch.tensor([[[[0.0, 2.0, 4.0],
-                           [1.0, 0.0, 5.0]]]])
-DEPTH_PRED = torch.tensor([[[[3.0, 2.2, 5.2],
-                             [0.0, 1.0, 4.5]]]])
+DEPTH_GT = torch.tensor([[[[0.0, 2.0, 4.0], [1.0, 0.0, 5.0]]]])
+DEPTH_PRED = torch.tensor([[[[3.0, 2.2, 5.2], [0.0, 1.0, 4.5]]]])
 
 
 def test_delta1_and_abs_rel_over_valid_pixels():
@@ -160,11 +152,11 @@ def eval_items() -> dict[str, list[tuple[torch.Tensor, torch.Tensor]]]:
     """Seeded (prediction, target) items per kind, identical in every process. Semseg: class 3
     occurs (in gt and predictions) only in item 3, which rank 1 evaluates; class 4 never."""
     g = torch.Generator().manual_seed(0)
-    items: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {"classification": [],
-                                                                  "semseg": [], "depth": []}
+    items: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {"classification": [], "semseg": [], "depth": []}
     for _ in range(7):
-        items["classification"].append((torch.randn(2, CLS_CLASSES, generator=g),
-                                         torch.randint(0, CLS_CLASSES, (2,), generator=g)))
+        items["classification"].append(
+            (torch.randn(2, CLS_CLASSES, generator=g), torch.randint(0, CLS_CLASSES, (2,), generator=g))
+        )
     for i in range(5):
         gt = torch.randint(0, 3, (1, 4, 4), generator=g)
         pred = torch.randint(0, 3, (1, 4, 4), generator=g)
@@ -196,8 +188,7 @@ def evaluate(ranks: range | list[int], world: int) -> dict[str, dict[str, float]
 
 def sharded_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
-                            world_size=world)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         results = evaluate([rank], world)
     finally:
@@ -206,8 +197,9 @@ def sharded_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
 
 
 def test_sharded_ranks_agree_with_the_unsharded_computation(tmp_path):
-    mp.start_processes(sharded_worker, args=(WORLD, str(tmp_path / "init"), str(tmp_path)), nprocs=WORLD,
-                       start_method=start_method())
+    mp.start_processes(
+        sharded_worker, args=(WORLD, str(tmp_path / "init"), str(tmp_path)), nprocs=WORLD, start_method=start_method()
+    )
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
     assert ranks[0] == ranks[1]  # bitwise: the same gathered states, summed in the same order
     unsharded = evaluate(range(WORLD), WORLD)  # every item, in one process

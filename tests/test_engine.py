@@ -1,5 +1,6 @@
 """The training engine on a real Ray cluster, real MLflow (SQLite) and real data (digits); the
 progress line on a terminal in Ray Train's local mode, which shows it the same."""
+
 from __future__ import annotations
 
 import os
@@ -9,7 +10,6 @@ from pathlib import Path
 
 import mlflow
 import pytest
-
 import shared_runs
 
 
@@ -37,7 +37,9 @@ def test_two_workers_train_on_one_subset_and_log_to_mlflow(reference_runs):
     # reaching FINISHED with the checksum logged means both ranks trained on the same subset.
     checksums = client.get_metric_history(run.info.run_id, "subset_checksum")
     assert len(checksums) == 4
-    ratios = [m.value for m in sorted(client.get_metric_history(run.info.run_id, "selected_ratio"), key=lambda m: m.step)]
+    ratios = [
+        m.value for m in sorted(client.get_metric_history(run.info.run_id, "selected_ratio"), key=lambda m: m.step)
+    ]
     # one definition of progress, e / E: re-selections at epochs 0, 1 and 3 (the interval grows
     # 1 -> 2) select r(0), r(1/4), r(3/4)
     assert ratios == pytest.approx([0.2, 0.35, 0.35, 0.65], abs=0.01)
@@ -55,8 +57,16 @@ def test_two_workers_train_on_one_subset_and_log_to_mlflow(reference_runs):
     assert 0.6 < m["sample_saving"] < 0.62
     assert m["mean_selected_ratio"] == pytest.approx(0.3875, abs=0.01)
     assert m["max_selected_ratio"] == pytest.approx(0.65, abs=0.01)
-    for key in ("time_total_s", "time_train_s", "time_scoring_s", "time_selection_s", "time_eval_s",
-                "time_method_s", "eval_test_accuracy", "time_wallclock_s"):
+    for key in (
+        "time_total_s",
+        "time_train_s",
+        "time_scoring_s",
+        "time_selection_s",
+        "time_eval_s",
+        "time_method_s",
+        "eval_test_accuracy",
+        "time_wallclock_s",
+    ):
         assert key in m
     # the method's cost is training + scoring + selection; evaluation and checkpoints apart
     assert m["time_method_s"] == pytest.approx(m["time_train_s"] + m["time_scoring_s"] + m["time_selection_s"])
@@ -83,15 +93,19 @@ def test_worker_failure_restarts_from_checkpoint_with_identical_metrics(restarte
     """The reference soft run again, its rank 0 killed after epoch 2 (and kernels tracked, which
     change nothing trained): restarted from the checkpoint, it logs the reference's numbers."""
     trained = restarted_reference
-    assert (trained.cfg.ray.storage_path and
-            (Path(trained.cfg.ray.storage_path) / trained.cfg.name / ".injected-failure-epoch1").exists())
+    assert (
+        trained.cfg.ray.storage_path
+        and (Path(trained.cfg.ray.storage_path) / trained.cfg.name / ".injected-failure-epoch1").exists()
+    )
     shared_runs.assert_reproduces("digits-soft", trained.epochs, trained.subsets)
     client = mlflow.MlflowClient(trained.tracking_uri)
     run = client.get_run(trained.run_id)
     assert run.info.status == "FINISHED"
     assert len(client.search_runs([run.info.experiment_id], f"tags.`mlflow.runName` = '{run.info.run_name}'")) == 1
     restored = client.get_metric_history(trained.run_id, "restored_at_epoch")
-    assert len(restored) == 1 and 1 <= restored[0].value <= 2  # from a checkpoint (the latest it saved), not from scratch
+    assert (
+        len(restored) == 1 and 1 <= restored[0].value <= 2
+    )  # from a checkpoint (the latest it saved), not from scratch
 
 
 @pytest.mark.system
@@ -106,20 +120,34 @@ def test_ray_job_submit_as_the_readme_shows_runs_attent_train(ray_cluster, tmp_p
         " model: {preset: vit_tiny_cpu}}\n"
         "train: {epochs: 1, batch_size: 128}\nselection: {preset: llm}\n"
         f"ray: {{storage_path: {tmp_path / 'ray_results'}}}\n"
-        f"mlflow: {{tracking_uri: '{mlflow_uri}', experiment: engine-test}}\n")
+        f"mlflow: {{tracking_uri: '{mlflow_uri}', experiment: engine-test}}\n"
+    )
     from conftest import BIN
+
     shell = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS")}
     shell["PATH"] = f"{BIN}{os.pathsep}{shell.get('PATH', '')}"  # the user's shell, venv active
-    submit = ["ray", "job", "submit", "--address", ray_cluster["dashboard"], "--working-dir", ".", "--",
-              "attent", "train", "exp.yaml"]
+    submit = [
+        "ray",
+        "job",
+        "submit",
+        "--address",
+        ray_cluster["dashboard"],
+        "--working-dir",
+        ".",
+        "--",
+        "attent",
+        "train",
+        "exp.yaml",
+    ]
 
     refused = subprocess.run(submit, capture_output=True, text=True, timeout=300, cwd=work, env=shell)
     assert refused.returncode != 0 and "AuthenticationError" in refused.stdout + refused.stderr
 
     deadline = time.monotonic() + 180  # a head under load may not have its job agent up yet; Ray says to retry
     while True:
-        proc = subprocess.run(submit, capture_output=True, text=True, timeout=600, cwd=work,
-                              env={**shell, "RAY_AUTH_MODE": "token"})  # export RAY_AUTH_MODE=token
+        proc = subprocess.run(
+            submit, capture_output=True, text=True, timeout=600, cwd=work, env={**shell, "RAY_AUTH_MODE": "token"}
+        )  # export RAY_AUTH_MODE=token
         if "No available agent to submit job" not in proc.stderr or time.monotonic() > deadline:
             break
         time.sleep(10)
@@ -147,17 +175,21 @@ def test_attent_train_on_a_terminal_shows_one_progress_line(tmp_path, mlflow_uri
     import pty
     import struct
     import termios
+
     from conftest import BIN
+
     exp = tmp_path / "exp.yaml"
     exp.write_text(
         "name: on-a-terminal\ntask: {name: vision, dataset: digits, train_limit: 200, test_limit: 100,"
         " model: {preset: vit_tiny_cpu}}\ntrain: {epochs: 3, batch_size: 64}\nselection: {method: full}\n"
         f"ray: {{num_workers: 0, storage_path: {tmp_path / 'ray_results'}}}\n"
-        f"mlflow: {{tracking_uri: '{mlflow_uri}', experiment: engine-test}}\n")
+        f"mlflow: {{tracking_uri: '{mlflow_uri}', experiment: engine-test}}\n"
+    )
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))  # a 120-column terminal
-    proc = subprocess.Popen([str(BIN / "attent"), "train", str(exp)], stdin=subprocess.DEVNULL, stdout=follower,
-                            stderr=follower)
+    proc = subprocess.Popen(
+        [str(BIN / "attent"), "train", str(exp)], stdin=subprocess.DEVNULL, stdout=follower, stderr=follower
+    )
     os.close(follower)
     screen = b""
     while True:

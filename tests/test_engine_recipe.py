@@ -1,10 +1,10 @@
 """The training recipe's steps on a plain torch set-up (rank 0 of 1, CPU, real digits data and a
 real timm ViT): gradient accumulation, the optimiser hook, one definition of progress."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-
 from attent.config import build_experiment
 from attent.engine.recipe import TrainingRecipe, WorkerContext
 from attent.selection.config import SelectionConfig
@@ -14,13 +14,21 @@ from attent.tasks.task import decay_groups
 
 
 def digits(limit: int = 300, **train):
-    return build_experiment({
-        "name": "recipe", "seed": 1,
-        "task": {"name": "vision", "dataset": "digits", "img_size": 8, "train_limit": limit,
-                 "model": {"preset": "vit_tiny_cpu", "patch_size": 2}},
-        "train": {"epochs": 2, "batch_size": 32, **train},
-        "selection": {"method": "full"},
-    })
+    return build_experiment(
+        {
+            "name": "recipe",
+            "seed": 1,
+            "task": {
+                "name": "vision",
+                "dataset": "digits",
+                "img_size": 8,
+                "train_limit": limit,
+                "model": {"preset": "vit_tiny_cpu", "patch_size": 2},
+            },
+            "train": {"epochs": 2, "batch_size": 32, **train},
+            "selection": {"method": "full"},
+        }
+    )
 
 
 def recipe_for(cfg) -> TrainingRecipe:
@@ -32,8 +40,11 @@ def recipe_for(cfg) -> TrainingRecipe:
 def first_step_gradients(recipe: TrainingRecipe) -> list[torch.Tensor]:
     """The gradients the first optimiser step of epoch 0 applies (read by a step pre-hook)."""
     seen = []
-    recipe.optimizer.register_step_pre_hook(lambda optimizer, args, kwargs: seen.append(
-        [p.grad.clone() for group in optimizer.param_groups for p in group["params"]]))
+    recipe.optimizer.register_step_pre_hook(
+        lambda optimizer, args, kwargs: seen.append(
+            [p.grad.clone() for group in optimizer.param_groups for p in group["params"]]
+        )
+    )
     recipe.teacher.begin_epoch(0)
     recipe.train_one_epoch(0)
     return seen[0]
@@ -60,7 +71,7 @@ def test_an_epoch_of_accumulated_steps_equals_an_epoch_of_large_batches():
     for recipe in (accumulated, large):
         recipe.teacher.begin_epoch(0)
         stats = recipe.train_one_epoch(0)
-        assert stats.steps == 3 and stats.seen == 300   # 128 + 128 + 44
+        assert stats.steps == 3 and stats.seen == 300  # 128 + 128 + 44
     # The same three updates, up to float noise, which Adam magnifies elementwise where a gradient
     # is near 0 (one weight in 12,288 moved 4e-5 apart on an AVX-512 machine): compared per tensor.
     for a, b, start in zip(accumulated.model.parameters(), large.model.parameters(), initial):
@@ -73,7 +84,7 @@ def test_the_optimizer_uses_the_tasks_groups_and_the_configs_overrides():
     assert all(g["betas"] == (0.8, 0.95) for g in groups)
     assert sorted(g["weight_decay"] for g in groups) == [0.0, 0.1]
     default = recipe_for(digits())
-    assert default.optimizer.param_groups[0]["betas"] == (0.9, 0.999)   # the task's spec
+    assert default.optimizer.param_groups[0]["betas"] == (0.9, 0.999)  # the task's spec
     assert max(g["weight_decay"] for g in default.optimizer.param_groups) == 0.05
 
 
@@ -114,9 +125,13 @@ def test_the_plan_is_what_the_teacher_selects(selection, epochs):
 
 def test_the_label_shows_the_ratio_a_short_run_reaches():
     vit = SelectionConfig(preset="vit")
-    assert vit.planned_ratios(6) == [(0, 0.2), (1, pytest.approx(0.3)), (3, pytest.approx(0.5)),
-                                     (5, pytest.approx(0.7))]
+    assert vit.planned_ratios(6) == [
+        (0, 0.2),
+        (1, pytest.approx(0.3)),
+        (3, pytest.approx(0.5)),
+        (5, pytest.approx(0.7)),
+    ]
     assert vit.label(6) == "Soft · incremental(0.2→0.8, reached 0.7) · incremental(1→4)"
     assert vit.label() == "Soft · incremental(0.2→0.8) · incremental(1→4)"
     assert SelectionConfig(preset="llm").label(3) == "Hard · fixed(0.7) · fixed(1)"
-    assert SelectionConfig(preset="llm").ratio_reached(3) == 1.0     # warm-up epoch on all data
+    assert SelectionConfig(preset="llm").ratio_reached(3) == 1.0  # warm-up epoch on all data

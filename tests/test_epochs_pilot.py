@@ -1,20 +1,24 @@
-"""The epoch pilot's reading (analysis.epochs_pilot) on synthetic finals: the smallest plateaued E,
+"""The epoch pilot's reading (analysis/paper_tables/epochs_pilot.py) on synthetic finals: the smallest plateaued E,
 "still improving" for a count whose doubling gains clearly, and no test metric read."""
+
 import pandas as pd
 import pytest
-
-from attent.analysis.epochs_pilot import pilot_finals, pilot_rows
-from attent.analysis.runs import EPOCHS, METHOD, SEED, ReportError, metric
-from attent.analysis.stats import PLATEAUED, STILL_RISING
 from attent import contract
+from attent.analysis import ReportError
+from attent.analysis.mlflow_runs import EPOCHS, METHOD, SEED, metric
+from attent.analysis.paper_tables.epochs_pilot import pilot_finals, pilot_rows
+from attent.analysis.stats import PLATEAUED, STILL_RISING
 
 # Final validation accuracy per (epochs, seed): +0.05 from 30 to 60 epochs, about 0 from 60 to 120.
 FINALS = {30: [0.85, 0.86, 0.84], 60: [0.90, 0.912, 0.888], 120: [0.901, 0.911, 0.889]}
 
 
 def runs(finals=FINALS, name="eval_val_accuracy") -> pd.DataFrame:
-    rows = [{METHOD: contract.METHOD_FULL, EPOCHS: str(e), SEED: str(s), metric(name): v, metric("eval_test_accuracy"): 0.5}
-            for e, values in finals.items() for s, v in enumerate(values)]
+    rows = [
+        {METHOD: contract.METHOD_FULL, EPOCHS: str(e), SEED: str(s), metric(name): v, metric("eval_test_accuracy"): 0.5}
+        for e, values in finals.items()
+        for s, v in enumerate(values)
+    ]
     rows.append({METHOD: contract.METHOD_ATTENT, EPOCHS: "30", SEED: "0", metric(name): 0.99})  # not full data
     return pd.DataFrame(rows)
 
@@ -41,25 +45,31 @@ def test_the_pilot_reads_no_test_metric():
 
 
 def test_the_pilot_figure_draws_each_seed_the_mean_and_e():
-    from attent.analysis.epochs_pilot import pilot_figure
-    ax, = pilot_figure(pilot_finals(runs(), "eval_val_accuracy"), 60, "eval_val_accuracy").axes
+    from attent.analysis.paper_tables.epochs_pilot import pilot_figure
+
+    (ax,) = pilot_figure(pilot_finals(runs(), "eval_val_accuracy"), 60, "eval_val_accuracy").axes
     assert len(ax.lines) == 3 + 1 + 1  # three seeds, their mean, the chosen E
     assert list(ax.lines[3].get_ydata()) == pytest.approx([0.85, 0.90, 0.9003333], abs=1e-6)
 
 
 def test_the_pilot_reads_a_real_store_and_logs_its_table_and_figure_to_the_sweep(tmp_path, capsys):
+    from attent.analysis.paper_tables.epochs_pilot import main
     from mlflow import MlflowClient
 
-    from attent.analysis.epochs_pilot import main
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
     experiment = client.create_experiment("pilot", artifact_location=(tmp_path / "artifacts").as_uri())
     parent = client.create_run(experiment, tags={contract.TAG_ROLE: contract.ROLE_SWEEP}).info.run_id
     for epochs, values in FINALS.items():
         for seed, value in enumerate(values):
-            run = client.create_run(experiment, tags={contract.TAG_ROLE: contract.ROLE_TRIAL,
-                                                      contract.TAG_PARENT_RUN_ID: parent,
-                                                      contract.TAG_METHOD: contract.METHOD_FULL}).info.run_id
+            run = client.create_run(
+                experiment,
+                tags={
+                    contract.TAG_ROLE: contract.ROLE_TRIAL,
+                    contract.TAG_PARENT_RUN_ID: parent,
+                    contract.TAG_METHOD: contract.METHOD_FULL,
+                },
+            ).info.run_id
             client.log_param(run, contract.PARAM_SEED, seed)
             client.log_param(run, contract.PARAM_EPOCHS, epochs)
             client.log_metric(run, "eval_val_accuracy", value)

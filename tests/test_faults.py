@@ -1,7 +1,8 @@
 """Faults a user's cluster or data can cause, each ending in one line that names the cause and the
-fix, with nothing recorded lost (issue 21): corrupt checkpoints, unreadable data files, a tracking
-server refusing our Host header, an unreachable Ray address, a driver killed mid-run, two
-drivers of one run, any other error, and two first writers of a new SQLite store."""
+fix, with nothing recorded lost: corrupt checkpoints, a tracking server refusing our Host header,
+an unreachable Ray address, a driver killed mid-run, two drivers of one run, any other error, and
+two first writers of a new SQLite store. Unreadable data files: test_unreadable_data.py."""
+
 from __future__ import annotations
 
 import functools
@@ -17,14 +18,12 @@ from pathlib import Path
 
 import mlflow
 import pytest
-
 import shared_runs
 from attent.cli import main as attent_main
 from attent.config import PreflightError
 from attent.engine.faults import RunFault
 from conftest import BIN, REPO, free_port, ray_processes
 from ranks import start_method
-
 
 digits = functools.partial(shared_runs.digits_run, experiment="faults")  # local mode unless ray= says
 
@@ -43,8 +42,9 @@ def test_a_failed_run_resumes_into_its_mlflow_run_past_a_corrupt_newest_checkpoi
     are the engine's, under Ray Train's names (the next test's are Ray Train's own)."""
     from attent.engine.driver import train
     from attent.engine.progress import PLAIN, Console
+
     cfg = digits(tmp_path, mlflow_uri, "corrupt-newest", fault={"fail_once_after_epoch": 1}, ray={"max_failures": 0})
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 -- whatever the worker raises, the run must end FAILED
         train(cfg)  # dies after epoch 2's checkpoint: checkpoints of epochs 1 and 2
     _, runs = runs_named(mlflow_uri, cfg.name)
     assert len(runs) == 1 and runs[0].info.status == "FAILED"  # never left RUNNING
@@ -55,7 +55,7 @@ def test_a_failed_run_resumes_into_its_mlflow_run_past_a_corrupt_newest_checkpoi
     capfd.readouterr()
     resumed = train(cfg, console=Console(PLAIN))  # `attent train`'s, output to a file or pipe
     screen = [line for line in capfd.readouterr().err.splitlines() if line.startswith("[attent]")]
-    skipped, = [line for line in screen if line.startswith("[attent] skipped checkpoint ")]
+    (skipped,) = [line for line in screen if line.startswith("[attent] skipped checkpoint ")]
     assert skipped.startswith(f"[attent] skipped checkpoint {checkpoints[-1]}: ") and "SHA-256" in skipped
     assert screen.count(f"[attent] resumed {cfg.name} from its epoch-1 checkpoint") == 1
     client, runs = runs_named(mlflow_uri, cfg.name)
@@ -73,11 +73,17 @@ def test_a_failed_run_resumes_into_its_mlflow_run_past_a_corrupt_newest_checkpoi
 def test_no_readable_checkpoint_stops_at_once_with_one_line_in_the_same_run(ray_cluster, tmp_path, mlflow_uri):
     """On a Ray Train worker: the restarts Ray Train would make find the worker's note and stop."""
     from attent.engine.driver import train
-    cfg = digits(tmp_path, mlflow_uri, "corrupt-all", fault={"fail_once_after_epoch": 0},
-                 ray={"num_workers": 1, "max_failures": 0})
-    with pytest.raises(Exception):
+
+    cfg = digits(
+        tmp_path,
+        mlflow_uri,
+        "corrupt-all",
+        fault={"fail_once_after_epoch": 0},
+        ray={"num_workers": 1, "max_failures": 0},
+    )
+    with pytest.raises(Exception):  # noqa: B017 -- the injected fault, whatever its type
         train(cfg)
-    only, = (p for p in (Path(cfg.ray.storage_path) / cfg.name).glob("checkpoint_*") if p.is_dir())
+    (only,) = (p for p in (Path(cfg.ray.storage_path) / cfg.name).glob("checkpoint_*") if p.is_dir())
     (only / "state.pt").write_bytes(b"not a checkpoint")
     cfg = cfg.model_copy(update={"ray": cfg.ray.model_copy(update={"max_failures": 3})})
     start = time.monotonic()
@@ -92,67 +98,33 @@ def test_no_readable_checkpoint_stops_at_once_with_one_line_in_the_same_run(ray_
     assert "train_loss" in runs[0].data.metrics  # epoch 1, logged before, kept
 
 
-# --- 2. data files ------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def broken_scenes(tmp_path_factory) -> tuple[Path, Path]:
-    from attent.tasks.mae import scenes
-    root = tmp_path_factory.mktemp("broken-scenes")
-    scenes.write_dataset(root, train=30, test=10, size=16, seed=0, workers=1)
-    victim = sorted((root / "train" / "depth").rglob("*.png"))[3]
-    victim.write_bytes(os.urandom(300))
-    return root, victim
-
-
-def multimae_file(tmp_path: Path, root: Path, uri: str) -> Path:
-    path = tmp_path / "mm.yaml"
-    path.write_text(json.dumps({
-        "name": "broken-data", "task": {"name": "multimae", "data_path": str(root), "img_size": 16,
-                                        "model": {"preset": "vit_tiny_cpu", "decoder_dim": 32}},
-        "train": {"epochs": 1, "batch_size": 16}, "selection": {"method": "full"},
-        "ray": {"num_workers": 0, "max_failures": 2, "storage_path": str(tmp_path / "ray_results")},
-        "mlflow": {"tracking_uri": uri, "experiment": "faults"}}))
-    return path
-
-
-def test_validate_decode_names_every_unreadable_file(broken_scenes, tmp_path, mlflow_uri, capsys):
-    root, victim = broken_scenes
-    path = multimae_file(tmp_path, root, mlflow_uri)
-    assert attent_main(["validate", str(path)]) == 0  # folders alone look fine
-    capsys.readouterr()
-    assert attent_main(["validate", str(path), "--decode"]) == 2
-    err = capsys.readouterr().err
-    assert "decoded 120/120 files, 1 unreadable" in err
-    line = err.strip().splitlines()[-1]
-    assert line.startswith("attent validate: error: 1 of 120 data files cannot be read") and str(victim) in line
-
-
-def test_an_unreadable_file_in_training_is_named_once_not_retried(broken_scenes, tmp_path, mlflow_uri):
-    """In Ray Train's local mode, ray.max_failures 2: the engine's restart loop gives up at once
-    (Ray Train's restarts stopping on the worker's note: the unreadable checkpoints above)."""
-    root, victim = broken_scenes
-    path = multimae_file(tmp_path, root, mlflow_uri)
-    proc = subprocess.run([str(BIN / "attent"), "train", str(path)], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    line = proc.stderr.strip().splitlines()[-1]
-    assert line.startswith("attent train: error: ") and str(victim) in line and "--decode" in line
-    assert "Traceback" not in proc.stderr.split("attent train: error:")[-1]
-    client, runs = runs_named(mlflow_uri, "broken-data")
-    assert len(runs) == 1 and runs[0].info.status == "FAILED"
-    # not restarted (each restart is a line on screen even when quiet), the file named once
-    assert "restarting from its latest checkpoint" not in proc.stdout + proc.stderr
-    assert (proc.stdout + proc.stderr).count("cannot read this depth image") == 1
-
-
-# --- 3. a tracking server that refuses the API ----------------------------------------------------
+# --- 2. a tracking server that refuses the API ----------------------------------------------------
 @pytest.mark.system
 def test_a_server_refusing_our_host_header_is_refused_before_anything_starts(tmp_path):
     from attent.engine.preflight import store
+
     port = free_port()
-    proc = subprocess.Popen([str(BIN / "attent"), "server", "--backend-store-uri", f"sqlite:///{tmp_path}/m.db",
-                             "--artifacts-destination", str(tmp_path / "art"), "--port", str(port),
-                             "--workers", "1", "--allowed-hosts", "tracking.example.org"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            str(BIN / "attent"),
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{tmp_path}/m.db",
+            "--artifacts-destination",
+            str(tmp_path / "art"),
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--allowed-hosts",
+            "tracking.example.org",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     from attent import server
+
     try:
         server.wait_ready(f"http://127.0.0.1:{port}", proc)
         with pytest.raises(PreflightError) as refused:
@@ -164,33 +136,52 @@ def test_a_server_refusing_our_host_header_is_refused_before_anything_starts(tmp
         server.stop(proc)
 
 
-# --- 4. an unreachable Ray -------------------------------------------------------------------------
+# --- 3. an unreachable Ray -------------------------------------------------------------------------
 def test_an_unreachable_ray_address_is_one_line_within_seconds(tmp_path, capsys):
     start = time.monotonic()
-    code = attent_main(["validate", str(REPO / "experiments/digits_vit.yaml"), "ray.address=127.0.0.1:9",
-                        f"mlflow.tracking_uri=sqlite:///{tmp_path}/m.db"])
+    code = attent_main(
+        [
+            "validate",
+            str(REPO / "experiments/digits_vit.yaml"),
+            "ray.address=127.0.0.1:9",
+            f"mlflow.tracking_uri=sqlite:///{tmp_path}/m.db",
+        ]
+    )
     assert code == 2 and time.monotonic() - start < 15
-    line, = capsys.readouterr().err.strip().splitlines()
+    (line,) = capsys.readouterr().err.strip().splitlines()
     assert "the Ray cluster at 127.0.0.1:9 is unreachable (connection refused)" in line
     assert "ray start --head --port 9" in line and "$RAY_ADDRESS" in line
 
 
-# --- 5. a killed driver, and two drivers of one run ----------------------------------------------
+# --- 4. a killed driver, and two drivers of one run ----------------------------------------------
 @pytest.mark.system
 def test_workers_stop_with_their_killed_driver_and_a_second_driver_refuses(ray_cluster, tmp_path, mlflow_uri):
     """A second driver of a live run refuses, and `attent report` leaves the live driver's run
     RUNNING. SIGKILLed, the driver takes its workers with it; the next `attent report` closes its
     run KILLED, saying so, and leaves it out of the report."""
     import psutil
+
     cfg = tmp_path / "long.yaml"
-    cfg.write_text(json.dumps({
-        "name": "orphan", "task": {"name": "vision", "dataset": "digits", "model": {"preset": "vit_tiny_cpu"}},
-        "train": {"epochs": 200, "batch_size": 32}, "selection": {"method": "full"},
-        "ray": {"num_workers": 1, "storage_path": str(tmp_path / "ray_results"), "checkpoint_every": 1000},
-        "mlflow": {"tracking_uri": mlflow_uri, "experiment": "faults"}}))
+    cfg.write_text(
+        json.dumps(
+            {
+                "name": "orphan",
+                "task": {"name": "vision", "dataset": "digits", "model": {"preset": "vit_tiny_cpu"}},
+                "train": {"epochs": 200, "batch_size": 32},
+                "selection": {"method": "full"},
+                "ray": {"num_workers": 1, "storage_path": str(tmp_path / "ray_results"), "checkpoint_every": 1000},
+                "mlflow": {"tracking_uri": mlflow_uri, "experiment": "faults"},
+            }
+        )
+    )
     env = dict(os.environ, RAY_ADDRESS=ray_cluster["address"])
-    driver = subprocess.Popen([str(BIN / "attent"), "train", str(cfg)], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
+    driver = subprocess.Popen(
+        [str(BIN / "attent"), "train", str(cfg)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         client = mlflow.MlflowClient(mlflow_uri)
         deadline = time.monotonic() + 300
@@ -202,8 +193,9 @@ def test_workers_stop_with_their_killed_driver_and_a_second_driver_refuses(ray_c
             time.sleep(1)
         run_id = runs[0].info.run_id
 
-        second = subprocess.run([str(BIN / "attent"), "train", str(cfg)], env=env, capture_output=True, text=True,
-                                timeout=300)
+        second = subprocess.run(
+            [str(BIN / "attent"), "train", str(cfg)], env=env, capture_output=True, text=True, timeout=300
+        )
         assert second.returncode == 2
         line = second.stderr.strip().splitlines()[-1]
         assert "is being trained by another `attent train` (pid" in line and str(driver.pid) in line
@@ -211,8 +203,11 @@ def test_workers_stop_with_their_killed_driver_and_a_second_driver_refuses(ray_c
         assert "closed" not in report.stderr and "(1 unfinished, 0 killed)" in report.stderr
         assert client.get_run(run_id).info.status == "RUNNING"  # its driver lives
 
-        workers = [p for p in ray_processes(ray_cluster["temp_dir"])  # this cluster's, not another Ray's
-                   if "RayTrainWorker" in " ".join(p.cmdline())]
+        workers = [
+            p
+            for p in ray_processes(ray_cluster["temp_dir"])  # this cluster's, not another Ray's
+            if "RayTrainWorker" in " ".join(p.cmdline())
+        ]
         assert workers
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait()
@@ -224,8 +219,10 @@ def test_workers_stop_with_their_killed_driver_and_a_second_driver_refuses(ray_c
         assert client.get_run(run_id).info.status == "RUNNING"  # as the dead driver left it
 
         report = attent_report(mlflow_uri, tmp_path)
-        assert (f"[attent] closed 1 run left RUNNING by a dead driver (pid {driver.pid} on {socket.gethostname()}): "
-                "orphan → KILLED") in report.stderr.splitlines()
+        assert (
+            f"[attent] closed 1 run left RUNNING by a dead driver (pid {driver.pid} on {socket.gethostname()}): "
+            "orphan → KILLED"
+        ) in report.stderr.splitlines()
         assert client.get_run(run_id).info.status == "KILLED"
         assert report.returncode == 1 and "has no finished training runs (0 unfinished, 1 killed)" in report.stderr
     finally:
@@ -234,8 +231,21 @@ def test_workers_stop_with_their_killed_driver_and_a_second_driver_refuses(ray_c
 
 
 def attent_report(uri: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "attent"), "report", "--experiment", "faults", "--tracking-uri", uri,
-                           "--out", str(tmp_path / "reports")], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [
+            str(BIN / "attent"),
+            "report",
+            "--experiment",
+            "faults",
+            "--tracking-uri",
+            uri,
+            "--out",
+            str(tmp_path / "reports"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_runs_of_dead_drivers_end_killed_and_live_or_unknown_ones_stay_running(tmp_path, mlflow_uri, capsys):
@@ -244,18 +254,20 @@ def test_runs_of_dead_drivers_end_killed_and_live_or_unknown_ones_stay_running(t
     RUNNING; a finished run stays finished."""
     from attent import contract
     from attent.engine import faults, tracking
+
     exited = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    exited_identity = {**faults.process_identity(), "pid": exited.pid,
-                       "started": faults.process_start_time(exited.pid)}
+    exited_identity = {**faults.process_identity(), "pid": exited.pid, "started": faults.process_start_time(exited.pid)}
     exited.kill()
     exited.wait()
     me = faults.process_identity()
-    drivers = {"exited": exited_identity,
-               "pid-reused": {**me, "started": me["started"] - 3600},  # this pid, an hour before this process
-               "live": me,
-               "elsewhere": {**me, "host": "another-machine"},
-               "untagged": None,
-               "finished": exited_identity}
+    drivers = {
+        "exited": exited_identity,
+        "pid-reused": {**me, "started": me["started"] - 3600},  # this pid, an hour before this process
+        "live": me,
+        "elsewhere": {**me, "host": "another-machine"},
+        "untagged": None,
+        "finished": exited_identity,
+    }
     client = tracking.client_for(mlflow_uri)
     experiment_id = tracking.ensure_experiment(client, "faults", mlflow_uri)
     for name, identity in drivers.items():
@@ -265,14 +277,22 @@ def test_runs_of_dead_drivers_end_killed_and_live_or_unknown_ones_stay_running(t
             client.set_terminated(run.info.run_id, "FINISHED")
 
     assert tracking.close_runs_of_dead_drivers_in(mlflow_uri, "faults") == ["exited", "pid-reused"]
-    line, = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[attent]")]  # not MLflow's
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[attent]")]  # not MLflow's
     host = socket.gethostname()
-    assert line == (f"[attent] closed 2 runs left RUNNING by dead drivers: exited (pid {exited.pid} on {host}) → "
-                    f"KILLED, pid-reused (pid {os.getpid()} on {host}) → KILLED")
+    assert line == (
+        f"[attent] closed 2 runs left RUNNING by dead drivers: exited (pid {exited.pid} on {host}) → "
+        f"KILLED, pid-reused (pid {os.getpid()} on {host}) → KILLED"
+    )
     status = {r.info.run_name: r.info.status for r in client.search_runs([experiment_id])}
-    assert status == {"exited": "KILLED", "pid-reused": "KILLED", "live": "RUNNING", "elsewhere": "RUNNING",
-                      "untagged": "RUNNING", "finished": "FINISHED"}
-    killed, = client.search_runs([experiment_id], "tags.`mlflow.runName` = 'exited'")
+    assert status == {
+        "exited": "KILLED",
+        "pid-reused": "KILLED",
+        "live": "RUNNING",
+        "elsewhere": "RUNNING",
+        "untagged": "RUNNING",
+        "finished": "FINISHED",
+    }
+    (killed,) = client.search_runs([experiment_id], "tags.`mlflow.runName` = 'exited'")
     assert f"its driver (pid {exited.pid} on {host}) was gone" in killed.data.tags[contract.TAG_CLOSED_AS_KILLED]
     assert tracking.close_runs_of_dead_drivers_in(mlflow_uri, "faults") == []  # once
 
@@ -280,13 +300,14 @@ def test_runs_of_dead_drivers_end_killed_and_live_or_unknown_ones_stay_running(t
 def test_a_new_run_is_tagged_with_its_driver(tmp_path, mlflow_uri):
     from attent import contract
     from attent.engine import faults, tracking
+
     cfg = digits(tmp_path, mlflow_uri, "tagged").resolved()
     run_id, resumed = tracking.start_or_resume_run(cfg)
     driver = json.loads(tracking.client_for(mlflow_uri).get_run(run_id).data.tags[contract.TAG_DRIVER])
     assert not resumed and driver == faults.process_identity() and faults.driver_alive(driver) is True
 
 
-# --- 6. any other error: one line, the traceback in a log ----------------------------------------
+# --- 5. any other error: one line, the traceback in a log ----------------------------------------
 def test_an_unexpected_error_is_one_line_with_its_traceback_in_a_log(tmp_path, monkeypatch, capsys):
     from attent import cli
 
@@ -295,35 +316,39 @@ def test_an_unexpected_error_is_one_line_with_its_traceback_in_a_log(tmp_path, m
             {}["missing"]
         except KeyError as exc:
             raise RuntimeError("Traceback (most recent call last):\n  File x\nValueError: the worker's cause") from exc
+
     monkeypatch.setitem(cli.COMMANDS, "report", broken)
     monkeypatch.setenv("ATTENT_LOG_DIR", str(tmp_path / "logs"))
     assert attent_main(["report", "--experiment", "x"]) == 1
-    line, = capsys.readouterr().err.strip().splitlines()
+    (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("attent report: error: KeyError: 'missing' (traceback: ")
-    log, = (tmp_path / "logs").glob("attent-report-*.log")
+    (log,) = (tmp_path / "logs").glob("attent-report-*.log")
     assert "RuntimeError" in log.read_text() and "KeyError" in log.read_text()
     assert attent_main(["--debug", "report", "--experiment", "x"]) == 1
     assert "Traceback (most recent call last)" in capsys.readouterr().err
 
 
 def test_a_ray_train_failure_is_reduced_to_the_workers_last_line():
-    from ray.train.v2.api.exceptions import WorkerGroupError
     from attent.errors import describe
-    remote = RuntimeError("Traceback (most recent call last):\n  File \"w.py\", line 3\n"
-                          "_pickle.UnpicklingError: invalid load key, 'x'.")
+    from ray.train.v2.api.exceptions import WorkerGroupError
+
+    remote = RuntimeError(
+        "Traceback (most recent call last):\n  File \"w.py\", line 3\n_pickle.UnpicklingError: invalid load key, 'x'."
+    )
     line, usage = describe(WorkerGroupError("Training failed due to worker errors: ...", {0: remote}))
     assert line == "RuntimeError: _pickle.UnpicklingError: invalid load key, 'x'." and not usage
 
 
-# --- 7. every kind of file the CLI runs validates --------------------------------------------------
+# --- 6. every kind of file the CLI runs validates --------------------------------------------------
 def test_validate_recognises_the_theory_lab_file(capsys):
     assert attent_main(["validate", str(REPO / "experiments/theory_teaching.yaml")]) == 0
-    assert "OK — theory lab, 5 seed(s), methods ['greedy', 'random', 'full']" in capsys.readouterr().out
+    assert "OK — theory lab, 5 seed(s), teaching rules ['greedy', 'random', 'full']" in capsys.readouterr().out
 
 
-# --- 8. two first writers of a new SQLite store -----------------------------------------------------
+# --- 7. two first writers of a new SQLite store -----------------------------------------------------
 def _first_writer(uri: str, name: str, start) -> None:
     from attent.engine.tracking import client_for, ensure_experiment
+
     start.wait()  # every process at once: each finds no tables and goes to create them
     client = client_for(uri)
     client.create_run(ensure_experiment(client, "race", uri), run_name=name)

@@ -3,6 +3,7 @@ training runs with the saved view, checked against the MLflow UI the server serv
 and the query it reads, found in its JavaScript bundle: an MLflow upgrade that changes them fails
 here); and a resume, each checkpoint it skipped, are one line on the terminal under the CLI's
 quiet console, once. No Ray, no browser (tests/test_dashboard.py opens the link in Chromium)."""
+
 from __future__ import annotations
 
 import argparse
@@ -19,7 +20,6 @@ from urllib.parse import parse_qsl, urlsplit
 
 import mlflow
 import pytest
-
 from attent import contract, server
 from attent.engine import dashboard, progress, tracking
 from conftest import BIN, free_port
@@ -38,11 +38,16 @@ def store_with_runs(tmp_path: Path, experiment: str = "first-look") -> tuple[str
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = tracking.client_for(uri)
     experiment_id = tracking.open_experiment(client, experiment, uri)
-    parent = client.create_run(experiment_id, run_name=experiment,
-                               tags={contract.TAG_ROLE: contract.ROLE_BENCHMARK})
-    run = client.create_run(experiment_id, run_name="attent-s0", tags={
-        contract.TAG_ROLE: contract.ROLE_RUN, contract.TAG_LABEL: "attent",
-        contract.TAG_PARENT_RUN_ID: parent.info.run_id})
+    parent = client.create_run(experiment_id, run_name=experiment, tags={contract.TAG_ROLE: contract.ROLE_BENCHMARK})
+    run = client.create_run(
+        experiment_id,
+        run_name="attent-s0",
+        tags={
+            contract.TAG_ROLE: contract.ROLE_RUN,
+            contract.TAG_LABEL: "attent",
+            contract.TAG_PARENT_RUN_ID: parent.info.run_id,
+        },
+    )
     for epoch in range(2):
         client.log_metric(run.info.run_id, contract.TRAIN_LOSS, 1.0 - epoch / 4, step=epoch)
         client.log_metric(run.info.run_id, "eval_test_accuracy", 0.5 + epoch / 4, step=epoch)
@@ -57,7 +62,9 @@ def test_the_link_matches_the_routes_and_query_of_mlflows_ui():
     url = urlsplit(dashboard.training_view_url("http://127.0.0.1:5000", "7"))
     route, _, query = url.fragment.partition("?")
     assert route == "/experiments/7/runs" and dict(parse_qsl(query)) == {
-        "workflowType": "machine_learning", "viewStateShareKey": contract.TRAINING_VIEW_KEY}
+        "workflowType": "machine_learning",
+        "viewStateShareKey": contract.TRAINING_VIEW_KEY,
+    }
     # the Runs tab's route (a hash route: the server sees only /)
     assert re.search(r'experimentPageTabRuns\(\)\{return[^}]*"' + re.escape(dashboard.UI_RUNS_ROUTE) + '"', js)
     # the bare experiment route redirects by the switch below, keeping only these (no view): why
@@ -68,8 +75,10 @@ def test_the_link_matches_the_routes_and_query_of_mlflows_ui():
     assert re.search(r'key:"mlflow\.workflowType",version:1,initialValue:', js)
     # the shared view: its query key, the experiment tag it reads, the envelope and compression
     assert re.search(r'="viewStateShareKey",[\w$]+="' + re.escape(contract.TAG_SHARED_VIEW_PREFIX) + '"', js)
-    assert "Invalid saved-view envelope: expected an object with a string `name`, number `createdAt`, " \
-           "and string `state`" in js
+    assert (
+        "Invalid saved-view envelope: expected an object with a string `name`, number `createdAt`, "
+        "and string `state`" in js
+    )
     assert f'="{dashboard.DEFLATED}"' in js
     # ... ignored when the query carries search facets: the link carries none
     facets = re.search(r'\["searchFilter","orderByKey"[^\]]*\]', js)
@@ -90,8 +99,13 @@ def test_attent_ui_prints_the_training_runs_link_that_the_server_answers(tmp_pat
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([str(BIN / "attent"), "ui", "--tracking-uri", uri, "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, text=True)
+    proc = subprocess.Popen(
+        [str(BIN / "attent"), "ui", "--tracking-uri", uri, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        text=True,
+    )
     try:
         printed = []
         for line in proc.stdout:
@@ -112,17 +126,21 @@ def test_attent_ui_prints_the_training_runs_link_that_the_server_answers(tmp_pat
             assert dashboard.UI_RUNS_ROUTE in answer.read().decode()  # the routes checked above
 
         # what the UI reads: the experiment's tags, the view's envelope, the runs its filter finds
-        with urllib.request.urlopen(f"{base}/ajax-api/2.0/mlflow/experiments/get?experiment_id={experiment_id}",
-                                    timeout=60) as answer:
+        with urllib.request.urlopen(
+            f"{base}/ajax-api/2.0/mlflow/experiments/get?experiment_id={experiment_id}", timeout=60
+        ) as answer:
             tags = {t["key"]: t["value"] for t in json.load(answer)["experiment"]["tags"]}
         envelope = json.loads(tags[contract.TAG_SHARED_VIEW_PREFIX + contract.TRAINING_VIEW_KEY])
         assert envelope["name"] == dashboard.TRAINING_VIEW_NAME and isinstance(envelope["createdAt"], int)
         assert envelope["state"].startswith(dashboard.DEFLATED)
-        view = json.loads(zlib.decompress(base64.b64decode(envelope["state"][len(dashboard.DEFLATED):])))
+        view = json.loads(zlib.decompress(base64.b64decode(envelope["state"][len(dashboard.DEFLATED) :])))
         assert "metrics.`eval_test_accuracy`" in view["selectedColumns"]
         search = urllib.request.Request(
-            f"{base}/ajax-api/2.0/mlflow/runs/search", method="POST", headers={"Content-Type": "application/json"},
-            data=json.dumps({"experiment_ids": [experiment_id], "filter": view["searchFilter"]}).encode())
+            f"{base}/ajax-api/2.0/mlflow/runs/search",
+            method="POST",
+            headers={"Content-Type": "application/json"},
+            data=json.dumps({"experiment_ids": [experiment_id], "filter": view["searchFilter"]}).encode(),
+        )
         with urllib.request.urlopen(search, timeout=60) as answer:
             assert [r["info"]["run_id"] for r in json.load(answer)["runs"]] == [run_id]
     finally:
@@ -133,6 +151,7 @@ def test_attent_demo_ends_with_its_experiments_link(tmp_path):
     """The demo's last lines: the `attent ui` command over its store and the link to its training
     runs, at `attent ui`'s default address."""
     from attent import cli, demo
+
     uri, experiment_id, _ = store_with_runs(tmp_path, "attent-demo-20260101-000000")
     hint = demo.dashboard_hint(uri, "attent-demo-20260101-000000")
     assert f"attent ui --tracking-uri {uri}\n" in hint
@@ -161,10 +180,16 @@ def restore(uri: str, run_id: str, epoch: int, skipped: list[tuple[str, str]]) -
         logger.set_tag(contract.TAG_SKIPPED_CHECKPOINTS, "; ".join(f"{p}: {why}" for p, why in skipped))
 
 
-SKIPPED = [("/r/corrupt-newest/checkpoint_2026-01-01_00-00-02.000000",
-            "state.pt differs from its recorded SHA-256 (altered or truncated)"),
-           ("/r/corrupt-newest/checkpoint_2026-01-01_00-00-01.000000",
-            "state.pt does not load (UnpicklingError: invalid load key, '\\x00'; truncated: 3 bytes)")]
+SKIPPED = [
+    (
+        "/r/corrupt-newest/checkpoint_2026-01-01_00-00-02.000000",
+        "state.pt differs from its recorded SHA-256 (altered or truncated)",
+    ),
+    (
+        "/r/corrupt-newest/checkpoint_2026-01-01_00-00-01.000000",
+        "state.pt does not load (UnpicklingError: invalid load key, '\\x00'; truncated: 3 bytes)",
+    ),
+]
 
 
 def lines(terminal: io.StringIO) -> list[str]:
@@ -185,8 +210,10 @@ def test_a_resume_and_each_skipped_checkpoint_are_one_line_once(run, monkeypatch
     time.sleep(0.3)  # more polls: nothing said twice
     line.close(tracking.RunLogger(uri, run_id), ok=True)
     # the worker logs the restore, then tags what it skipped: a poll between them says the resume first
-    assert sorted(lines(terminal)) == sorted([f"[attent] skipped checkpoint {path}: {why}" for path, why in SKIPPED]
-                                             + ["[attent] resumed corrupt-newest from its epoch-1 checkpoint"])
+    assert sorted(lines(terminal)) == sorted(
+        [f"[attent] skipped checkpoint {path}: {why}" for path, why in SKIPPED]
+        + ["[attent] resumed corrupt-newest from its epoch-1 checkpoint"]
+    )
 
 
 def test_a_run_ending_before_the_next_poll_still_says_it(run, monkeypatch):
@@ -197,8 +224,10 @@ def test_a_run_ending_before_the_next_poll_still_says_it(run, monkeypatch):
     line.follow(tracking.RunLogger(uri, run_id))
     restore(uri, run_id, 2, SKIPPED[:1])
     line.close(tracking.RunLogger(uri, run_id), ok=False)  # failed right after: the lines still come, once
-    assert lines(terminal) == [f"[attent] skipped checkpoint {SKIPPED[0][0]}: {SKIPPED[0][1]}",
-                               "[attent] resumed corrupt-newest from its epoch-2 checkpoint"]
+    assert lines(terminal) == [
+        f"[attent] skipped checkpoint {SKIPPED[0][0]}: {SKIPPED[0][1]}",
+        "[attent] resumed corrupt-newest from its epoch-2 checkpoint",
+    ]
 
 
 def test_an_earlier_drivers_resume_is_not_said_again_and_an_earlier_epoch_is(run, monkeypatch):
@@ -217,8 +246,10 @@ def test_an_earlier_drivers_resume_is_not_said_again_and_an_earlier_epoch_is(run
     line.follow(tracking.RunLogger(uri, run_id))
     restore(uri, run_id, 1, SKIPPED[:1])
     line.close(tracking.RunLogger(uri, run_id), ok=True)
-    assert lines(terminal) == [f"[attent] skipped checkpoint {SKIPPED[0][0]}: {SKIPPED[0][1]}",
-                               "[attent] resumed corrupt-newest from its epoch-1 checkpoint"]
+    assert lines(terminal) == [
+        f"[attent] skipped checkpoint {SKIPPED[0][0]}: {SKIPPED[0][1]}",
+        "[attent] resumed corrupt-newest from its epoch-1 checkpoint",
+    ]
 
 
 def test_streamed_output_adds_no_lines(run, capsys):

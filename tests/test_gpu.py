@@ -7,31 +7,41 @@ visible (CI runs none of them; the precision plumbing runs on the CPU in test_pr
 - MLflow's GPU system metrics logged for a GPU run;
 - AtteNTTrainer and the Lightning callback choosing on CUDA what they choose on the CPU.
 """
+
 from __future__ import annotations
 
 import pytest
 import torch
-
 from attent.config import build_experiment
 from attent.selection.config import deep_merge
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(GPUS == 0, reason="needs a CUDA GPU (none visible here): run `pytest -m gpu` "
-                                                   "on a GPU node")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(GPUS == 0, reason="needs a CUDA GPU (none visible here): run `pytest -m gpu` on a GPU node"),
+]
 
 
 def digits(**sections):
-    base = {"name": "gpu", "seed": 0,
-            "task": {"name": "vision", "dataset": "digits", "train_limit": 512, "test_limit": 128,
-                     "model": {"preset": "vit_tiny_cpu"}},
-            "train": {"epochs": 2, "batch_size": 64, "precision": "bf16"},
-            "selection": {"preset": "vit"}}
+    base = {
+        "name": "gpu",
+        "seed": 0,
+        "task": {
+            "name": "vision",
+            "dataset": "digits",
+            "train_limit": 512,
+            "test_limit": 128,
+            "model": {"preset": "vit_tiny_cpu"},
+        },
+        "train": {"epochs": 2, "batch_size": 64, "precision": "bf16"},
+        "selection": {"preset": "vit"},
+    }
     return build_experiment(deep_merge(base, sections))
 
 
 def test_bf16_training_and_scoring_on_cuda():
     from attent.engine.recipe import TrainingRecipe, WorkerContext
+
     recipe = TrainingRecipe(digits(), WorkerContext(device=torch.device("cuda")))
     recipe.setup(wrap_model=lambda model: model.to("cuda"))
     seen = []
@@ -46,6 +56,7 @@ def test_bf16_training_and_scoring_on_cuda():
 def test_the_fused_loss_equals_the_chunked_loss():
     pytest.importorskip("cut_cross_entropy", reason="the fused kernel's package is not installed")
     from attent.tasks.llm.loss import IGNORE_INDEX, response_token_losses
+
     torch.manual_seed(0)
     head = torch.nn.Linear(64, 1000, bias=False).to("cuda", torch.bfloat16)
     hidden = torch.randn(4, 32, 64, device="cuda", dtype=torch.bfloat16)
@@ -62,8 +73,11 @@ def test_the_fused_loss_equals_the_chunked_loss():
 def test_two_workers_on_nccl_train_on_the_same_subsets(ray_cluster, tmp_path, mlflow_uri):
     import mlflow
     from attent.engine.driver import train
-    cfg = digits(ray={"num_workers": 2, "use_gpu": True, "storage_path": str(tmp_path / "ray")},
-                 mlflow={"tracking_uri": mlflow_uri, "experiment": "gpu"})
+
+    cfg = digits(
+        ray={"num_workers": 2, "use_gpu": True, "storage_path": str(tmp_path / "ray")},
+        mlflow={"tracking_uri": mlflow_uri, "experiment": "gpu"},
+    )
     result = train(cfg)  # the recipe all-gathers each epoch's subset checksum and raises on a mismatch
     run = mlflow.MlflowClient(mlflow_uri).get_run(result.run_id)
     assert run.info.status == "FINISHED" and "subset_checksum" in run.data.metrics
@@ -73,8 +87,12 @@ def test_two_workers_on_nccl_train_on_the_same_subsets(ray_cluster, tmp_path, ml
 def test_gpu_system_metrics_reach_mlflow(ray_cluster, tmp_path, mlflow_uri):
     import mlflow
     from attent.engine.driver import train
-    cfg = digits(train={"epochs": 3}, ray={"num_workers": 1, "use_gpu": True, "storage_path": str(tmp_path / "ray")},
-                 mlflow={"tracking_uri": mlflow_uri, "experiment": "gpu"})
+
+    cfg = digits(
+        train={"epochs": 3},
+        ray={"num_workers": 1, "use_gpu": True, "storage_path": str(tmp_path / "ray")},
+        mlflow={"tracking_uri": mlflow_uri, "experiment": "gpu"},
+    )
     result = train(cfg)
     metrics = mlflow.MlflowClient(mlflow_uri).get_run(result.run_id).data.metrics
     assert any(name.startswith("system/") and "gpu" in name for name in metrics), sorted(metrics)
@@ -85,21 +103,31 @@ def test_the_trainer_chooses_on_cuda_what_it_chooses_on_the_cpu(tmp_path):
     """AtteNTTrainer on CUDA, fp32, learning rate 0: every sample keeps the loss the initial model
     gives it, and CUDA's kernels move those losses by float rounding only, far below the gaps
     between them, so the subsets equal the CPU's at every re-selection; in bf16 it trains."""
-    from hf_tiny import CONFIGS, RecordingTrainer, collate, samples, selection_rows, tiny_llama, training_args
     from attent.selection.config import SelectionConfig
+    from hf_tiny import CONFIGS, RecordingTrainer, collate, samples, selection_rows, tiny_llama, training_args
+
     picks = {}
     for device in ("cpu", "cuda"):
-        trainer = RecordingTrainer(model=tiny_llama(), train_dataset=samples(), data_collator=collate,
-                                   args=training_args(tmp_path / device, learning_rate=0.0, num_train_epochs=4,
-                                                      use_cpu=device == "cpu"),
-                                   selection=SelectionConfig(**CONFIGS["vit"]), seed=3)
+        trainer = RecordingTrainer(
+            model=tiny_llama(),
+            train_dataset=samples(),
+            data_collator=collate,
+            args=training_args(tmp_path / device, learning_rate=0.0, num_train_epochs=4, use_cpu=device == "cpu"),
+            selection=SelectionConfig(**CONFIGS["vit"]),
+            seed=3,
+        )
         trainer.train()
         assert next(trainer.model.parameters()).device.type == device
         picks[device] = [row["subset_checksum"] for row in selection_rows(trainer)], trainer.subsets
     assert picks["cuda"] == picks["cpu"]
-    bf16 = RecordingTrainer(model=tiny_llama(), train_dataset=samples(), args=training_args(tmp_path / "bf16", bf16=True,
-                            use_cpu=False), data_collator=collate,
-                            selection=SelectionConfig(**CONFIGS["llm"]), seed=3)
+    bf16 = RecordingTrainer(
+        model=tiny_llama(),
+        train_dataset=samples(),
+        args=training_args(tmp_path / "bf16", bf16=True, use_cpu=False),
+        data_collator=collate,
+        selection=SelectionConfig(**CONFIGS["llm"]),
+        seed=3,
+    )
     bf16.train()
     losses = [row["loss"] for row in bf16.state.log_history if "loss" in row]
     assert losses and all(torch.isfinite(torch.tensor(losses)))
@@ -109,8 +137,9 @@ def test_the_lightning_callback_chooses_on_cuda_what_it_chooses_on_the_cpu():
     """The Lightning callback on one GPU against the CPU: the same model, optimiser and seed; the
     per-sample losses of this model are exact in fp32 on either device (squared differences)."""
     pytest.importorskip("lightning")  # lightning_sample imports it
-    from lightning_sample import CONFIGS, fit
     from attent.selection.config import SelectionConfig
+    from lightning_sample import CONFIGS, fit
+
     runs = {device: fit(SelectionConfig(**CONFIGS["vit"]), 4, 0, accelerator=device)[0] for device in ("cpu", "gpu")}
     assert runs["gpu"]["checksums"] == runs["cpu"]["checksums"]
     torch.testing.assert_close(runs["gpu"]["value"].cpu(), runs["cpu"]["value"], rtol=1e-6, atol=1e-6)

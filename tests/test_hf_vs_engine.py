@@ -1,6 +1,7 @@
-"""benchmarks/hf_vs_engine.py from its command line, without training (its smoke run trains; see
+"""benchmarks/overheads/hf_vs_engine.py from its command line, without training (its smoke run trains; see
 the script): the four arms are one job on one task section, the savings pair each arm with its own
 framework's full run, and the words of the paired comparisons come from Holm-adjusted intervals."""
+
 from __future__ import annotations
 
 import csv
@@ -9,11 +10,10 @@ import math
 import subprocess
 import sys
 
+from conftest import REPO
 from scipy import stats
 
-from conftest import REPO
-
-SCRIPT = REPO / "benchmarks" / "hf_vs_engine.py"
+SCRIPT = REPO / "benchmarks" / "overheads" / "hf_vs_engine.py"
 ARMS = ("trainer_full", "trainer_attent", "engine_attent", "engine_full")
 
 
@@ -24,18 +24,40 @@ def script(*args: str) -> str:
 
 
 def test_the_arms_are_one_job(tmp_path):
-    cfgs = json.loads(script("--problems", "16", "--heldout", "8", "--epochs", "2", "--seeds", "4", "--dry-run",
-                             "--workdir", str(tmp_path)))
+    cfgs = json.loads(
+        script(
+            "--problems",
+            "16",
+            "--heldout",
+            "8",
+            "--epochs",
+            "2",
+            "--seeds",
+            "4",
+            "--dry-run",
+            "--workdir",
+            str(tmp_path),
+        )
+    )
     assert list(cfgs) == list(ARMS)
     first = cfgs["trainer_full"]
     assert len({cfg["name"] for cfg in cfgs.values()}) == 4  # never one run resumed as another
     for cfg in cfgs.values():
         assert cfg["task"] == first["task"] and cfg["train"] == first["train"] and cfg["seed"] == 4
     task, train = first["task"], first["train"]
-    assert (task["train_limit"], task["eval"]["response_loss_limit"], task["split_seed"]) == (16, 8, None)  # the seed draws both
-    assert task["eval"]["benchmarks"] == ["gsm8k_loss"] and train["eval_every"] == train["epochs"] == 2
-    assert (train["batch_size"], train["global_batch_size"], train["lr"], task["lora_r"], task["max_length"]) == \
-        (4, 8, 5e-4, 4, 128)
+    assert (task["train_limit"], task["eval"]["response_loss_limit"], task["split_seed"]) == (
+        16,
+        8,
+        None,
+    )  # the seed draws both
+    assert task["eval"]["suites"] == ["gsm8k_loss"] and train["eval_every"] == train["epochs"] == 2
+    assert (train["batch_size"], train["global_batch_size"], train["lr"], task["lora_r"], task["max_length"]) == (
+        4,
+        8,
+        5e-4,
+        4,
+        128,
+    )
     engine = cfgs["engine_attent"]
     assert engine["selection"]["preset"] == "llm" and engine["selection"]["method"] == "attent"
     assert cfgs["engine_full"]["selection"]["method"] == "full"
@@ -43,10 +65,19 @@ def test_the_arms_are_one_job(tmp_path):
 
 
 def rows(method: dict, samples: dict, loss: dict, seeds=(0, 1, 2)) -> list[dict]:
-    return [{"seed": s, "arm": arm, "method_s": method[arm] + s, "samples_backpropagated": samples[arm],
-             "optimizer_steps": 1, "heldout_loss": loss[arm] + 0.01 * s * (arm == "trainer_attent"),
-             "engine_own_heldout_loss": loss[arm] if arm.startswith("engine") else math.nan}
-            for s in seeds for arm in ARMS]
+    return [
+        {
+            "seed": s,
+            "arm": arm,
+            "method_s": method[arm] + s,
+            "samples_backpropagated": samples[arm],
+            "optimizer_steps": 1,
+            "heldout_loss": loss[arm] + 0.01 * s * (arm == "trainer_attent"),
+            "engine_own_heldout_loss": loss[arm] if arm.startswith("engine") else math.nan,
+        }
+        for s in seeds
+        for arm in ARMS
+    ]
 
 
 def summarized(tmp_path, table: list[dict], margin: float) -> dict[str, list[str]]:
@@ -57,8 +88,12 @@ def summarized(tmp_path, table: list[dict], margin: float) -> dict[str, list[str
         writer.writerows(table)
     script("--summarize", "--out", str(tmp_path), "--margin", str(margin))
     text = (tmp_path / "summary.md").read_text()
-    return {cells[0]: cells[1:] for line in text.splitlines() if line.startswith("| ")
-            for cells in [[c.strip() for c in line.strip("|").split("|")]]}
+    return {
+        cells[0]: cells[1:]
+        for line in text.splitlines()
+        if line.startswith("| ")
+        for cells in [[c.strip() for c in line.strip("|").split("|")]]
+    }
 
 
 COST = {"trainer_full": 100, "trainer_attent": 80, "engine_attent": 60, "engine_full": 120}
@@ -76,11 +111,18 @@ def test_savings_pair_each_arm_with_its_frameworks_full_run(tmp_path):
 
 
 def test_paired_words_come_from_holm_adjusted_intervals(tmp_path):
-    table = rows(COST, SAMPLES, {"trainer_full": 1.50, "trainer_attent": 1.49, "engine_attent": 1.52, "engine_full": 1.51})
+    table = rows(
+        COST, SAMPLES, {"trainer_full": 1.50, "trainer_attent": 1.49, "engine_attent": 1.52, "engine_full": 1.51}
+    )
     cells = summarized(tmp_path, table, margin=0.02)
-    loss = [cells[pair][0] for pair in ("AtteNTTrainer (llm preset) − Trainer, full data",
-                                        "AtteNTTrainer (llm preset) − engine, AtteNT (llm preset)",
-                                        "engine, AtteNT (llm preset) − engine, full data")]
+    loss = [
+        cells[pair][0]
+        for pair in (
+            "AtteNTTrainer (llm preset) − Trainer, full data",
+            "AtteNTTrainer (llm preset) − engine, AtteNT (llm preset)",
+            "engine, AtteNT (llm preset) − engine, full data",
+        )
+    ]
     # held-out loss, per seed: AtteNTTrainer − Trainer -0.01, 0, +0.01 (p = 1); AtteNTTrainer − engine
     # -0.03, -0.02, -0.01 (p = 0.07, not rejected); engine AtteNT − engine full +0.01 on every seed
     assert [cell.rsplit("**", 2)[1] for cell in loss] == ["inconclusive", "inconclusive", "higher"]

@@ -21,6 +21,7 @@ The engine's config refuses ``train.lr: 0`` (it must be > 0), so the test sets t
 resolved optimiser spec to lr 0 after ``setup``: the recipe sets every step's learning rate from
 it. Every run checks that its weights came out unchanged.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,10 +31,9 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from torch.nn.parallel import DistributedDataParallel
-
 from conftest import free_port
 from ranks import start_method
+from torch.nn.parallel import DistributedDataParallel
 
 L = pytest.importorskip("lightning")
 transformers = pytest.importorskip("transformers")
@@ -50,37 +50,57 @@ from attent.tasks.registry import build_task  # noqa: E402
 
 SEED, N, EPOCHS, BATCH, SCORE_BATCH = 3, 90, 6, 16, 32
 CONFIGS = {
-    "vit": {"preset": "vit"},   # scoring passes before each re-selection, Soft, growing ratio and interval
-    "llm": {"preset": "llm"},   # epoch 1 on all data, then Hard top 70 % by the training forwards' losses
+    "vit": {"preset": "vit"},  # scoring passes before each re-selection, Soft, growing ratio and interval
+    "llm": {"preset": "llm"},  # epoch 1 on all data, then Hard top 70 % by the training forwards' losses
     # Hard, growing ratio, a re-selection every 2 epochs; one scoring pass (epoch 0: nothing scored
     # yet), then the training forwards' losses and the scores of samples not trained on since
-    "hard": {"strategy": "hard", "ratio": {"kind": "incremental", "start": 0.3, "end": 0.9},
-             "interval": {"kind": "fixed", "start": 2}},
+    "hard": {
+        "strategy": "hard",
+        "ratio": {"kind": "incremental", "start": 0.3, "end": 0.9},
+        "interval": {"kind": "fixed", "start": 2},
+    },
 }
 FRAMEWORKS = ("engine", "plain", "huggingface", "lightning")
 
 
 def experiment(name: str):
     """The engine's digits ViT run of selection config ``name``."""
-    return build_experiment({
-        "name": f"agreement-{name}", "seed": SEED,
-        "task": {"name": "vision", "dataset": "digits", "img_size": 8, "train_limit": N, "test_limit": 30,
-                 "model": {"preset": "vit_tiny_cpu", "patch_size": 2}},
-        "train": {"epochs": EPOCHS, "batch_size": BATCH, "scoring_batch_size": SCORE_BATCH},
-        "selection": CONFIGS[name],
-    })
+    return build_experiment(
+        {
+            "name": f"agreement-{name}",
+            "seed": SEED,
+            "task": {
+                "name": "vision",
+                "dataset": "digits",
+                "img_size": 8,
+                "train_limit": N,
+                "test_limit": 30,
+                "model": {"preset": "vit_tiny_cpu", "patch_size": 2},
+            },
+            "train": {"epochs": EPOCHS, "batch_size": BATCH, "scoring_batch_size": SCORE_BATCH},
+            "selection": CONFIGS[name],
+        }
+    )
 
 
-def outcome(checksums: list[float], teacher: Teacher, backpropagated: int, model: torch.nn.Module,
-            initial: dict[str, torch.Tensor], sampler) -> dict:
+def outcome(
+    checksums: list[float],
+    teacher: Teacher,
+    backpropagated: int,
+    model: torch.nn.Module,
+    initial: dict[str, torch.Tensor],
+    sampler,
+) -> dict:
     """What one run chose, in the form every framework's run is compared in."""
-    return {"checksums": [float(c) for c in checksums],
-            "shard": (sampler.rank, sampler.world_size),  # whose shard of each subset this rank trained
-            "reselections": [(r.epoch, subset_checksum(r.indices)) for r in teacher.history],
-            "subsets": [r.indices.clone() for r in teacher.history],
-            "backpropagated": int(backpropagated),
-            "table": teacher.scores.clone(),
-            "unchanged": all(torch.equal(value, initial[key]) for key, value in model.state_dict().items())}
+    return {
+        "checksums": [float(c) for c in checksums],
+        "shard": (sampler.rank, sampler.world_size),  # whose shard of each subset this rank trained
+        "reselections": [(r.epoch, subset_checksum(r.indices)) for r in teacher.history],
+        "subsets": [r.indices.clone() for r in teacher.history],
+        "backpropagated": int(backpropagated),
+        "table": teacher.scores.clone(),
+        "unchanged": all(torch.equal(value, initial[key]) for key, value in model.state_dict().items()),
+    }
 
 
 def copy_of(task, initial: dict[str, torch.Tensor]) -> torch.nn.Module:
@@ -101,16 +121,30 @@ def run_engine(cfg, initial, rank: int = 0, world: int = 1) -> dict:
     recipe.setup(wrap_model=wrap)
     recipe.optim = dataclasses.replace(recipe.optim, lr=0.0)  # every step's lr is optim.lr x the schedule
     checksums = [recipe.run_epoch(epoch)[contract.SUBSET_CHECKSUM] for epoch in range(EPOCHS)]
-    return outcome(checksums, recipe.teacher, recipe.counters.samples_backpropagated, recipe.raw_model, initial,
-                   recipe.loader.sampler)
+    return outcome(
+        checksums,
+        recipe.teacher,
+        recipe.counters.samples_backpropagated,
+        recipe.raw_model,
+        initial,
+        recipe.loader.sampler,
+    )
 
 
 def run_plain(cfg, task, initial, world: int = 1) -> dict:
     """The README's three-line loop (under DDP where there are two ranks)."""
     model = copy_of(task, initial)
     trained = DistributedDataParallel(model) if world > 1 else model
-    selector = attent.Selector(task.train_dataset(), selection=cfg.selection, epochs=EPOCHS, seed=cfg.seed, model=model,
-                               loss_fn=task.per_sample_loss, collate_fn=task.collate, score_batch_size=SCORE_BATCH)
+    selector = attent.Selector(
+        task.train_dataset(),
+        selection=cfg.selection,
+        epochs=EPOCHS,
+        seed=cfg.seed,
+        model=model,
+        loss_fn=task.per_sample_loss,
+        collate_fn=task.collate,
+        score_batch_size=SCORE_BATCH,
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)
     loader = selector.loader(BATCH)
     checksums = []
@@ -139,29 +173,54 @@ def cross_entropy_per_sample(model, inputs) -> torch.Tensor:
     """The task's per-sample loss (the vision task's float32 cross-entropy; the digits task has no
     label smoothing) through the model Trainer trains, as AtteNTTrainer's compute_per_sample_loss:
     the Classifier returns no loss of its own for AtteNTTrainer to split by sample."""
-    return torch.nn.functional.cross_entropy(model(image=inputs["image"])["logits"].float(), inputs["labels"],
-                                             reduction="none")
+    return torch.nn.functional.cross_entropy(
+        model(image=inputs["image"])["logits"].float(), inputs["labels"], reduction="none"
+    )
 
 
 def run_huggingface(cfg, task, initial, output_dir) -> dict:
     """AtteNTTrainer on the task's items, with the task's per-sample loss. Ranks and world size
     come from the environment."""
+
     def collate(items):
         batch = task.collate(items)
         return {"image": batch["image"], "labels": batch["label"]}
 
     net = copy_of(task, initial)
     args = transformers.TrainingArguments(
-        output_dir=str(output_dir), per_device_train_batch_size=BATCH, per_device_eval_batch_size=SCORE_BATCH,
-        num_train_epochs=EPOCHS, learning_rate=0.0, weight_decay=0.0, seed=cfg.seed, use_cpu=True,
-        report_to="none", save_strategy="no", logging_strategy="no", disable_tqdm=True,
-        remove_unused_columns=False)  # the task's collate reads each item's index
-    trainer = AtteNTTrainer(model=Classifier(net), args=args, train_dataset=task.train_dataset(), data_collator=collate,
-                            selection=cfg.selection, seed=cfg.seed, compute_per_sample_loss=cross_entropy_per_sample)
+        output_dir=str(output_dir),
+        per_device_train_batch_size=BATCH,
+        per_device_eval_batch_size=SCORE_BATCH,
+        num_train_epochs=EPOCHS,
+        learning_rate=0.0,
+        weight_decay=0.0,
+        seed=cfg.seed,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+        remove_unused_columns=False,
+    )  # the task's collate reads each item's index
+    trainer = AtteNTTrainer(
+        model=Classifier(net),
+        args=args,
+        train_dataset=task.train_dataset(),
+        data_collator=collate,
+        selection=cfg.selection,
+        seed=cfg.seed,
+        compute_per_sample_loss=cross_entropy_per_sample,
+    )
     trainer.train()
     checksums = [row["subset_checksum"] for row in trainer.state.log_history if "subset_checksum" in row]
-    return outcome(checksums, trainer.selector.teacher, trainer.selector.samples_backpropagated, net, initial,
-                   trainer.selector.sampler)
+    return outcome(
+        checksums,
+        trainer.selector.teacher,
+        trainer.selector.samples_backpropagated,
+        net,
+        initial,
+        trainer.selector.sampler,
+    )
 
 
 class DigitsModule(L.LightningModule):
@@ -187,27 +246,50 @@ def run_lightning(cfg, task, initial, world: int = 1) -> dict:
     """The callback in a Lightning Trainer; on two ranks Lightning's DDP joins the process group
     the test started (LOCAL_RANK set: launched externally)."""
     net = copy_of(task, initial)
-    selection = AtteNTCallback(task.train_dataset(), selection=cfg.selection, seed=cfg.seed,
-                               loss_fn=lambda module, batch: task.per_sample_loss(module.net, batch),
-                               collate_fn=task.collate, score_batch_size=SCORE_BATCH)
+    selection = AtteNTCallback(
+        task.train_dataset(),
+        selection=cfg.selection,
+        seed=cfg.seed,
+        loss_fn=lambda module, batch: task.per_sample_loss(module.net, batch),
+        collate_fn=task.collate,
+        score_batch_size=SCORE_BATCH,
+    )
     module = DigitsModule(net, task.per_sample_loss, selection)
-    trainer = L.Trainer(accelerator="cpu", devices=world, strategy="ddp" if world > 1 else "auto",
-                        max_epochs=EPOCHS, reload_dataloaders_every_n_epochs=1, use_distributed_sampler=False,
-                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, num_sanity_val_steps=0, callbacks=[selection])
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=world,
+        strategy="ddp" if world > 1 else "auto",
+        max_epochs=EPOCHS,
+        reload_dataloaders_every_n_epochs=1,
+        use_distributed_sampler=False,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=[selection],
+    )
     trainer.fit(module)
-    return outcome(module.checksums, selection.selector.teacher, selection.selector.samples_backpropagated, net,
-                   initial, selection.sampler)
+    return outcome(
+        module.checksums,
+        selection.selector.teacher,
+        selection.selector.samples_backpropagated,
+        net,
+        initial,
+        selection.sampler,
+    )
 
 
 def run_all(name: str, output_dir, rank: int = 0, world: int = 1) -> dict[str, dict]:
     cfg = experiment(name)
     task = build_task(cfg.task, seed=cfg.seed)
     initial = {k: v.clone() for k, v in task.build_model().state_dict().items()}  # built once, copied into each
-    return {"engine": run_engine(cfg, initial, rank, world),
-            "plain": run_plain(cfg, task, initial, world),
-            "huggingface": run_huggingface(cfg, task, initial, output_dir),
-            "lightning": run_lightning(cfg, task, initial, world)}
+    return {
+        "engine": run_engine(cfg, initial, rank, world),
+        "plain": run_plain(cfg, task, initial, world),
+        "huggingface": run_huggingface(cfg, task, initial, output_dir),
+        "lightning": run_lightning(cfg, task, initial, world),
+    }
 
 
 def assert_all_agree(runs: dict[str, dict], name: str, rank: int = 0, world: int = 1) -> None:
@@ -242,9 +324,17 @@ def test_the_four_choose_the_same_subsets_in_one_process(name, tmp_path):
 # --- on two ranks ------------------------------------------------------------------------------------------
 def _rank(rank: int, world: int, port: int, out_dir: str) -> None:
     from accelerate.state import AcceleratorState
+
     torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-                      WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world), NODE_RANK="0")
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_WORLD_SIZE=str(world),
+        NODE_RANK="0",
+    )
     AcceleratorState._reset_state(reset_partial_state=True)  # a forked child: the parent's one-process state
     dist.init_process_group("gloo", rank=rank, world_size=world)  # the engine, Trainer and Lightning all join it
     try:
@@ -263,6 +353,8 @@ def test_the_four_choose_the_same_subsets_on_two_ranks(tmp_path):
         assert_all_agree(r1[name], name, rank=1, world=2)
         for framework in FRAMEWORKS:  # the ranks agree (each framework checks it too, by collectives)
             assert r0[name][framework]["checksums"] == r1[name][framework]["checksums"]
-            assert torch.equal(r0[name][framework]["table"].nan_to_num(-1.0), r1[name][framework]["table"].nan_to_num(-1.0))
+            assert torch.equal(
+                r0[name][framework]["table"].nan_to_num(-1.0), r1[name][framework]["table"].nan_to_num(-1.0)
+            )
     # some subset was odd-sized: the ranks' shards were padded, and still agreed
     assert any(len(s) % 2 for name in CONFIGS for s in r0[name]["engine"]["subsets"])

@@ -9,13 +9,18 @@ BERT sequence classifier (one label per sample, a micro-batch mean whatever num_
 is passed), a BERT token classifier, and GPT-2 under a peft LoRA adapter. For each, ``method="full"`` trains exactly as the plain
 Trainer, with and without gradient accumulation, and a sample's score, from a training forward
 or from a scoring pass, is the model's own loss of that sample run alone. Models whose loss no
-split gives are refused before the first step; ``compute_per_sample_loss`` takes them."""
+split gives are refused before the first step; ``compute_per_sample_loss`` takes them
+(test_integration_hf_custom_losses.py)."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
 import torch
+from attent.integrations.huggingface import AtteNTTrainer
+from attent.selection.config import SelectionConfig
+from hf_tiny import flat_weights, losses_of
 from transformers import (
     BartConfig,
     BartForConditionalGeneration,
@@ -38,39 +43,132 @@ from transformers import (
     TrainingArguments,
 )
 
-from hf_tiny import flat_weights, losses_of
-
-from attent.integrations.huggingface import AtteNTTrainer
-from attent.selection.config import SelectionConfig
-
 N, VOCAB, CLASSES = 24, 96, 3
-BERT = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-            max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+BERT = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=64,
+    max_position_embeddings=64,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+)
 MODELS = {
     # name: (kind of labels, tiny model)
-    "gpt2": ("causal", lambda: GPT2LMHeadModel(GPT2Config(
-        vocab_size=VOCAB, n_positions=64, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0,
-        attn_pdrop=0.0))),
-    "llama": ("causal", lambda: LlamaForCausalLM(LlamaConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64))),
-    "gpt_neox": ("causal", lambda: GPTNeoXForCausalLM(GPTNeoXConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        max_position_embeddings=64, hidden_dropout=0.0, attention_dropout=0.0))),
-    "opt": ("causal", lambda: OPTForCausalLM(OPTConfig(
-        vocab_size=VOCAB, hidden_size=32, ffn_dim=64, num_hidden_layers=2, num_attention_heads=4,
-        word_embed_proj_dim=32, max_position_embeddings=64, dropout=0.0, attention_dropout=0.0))),
-    "qwen2": ("causal", lambda: Qwen2ForCausalLM(Qwen2Config(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64))),
-    "t5": ("seq2seq", lambda: T5ForConditionalGeneration(T5Config(
-        vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, dropout_rate=0.0,
-        decoder_start_token_id=0, pad_token_id=0))),
-    "bart": ("seq2seq", lambda: BartForConditionalGeneration(BartConfig(
-        vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, dropout=0.0,
-        attention_dropout=0.0, activation_dropout=0.0, pad_token_id=1, bos_token_id=0, eos_token_id=2,
-        decoder_start_token_id=2))),
+    "gpt2": (
+        "causal",
+        lambda: GPT2LMHeadModel(
+            GPT2Config(
+                vocab_size=VOCAB,
+                n_positions=64,
+                n_embd=32,
+                n_layer=2,
+                n_head=4,
+                resid_pdrop=0.0,
+                embd_pdrop=0.0,
+                attn_pdrop=0.0,
+            )
+        ),
+    ),
+    "llama": (
+        "causal",
+        lambda: LlamaForCausalLM(
+            LlamaConfig(
+                vocab_size=VOCAB,
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                max_position_embeddings=64,
+            )
+        ),
+    ),
+    "gpt_neox": (
+        "causal",
+        lambda: GPTNeoXForCausalLM(
+            GPTNeoXConfig(
+                vocab_size=VOCAB,
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                max_position_embeddings=64,
+                hidden_dropout=0.0,
+                attention_dropout=0.0,
+            )
+        ),
+    ),
+    "opt": (
+        "causal",
+        lambda: OPTForCausalLM(
+            OPTConfig(
+                vocab_size=VOCAB,
+                hidden_size=32,
+                ffn_dim=64,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                word_embed_proj_dim=32,
+                max_position_embeddings=64,
+                dropout=0.0,
+                attention_dropout=0.0,
+            )
+        ),
+    ),
+    "qwen2": (
+        "causal",
+        lambda: Qwen2ForCausalLM(
+            Qwen2Config(
+                vocab_size=VOCAB,
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                max_position_embeddings=64,
+            )
+        ),
+    ),
+    "t5": (
+        "seq2seq",
+        lambda: T5ForConditionalGeneration(
+            T5Config(
+                vocab_size=VOCAB,
+                d_model=32,
+                d_kv=8,
+                d_ff=64,
+                num_layers=2,
+                num_heads=4,
+                dropout_rate=0.0,
+                decoder_start_token_id=0,
+                pad_token_id=0,
+            )
+        ),
+    ),
+    "bart": (
+        "seq2seq",
+        lambda: BartForConditionalGeneration(
+            BartConfig(
+                vocab_size=VOCAB,
+                d_model=32,
+                encoder_layers=2,
+                decoder_layers=2,
+                encoder_attention_heads=4,
+                decoder_attention_heads=4,
+                encoder_ffn_dim=64,
+                decoder_ffn_dim=64,
+                max_position_embeddings=64,
+                dropout=0.0,
+                attention_dropout=0.0,
+                activation_dropout=0.0,
+                pad_token_id=1,
+                bos_token_id=0,
+                eos_token_id=2,
+                decoder_start_token_id=2,
+            )
+        ),
+    ),
     "bert_classifier": ("sequence", lambda: BertForSequenceClassification(BertConfig(**BERT, num_labels=CLASSES))),
     "bert_tokens": ("tokens", lambda: BertForTokenClassification(BertConfig(**BERT, num_labels=CLASSES))),
     # LoRA as the paper fine-tunes: peft's wrapper around the GPT-2 above
@@ -80,9 +178,11 @@ MODELS = {
 
 def gpt2_lora():
     from peft import LoraConfig, get_peft_model
+
     base = MODELS["gpt2"][1]()
-    return get_peft_model(base, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["c_attn"],
-                                           fan_in_fan_out=True))
+    return get_peft_model(
+        base, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["c_attn"], fan_in_fan_out=True)
+    )
 
 
 def model_of(name: str, seed: int = 0):
@@ -117,20 +217,33 @@ def samples(kind: str, n: int = N, seed: int = 0) -> list[dict]:
 
 def collate(items: list[dict]) -> dict[str, torch.Tensor]:
     """Right-padded: pad token 0 and attention mask 0 on inputs, -100 on token labels."""
+
     def padded(rows, fill):
         width = max(len(row) for row in rows)
         return torch.tensor([row + [fill] * (width - len(row)) for row in rows])
 
     labels = [item["labels"] for item in items]
-    return {"input_ids": padded([item["input_ids"] for item in items], 0),
-            "attention_mask": padded([[1] * len(item["input_ids"]) for item in items], 0),
-            "labels": torch.tensor(labels) if isinstance(labels[0], int) else padded(labels, -100)}
+    return {
+        "input_ids": padded([item["input_ids"] for item in items], 0),
+        "attention_mask": padded([[1] * len(item["input_ids"]) for item in items], 0),
+        "labels": torch.tensor(labels) if isinstance(labels[0], int) else padded(labels, -100),
+    }
 
 
 def training_args(output_dir, **overrides) -> TrainingArguments:
-    base = dict(output_dir=str(output_dir), per_device_train_batch_size=4, num_train_epochs=2, learning_rate=1e-2,
-                logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, seed=0, disable_tqdm=True,
-                train_sampling_strategy="sequential")
+    base = dict(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=4,
+        num_train_epochs=2,
+        learning_rate=1e-2,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        seed=0,
+        disable_tqdm=True,
+        train_sampling_strategy="sequential",
+    )
     return TrainingArguments(**{**base, **overrides})
 
 
@@ -154,8 +267,11 @@ def test_full_reproduces_the_plain_trainer(name, batch, accumulation, tmp_path):
     runs = {}
     for trainer_class in (AtteNTTrainer, Trainer):
         extra = {"selection": SelectionConfig(method="full")} if trainer_class is AtteNTTrainer else {}
-        args = training_args(tmp_path / trainer_class.__name__, per_device_train_batch_size=batch,
-                             gradient_accumulation_steps=accumulation)
+        args = training_args(
+            tmp_path / trainer_class.__name__,
+            per_device_train_batch_size=batch,
+            gradient_accumulation_steps=accumulation,
+        )
         trainer = trainer_class(model=model_of(name), args=args, train_dataset=items, data_collator=collate, **extra)
         trainer.train()
         runs[trainer_class] = (losses_of(trainer), flat_weights(trainer.model), trainer)
@@ -177,8 +293,13 @@ def test_scores_are_the_models_own_loss_of_each_sample(name, preset, tmp_path):
     loss of sample i run alone. Measured: at most 9.5e-7 apart (padded batches against one
     unpadded sample; T5 the most)."""
     items = samples(MODELS[name][0])
-    trainer = AtteNTTrainer(model=model_of(name), args=training_args(tmp_path, learning_rate=0.0, num_train_epochs=1),
-                            train_dataset=items, data_collator=collate, selection=SelectionConfig(preset=preset))
+    trainer = AtteNTTrainer(
+        model=model_of(name),
+        args=training_args(tmp_path, learning_rate=0.0, num_train_epochs=1),
+        train_dataset=items,
+        data_collator=collate,
+        selection=SelectionConfig(preset=preset),
+    )
     trainer.train()
     scores = trainer.selector.teacher.scores
     want = own_loss_one_at_a_time(trainer.model, items)
@@ -192,133 +313,13 @@ def test_bfloat16_weights_are_split_as_their_own_loss(name, tmp_path):
     """In bfloat16 weights the logits arrive in bfloat16 and T5 and the BERTs reduce their loss in
     bfloat16 (measured: up to 1.2e-3 from the float32 split): still recognised, not refused."""
     kind = MODELS[name][0]
-    trainer = AtteNTTrainer(model=model_of(name).to(torch.bfloat16), args=training_args(tmp_path, num_train_epochs=1),
-                            train_dataset=samples(kind), data_collator=collate, selection=SelectionConfig(preset="llm"))
+    trainer = AtteNTTrainer(
+        model=model_of(name).to(torch.bfloat16),
+        args=training_args(tmp_path, num_train_epochs=1),
+        train_dataset=samples(kind),
+        data_collator=collate,
+        selection=SelectionConfig(preset="llm"),
+    )
     trainer.train()
     want = {"causal": "next_token", "seq2seq": "token", "tokens": "token", "sequence": "sequence"}[kind]
     assert trainer.loss_reduction.alignment == want and trainer.state.global_step == N // 4
-
-
-# --- losses that do not split are refused before the first step; the hook takes them -----------------------
-def regression_bert():
-    torch.manual_seed(0)
-    return BertForSequenceClassification(BertConfig(**BERT, num_labels=1))
-
-
-class NoLoss(torch.nn.Module):
-    """A classifier whose forward takes labels and ignores them."""
-
-    def __init__(self):
-        super().__init__()
-        self.embedding = torch.nn.EmbeddingBag(VOCAB, CLASSES, mode="sum")
-
-    def forward(self, input_ids, attention_mask=None, labels=None):
-        return {"logits": self.embedding(input_ids, per_sample_weights=attention_mask.float())}
-
-
-def float_items(items):
-    return [{**item, "labels": float(item["labels"])} for item in items]
-
-
-def float_collate(items):
-    batch = collate([{**item, "labels": 0} for item in items])
-    return {**batch, "labels": torch.tensor([item["labels"] for item in items])}
-
-
-REFUSED = {
-    # name: (model, items, collator, what the message names)
-    "regression head": (regression_bert, lambda: float_items(samples("sequence")), float_collate,
-                        "BertForSequenceClassification's labels do not split"),
-    "no loss": (NoLoss, lambda: samples("sequence"), collate, "NoLoss returns no loss when given labels"),
-    "an extra loss term": (lambda: LossPlusPenalty(), lambda: samples("causal"), collate,
-                           "LossPlusPenalty's own loss on the first batch is"),
-}
-
-
-class LossPlusPenalty(LlamaForCausalLM):
-    """A causal LM whose loss adds a weight penalty: no per-sample split of its logits gives it."""
-
-    def __init__(self):
-        torch.manual_seed(0)
-        super().__init__(LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64))
-
-    def forward(self, input_ids=None, attention_mask=None, labels=None, **kwargs):
-        outputs = super().forward(input_ids=input_ids, attention_mask=attention_mask, labels=labels, **kwargs)
-        if outputs.loss is not None:
-            outputs.loss = outputs.loss + 1e-2 * self.lm_head.weight.square().sum()
-        return outputs
-
-
-@pytest.mark.parametrize("preset", ["llm", "vit"])
-@pytest.mark.parametrize("name", REFUSED)
-def test_a_loss_that_does_not_split_is_refused_before_the_first_step(name, preset, tmp_path):
-    build, items, collator, named = REFUSED[name]
-    model = build()
-    before = flat_weights(model).clone()
-    trainer = AtteNTTrainer(model=model, args=training_args(tmp_path), train_dataset=items(),
-                            data_collator=collator, selection=SelectionConfig(preset=preset))
-    with pytest.raises(ValueError, match="AtteNTTrainer: ") as error:
-        trainer.train()
-    message = str(error.value)
-    assert named in message and "compute_per_sample_loss=" in message and "\n" not in message
-    assert trainer.state.global_step == 0 and torch.equal(flat_weights(trainer.model), before)
-
-
-class TokenBagClassifier(torch.nn.Module):
-    """A plain PyTorch classifier (no transformers config) that computes its own mean
-    cross-entropy from labels, as Trainer requires."""
-
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.embedding = torch.nn.EmbeddingBag(VOCAB, CLASSES, mode="sum")
-
-    def forward(self, input_ids, attention_mask=None, labels=None):
-        logits = self.embedding(input_ids, per_sample_weights=attention_mask.float())
-        loss = None if labels is None else torch.nn.functional.cross_entropy(logits, labels)
-        return {"loss": loss, "logits": logits}
-
-
-def test_a_plain_module_with_its_own_loss_trains_as_the_plain_trainer(tmp_path):
-    """No config, no loss kwargs: one label per sample, its micro-batch mean."""
-    items, runs = samples("sequence"), []
-    for trainer_class in (AtteNTTrainer, Trainer):
-        extra = {"selection": SelectionConfig(method="full")} if trainer_class is AtteNTTrainer else {}
-        trainer = trainer_class(model=TokenBagClassifier(), args=training_args(tmp_path / trainer_class.__name__),
-                                train_dataset=items, data_collator=collate, **extra)
-        trainer.train()
-        runs.append((trainer, flat_weights(trainer.model)))
-    assert runs[0][0].loss_reduction.alignment == "sequence" and not runs[0][0].loss_reduction.num_items
-    assert torch.allclose(runs[0][1], runs[1][1], rtol=0, atol=1e-6)
-
-
-def squared_error(model, inputs):
-    """A regression head's per-sample loss, as its own MSE is reduced."""
-    prediction = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits.squeeze(-1)
-    return (prediction.float() - inputs["labels"].float()) ** 2
-
-
-def test_compute_per_sample_loss_trains_a_regression_head_as_the_plain_trainer(tmp_path):
-    """The hook's per-sample squared errors, reduced as a micro-batch mean: BERT's own MSE. Weights
-    after 2 epochs equal to the bit (measured)."""
-    items = float_items(samples("sequence"))
-    ours = AtteNTTrainer(model=regression_bert(), args=training_args(tmp_path / "a"), train_dataset=items,
-                         data_collator=float_collate, selection=SelectionConfig(method="full"),
-                         compute_per_sample_loss=squared_error)
-    ours.train()
-    plain = Trainer(model=regression_bert(), args=training_args(tmp_path / "b"), train_dataset=items,
-                    data_collator=float_collate)
-    plain.train()
-    assert max(abs(a - b) for a, b in zip(losses_of(ours), losses_of(plain))) < 5e-6
-    assert torch.allclose(flat_weights(ours.model), flat_weights(plain.model), rtol=0, atol=1e-6)
-    # and the hook's losses are the scores: at learning rate 0, each sample's own squared error
-    scored = AtteNTTrainer(model=regression_bert(), args=training_args(tmp_path / "c", learning_rate=0.0,
-                                                                        num_train_epochs=1),
-                           train_dataset=items, data_collator=float_collate, selection=SelectionConfig(preset="llm"),
-                           compute_per_sample_loss=squared_error)
-    scored.train()
-    model = scored.model.eval()
-    with torch.no_grad():
-        want = torch.cat([squared_error(model, float_collate([item])) for item in items])
-    assert torch.allclose(scored.selector.teacher.scores, want, rtol=0, atol=1e-5) and want.std() > 1e-3

@@ -8,6 +8,7 @@ The model of most tests holds one parameter per sample, pulled towards the sampl
 sample's loss falls each time it is trained on: what the teacher scores and picks depends on what
 was trained, and a loss recorded against the wrong sample, lost or counted twice would change
 the later subsets."""
+
 from __future__ import annotations
 
 import csv
@@ -28,8 +29,18 @@ import attent  # noqa: E402
 from attent import contract  # noqa: E402
 from attent.integrations.lightning import AtteNTCallback  # noqa: E402
 from attent.selection.config import SelectionConfig  # noqa: E402
-from lightning_sample import (CONFIGS, EPOCHS, N, TRAINER, Record, SampleModule, ddp_strategy,  # noqa: E402
-                              dataset, fit, per_sample_loss)
+from lightning_sample import (  # noqa: E402
+    CONFIGS,
+    EPOCHS,
+    TRAINER,
+    N,
+    Record,
+    SampleModule,
+    dataset,
+    ddp_strategy,
+    fit,
+    per_sample_loss,
+)
 from ranks import start_method  # noqa: E402
 
 
@@ -37,8 +48,9 @@ def run_plain(config: SelectionConfig, epochs: int, seed: int, batch_size: int =
     """The README's three-line loop with the Selector, on the same module and optimiser."""
     module = SampleModule()
     model = DistributedDataParallel(module) if ddp else module
-    selector = attent.Selector(dataset(), selection=config, epochs=epochs, seed=seed, model=module,
-                               loss_fn=per_sample_loss)
+    selector = attent.Selector(
+        dataset(), selection=config, epochs=epochs, seed=seed, model=module, loss_fn=per_sample_loss
+    )
     optimizer = torch.optim.SGD(module.parameters(), lr=0.5)
     out = {"subsets": [], "checksums": [], "trained": []}
     for epoch in range(epochs):
@@ -73,8 +85,7 @@ class WorkersModule(SampleModule):
         return self.selection.loader(self.batch_size, num_workers=1)
 
 
-@pytest.mark.parametrize("name,module_class", [("vit", SampleModule), ("llm", SampleModule),
-                                               ("vit", WorkersModule)])
+@pytest.mark.parametrize("name,module_class", [("vit", SampleModule), ("llm", SampleModule), ("vit", WorkersModule)])
 def test_the_callback_chooses_what_the_plain_selector_chooses(name, module_class, tmp_path):
     config = SelectionConfig(**CONFIGS[name])
     got, _ = fit(config, EPOCHS, 4, module_class, default_root_dir=tmp_path)
@@ -102,12 +113,21 @@ def test_two_ddp_ranks_agree_split_the_subset_and_match_the_plain_selector(tmp_p
     (tmp_path / "lightning").mkdir()
     (tmp_path / "plain").mkdir()
     selection = AtteNTCallback(dataset(), selection=SelectionConfig(**config), seed=5, loss_fn=per_sample_loss)
-    trainer = L.Trainer(**{**TRAINER, "devices": 2}, strategy=ddp_strategy(), max_epochs=4,
-                        use_distributed_sampler=False,
-                        callbacks=[selection, Record(selection, str(tmp_path / "lightning"))])
+    trainer = L.Trainer(
+        **{**TRAINER, "devices": 2},
+        strategy=ddp_strategy(),
+        max_epochs=4,
+        use_distributed_sampler=False,
+        callbacks=[selection, Record(selection, str(tmp_path / "lightning"))],
+    )
     trainer.fit(SampleModule(selection, batch_size=6))
-    mp.start_processes(_plain_rank, args=(2, str(tmp_path / "store"), str(tmp_path / "plain"), config), nprocs=2,
-                       join=True, start_method=start_method())
+    mp.start_processes(
+        _plain_rank,
+        args=(2, str(tmp_path / "store"), str(tmp_path / "plain"), config),
+        nprocs=2,
+        join=True,
+        start_method=start_method(),
+    )
 
     r0, r1 = (torch.load(tmp_path / "lightning" / f"rank{r}.pt") for r in range(2))
     for rank, got in enumerate((r0, r1)):
@@ -115,7 +135,7 @@ def test_two_ddp_ranks_agree_split_the_subset_and_match_the_plain_selector(tmp_p
     assert r0["checksums"] == r1["checksums"]
     for a, b, t0, t1 in zip(r0["subsets"], r1["subsets"], r0["trained"], r1["trained"], strict=True):
         assert torch.equal(a, b)
-        assert len(t0) == len(t1) == math.ceil(len(a) / 2)            # equal shards (padded)
+        assert len(t0) == len(t1) == math.ceil(len(a) / 2)  # equal shards (padded)
         assert set(t0.tolist()) | set(t1.tolist()) == set(a.tolist())  # covering the subset
         assert len(set(t0.tolist()) & set(t1.tolist())) == 2 * len(t0) - len(a)  # disjoint but the padding
     assert len({len(s) for s in r0["subsets"]}) > 1  # the subsets changed size: the loader was re-measured
@@ -130,11 +150,13 @@ def test_selection_metrics_reach_the_trainers_logger(tmp_path):
     sizes = [len(s) for s in got["subsets"]]
     # Lightning logs float32: the tolerance is one float32 rounding (relative 2**-24 = 6e-8)
     assert [float(r[contract.SELECTED_RATIO]) for r in rows] == pytest.approx([s / N for s in sizes], rel=1e-7)
-    assert [int(float(r[contract.SAMPLES_BACKPROPAGATED])) for r in rows] == [sum(sizes[:e + 1]) for e in range(4)]
+    assert [int(float(r[contract.SAMPLES_BACKPROPAGATED])) for r in rows] == [sum(sizes[: e + 1]) for e in range(4)]
     assert [float(r[contract.SUBSET_CHECKSUM]) for r in rows] == pytest.approx(got["checksums"], rel=1e-7)
     assert [float(r[contract.SELECTION_HARDNESS]) for r in rows] == pytest.approx(got["hardness"], rel=1e-7)
     assert not any(math.isnan(h) for h in got["hardness"])
-    assert {contract.SELECTION_OVERLAP, "selected"} <= set(rows[0]) and not any(k.startswith("attent/") for k in rows[0])
+    assert {contract.SELECTION_OVERLAP, "selected"} <= set(rows[0]) and not any(
+        k.startswith("attent/") for k in rows[0]
+    )
 
 
 # --- (b) resume from a Lightning checkpoint -------------------------------------------------------------
@@ -153,15 +175,18 @@ class ValidatedModule(SampleModule):
 def test_a_run_resumed_from_a_checkpoint_draws_the_same_subsets(saved_at, tmp_path):
     config, epochs, stop = SelectionConfig(**CONFIGS["vit"]), 5, 1
     module_class = SampleModule if saved_at == "train_epoch_end" else ValidatedModule
-    checkpoints = L.pytorch.callbacks.ModelCheckpoint(tmp_path, "{epoch}", save_top_k=-1,
-                                                      save_on_train_epoch_end=saved_at == "train_epoch_end")
-    uninterrupted, _ = fit(config, epochs, 2, module_class, callbacks=[checkpoints], enable_checkpointing=True,
-                           default_root_dir=tmp_path)
+    checkpoints = L.pytorch.callbacks.ModelCheckpoint(
+        tmp_path, "{epoch}", save_top_k=-1, save_on_train_epoch_end=saved_at == "train_epoch_end"
+    )
+    uninterrupted, _ = fit(
+        config, epochs, 2, module_class, callbacks=[checkpoints], enable_checkpointing=True, default_root_dir=tmp_path
+    )
     assert (tmp_path / f"epoch={stop}.ckpt").exists()
-    resumed, _ = fit(config, epochs, 2, module_class, ckpt_path=tmp_path / f"epoch={stop}.ckpt",
-                     default_root_dir=tmp_path)
+    resumed, _ = fit(
+        config, epochs, 2, module_class, ckpt_path=tmp_path / f"epoch={stop}.ckpt", default_root_dir=tmp_path
+    )
     assert len(resumed["subsets"]) == epochs - stop - 1
-    tail = {key: uninterrupted[key][stop + 1:] for key in ("subsets", "checksums")}
+    tail = {key: uninterrupted[key][stop + 1 :] for key in ("subsets", "checksums")}
     assert_same_run(resumed, {**uninterrupted, **tail})
     assert len({tuple(s.tolist()) for s in tail["subsets"]}) > 1  # not vacuous
 
@@ -170,17 +195,18 @@ def test_a_run_resumed_from_inside_an_epoch_trains_that_epochs_subset(tmp_path):
     """Lightning restarts the epoch's (unresumable) loader and trains its remaining batch count;
     the subset is the uninterrupted run's, the scores of the batches before the checkpoint are lost."""
     config, epochs = SelectionConfig(**CONFIGS["vit"]), 5
-    checkpoints = L.pytorch.callbacks.ModelCheckpoint(tmp_path, "{epoch}-{step}", save_top_k=-1,
-                                                      every_n_train_steps=5)
-    uninterrupted, trainer = fit(config, epochs, 2, callbacks=[checkpoints], enable_checkpointing=True,
-                                 default_root_dir=tmp_path)
+    checkpoints = L.pytorch.callbacks.ModelCheckpoint(tmp_path, "{epoch}-{step}", save_top_k=-1, every_n_train_steps=5)
+    uninterrupted, trainer = fit(
+        config, epochs, 2, callbacks=[checkpoints], enable_checkpointing=True, default_root_dir=tmp_path
+    )
     batches = [math.ceil(len(s) / 8) for s in uninterrupted["subsets"]]
-    epoch = next(e for e in range(epochs) if 15 < sum(batches[:e + 1]))  # the epoch that step 15 falls in
-    assert 15 > sum(batches[:epoch])                                      # inside it, not at its end
-    resumed, resumed_trainer = fit(config, epochs, 2, ckpt_path=tmp_path / f"epoch={epoch}-step=15.ckpt",
-                                   default_root_dir=tmp_path)
+    epoch = next(e for e in range(epochs) if 15 < sum(batches[: e + 1]))  # the epoch that step 15 falls in
+    assert 15 > sum(batches[:epoch])  # inside it, not at its end
+    resumed, resumed_trainer = fit(
+        config, epochs, 2, ckpt_path=tmp_path / f"epoch={epoch}-step=15.ckpt", default_root_dir=tmp_path
+    )
     assert torch.equal(resumed["first_subset"], uninterrupted["subsets"][epoch])
-    assert len(resumed["trained"][0]) == 8 * (sum(batches[:epoch + 1]) - 15)
+    assert len(resumed["trained"][0]) == 8 * (sum(batches[: epoch + 1]) - 15)
     assert resumed_trainer.global_step == trainer.global_step
 
 
@@ -192,6 +218,7 @@ class DigitsModule(L.LightningModule):
     def __init__(self, train_set, selection: AtteNTCallback | None):
         super().__init__()
         from attent.tasks.vit import build_vit, vit_config
+
         torch.manual_seed(0)
         self.net = build_vit(vit_config("vit_tiny_cpu", img_size=8, in_chans=1, num_classes=10))
         self.train_set, self.selection = train_set, selection
@@ -225,6 +252,7 @@ class StepLosses(L.Callback):
 
 def test_full_reproduces_a_plain_lightning_run():
     from attent.tasks.vision.data import load_digits
+
     train_set = Subset(load_digits(seed=0).train, range(160))
     losses, weights = {}, {}
     for kind in ("plain", "full"):
@@ -246,6 +274,7 @@ def test_full_reproduces_a_plain_lightning_run():
 # --- (e) planned_steps is the number of optimiser steps taken -------------------------------------------
 class ScheduledModule(SampleModule):
     """Sizes a OneCycle schedule by planned_steps: OneCycleLR raises if stepped past its total."""
+
     drop_last = False
 
     def train_dataloader(self):
@@ -258,8 +287,9 @@ class ScheduledModule(SampleModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
-@pytest.mark.parametrize("name,batch_size,drop_last,accumulation", [
-    ("vit", 8, False, 1), ("vit", 7, True, 3), ("llm", 16, False, 2)])
+@pytest.mark.parametrize(
+    "name,batch_size,drop_last,accumulation", [("vit", 8, False, 1), ("vit", 7, True, 3), ("llm", 16, False, 2)]
+)
 def test_planned_steps_is_the_number_of_steps_taken(name, batch_size, drop_last, accumulation):
     selection = AtteNTCallback(dataset(), selection=SelectionConfig(**CONFIGS[name]), seed=0, loss_fn=per_sample_loss)
     module = ScheduledModule(selection, batch_size)
@@ -283,5 +313,7 @@ def test_the_callback_is_a_public_name():
 @pytest.mark.parametrize("devices", [1, 2])  # 2: Lightning's "ddp", which starts the script again per rank
 def test_lightning_example_runs_and_follows_the_ratio_schedule(devices):
     from test_integration_pytorch import assert_example_follows_the_vit_preset
-    assert_example_follows_the_vit_preset("lightning_vit.py", "--batch-size", str(32 // devices),
-                                          "--devices", str(devices))
+
+    assert_example_follows_the_vit_preset(
+        "lightning_vit.py", "--batch-size", str(32 // devices), "--devices", str(devices)
+    )

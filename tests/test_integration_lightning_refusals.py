@@ -1,4 +1,5 @@
 """The Lightning callback refuses, in one line naming the fix, each Trainer setting, loader and checkpoint it cannot use."""
+
 from __future__ import annotations
 
 import pytest
@@ -37,13 +38,17 @@ def test_ddp_with_lightnings_distributed_sampler_is_refused():
     built; called here on a two-device DDP Trainer that launches no process (the two-rank test
     above fits one with the setting the refusal names)."""
     selection = AtteNTCallback(dataset(), selection=SelectionConfig(**CONFIGS["llm"]), seed=0)
-    trainer = L.Trainer(**{**TRAINER, "devices": 2}, strategy=ddp_strategy(), max_epochs=2,
-                        callbacks=[selection])
+    trainer = L.Trainer(**{**TRAINER, "devices": 2}, strategy=ddp_strategy(), max_epochs=2, callbacks=[selection])
     assert trainer.world_size == 2
     with pytest.raises(ValueError, match=r"needs Trainer\(use_distributed_sampler=False\) under DDP: its sampler"):
         selection.setup(trainer, SampleModule(selection), "fit")
-    quiet = L.Trainer(**{**TRAINER, "devices": 2}, strategy=ddp_strategy(), max_epochs=2,
-                      use_distributed_sampler=False, callbacks=[selection])
+    quiet = L.Trainer(
+        **{**TRAINER, "devices": 2},
+        strategy=ddp_strategy(),
+        max_epochs=2,
+        use_distributed_sampler=False,
+        callbacks=[selection],
+    )
     selection.setup(quiet, SampleModule(selection), "fit")  # the setting it names is enough
 
 

@@ -1,8 +1,9 @@
-"""The plain-PyTorch wrapper (attent.Selector) and the one import (issue 28, items 1 and 5):
-it chooses what a bare Teacher chooses, ranks agree, a resumed loop draws the same subsets,
-``full`` is plain training, planned_steps is what the loader yields, and ``import attent`` stays
-free of torch. Items are synthetic: sample i holds the number i, and its loss is a fixed table's
-entry i, so a wrong index in update() would show in the teacher's score table."""
+"""The plain-PyTorch wrapper (attent.Selector): it chooses what a bare Teacher chooses, ranks agree,
+a resumed loop draws the same subsets, ``full`` is plain training, and planned_steps is what the
+loader yields (``import attent`` itself: test_attent_import.py). Items are synthetic: sample i
+holds the number i, and its loss is a fixed table's entry i, so a wrong index in update() would
+show in the teacher's score table."""
+
 from __future__ import annotations
 
 import json
@@ -11,25 +12,23 @@ import os
 import subprocess
 import sys
 
+import attent
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from torch.utils.data import DataLoader, TensorDataset
-
-from conftest import REPO
-from ranks import start_method
-
-import attent
 from attent.selection.config import SelectionConfig
 from attent.selection.strategies import budget, subset_checksum
 from attent.selection.teacher import Teacher
+from conftest import REPO
+from ranks import start_method
+from torch.utils.data import DataLoader, TensorDataset
 
 Selector = attent.Selector  # the public name, as a user reaches it
 N, EPOCHS = 103, 6
 CONFIGS = {
-    "vit": dict(preset="vit"),   # scoring passes, soft, growing ratio and interval
-    "llm": dict(preset="llm"),   # scores from the training forwards only, hard
+    "vit": dict(preset="vit"),  # scoring passes, soft, growing ratio and interval
+    "llm": dict(preset="llm"),  # scores from the training forwards only, hard
     "random": dict(strategy="random", ratio={"kind": "cosine"}),
 }
 
@@ -86,9 +85,11 @@ def run_bare_teacher(config: SelectionConfig, seed: int) -> dict:
     teacher = Teacher(N, config, EPOCHS, seed=seed)
     subsets = []
     for epoch in range(EPOCHS):
+
         def score_fn(indices, epoch=epoch):
             for idx in indices.split(16):
                 yield idx, losses_at(epoch)[idx]
+
         subsets.append(teacher.begin_epoch(epoch, score_fn).clone())
         for idx in teacher.subset.split(8):
             teacher.observe(idx, losses_at(epoch)[idx])
@@ -101,8 +102,9 @@ def run_bare_teacher(config: SelectionConfig, seed: int) -> dict:
 def test_selector_chooses_what_a_bare_teacher_chooses(name):
     config = SelectionConfig(**CONFIGS[name])
     model = TableModel()
-    got = run_selector(Selector(dataset(), selection=config, epochs=EPOCHS, seed=4, model=model, loss_fn=loss_fn),
-                       model, range(EPOCHS))
+    got = run_selector(
+        Selector(dataset(), selection=config, epochs=EPOCHS, seed=4, model=model, loss_fn=loss_fn), model, range(EPOCHS)
+    )
     want = run_bare_teacher(config, seed=4)
     assert got["checksums"] == [subset_checksum(s) for s in want["subsets"]]
     for a, b in zip(got["subsets"], want["subsets"]):
@@ -116,11 +118,17 @@ def test_selector_chooses_what_a_bare_teacher_chooses(name):
 
 def test_scoring_pass_runs_without_grad_in_eval_mode_and_restores_train_mode():
     model = TableModel()
-    selector = Selector(dataset(), selection=SelectionConfig(preset="vit"), epochs=EPOCHS, model=model, loss_fn=loss_fn,
-                        score_batch_size=50)
+    selector = Selector(
+        dataset(),
+        selection=SelectionConfig(preset="vit"),
+        epochs=EPOCHS,
+        model=model,
+        loss_fn=loss_fn,
+        score_batch_size=50,
+    )
     model.train()
     selector.begin_epoch(0)
-    assert model.calls == [(False, False)] * 3        # 103 samples in batches of 50
+    assert model.calls == [(False, False)] * 3  # 103 samples in batches of 50
     assert model.training
     assert selector.metrics()["samples_scored"] == N
 
@@ -129,13 +137,23 @@ def test_the_scoring_pass_reads_score_dataset_where_given():
     """E.g. the training set without augmentation: item i of both is sample i."""
     model = TableModel()
     score_set = TensorDataset(torch.arange(N) * 0)  # every item reads as sample 0
-    selector = Selector(dataset(), selection=SelectionConfig(preset="vit"), epochs=EPOCHS, model=model, loss_fn=loss_fn,
-                        score_dataset=score_set)
+    selector = Selector(
+        dataset(),
+        selection=SelectionConfig(preset="vit"),
+        epochs=EPOCHS,
+        model=model,
+        loss_fn=loss_fn,
+        score_dataset=score_set,
+    )
     selector.begin_epoch(0)
     assert torch.equal(selector.teacher.scores, losses_at(0)[torch.zeros(N, dtype=torch.long)])
     with pytest.raises(ValueError, match="score_dataset has 3 items"):
-        Selector(dataset(), selection=SelectionConfig(preset="vit"), epochs=EPOCHS,
-                 score_dataset=TensorDataset(torch.arange(3)))
+        Selector(
+            dataset(),
+            selection=SelectionConfig(preset="vit"),
+            epochs=EPOCHS,
+            score_dataset=TensorDataset(torch.arange(3)),
+        )
 
 
 def test_a_scoring_preset_without_model_is_refused_in_one_line():
@@ -167,8 +185,12 @@ def test_explicit_indices_and_any_collate_fn():
     for explicit in (False, True):
         model = TableModel()
         selector = Selector(dataset(), selection=config, epochs=EPOCHS)
-        loader = DataLoader(dataset(), batch_size=10, sampler=selector.sampler,
-                            collate_fn=lambda items: {"x": torch.stack([item[0] for item in items])})
+        loader = DataLoader(
+            dataset(),
+            batch_size=10,
+            sampler=selector.sampler,
+            collate_fn=lambda items: {"x": torch.stack([item[0] for item in items])},
+        )
         for epoch in range(3):
             model.epoch = epoch
             selector.begin_epoch(epoch)
@@ -243,16 +265,25 @@ def test_full_returns_the_plain_mean_and_every_index_once_per_epoch():
 
 
 # --- (e) planned_steps is what the loader yields -------------------------------------------------------
-@pytest.mark.parametrize("name,batch_size,drop_last,accumulation,world_size", [
-    ("vit", 8, False, 1, 1), ("vit", 7, True, 3, 1), ("llm", 16, False, 2, 1),
-    ("full", 10, False, 1, 1), ("vit", 8, False, 2, 2),
-    ("anneal", 8, False, 1, 1)])
+@pytest.mark.parametrize(
+    "name,batch_size,drop_last,accumulation,world_size",
+    [
+        ("vit", 8, False, 1, 1),
+        ("vit", 7, True, 3, 1),
+        ("llm", 16, False, 2, 1),
+        ("full", 10, False, 1, 1),
+        ("vit", 8, False, 2, 2),
+        ("anneal", 8, False, 1, 1),
+    ],
+)
 def test_planned_steps_is_the_number_of_steps_taken(name, batch_size, drop_last, accumulation, world_size):
-    config = SelectionConfig(**{**CONFIGS, "full": dict(method="full"),
-                                "anneal": dict(preset="vit", anneal=0.25)}[name])
+    config = SelectionConfig(
+        **{**CONFIGS, "full": dict(method="full"), "anneal": dict(preset="vit", anneal=0.25)}[name]
+    )
     model = TableModel()
-    selector = Selector(dataset(), selection=config, epochs=EPOCHS, model=model, loss_fn=loss_fn, rank=0,
-                        world_size=world_size)
+    selector = Selector(
+        dataset(), selection=config, epochs=EPOCHS, model=model, loss_fn=loss_fn, rank=0, world_size=world_size
+    )
     planned = selector.planned_steps(batch_size, drop_last=drop_last, accumulation=accumulation)
     loader = DataLoader(dataset(), batch_size=batch_size, sampler=selector.sampler, drop_last=drop_last)
     steps = 0
@@ -279,8 +310,9 @@ def _rank_worker(rank: int, world: int, store_path: str, out_dir: str) -> None:
     dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)
     try:
         model = TableModel()
-        selector = Selector(dataset(), selection=SelectionConfig(preset="vit"), epochs=4, seed=5, model=model,
-                            loss_fn=loss_fn)
+        selector = Selector(
+            dataset(), selection=SelectionConfig(preset="vit"), epochs=4, seed=5, model=model, loss_fn=loss_fn
+        )
         assert (selector.rank, selector.world_size) == (rank, world)
         run = run_selector(selector, model, range(4), batch_size=6)
         torch.save(run, os.path.join(out_dir, f"rank{rank}.pt"))
@@ -290,16 +322,20 @@ def _rank_worker(rank: int, world: int, store_path: str, out_dir: str) -> None:
 
 @pytest.mark.timeout(120)
 def test_two_ranks_share_the_subset_and_split_it(tmp_path):
-    mp.start_processes(_rank_worker, args=(2, str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True,
-                       start_method=start_method())
+    mp.start_processes(
+        _rank_worker, args=(2, str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True, start_method=start_method()
+    )
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
     model = TableModel()
-    single = run_selector(Selector(dataset(), selection=SelectionConfig(preset="vit"), epochs=4, seed=5, model=model,
-                                   loss_fn=loss_fn), model, range(4))
+    single = run_selector(
+        Selector(dataset(), selection=SelectionConfig(preset="vit"), epochs=4, seed=5, model=model, loss_fn=loss_fn),
+        model,
+        range(4),
+    )
     assert r0["checksums"] == r1["checksums"] == single["checksums"]
     for a, b, s, t0, t1 in zip(r0["subsets"], r1["subsets"], single["subsets"], r0["trained"], r1["trained"]):
         assert torch.equal(a, b) and torch.equal(a, s)
-        assert len(t0) == len(t1) == math.ceil(len(a) / 2)           # equal shards (padded)
+        assert len(t0) == len(t1) == math.ceil(len(a) / 2)  # equal shards (padded)
         assert set(t0.tolist()) | set(t1.tolist()) == set(a.tolist())  # covering the subset
         assert len(set(t0.tolist()) & set(t1.tolist())) == 2 * len(t0) - len(a)  # disjoint but the padding
     # both ranks merged each other's scores: their tables equal the one-process table
@@ -307,44 +343,23 @@ def test_two_ranks_share_the_subset_and_split_it(tmp_path):
     assert torch.equal(r1["table"].nan_to_num(-1), single["table"].nan_to_num(-1))
 
 
-# --- the one import -------------------------------------------------------------------------------------
-def _python(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": f"{REPO / 'platform'}{os.pathsep}{REPO}"})
-
-
-def test_import_attent_is_torch_free_and_selector_imports_torch_on_first_access():
-    probe = ("import sys, attent; before = 'torch' in sys.modules; "
-             "config = attent.SelectionConfig(preset='vit'); mid = 'torch' in sys.modules; "
-             "attent.Selector; print(before, mid, 'torch' in sys.modules)")
-    result = _python(probe)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["False", "False", "True"]
-
-
-def test_public_names():
-    from attent.integrations.pytorch import Selector as selector_class
-    from attent.selection.strategies import select
-    assert attent.Selector is selector_class and attent.select is select
-    assert {"Selector", "SelectionConfig", "select"} <= set(dir(attent))
-    assert {"AtteNTTrainer", "AtteNTSFTTrainer", "AtteNTCallback"} <= set(dir(attent))
-    with pytest.raises(AttributeError):
-        attent.AtteNTKerasCallback  # no such name
-
-
 # --- the example ----------------------------------------------------------------------------------------
 def assert_example_follows_the_vit_preset(script: str, *args: str, epochs: int = 4, limit: int = 240) -> None:
     """``examples/<script>`` trains ``limit`` digits for ``epochs`` epochs, printing a JSON row per
     epoch: its loss falls, its OneCycle schedule runs out exactly, its subsets follow the ``vit``
     preset's planned ratios."""
-    result = subprocess.run([sys.executable, str(REPO / "examples" / script), "--epochs", str(epochs),
-                             "--limit", str(limit), *args], capture_output=True, text=True,
-                            timeout=280, env={**os.environ, "PYTHONPATH": f"{REPO / 'platform'}{os.pathsep}{REPO}"})
+    result = subprocess.run(
+        [sys.executable, str(REPO / "examples" / script), "--epochs", str(epochs), "--limit", str(limit), *args],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        env={**os.environ, "PYTHONPATH": f"{REPO / 'platform'}{os.pathsep}{REPO}"},
+    )
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     assert len(rows) == epochs
     assert rows[-1]["train_loss"] < rows[0]["train_loss"]
-    assert rows[-1]["steps"] == rows[-1]["planned_steps"]   # the OneCycle schedule ran out exactly
+    assert rows[-1]["steps"] == rows[-1]["planned_steps"]  # the OneCycle schedule ran out exactly
     plan = dict(SelectionConfig(preset="vit").planned_ratios(epochs))
     sizes, size = [], limit
     for epoch in range(epochs):

@@ -3,6 +3,7 @@
 split them; and what Ray's ``prepare_trainer`` does to an AtteNTTrainer (swaps its class for a
 subclass whose get_train_dataloader defers to AtteNTTrainer's unless the train set is a Ray Data
 iterable, which AtteNTTrainer refuses)."""
+
 from __future__ import annotations
 
 import json
@@ -13,24 +14,26 @@ import time
 
 import pytest
 import torch
-from ray.data.iterator import _IterableFromIterator
-from ray.train.huggingface.transformers import prepare_trainer
-
-from conftest import BIN, REPO
-from hf_tiny import GSM8K, RecordingTrainer, collate, samples, selection_rows, tiny_llama, training_args
-
 from attent.integrations.huggingface import AtteNTTrainer
 from attent.integrations.pytorch import subset_checksum
 from attent.selection.config import SelectionConfig
+from conftest import BIN, REPO
+from hf_tiny import GSM8K, RecordingTrainer, collate, samples, selection_rows, tiny_llama, training_args
+from ray.data.iterator import _IterableFromIterator
+from ray.train.huggingface.transformers import prepare_trainer
 
 
 def test_prepare_trainer_keeps_attents_loader(tmp_path):
     """prepare_trainer changes the trainer's class, not its loader: every epoch still trains on the
     Selector's subset, and messages still name the class the user built. Each epoch-end checkpoint's
     log history (what RayTrainReportCallback reports) holds that epoch's selection."""
-    trainer = RecordingTrainer(model=tiny_llama(), args=training_args(tmp_path, num_train_epochs=3,
-                                                                      save_strategy="epoch"),
-                               train_dataset=samples(), data_collator=collate, selection=SelectionConfig(preset="vit"))
+    trainer = RecordingTrainer(
+        model=tiny_llama(),
+        args=training_args(tmp_path, num_train_epochs=3, save_strategy="epoch"),
+        train_dataset=samples(),
+        data_collator=collate,
+        selection=SelectionConfig(preset="vit"),
+    )
     prepared = prepare_trainer(trainer)
     assert prepared is trainer and type(prepared).__name__ == "RayTransformersTrainer"
     prepared.train()
@@ -38,8 +41,9 @@ def test_prepare_trainer_keeps_attents_loader(tmp_path):
     for epoch, subset in prepared.subsets.items():
         assert sorted(prepared.trained[epoch]) == sorted(subset)  # the batches drew the Selector's subset
     rows = selection_rows(prepared)  # one per epoch, at its end
-    assert [row["subset_checksum"] for row in rows] == [subset_checksum(torch.tensor(s))
-                                                        for s in prepared.subsets.values()]
+    assert [row["subset_checksum"] for row in rows] == [
+        subset_checksum(torch.tensor(s)) for s in prepared.subsets.values()
+    ]
     for row in rows:
         saved = json.loads((tmp_path / f"checkpoint-{row['step']}" / "trainer_state.json").read_text())
         last = [r for r in saved["log_history"] if "subset_checksum" in r][-1]
@@ -53,11 +57,18 @@ def test_a_ray_data_iterable_is_refused_in_one_line(tmp_path):
     never reaches it: the trainer is refused when built, by Trainer itself (no length, no
     max_steps) or, with the max_steps Ray's guide sets for Ray Data, by AtteNTTrainer naming it."""
     shard = _IterableFromIterator(lambda: iter(samples()))  # what get_dataset_shard(...).iter_torch_batches() is
-    for max_steps, message in [(-1, r"^The train_dataset does not implement __len__"),
-                               (10, r"^AtteNTTrainer: a Ray Data iterable .*pass the whole map-style dataset")]:
+    for max_steps, message in [
+        (-1, r"^The train_dataset does not implement __len__"),
+        (10, r"^AtteNTTrainer: a Ray Data iterable .*pass the whole map-style dataset"),
+    ]:
         with pytest.raises(ValueError, match=message) as error:
-            AtteNTTrainer(model=tiny_llama(), args=training_args(tmp_path, max_steps=max_steps), train_dataset=shard,
-                          data_collator=collate, selection=SelectionConfig(preset="llm"))
+            AtteNTTrainer(
+                model=tiny_llama(),
+                args=training_args(tmp_path, max_steps=max_steps),
+                train_dataset=shard,
+                data_collator=collate,
+                selection=SelectionConfig(preset="llm"),
+            )
     assert "\n" not in str(error.value)
 
 
@@ -66,12 +77,21 @@ def test_a_process_group_the_trainer_does_not_see_is_refused(tmp_path):
     only with use_cpu=True, and without it every worker would train alone on all of every subset."""
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
+
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)  # what Ray's workers hold
     try:
-        with pytest.raises(ValueError, match=r"^AtteNTTrainer: torch.distributed holds 2 processes but the "
-                                             r"TrainingArguments see 1: .*set use_cpu=True") as error:
-            AtteNTTrainer(model=tiny_llama(), args=training_args(tmp_path, use_cpu=False), train_dataset=samples(),
-                          data_collator=collate, selection=SelectionConfig(preset="llm"))
+        with pytest.raises(
+            ValueError,
+            match=r"^AtteNTTrainer: torch.distributed holds 2 processes but the "
+            r"TrainingArguments see 1: .*set use_cpu=True",
+        ) as error:
+            AtteNTTrainer(
+                model=tiny_llama(),
+                args=training_args(tmp_path, use_cpu=False),
+                train_dataset=samples(),
+                data_collator=collate,
+                selection=SelectionConfig(preset="llm"),
+            )
     finally:
         dist.destroy_process_group()
     assert "\n" not in str(error.value)
@@ -86,19 +106,49 @@ def test_ray_job_submit_runs_the_example_on_two_agreeing_workers(ray_cluster, tm
     workers. Both choose the same subset each epoch (all 6 problems, then the 4 of highest loss)
     and train on disjoint halves of it, through Ray's prepare_trainer; rank 0's MLflow run holds the
     selection and the training loss; Ray's checkpoint holds the adapter and both ranks' selection."""
+    from attent.tasks.llm.model import resolve_checkpoint
     from mlflow.tracking import MlflowClient
 
-    from attent.tasks.llm.model import resolve_checkpoint
     out = tmp_path / "out"
     shell = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     shell.update(PATH=f"{BIN}{os.pathsep}{shell.get('PATH', '')}", RAY_AUTH_MODE="token")  # venv active, exported
-    submit = ["ray", "job", "submit", "--address", ray_cluster["dashboard"], "--working-dir", ".", "--",
-              "python", "examples/ray_hf_trainer.py", "--num-workers", "2",
-              "--model", resolve_checkpoint("smollm2-135m-instruct"), "--data", str(GSM8K), "--limit", "6",
-              "--epochs", "2", "--batch-size", "2", "--max-length", "128", "--logging-steps", "1",  # every answer
-              # keeps some of its tokens (the 6 prompts are 57-95 tokens long)
-              "--tracking-uri", mlflow_uri, "--experiment", "ray-hf", "--output-dir", str(out),
-              "--storage-path", str(tmp_path / "ray_results")]
+    submit = [
+        "ray",
+        "job",
+        "submit",
+        "--address",
+        ray_cluster["dashboard"],
+        "--working-dir",
+        ".",
+        "--",
+        "python",
+        "examples/ray_hf_trainer.py",
+        "--num-workers",
+        "2",
+        "--model",
+        resolve_checkpoint("smollm2-135m-instruct"),
+        "--data",
+        str(GSM8K),
+        "--limit",
+        "6",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "2",
+        "--max-length",
+        "128",
+        "--logging-steps",
+        "1",  # every answer
+        # keeps some of its tokens (the 6 prompts are 57-95 tokens long)
+        "--tracking-uri",
+        mlflow_uri,
+        "--experiment",
+        "ray-hf",
+        "--output-dir",
+        str(out),
+        "--storage-path",
+        str(tmp_path / "ray_results"),
+    ]
     deadline = time.monotonic() + 180  # a head under load may not have its job agent up yet; Ray says to retry
     while True:
         proc = subprocess.run(submit, capture_output=True, text=True, timeout=840, cwd=REPO, env=shell)
@@ -125,8 +175,10 @@ def test_ray_job_submit_runs_the_example_on_two_agreeing_workers(ray_cluster, tm
     client = MlflowClient(mlflow_uri)
     [run] = client.search_runs([client.get_experiment_by_name("ray-hf").experiment_id])
     assert run.info.run_id == ranks[0]["mlflow_run_id"] and run.info.status == "FINISHED"
-    history = {key: [m.value for m in sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)]
-               for key in ("selected_ratio", "subset_checksum", "selection_hardness", "loss")}
+    history = {
+        key: [m.value for m in sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)]
+        for key in ("selected_ratio", "subset_checksum", "selection_hardness", "loss")
+    }
     assert history["selected_ratio"] == pytest.approx([1.0, 4 / 6]) and history["selection_hardness"][1] == 1.0
     assert history["subset_checksum"] == pytest.approx([subset_checksum(torch.tensor(s)) for s in subsets])
     assert len(history["loss"]) == 3 and all(0 < loss < math.inf for loss in history["loss"])

@@ -1,4 +1,4 @@
-"""`pip install attent` as a PyTorch or Hugging Face user meets it (issue 46): the wheel and sdist
+"""`pip install attent` as a PyTorch or Hugging Face user meets it: the wheel and sdist
 built from this tree pass `twine check`; a fresh venv that already holds a torch gets the wheel
 with pip, keeps that torch, holds neither Ray nor MLflow, and runs the Selector in a plain loop and
 examples/plain_pytorch.py; with `[hf]`, a tiny AtteNTTrainer run.
@@ -10,6 +10,7 @@ requirements (numpy, pydantic; transformers and accelerate for [hf]) are install
 index as a user's would be. examples/plain_pytorch.py's model and data (timm, scikit-learn) are not
 attent's requirements: they are shared the same way, after the install.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,14 +18,13 @@ import os
 import shutil
 import subprocess
 import sys
-from importlib.metadata import distribution, PackageNotFoundError
+from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-
-from conftest import REPO
 
 pytestmark = pytest.mark.timeout(900)
 PLATFORM_PACKAGES = ("ray", "mlflow")
@@ -60,10 +60,23 @@ def test_the_wheel_and_sdist_pass_twine_check(dist):
 
 def test_the_sdist_ships_no_experiment_or_workplace_path(dist):
     import tarfile
+
     with tarfile.open(dist[".tar.gz"]) as sdist:
         names = [name.partition("/")[2] for name in sdist.getnames()]
     assert [n for n in names if n.startswith(("experiments/", "benchmarks/", "tests/", "examples/"))] == []
-    assert "platform/attent/selection/teacher.py" in names
+    assert "platform/attent/selection/teacher.py" in names and "analysis/stats.py" in names
+
+
+def test_the_wheel_holds_one_package_with_the_report_inside(dist):
+    """analysis/, at the repository's top level, is attent.analysis in the wheel: a user's site-packages gets
+    attent and its metadata, no generic top-level ``analysis``."""
+    import zipfile
+
+    with zipfile.ZipFile(dist[".whl"]) as wheel:
+        names = wheel.namelist()
+    assert {name.split("/")[0] for name in names if ".dist-info/" not in name} == {"attent"}
+    for module in ("__init__", "stats", "command", "paper_tables/report", "time_to_accuracy/report"):
+        assert f"attent/analysis/{module}.py" in names
 
 
 def runtime_closure(*names: str) -> dict[str, object]:
@@ -113,8 +126,10 @@ def fresh_venv(path: Path) -> Path:
 
 def torch_seen(python: Path) -> dict:
     """Where the venv's torch is and its version, as Python and pip see them (without importing it)."""
-    code = ("import json, importlib.metadata as m, importlib.util as u; "
-            "print(json.dumps({'file': u.find_spec('torch').origin, 'version': m.version('torch')}))")
+    code = (
+        "import json, importlib.metadata as m, importlib.util as u; "
+        "print(json.dumps({'file': u.find_spec('torch').origin, 'version': m.version('torch')}))"
+    )
     return json.loads(run(python, "-c", code).stdout)
 
 
@@ -195,7 +210,7 @@ def run_loaded(python: Path, script: str | Path, tmp: Path, *args) -> tuple[list
     (tmp / "loaded.py").write_text(LOADED)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
     lines = run(python, tmp / "loaded.py", script, *args, cwd=tmp, env=env).stdout.strip().splitlines()
-    return [json.loads(l) for l in lines[:-1] if l.startswith("{\"")], set(json.loads(lines[-1]))
+    return [json.loads(line) for line in lines[:-1] if line.startswith('{"')], set(json.loads(lines[-1]))
 
 
 def test_the_wheel_installs_beside_a_users_torch_and_runs_the_selector(dist, tmp_path):
@@ -213,8 +228,13 @@ def test_the_wheel_installs_beside_a_users_torch_and_runs_the_selector(dist, tmp
     # the command, without the platform's packages, names the extra to install
     attent = python.parent / "attent"
     assert run(attent, "--version").stdout.strip() == f"attent {distribution('attent').version}"
-    done = subprocess.run([attent, "train", REPO / "experiments" / "digits_vit.yaml"], capture_output=True,
-                          text=True, timeout=120, cwd=tmp_path)
+    done = subprocess.run(
+        [attent, "train", REPO / "experiments" / "digits_vit.yaml"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert done.returncode == 1 and "pip install 'attent[platform]'" in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
@@ -223,8 +243,9 @@ def test_the_wheel_installs_beside_a_users_torch_and_runs_the_selector(dist, tmp
     shared = share(tmp_path / "example-packages", ("timm", "scikit-learn"), skip=installed(python))
     (site / "shared_example.pth").write_text(f"{tmp_path / 'example-packages'}\n")
     assert not set(shared) & {"ray", "mlflow"}
-    rows, loaded = run_loaded(python, REPO / "examples" / "plain_pytorch.py", tmp_path,
-                              "--epochs", "3", "--limit", "96", "--batch-size", "32")
+    rows, loaded = run_loaded(
+        python, REPO / "examples" / "plain_pytorch.py", tmp_path, "--epochs", "3", "--limit", "96", "--batch-size", "32"
+    )
     assert len(rows) == 3 and rows[-1]["steps"] == rows[-1]["planned_steps"]
     assert loaded & {"ray", "mlflow"} == set()
     assert torch_seen(python) == before

@@ -1,7 +1,8 @@
-"""`benchmarks/llm_gpu_profile.py` on this CPU, from its command line: a recorded run's
+"""`benchmarks/llm/llm_gpu_profile.py` on this CPU, from its command line: a recorded run's
 configuration (here the digits ViT, which trains in seconds; on the GPU node the LLM run of an
 `attent bench --local` store or of `llm_size/h100/runs.json`) is trained as the recipe trains it
 and profiled, and the summary counts what the profile saw."""
+
 from __future__ import annotations
 
 import json
@@ -15,23 +16,49 @@ from conftest import REPO
 
 
 def profile(*args: str) -> None:
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "llm_gpu_profile.py"), *args],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "llm" / "llm_gpu_profile.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
 
 def test_the_profile_counts_the_recorded_runs_steps_and_names_where_time_went(tmp_path):
     from attent.config import load_experiment
+
     train, batch = 96, 32
-    cfg = load_experiment(REPO / "experiments" / "digits_vit.yaml",
-                          [f"task.train_limit={train}", "task.test_limit=32", f"train.batch_size={batch}",
-                           "train.epochs=1", "selection.preset=null", "selection.method=full"])
-    recorded = {"runs": [
-        {"method": "full", "seed": cfg.seed, "stage": "verdict", "config": cfg.model_dump(mode="json")},
-        {"method": "attent", "seed": cfg.seed, "stage": "verdict", "config": {}}]}
+    cfg = load_experiment(
+        REPO / "experiments" / "digits_vit.yaml",
+        [
+            f"task.train_limit={train}",
+            "task.test_limit=32",
+            f"train.batch_size={batch}",
+            "train.epochs=1",
+            "selection.preset=null",
+            "selection.method=full",
+        ],
+    )
+    recorded = {
+        "runs": [
+            {"method": "full", "seed": cfg.seed, "stage": "verdict", "config": cfg.model_dump(mode="json")},
+            {"method": "attent", "seed": cfg.seed, "stage": "verdict", "config": {}},
+        ]
+    }
     (tmp_path / "runs.json").write_text(json.dumps(recorded))
-    profile(str(tmp_path / "runs.json"), "--method", "full", "--seed", str(cfg.seed),
-            "--out", str(tmp_path / "prof"), "--tag", "cpu", "train.eval_every=1")
+    profile(
+        str(tmp_path / "runs.json"),
+        "--method",
+        "full",
+        "--seed",
+        str(cfg.seed),
+        "--out",
+        str(tmp_path / "prof"),
+        "--tag",
+        "cpu",
+        "train.eval_every=1",
+    )
 
     summary = json.loads((tmp_path / "prof" / "cpu.summary.json").read_text())
     assert summary["steps_per_epoch"] == math.ceil(train / batch)
@@ -45,13 +72,30 @@ def test_the_profile_counts_the_recorded_runs_steps_and_names_where_time_went(tm
 
     # the same run as `attent bench` records it in MLflow (a verdict run tagged with its method)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    logged = cfg.model_copy(update={"mlflow": cfg.mlflow.model_copy(update={"tracking_uri": uri,
-                                                                            "experiment": "bench"})})
-    run_id, _ = start_or_resume_run(logged, role=contract.ROLE_TRIAL, extra_tags={
-        contract.TAG_BENCH_METHOD: "full", contract.TAG_BENCH_STAGE: contract.BENCH_STAGE_VERDICT})
+    logged = cfg.model_copy(
+        update={"mlflow": cfg.mlflow.model_copy(update={"tracking_uri": uri, "experiment": "bench"})}
+    )
+    run_id, _ = start_or_resume_run(
+        logged,
+        role=contract.ROLE_TRIAL,
+        extra_tags={contract.TAG_BENCH_METHOD: "full", contract.TAG_BENCH_STAGE: contract.BENCH_STAGE_VERDICT},
+    )
     finish_run(uri, run_id, ok=True)
-    profile(uri, "--experiment", "bench", "--method", "full", "--seed", str(cfg.seed),
-            "--out", str(tmp_path / "prof"), "--tag", "timed", "--timing", "2")
+    profile(
+        uri,
+        "--experiment",
+        "bench",
+        "--method",
+        "full",
+        "--seed",
+        str(cfg.seed),
+        "--out",
+        str(tmp_path / "prof"),
+        "--tag",
+        "timed",
+        "--timing",
+        "2",
+    )
     timed = json.loads((tmp_path / "prof" / "timed.summary.json").read_text())
     assert len(timed["epoch_s"]["plain"]) == 2 and timed["steps_per_epoch"] == math.ceil(train / batch)
     assert timed["s_per_step_plain"] > 0 and "top_by_host" not in timed  # no profiler ran

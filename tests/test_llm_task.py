@@ -1,41 +1,38 @@
-"""LLMTask on a tiny random Llama: label masking, per-sample scores, LoRA, evaluation plumbing.
+"""LLMTask on a tiny random Llama: label masking, per-sample scores, LoRA, evaluation plumbing (its
+response-loss metrics: test_llm_response_loss.py).
 
 The tokenizer is the real SmolLM2 one when its converted checkpoint is cached, else a tiny
 byte-level BPE with a ChatML template trained here; either way it is saved with a random
 2-layer Llama into a local checkpoint folder that the task loads like any other model.
 """
+
 import json
 from pathlib import Path
 
 import pytest
 import torch
+from attent.tasks.llm.config import LLMTaskConfig
+from attent.tasks.llm.evaluation.generation import generate_greedy
+from attent.tasks.llm.model import smollm2_checkpoint_dir
+from attent.tasks.llm.task import LLMTask
+from attent.tasks.task import OptimizerSpec
 from peft.tuners.lora import LoraLayer
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from torch import nn
-from transformers import (
-    AutoTokenizer,
-    LlamaConfig,
-    LlamaForCausalLM,
-    PreTrainedTokenizerBase,
-    PreTrainedTokenizerFast,
-)
-
-from attent.tasks.llm.evaluation.generation import generate_greedy
-from attent.tasks.task import OptimizerSpec
-from attent.tasks.llm.config import LLMTaskConfig
-from attent.tasks.llm.evaluation.response_loss import response_loss_totals
-from attent.tasks.llm.model import smollm2_checkpoint_dir
-from attent.tasks.llm.loss import response_token_loss
-from attent.tasks.llm.task import LLMTask
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 EXAMPLES = [
     {"prompt": "What is 2 + 3?", "response": "2 + 3 = 5. The answer is: 5"},
-    {"prompt": "Tom has 12 apples and eats 4 of them. Then he buys twice as many as he has left. "
-               "How many apples does he have now?",
-     "response": "He has 12 - 4 = 8 left, buys 16, so 24. The answer is: 24"},
+    {
+        "prompt": "Tom has 12 apples and eats 4 of them. Then he buys twice as many as he has left. "
+        "How many apples does he have now?",
+        "response": "He has 12 - 4 = 8 left, buys 16, so 24. The answer is: 24",
+    },
     {"prompt": "Say hi.", "response": "Hi!"},
     {"prompt": "Count to five.", "response": "1, 2, 3, 4, 5 - and that is five numbers in order."},
 ]
@@ -45,12 +42,13 @@ def tiny_tokenizer() -> PreTrainedTokenizerBase:
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+    )
     bpe.train_from_iterator([e["prompt"] + " " + e["response"] for e in EXAMPLES] * 5, trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>",
-                                        pad_token="<|endoftext|>")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     tokenizer.chat_template = CHATML
     return tokenizer
 
@@ -61,10 +59,17 @@ def checkpoint(tmp_path_factory) -> Path:
     cached = smollm2_checkpoint_dir()
     tokenizer = AutoTokenizer.from_pretrained(cached) if cached.is_dir() else tiny_tokenizer()
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=512, pad_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     LlamaForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
@@ -78,8 +83,7 @@ def train_file(tmp_path_factory) -> Path:
 
 
 def make_task(checkpoint: Path, train_file: Path, **overrides) -> LLMTask:
-    config = LLMTaskConfig(model=str(checkpoint), dataset=str(train_file), lora_r=4,
-                           lora_dropout=0.0, **overrides)
+    config = LLMTaskConfig(model=str(checkpoint), dataset=str(train_file), lora_r=4, lora_dropout=0.0, **overrides)
     config.check_data()
     return LLMTask(config, seed=0)
 
@@ -161,21 +165,38 @@ def test_batched_scores_equal_single_sample_scores(task, model):
 
 
 def test_lora_wraps_every_linear_layer_of_the_blocks_and_only_adapters_train(task, model):
-    base_linears = {name.removeprefix("base_model.model.") for name, module in model.named_modules()
-                    if isinstance(module, nn.Linear) and "lora_" not in name
-                    and not isinstance(module, LoraLayer) and name.split(".")[-1] != "base_layer"}
-    wrapped = {name.removeprefix("base_model.model.") for name, module in model.named_modules()
-               if isinstance(module, LoraLayer)}
-    block_linears = {f"model.layers.{i}.{proj}" for i in range(2) for proj in (
-        "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-        "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")}
+    base_linears = {
+        name.removeprefix("base_model.model.")
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear)
+        and "lora_" not in name
+        and not isinstance(module, LoraLayer)
+        and name.split(".")[-1] != "base_layer"
+    }
+    wrapped = {
+        name.removeprefix("base_model.model.")
+        for name, module in model.named_modules()
+        if isinstance(module, LoraLayer)
+    }
+    block_linears = {
+        f"model.layers.{i}.{proj}"
+        for i in range(2)
+        for proj in (
+            "self_attn.q_proj",
+            "self_attn.k_proj",
+            "self_attn.v_proj",
+            "self_attn.o_proj",
+            "mlp.gate_proj",
+            "mlp.up_proj",
+            "mlp.down_proj",
+        )
+    }
     assert wrapped == block_linears
     assert base_linears == {"lm_head"}  # the only linear left unwrapped
     trainable = {name for name, p in model.named_parameters() if p.requires_grad}
     assert trainable and all(".lora_A." in n or ".lora_B." in n for n in trainable)
     assert len(trainable) == 2 * len(block_linears)
-    assert {id(p) for p in task.trainable_parameters(model)} == {
-        id(p) for p in model.parameters() if p.requires_grad}
+    assert {id(p) for p in task.trainable_parameters(model)} == {id(p) for p in model.parameters() if p.requires_grad}
     lora = model.peft_config["default"]
     assert lora.r == lora.lora_alpha == 4
 
@@ -197,8 +218,8 @@ def test_training_steps_lower_the_scores_and_leave_the_base_frozen(task, model):
 
 def test_optimizer_spec_is_the_papers_lora_recipe(task):
     assert task.optimizer_spec() == OptimizerSpec(
-        lr=2e-5, weight_decay=0.0, betas=(0.9, 0.999), schedule="cosine", warmup_ratio=0.03,
-        global_batch_size=128)
+        lr=2e-5, weight_decay=0.0, betas=(0.9, 0.999), schedule="cosine", warmup_ratio=0.03, global_batch_size=128
+    )
     assert not hasattr(task, "optimizer_defaults")
 
 
@@ -230,8 +251,10 @@ def test_the_seed_alone_fixes_the_adapters(checkpoint, train_file):
 
 def test_group_labels_come_from_metamathqa_types(checkpoint, tmp_path):
     (tmp_path / "metamathqa").mkdir()
-    rows = [{"query": f"q{i}", "response": f"r{i}", "type": t}
-            for i, t in enumerate(["MATH_SV", "GSM_Rephrased", "MATH_SV"])]
+    rows = [
+        {"query": f"q{i}", "response": f"r{i}", "type": t}
+        for i, t in enumerate(["MATH_SV", "GSM_Rephrased", "MATH_SV"])
+    ]
     (tmp_path / "metamathqa" / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     config = LLMTaskConfig(model=str(checkpoint), dataset="metamathqa", data_dir=str(tmp_path))
     task = LLMTask(config, seed=0)
@@ -250,9 +273,18 @@ def test_batched_greedy_generation_matches_one_prompt_at_a_time(task, model):
 def test_evaluate_runs_gsm8k_and_humaneval_end_to_end(checkpoint, train_file, model):
     if not (DATASETS / "gsm8k" / "test.jsonl").is_file():
         pytest.skip(f"{DATASETS} not present")
-    task = make_task(checkpoint, train_file, data_dir=str(DATASETS),
-                     eval={"benchmarks": ["gsm8k", "humaneval"], "eval_limit": 3,
-                           "max_new_tokens": 4, "eval_batch_size": 2, "code_timeout": 5})
+    task = make_task(
+        checkpoint,
+        train_file,
+        data_dir=str(DATASETS),
+        eval={
+            "suites": ["gsm8k", "humaneval"],
+            "eval_limit": 3,
+            "max_new_tokens": 4,
+            "eval_batch_size": 2,
+            "code_timeout": 5,
+        },
+    )
     messages: list[str] = []
     metrics = task.evaluate(model, rank=0, world_size=1, progress=messages.append)
     assert set(metrics) == {"gsm8k_accuracy", "humaneval_pass@1"}
@@ -262,94 +294,6 @@ def test_evaluate_runs_gsm8k_and_humaneval_end_to_end(checkpoint, train_file, mo
     # rank 1 of 2 takes problems[:3][1::2], one problem; with no process group, counts stay local
     task.evaluate(model, rank=1, world_size=2, progress=messages.append)
     assert messages[-1].startswith("humaneval: pass@1") and messages[-1].endswith("/1)")
-
-
-def test_gsm8k_loss_is_the_token_weighted_loss_of_the_test_solutions_shared_over_ranks(
-        checkpoint, train_file, model):
-    if not (DATASETS / "gsm8k" / "test.jsonl").is_file():
-        pytest.skip(f"{DATASETS} not present")
-    task = make_task(checkpoint, train_file, data_dir=str(DATASETS), loss_chunk_tokens=16, split_seed=0,
-                     eval={"benchmarks": ["gsm8k_loss"], "response_loss_limit": 5,
-                           "eval_batch_size": 2})  # a fixed split: the first 5 test solutions
-    messages: list[str] = []
-    with torch.no_grad():
-        metrics = task.evaluate(model, rank=0, world_size=1, progress=messages.append)
-    assert set(metrics) == {"gsm8k_test_response_loss"}
-    assert messages[-1].startswith("gsm8k_loss: response loss") and "5 answers" in messages[-1]
-
-    # the test split's solutions, prepared exactly like GSM8K training examples
-    answers = task.gsm8k_test_answers()
-    assert len(answers) == 5
-    first = json.loads((DATASETS / "gsm8k" / "test.jsonl").read_text().splitlines()[0])
-    item = answers[0]
-    n_prompt = item["labels"].count(-100)
-    assert item["input_ids"][:n_prompt] == task.encode_prompt([first["question"]])
-    response = task.tokenizer.decode(item["input_ids"][n_prompt:])
-    assert "<<" in first["answer"] and "<<" not in response and "####" in response
-
-    # token-weighted: all response tokens' cross-entropy over the number of response tokens
-    loss_sum, tokens = 0.0, 0
-    with torch.no_grad():
-        for index in range(len(answers)):
-            batch = task.collate([answers[index]])
-            logits = model(input_ids=batch["input_ids"],
-                           attention_mask=batch["attention_mask"]).logits
-            n = int((batch["labels"][:, 1:] != -100).sum())
-            loss_sum += float(response_token_loss(logits, batch["labels"])[0]) * n
-            tokens += n
-    assert metrics["gsm8k_test_response_loss"] == pytest.approx(loss_sum / tokens, rel=1e-5)
-
-    # each rank scores every world_size-th solution; summed, the shards give the whole
-    shards = [response_loss_totals(model, answers, task.collate, batch_size=2, chunk_tokens=16,
-                                   rank=rank, world_size=2) for rank in (0, 1)]
-    assert [shard[2] for shard in shards] == [3, 2]  # solutions scored per rank
-    assert sum(shard[1] for shard in shards) == tokens
-    assert sum(shard[0] for shard in shards) == pytest.approx(loss_sum, rel=1e-5)
-
-
-def test_gsm8k_loss_solutions_are_drawn_by_the_seed_unless_split_seed_fixes_them(checkpoint, train_file):
-    if not (DATASETS / "gsm8k" / "test.jsonl").is_file():
-        pytest.skip(f"{DATASETS} not present")
-
-    def questions(seed: int, split_seed: int | None = None) -> list[str]:
-        config = LLMTaskConfig(model=str(checkpoint), dataset=str(train_file), data_dir=str(DATASETS),
-                               split_seed=split_seed, eval={"benchmarks": ["gsm8k_loss"], "response_loss_limit": 5})
-        return [example.prompt for example in LLMTask(config, seed=seed).gsm8k_test_answers().examples]
-
-    first = [json.loads(line)["question"] for line in (DATASETS / "gsm8k" / "test.jsonl").read_text().splitlines()[:5]]
-    assert questions(1, split_seed=0) == questions(2, split_seed=0) == first
-    assert questions(1) == questions(1) != questions(2)
-    assert len(set(questions(1))) == 5
-
-
-def test_validation_problems_are_held_out_and_scored_as_gsm8k_loss_scores_test_solutions(
-        checkpoint, train_file, model):
-    task = make_task(checkpoint, train_file, val_limit=1, train_limit=2, loss_chunk_tokens=16,
-                     eval={"benchmarks": [], "eval_batch_size": 2})
-    train, val = task.train_dataset().examples, task.validation_dataset().examples
-    assert len(train) == 2 and len(val) == 1 and not set(train) & set(val)
-    assert {e.prompt for e in train + val} <= {e["prompt"] for e in EXAMPLES}
-
-    messages: list[str] = []
-    with torch.no_grad():
-        metrics = task.evaluate(model, rank=0, world_size=1, progress=messages.append)
-    assert set(metrics) == {"val_loss"} and messages[-1].startswith("val_loss: response loss")
-    loss_sum, tokens, answers = response_loss_totals(model, task.validation_dataset(), task.collate,
-                                                     batch_size=2, chunk_tokens=16)
-    assert answers == 1 and metrics["val_loss"] == pytest.approx(loss_sum / tokens, rel=1e-6)
-    described = {(d.name, d.context, d.num_samples) for d in task.describe_data()}
-    assert described == {("train-train", "train", 2), ("train-val", "validation", 1)}
-    assert make_task(checkpoint, train_file).validation_dataset() is None
-
-
-def test_gsm8k_loss_covers_the_whole_test_split_by_default(checkpoint, train_file):
-    if not (DATASETS / "gsm8k" / "test.jsonl").is_file():
-        pytest.skip(f"{DATASETS} not present")
-    task = make_task(checkpoint, train_file, data_dir=str(DATASETS),
-                     eval={"benchmarks": ["gsm8k", "gsm8k_loss"], "eval_limit": None})
-    assert task.config.eval.response_loss_limit is None and task.config.eval.eval_limit is None
-    assert len(task.gsm8k_test_answers()) == 1319
-    assert len(task._benchmark("gsm8k").problems[:task.config.eval.eval_limit]) == 1319
 
 
 def test_a_batch_without_response_tokens_scores_zero_and_still_backpropagates(task, model):
@@ -366,11 +310,21 @@ def test_a_checkpoint_restores_a_model_whose_frozen_lm_head_is_tied_to_the_embed
     """SmolLM2 ties its LM head to the token embedding: the state dict names the frozen tensor
     twice, and a checkpoint (the adapters only) lacks both names, which restoring must accept."""
     from attent.engine import checkpoint as checkpoints
+
     tokenizer = tiny_tokenizer()
-    LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                 tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
-                                 eos_token_id=tokenizer.eos_token_id)).save_pretrained(tmp_path)
+    LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            tie_word_embeddings=True,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+    ).save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
     trained = make_task(tmp_path, train_file).build_model()
     with torch.no_grad():

@@ -1,6 +1,7 @@
 """Ray Train's local mode (``ray.num_workers: 0``, issue 47): the run in the calling process, the
 same recipe and MLflow run contract as one Ray Train worker, checkpoints written by the engine
 (Ray Train persists none there), restarts and resumes as with workers."""
+
 from __future__ import annotations
 
 import functools
@@ -12,9 +13,8 @@ from pathlib import Path
 
 import mlflow
 import pytest
-import yaml
-
 import shared_runs
+import yaml
 from attent.cli import main as attent_main
 from attent.engine import checkpoint
 from conftest import BIN
@@ -26,8 +26,7 @@ def recorded(uri: str, run_id: str, scratch: Path):
     client = mlflow.MlflowClient(uri)
     run = client.get_run(run_id)
     artifacts = sorted(a.path for a in client.list_artifacts(run_id))
-    models = client.search_logged_models([run.info.experiment_id],
-                                         filter_string=f"source_run_id = '{run_id}'")
+    models = client.search_logged_models([run.info.experiment_id], filter_string=f"source_run_id = '{run_id}'")
     return run, artifacts, models, shared_runs.histories(uri, run_id, scratch)
 
 
@@ -37,12 +36,15 @@ def test_local_mode_trains_what_one_ray_train_worker_trains(ray_cluster, tmp_pat
     per-epoch number equal within the reference runs' tolerance floor, and the same MLflow keys
     (params, metrics, tags, artifacts, a logged model, datasets)."""
     from attent.engine.driver import train
+
     runs = {}
     for workers in (0, 1):
         result = train(digits(tmp_path, mlflow_uri, f"workers-{workers}", ray={"num_workers": workers}))
         runs[workers] = recorded(mlflow_uri, result.run_id, tmp_path / str(workers))
-    (local, local_artifacts, local_models, (local_epochs, local_subsets)), \
-        (ray_run, ray_artifacts, ray_models, (ray_epochs, ray_subsets)) = runs[0], runs[1]
+    (
+        (local, local_artifacts, local_models, (local_epochs, local_subsets)),
+        (ray_run, ray_artifacts, ray_models, (ray_epochs, ray_subsets)),
+    ) = runs[0], runs[1]
     assert local.info.status == ray_run.info.status == "FINISHED"
     assert local_subsets == ray_subsets and len(local_subsets) >= 2
     assert len(local_epochs) == len(ray_epochs) == 3
@@ -56,7 +58,9 @@ def test_local_mode_trains_what_one_ray_train_worker_trains(ray_cluster, tmp_pat
     assert local.data.tags.keys() == ray_run.data.tags.keys()
     assert local_artifacts == ray_artifacts
     assert len(local_models) == len(ray_models) == 1
-    assert [d.dataset.name for d in local.inputs.dataset_inputs] == [d.dataset.name for d in ray_run.inputs.dataset_inputs]
+    assert [d.dataset.name for d in local.inputs.dataset_inputs] == [
+        d.dataset.name for d in ray_run.inputs.dataset_inputs
+    ]
     assert any(k.startswith("system/") for k in local.data.metrics)  # the node's system metrics, sampled in-process
     # Ray Train persists no checkpoint in local mode: the engine kept the newest two, as Train would
     filesystem, folder = checkpoint.run_storage(str(tmp_path / "ray_results"), "workers-0")
@@ -69,9 +73,11 @@ def test_an_injected_failure_restarts_in_process_from_the_latest_checkpoint(tmp_
     failure ends the run."""
     from attent.engine.driver import train
     from attent.engine.faults import InjectedFailure
+
     caller = os.environ.get("MLFLOW_TRACKING_URI")
-    result = train(digits(tmp_path, mlflow_uri, "restarted", fault={"fail_once_after_epoch": 1},
-                          ray={"max_failures": 1}))
+    result = train(
+        digits(tmp_path, mlflow_uri, "restarted", fault={"fail_once_after_epoch": 1}, ray={"max_failures": 1})
+    )
     # the worker ran in this process: the run's store must not stay this process's default
     assert os.environ.get("MLFLOW_TRACKING_URI") == caller
     out = capsys.readouterr()
@@ -80,9 +86,15 @@ def test_an_injected_failure_restarts_in_process_from_the_latest_checkpoint(tmp_
     run = client.get_run(result.run_id)
     assert run.info.status == "FINISHED"
     assert [m.value for m in client.get_metric_history(result.run_id, "restored_at_epoch")] == [2]
-    assert [int(m.step) for m in sorted(client.get_metric_history(result.run_id, "epoch"), key=lambda m: m.step)] == [0, 1, 2]
+    assert [int(m.step) for m in sorted(client.get_metric_history(result.run_id, "epoch"), key=lambda m: m.step)] == [
+        0,
+        1,
+        2,
+    ]
     with pytest.raises(InjectedFailure):
-        train(digits(tmp_path, mlflow_uri, "not-restarted", fault={"fail_once_after_epoch": 0}, ray={"max_failures": 0}))
+        train(
+            digits(tmp_path, mlflow_uri, "not-restarted", fault={"fail_once_after_epoch": 0}, ray={"max_failures": 0})
+        )
     failed = client.search_runs([run.info.experiment_id], "tags.`mlflow.runName` = 'not-restarted'")
     assert [r.info.status for r in failed] == ["FAILED"]
 
@@ -95,8 +107,13 @@ def test_a_killed_local_mode_run_resumes_from_its_own_checkpoint_into_the_same_r
     path = tmp_path / "killed.yaml"
     path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    driver = subprocess.Popen([str(BIN / "attent"), "train", str(path)], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
+    driver = subprocess.Popen(
+        [str(BIN / "attent"), "train", str(path)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     filesystem, folder = checkpoint.run_storage(cfg.ray.storage_path, cfg.name)
     try:
         deadline = time.time() + 300

@@ -1,13 +1,13 @@
 """Masking of masked autoencoders: the Dirichlet split of the visible budget, and masks seeded
 per sample for scoring."""
+
 from __future__ import annotations
 
 import pytest
 import torch
+from attent.tasks.mae import masking
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from attent.tasks.mae import masking
 
 
 @settings(max_examples=200, deadline=None)
@@ -24,8 +24,10 @@ def test_allocation_follows_the_proportions():
     counts = masking.allocate(torch.tensor([[0.5, 0.25, 0.25], [0.0, 0.0, 1.0], [1 / 3] * 3]), 12, 64)
     assert counts.tolist() == [[6, 3, 3], [0, 0, 12], [4, 4, 4]]
     # one modality cannot hold its share: the excess goes to the others
-    assert masking.allocate(torch.tensor([[0.0, 0.0, 1.0]]), 12, 5).tolist() == [[4, 3, 5]] or \
-        masking.allocate(torch.tensor([[0.0, 0.0, 1.0]]), 12, 5).sum().item() == 12
+    assert (
+        masking.allocate(torch.tensor([[0.0, 0.0, 1.0]]), 12, 5).tolist() == [[4, 3, 5]]
+        or masking.allocate(torch.tensor([[0.0, 0.0, 1.0]]), 12, 5).sum().item() == 12
+    )
 
 
 def test_allocation_refuses_an_impossible_budget():

@@ -3,19 +3,19 @@ Train on the session's Ray cluster, MLflow in SQLite), each trial followed by tw
 jobs (classification, a pooled head; depth, a dense one) as Ray Train runs of their own (every
 job kind, semseg included, trains through the recipe in test_mae_task); then the report reads
 one row per pretraining configuration with the downstream columns."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 import yaml
-from mlflow import MlflowClient
-
-from attent.analysis.report import build_report
-from attent.analysis.render import to_markdown
 from attent import contract
+from attent.analysis.paper_tables.report import build_report
+from attent.analysis.paper_tables.table_files import to_markdown
 from attent.sweep import run_sweep
 from conftest import REPO
+from mlflow import MlflowClient
 
 SWEEP = "e2e-multimae"
 JOBS = {"classification": "top1_accuracy", "depth": "delta1"}
@@ -23,6 +23,7 @@ JOBS = {"classification": "top1_accuracy", "depth": "delta1"}
 
 def render_scenes(root: Path) -> Path:
     from attent.tasks.mae import scenes
+
     scenes.write_dataset(root, train=48, test=16, size=32, seed=0, workers=1)
     return root
 
@@ -31,16 +32,31 @@ def render_scenes(root: Path) -> Path:
 def store(ray_cluster, tmp_path_factory):
     root = tmp_path_factory.mktemp("multimae")
     uri = f"sqlite:///{root / 'mlflow.db'}"
-    downstream = [{"name": job, "task": {"target": job, "eval_batch_size": 64},
-                   "train": {"epochs": 1, "batch_size": 16}} for job in JOBS]
-    spec = {"name": SWEEP, "base": str(REPO / "experiments" / "multimae_scenes.yaml"),
-            "overrides": {"task.data_path": str(render_scenes(root / "scenes")), "task.train_limit": None,
-                          "task.test_limit": None, "task.visible_tokens": 32, "train.epochs": 2,
-                          "train.batch_size": 16, "train.eval_every": 1, "ray.cpus_per_worker": 1, "ray.num_workers": 0,
-                          "ray.storage_path": str(root / "ray_results"), "mlflow.tracking_uri": uri,
-                          "downstream": downstream},
-            "trials": [{}, {"selection.preset": None, "selection.method": "full"}],
-            "seeds": [0], "max_concurrent": 1}  # one trial process (the digits ablation sweep runs two)
+    downstream = [
+        {"name": job, "task": {"target": job, "eval_batch_size": 64}, "train": {"epochs": 1, "batch_size": 16}}
+        for job in JOBS
+    ]
+    spec = {
+        "name": SWEEP,
+        "base": str(REPO / "experiments" / "multimae_scenes.yaml"),
+        "overrides": {
+            "task.data_path": str(render_scenes(root / "scenes")),
+            "task.train_limit": None,
+            "task.test_limit": None,
+            "task.visible_tokens": 32,
+            "train.epochs": 2,
+            "train.batch_size": 16,
+            "train.eval_every": 1,
+            "ray.cpus_per_worker": 1,
+            "ray.num_workers": 0,
+            "ray.storage_path": str(root / "ray_results"),
+            "mlflow.tracking_uri": uri,
+            "downstream": downstream,
+        },
+        "trials": [{}, {"selection.preset": None, "selection.method": "full"}],
+        "seeds": [0],
+        "max_concurrent": 1,
+    }  # one trial process (the digits ablation sweep runs two)
     path = root / "sweep.yaml"
     path.write_text(yaml.safe_dump({"sweep": spec}, sort_keys=False))
     results = run_sweep(path)
@@ -65,8 +81,9 @@ def test_each_trial_runs_its_downstream_jobs_linked_to_it(store):
         assert all(j.info.status == "FINISHED" for j in mine)
         for job in mine:  # the pretraining run received each job's final metric
             name = job.data.tags[contract.TAG_DOWNSTREAM_JOB]
-            assert trial.data.metrics[contract.downstream_metric(name, JOBS[name])] == \
-                pytest.approx(job.data.metrics[contract.EVAL_PREFIX + JOBS[name]])
+            assert trial.data.metrics[contract.downstream_metric(name, JOBS[name])] == pytest.approx(
+                job.data.metrics[contract.EVAL_PREFIX + JOBS[name]]
+            )
         assert {"train_loss_rgb", "train_loss_depth", "train_loss_semseg"} <= set(trial.data.metrics)
         artifacts = [a.path for a in MlflowClient(uri).list_artifacts(trial.info.run_id, contract.PRETRAINED_ARTIFACT)]
         assert artifacts == [f"{contract.PRETRAINED_ARTIFACT}/{contract.PRETRAINED_FILE}"]

@@ -1,17 +1,17 @@
 """The masked-autoencoder tasks on real rendered scenes, driven by the engine's recipe on plain
 torch: per-sample scores, deterministic scoring, modality groups, export and downstream load."""
+
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
 import torch
-
 from attent.config import build_experiment
 from attent.engine.recipe import ScoringPass, TrainingRecipe, WorkerContext
-from attent.tasks.registry import build_task
 from attent.tasks.mae import scenes
 from attent.tasks.mae.downstream import layer_of
+from attent.tasks.registry import build_task
 
 
 @pytest.fixture(scope="module")
@@ -22,11 +22,14 @@ def scene_root(tmp_path_factory):
 
 
 def experiment(root, task=None, selection=None, **train):
-    return build_experiment({
-        "name": "mae-test", "task": {"name": "multimae", "data_path": str(root), "visible_tokens": 32,
-                                     **(task or {})},
-        "train": {"epochs": 2, "batch_size": 16, "lr": 1e-3, **train},
-        "selection": selection or {"preset": "vit"}})
+    return build_experiment(
+        {
+            "name": "mae-test",
+            "task": {"name": "multimae", "data_path": str(root), "visible_tokens": 32, **(task or {})},
+            "train": {"epochs": 2, "batch_size": 16, "lr": 1e-3, **train},
+            "selection": selection or {"preset": "vit"},
+        }
+    )
 
 
 def recipe(cfg) -> TrainingRecipe:
@@ -60,23 +63,30 @@ def test_scoring_is_deterministic_and_training_is_not(scene_root):
     assert torch.equal(first, scores(2))
     assert not torch.equal(first, scores(3))  # a new round draws new masks
     # a pass over some samples (stale-only re-scoring) scores just those, to the same values
-    part = {int(i): loss for idx, losses in ScoringPass(r, 2)(torch.tensor([5, 17, 42]))
-            for i, loss in zip(idx, losses)}
+    part = {
+        int(i): loss for idx, losses in ScoringPass(r, 2)(torch.tensor([5, 17, 42])) for i, loss in zip(idx, losses)
+    }
     assert sorted(part) == [5, 17, 42] and all(torch.equal(part[i], first[i]) for i in part)
     batch = r.task.collate([r.train_set[i] for i in range(8)])
     with torch.no_grad():
-        assert not torch.equal(r.task.per_sample_loss(r.raw_model, batch),
-                               r.task.per_sample_loss(r.raw_model, batch))  # fresh masks, fresh crops
+        assert not torch.equal(
+            r.task.per_sample_loss(r.raw_model, batch), r.task.per_sample_loss(r.raw_model, batch)
+        )  # fresh masks, fresh crops
 
 
 def test_modalities_are_the_groups_of_group_weight_and_gradnorm(scene_root):
-    fixed = recipe(experiment(scene_root, selection={"method": "group_weight", "group_weights": [1, 2, 2],
-                                                     "ratio": {"kind": "fixed", "start": 0.5}}))
+    fixed = recipe(
+        experiment(
+            scene_root,
+            selection={"method": "group_weight", "group_weights": [1, 2, 2], "ratio": {"kind": "fixed", "start": 0.5}},
+        )
+    )
     row = fixed.run_epoch(0)
     assert [row[f"loss_weight_{m}"] for m in ("rgb", "depth", "semseg")] == pytest.approx([0.6, 1.2, 1.2])
     assert row["selected_ratio"] == 0.5 and {"train_loss_rgb", "train_loss_depth", "train_loss_semseg"} <= set(row)
-    gradnorm = recipe(experiment(scene_root, selection={"method": "gradnorm",
-                                                        "ratio": {"kind": "fixed", "start": 0.5}}, epochs=3))
+    gradnorm = recipe(
+        experiment(scene_root, selection={"method": "gradnorm", "ratio": {"kind": "fixed", "start": 0.5}}, epochs=3)
+    )
     weights = []
     for epoch in range(3):
         row = gradnorm.run_epoch(epoch)
@@ -91,8 +101,9 @@ def test_group_weights_must_match_the_modalities(scene_root):
 
 
 def test_mae_hides_the_configured_share_of_patches(scene_root):
-    cfg = build_experiment({"name": "m", "task": {"name": "mae", "data_path": str(scene_root), "mask_ratio": 0.75},
-                            "train": {"epochs": 1}})
+    cfg = build_experiment(
+        {"name": "m", "task": {"name": "mae", "data_path": str(scene_root), "mask_ratio": 0.75}, "train": {"epochs": 1}}
+    )
     task = build_task(cfg.task, seed=0)
     assert task.modalities == ("rgb",) and task.budget == 16 and task.loss_components == ()
     model = task.build_model().eval()
@@ -105,9 +116,18 @@ def test_pretrained_encoder_reaches_each_downstream_job(scene_root, tmp_path):
     r.run_epoch(0)
     torch.save(r.task.export(r.raw_model), tmp_path / "pretrained.pt")
     for target, metric in (("classification", "top1_accuracy"), ("semseg", "miou"), ("depth", "delta1")):
-        cfg = build_experiment({"name": "d", "task": {"name": "mae_downstream", "data_path": str(scene_root),
-                                                      "target": target, "pretrained": str(tmp_path)},
-                                "train": {"epochs": 1, "batch_size": 16}})
+        cfg = build_experiment(
+            {
+                "name": "d",
+                "task": {
+                    "name": "mae_downstream",
+                    "data_path": str(scene_root),
+                    "target": target,
+                    "pretrained": str(tmp_path),
+                },
+                "train": {"epochs": 1, "batch_size": 16},
+            }
+        )
         job = recipe(cfg)
         pretrained = r.raw_model.encoder.blocks[0].attn.qkv.weight
         assert torch.equal(job.raw_model.encoder.blocks[0].attn.qkv.weight, pretrained)
@@ -129,12 +149,22 @@ def test_linear_probe_trains_the_head_only_and_finetune_decays_by_layer(scene_ro
 
 def test_a_ray_checkpoint_of_the_pretraining_run_also_serves(scene_root, tmp_path):
     from attent.engine import checkpoint
+
     r = recipe(experiment(scene_root))
     r.run_epoch(0)
     saved = checkpoint.save({"model": checkpoint.trainable_state(r.raw_model)})
-    cfg = build_experiment({"name": "d", "task": {"name": "mae_downstream", "data_path": str(scene_root),
-                                                  "target": "depth", "pretrained": saved.name},
-                            "train": {"epochs": 1}})
+    cfg = build_experiment(
+        {
+            "name": "d",
+            "task": {
+                "name": "mae_downstream",
+                "data_path": str(scene_root),
+                "target": "depth",
+                "pretrained": saved.name,
+            },
+            "train": {"epochs": 1},
+        }
+    )
     job = recipe(cfg)
     assert torch.equal(job.raw_model.encoder.embeds["rgb"].proj.weight, r.raw_model.encoder.embeds["rgb"].proj.weight)
     saved.cleanup()
@@ -142,13 +172,14 @@ def test_a_ray_checkpoint_of_the_pretraining_run_also_serves(scene_root, tmp_pat
 
 def test_downstream_from_an_unknown_run_is_refused_before_ray(scene_root, tmp_path, monkeypatch, capsys):
     from attent.cli import main
+
     monkeypatch.chdir(tmp_path)
     config = tmp_path / "pre.yaml"
     config.write_text(f"""
 name: pre
 task: {{name: multimae, data_path: {scene_root}}}
 train: {{epochs: 1}}
-mlflow: {{tracking_uri: "sqlite:///{tmp_path / 'mlflow.db'}"}}
+mlflow: {{tracking_uri: "sqlite:///{tmp_path / "mlflow.db"}"}}
 downstream:
   - {{name: depth, task: {{target: depth}}, train: {{epochs: 1}}}}
 """)
@@ -156,16 +187,25 @@ downstream:
     err = capsys.readouterr().err
     assert "no MLflow run '0123456789abcdef'" in err
     from mlflow import MlflowClient
+
     experiment = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_experiment_by_name("attent")
     assert experiment is None  # refused before any run (or Ray worker) was started
 
 
 def test_a_downstream_job_is_named_after_its_weights_and_settings(scene_root):
     from attent.engine.driver import job_experiment
-    cfg = build_experiment({"name": "pre", "task": {"name": "multimae", "data_path": str(scene_root)},
-                            "train": {"epochs": 1},
-                            "downstream": [{"name": "depth", "task": {"target": "depth"}, "train": {"epochs": 1}},
-                                           {"name": "depth2", "task": {"target": "depth"}, "train": {"epochs": 2}}]})
+
+    cfg = build_experiment(
+        {
+            "name": "pre",
+            "task": {"name": "multimae", "data_path": str(scene_root)},
+            "train": {"epochs": 1},
+            "downstream": [
+                {"name": "depth", "task": {"target": "depth"}, "train": {"epochs": 1}},
+                {"name": "depth2", "task": {"target": "depth"}, "train": {"epochs": 2}},
+            ],
+        }
+    )
     same = job_experiment(cfg, cfg.downstream[0], "abcdef0123456789")
     assert same.name.startswith("pre-depth-abcdef01-") and same.task.pretrained == "runs:/abcdef0123456789/pretrained"
     assert job_experiment(cfg, cfg.downstream[0], "abcdef0123456789").name == same.name  # re-run: reused
@@ -179,12 +219,27 @@ def test_validation_scenes_are_scored_beside_the_test_scenes(scene_root, tmp_pat
     metrics = r.task.evaluate(r.raw_model.eval(), rank=0, world_size=1)
     losses = {f"loss_{m}" for m in ("rgb", "depth", "semseg")} | {"loss", "knn_accuracy"}
     assert set(metrics) == {f"{split}_{name}" for split in ("test", "val") for name in losses}
-    assert {(d.context, d.num_samples) for d in r.task.describe_data()} == {("train", 50), ("validation", 10),
-                                                                             ("eval", 20)}
+    assert {(d.context, d.num_samples) for d in r.task.describe_data()} == {
+        ("train", 50),
+        ("validation", 10),
+        ("eval", 20),
+    }
     torch.save(r.task.export(r.raw_model), tmp_path / "pretrained.pt")
-    job = recipe(build_experiment({"name": "d", "train": {"epochs": 1, "batch_size": 16},
-                                   "task": {"name": "mae_downstream", "data_path": str(scene_root), "val_limit": 10,
-                                            "target": "classification", "pretrained": str(tmp_path)}}))
+    job = recipe(
+        build_experiment(
+            {
+                "name": "d",
+                "train": {"epochs": 1, "batch_size": 16},
+                "task": {
+                    "name": "mae_downstream",
+                    "data_path": str(scene_root),
+                    "val_limit": 10,
+                    "target": "classification",
+                    "pretrained": str(tmp_path),
+                },
+            }
+        )
+    )
     assert set(job.task.evaluate(job.raw_model.eval(), rank=0, world_size=1)) == {"top1_accuracy", "val_top1_accuracy"}
 
 

@@ -1,11 +1,12 @@
-"""The trained model in MLflow: what each task logs (``engine/models.py``: the PyTorch flavour's
-pt2 format for the ViT, the MAE encoder and the downstream model, the transformers flavour for
-the LLM's LoRA adapter), that the flavour's ``load_model`` gives back the same predictions, and
+"""The trained model in MLflow: what each task logs (``engine/logged_models.py``: the PyTorch
+flavour's pt2 format for the ViT, the MAE encoder and the downstream model, the transformers
+flavour for the LLM's LoRA adapter), that the flavour's ``load_model`` gives back the same predictions, and
 that a run starts from a logged model (``train.init_weights``, a downstream job's ``pretrained``).
 
 The fast tests log models of in-process recipes into a scratch SQLite store; the slow ones read
 the session's reference runs (Ray Train, as ``attent train`` runs them) and train one run from a
 logged model."""
+
 from __future__ import annotations
 
 import json
@@ -14,24 +15,27 @@ from pathlib import Path
 import mlflow
 import pytest
 import torch
-from mlflow import MlflowClient
-from mlflow.entities import LoggedModelStatus
-from transformers import LlamaConfig, LlamaForCausalLM
-
 from attent import contract
 from attent.config import PreflightError, build_experiment
 from attent.engine import checkpoint
-from attent.engine.models import log_trained_model
+from attent.engine.logged_models import log_trained_model
 from attent.engine.preflight import check_init_weights
 from attent.engine.recipe import TrainingRecipe, WorkerContext
 from attent.tasks import weights
 from attent.tasks.mae import scenes
 from attent.tasks.mae.task import LoggedEncoder
 from conftest import SHARED
+from mlflow import MlflowClient
+from mlflow.entities import LoggedModelStatus
 from test_llm_task import EXAMPLES, make_task, tiny_tokenizer
+from transformers import LlamaConfig, LlamaForCausalLM
 
-DIGITS_TASK = {"name": "vision", "dataset": "digits", "img_size": 8,
-               "model": {"preset": "vit_tiny_cpu", "patch_size": 2}}
+DIGITS_TASK = {
+    "name": "vision",
+    "dataset": "digits",
+    "img_size": 8,
+    "model": {"preset": "vit_tiny_cpu", "patch_size": 2},
+}
 
 
 @pytest.fixture
@@ -51,8 +55,10 @@ def new_run(client: MlflowClient) -> str:
 
 
 def recipe(task: dict, seed: int = 0, **train) -> TrainingRecipe:
-    r = TrainingRecipe(build_experiment({"name": "m", "seed": seed, "task": task,
-                                         "train": {"epochs": 1, "batch_size": 16, **train}}), WorkerContext())
+    r = TrainingRecipe(
+        build_experiment({"name": "m", "seed": seed, "task": task, "train": {"epochs": 1, "batch_size": 16, **train}}),
+        WorkerContext(),
+    )
     r.setup()
     return r
 
@@ -68,10 +74,11 @@ def same_tensors(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool
 
 # --- fast: logged in-process ---------------------------------------------------------------------
 
+
 def test_a_vit_is_logged_linked_to_its_run_and_loads_back_with_the_same_predictions(store):
     run_id = new_run(store)
     store.log_metric(run_id, "eval_test_accuracy", 0.5, step=1)  # the final step's metric
-    store.log_metric(run_id, "train_loss", 2.0, step=0)          # an earlier epoch's
+    store.log_metric(run_id, "train_loss", 2.0, step=0)  # an earlier epoch's
     store.set_tag(run_id, "mlflow.source.name", "attent train experiments/digits_vit.yaml")  # the driver's
     trained = recipe(DIGITS_TASK)
     trained.run_epoch(0)
@@ -81,12 +88,14 @@ def test_a_vit_is_logged_linked_to_its_run_and_loads_back_with_the_same_predicti
     logged = store.get_logged_model(model_id)
     assert (logged.name, logged.status, logged.source_run_id) == ("model", LoggedModelStatus.READY, run_id)
     assert logged.params["seed"] == "0" and logged.tags[contract.TAG_TASK] == "vision"
-    assert logged.tags["mlflow.source.name"] == "attent train experiments/digits_vit.yaml"  # the run's, not this process's
+    assert (
+        logged.tags["mlflow.source.name"] == "attent train experiments/digits_vit.yaml"
+    )  # the run's, not this process's
     assert [(m.key, m.value) for m in logged.metrics] == [("eval_test_accuracy", 0.5)]
     assert [o.model_id for o in store.get_run(run_id).outputs.model_outputs] == [model_id]
     info = mlflow.models.get_model_info(f"models:/{model_id}")
     assert specs(info.signature.inputs) == [(None, "float32", (-1, 1, 8, 8))]  # images, any batch
-    assert specs(info.signature.outputs) == [(None, "float32", (-1, 10))]       # logits
+    assert specs(info.signature.outputs) == [(None, "float32", (-1, 10))]  # logits
     assert info.saved_input_example_info["type"] == "ndarray"
     assert trained.raw_model.training  # the model keeps its mode: a copy in eval mode is exported
 
@@ -127,8 +136,11 @@ def test_an_mae_encoder_is_logged_over_its_modalities_and_downstream_jobs_start_
     pretraining.run_epoch(0)
     model_id = log_trained_model(pretraining.task, pretraining.raw_model, run_id=new_run(store), step=1)
     info = mlflow.models.get_model_info(f"models:/{model_id}")
-    assert specs(info.signature.inputs) == [("rgb", "float32", (-1, 3, 32, 32)), ("depth", "float32", (-1, 1, 32, 32)),
-                                            ("semseg", "int64", (-1, 32, 32))]
+    assert specs(info.signature.inputs) == [
+        ("rgb", "float32", (-1, 3, 32, 32)),
+        ("depth", "float32", (-1, 1, 32, 32)),
+        ("semseg", "int64", (-1, 32, 32)),
+    ]
     assert info.metadata == {"modalities": ["rgb", "depth", "semseg"]}
 
     task = pretraining.task
@@ -139,8 +151,9 @@ def test_an_mae_encoder_is_logged_over_its_modalities_and_downstream_jobs_start_
         assert expected.shape == (3, 3 * task.spec.patches, task.spec.embed_dim)
         torch.testing.assert_close(mlflow.pytorch.load_model(f"models:/{model_id}")(*inputs), expected)
 
-    job = recipe({"name": "mae_downstream", "data_path": str(scene_root), "target": "depth",
-                  "pretrained": f"models:/{model_id}"})
+    job = recipe(
+        {"name": "mae_downstream", "data_path": str(scene_root), "target": "depth", "pretrained": f"models:/{model_id}"}
+    )
     encoder = pretraining.raw_model.encoder
     assert torch.equal(job.raw_model.encoder.embeds["rgb"].proj.weight, encoder.embeds["rgb"].proj.weight)
     assert torch.equal(job.raw_model.encoder.blocks[-1].mlp.fc2.weight, encoder.blocks[-1].mlp.fc2.weight)
@@ -149,8 +162,9 @@ def test_an_mae_encoder_is_logged_over_its_modalities_and_downstream_jobs_start_
     # the downstream job's own model: RGB in, dense depth out
     job_model_id = log_trained_model(job.task, job.raw_model, run_id=new_run(store), step=1)
     with torch.no_grad():
-        torch.testing.assert_close(mlflow.pytorch.load_model(f"models:/{job_model_id}")(batch["rgb"]),
-                                   job.raw_model.eval()(batch["rgb"]))
+        torch.testing.assert_close(
+            mlflow.pytorch.load_model(f"models:/{job_model_id}")(batch["rgb"]), job.raw_model.eval()(batch["rgb"])
+        )
 
 
 @pytest.fixture
@@ -158,10 +172,18 @@ def tiny_llm(tmp_path) -> tuple[Path, Path]:
     """(a random 2-layer Llama checkpoint folder, a training file): an LLM task without the hub."""
     base, data = tmp_path / "tiny-llama", tmp_path / "train.jsonl"
     tokenizer = tiny_tokenizer()
-    LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                 pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-                     ).save_pretrained(base)
+    LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+    ).save_pretrained(base)
     tokenizer.save_pretrained(base)
     data.write_text("\n".join(json.dumps(e) for e in EXAMPLES))
     return base, data
@@ -196,17 +218,26 @@ def test_the_pytorch_flavour_is_imported_without_lightning_which_stays_importabl
     """Lightning is installed (attent[lightning]); MLflow's PyTorch flavour would import it (2 s)."""
     import subprocess
     import sys
-    probe = ("import sys; from attent.tasks.weights import mlflow_pytorch; flavour = mlflow_pytorch(); "
-             "print(hasattr(flavour, 'log_model'), 'pytorch_lightning' in sys.modules); "
-             "import pytorch_lightning; print('pytorch_lightning' in sys.modules)")
+
+    probe = (
+        "import sys; from attent.tasks.weights import mlflow_pytorch; flavour = mlflow_pytorch(); "
+        "print(hasattr(flavour, 'log_model'), 'pytorch_lightning' in sys.modules); "
+        "import pytorch_lightning; print('pytorch_lightning' in sys.modules)"
+    )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "False", "True"]
 
 
 def test_init_weights_paths_resolve_and_a_missing_one_is_refused(tmp_path):
-    cfg = build_experiment({"name": "m", "task": DIGITS_TASK, "train": {"epochs": 1, "init_weights": "ckpt"},
-                            "mlflow": {"registered_model": "digits-vit"}})
+    cfg = build_experiment(
+        {
+            "name": "m",
+            "task": DIGITS_TASK,
+            "train": {"epochs": 1, "init_weights": "ckpt"},
+            "mlflow": {"registered_model": "digits-vit"},
+        }
+    )
     resolved = cfg.resolved(tmp_path)
     assert resolved.train.init_weights == str(tmp_path / "ckpt")
     with pytest.raises(PreflightError, match="does not exist"):
@@ -217,13 +248,20 @@ def test_init_weights_paths_resolve_and_a_missing_one_is_refused(tmp_path):
 
 
 def test_downstream_jobs_do_not_register_under_the_pretrainings_name(scene_root):
-    cfg = build_experiment({"name": "pre", "task": {"name": "multimae", "data_path": str(scene_root)},
-                            "train": {"epochs": 1}, "mlflow": {"registered_model": "encoders"},
-                            "downstream": [{"name": "depth", "task": {"target": "depth"}, "train": {"epochs": 1}}]})
+    cfg = build_experiment(
+        {
+            "name": "pre",
+            "task": {"name": "multimae", "data_path": str(scene_root)},
+            "train": {"epochs": 1},
+            "mlflow": {"registered_model": "encoders"},
+            "downstream": [{"name": "depth", "task": {"target": "depth"}, "train": {"epochs": 1}}],
+        }
+    )
     assert cfg.downstream_experiment(cfg.downstream[0], pretrained=None).mlflow.registered_model is None
 
 
 # --- slow: the session's Ray runs ----------------------------------------------------------------
+
 
 def run_model_id(client: MlflowClient, run_id: str) -> str:
     """The model a finished run logged (MLflow's link from the run to its outputs)."""
@@ -265,18 +303,29 @@ def test_a_finished_run_logs_its_model_which_predicts_as_its_last_checkpoint(ref
 def test_a_run_starts_from_a_logged_model_and_registers_its_own(reference_runs, tmp_path, monkeypatch):
     """A vision run from the reference run's model at a learning rate too small to move it: its
     first evaluation is the reference run's last; its own model is version 1 of a registered name."""
+    import shared_runs
     from attent.engine.driver import train
     from attent.selection.config import deep_merge
-    import shared_runs
+
     reference = reference_runs("digits-soft")
     client = MlflowClient(reference.tracking_uri)
     source = f"models:/{run_model_id(client, reference.run_id)}"
-    cfg = build_experiment(deep_merge(shared_runs.DIGITS, {
-        "name": "from-model", "selection": {"method": "full"},
-        "train": {"epochs": 1, "lr": 1e-9, "init_weights": source}, "ray": {"num_workers": 0,
-        "storage_path": str(tmp_path / "ray_results")},
-        "mlflow": {"tracking_uri": reference.tracking_uri, "experiment": "from-model",
-                   "registered_model": "digits-vit"}}))
+    cfg = build_experiment(
+        deep_merge(
+            shared_runs.DIGITS,
+            {
+                "name": "from-model",
+                "selection": {"method": "full"},
+                "train": {"epochs": 1, "lr": 1e-9, "init_weights": source},
+                "ray": {"num_workers": 0, "storage_path": str(tmp_path / "ray_results")},
+                "mlflow": {
+                    "tracking_uri": reference.tracking_uri,
+                    "experiment": "from-model",
+                    "registered_model": "digits-vit",
+                },
+            },
+        )
+    )
     result = train(cfg)
     reference_metrics = client.get_run(reference.run_id).data.metrics
     assert result.metrics["eval_test_accuracy"] == reference_metrics["eval_test_accuracy"]
@@ -287,8 +336,12 @@ def test_a_run_starts_from_a_logged_model_and_registers_its_own(reference_runs, 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", reference.tracking_uri)
     images = torch.rand(4, 1, 8, 8)
     with torch.no_grad():
-        torch.testing.assert_close(mlflow.pytorch.load_model("models:/digits-vit/1")(images),
-                                   mlflow.pytorch.load_model(source)(images), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(
+            mlflow.pytorch.load_model("models:/digits-vit/1")(images),
+            mlflow.pytorch.load_model(source)(images),
+            rtol=1e-4,
+            atol=1e-5,
+        )
 
 
 @pytest.mark.skipif(not (SHARED / "datasets/gsm8k/train.jsonl").exists(), reason="needs ../shared/datasets")
@@ -302,6 +355,7 @@ def test_the_llm_run_logs_its_adapter_which_predicts_as_its_last_checkpoint(refe
     assert client.get_run(trained.run_id).data.metrics[contract.TIME_MODEL_LOG] > 0
 
     from attent.tasks.llm.task import LLMTask
+
     task = LLMTask(trained.cfg.task, seed=trained.cfg.seed)
     restored = task.build_model()
     checkpoint.load_trainable_state(restored, last_checkpoint_model(trained.cfg))

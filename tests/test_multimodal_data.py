@@ -1,5 +1,6 @@
 """The multi-modal loader: layout refusals, items (shapes, dtypes, units, indices), limited
 subsets, deterministic scoring views, and augmentation that keeps the modalities aligned."""
+
 from __future__ import annotations
 
 import shutil
@@ -7,12 +8,10 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from PIL import Image
-
-from attent.tasks.mae.data import (IMAGENET_MEAN, IMAGENET_STD, augment_images, collate,
-                                   load_multimodal)
+from attent.tasks.mae.data import IMAGENET_MEAN, IMAGENET_STD, augment_images, collate, load_multimodal
 from attent.tasks.mae.files import check_multimodal_root, read_metadata
 from attent.tasks.mae.scenes import SCENE_CLASSES, SEMSEG_CLASSES, write_dataset
+from PIL import Image
 
 MEAN, STD = torch.tensor(IMAGENET_MEAN).view(3, 1, 1), torch.tensor(IMAGENET_STD).view(3, 1, 1)
 
@@ -28,9 +27,11 @@ def write_sample(root, split, cls, name, *, size=(40, 30), semseg_top=3, seed=0)
     """One hand-made sample: random rgb, depth in mm (some 0), semseg ids below semseg_top."""
     rng = np.random.default_rng(seed)
     w, h = size
-    for modality, array in [("rgb", rng.integers(0, 256, (h, w, 3), dtype=np.uint8)),
-                            ("depth", rng.integers(0, 5000, (h, w)).astype(np.uint16)),
-                            ("semseg", rng.integers(0, semseg_top, (h, w)).astype(np.uint8))]:
+    for modality, array in [
+        ("rgb", rng.integers(0, 256, (h, w, 3), dtype=np.uint8)),
+        ("depth", rng.integers(0, 5000, (h, w)).astype(np.uint16)),
+        ("semseg", rng.integers(0, semseg_top, (h, w)).astype(np.uint8)),
+    ]:
         folder = root / split / modality / cls
         folder.mkdir(parents=True, exist_ok=True)
         Image.fromarray(array).save(folder / name)
@@ -47,6 +48,7 @@ def tiny(tmp_path):
 
 
 # --- refusals -------------------------------------------------------------------------------
+
 
 def test_missing_root_or_modality_folder_is_named(tiny, tmp_path):
     with pytest.raises(FileNotFoundError, match="attent data scenes"):
@@ -85,6 +87,7 @@ def test_without_metadata_semseg_needs_its_class_count(tiny):
 
 
 # --- items ----------------------------------------------------------------------------------
+
 
 def test_items_have_the_documented_shapes_units_and_indices(scenes):
     splits = load_multimodal(scenes, img_size=32)
@@ -183,9 +186,11 @@ def test_augmentation_moves_every_modality_alike(scenes):
     """One label map drawn into all three modalities stays the same map after augmentation."""
     semseg = torch.zeros(1, 32, 32, dtype=torch.uint8)
     semseg[0, 4:14, 3:12], semseg[0, 18:30, 15:29], semseg[0, 2:9, 20:31] = 1, 2, 3
-    images = {"rgb": (semseg * 60).expand(3, -1, -1).contiguous(),
-              "depth": torch.from_numpy(semseg.numpy().astype(np.uint16) * 1000 + 500),
-              "semseg": semseg}  # uint16 like decoded depth PNGs
+    images = {
+        "rgb": (semseg * 60).expand(3, -1, -1).contiguous(),
+        "depth": torch.from_numpy(semseg.numpy().astype(np.uint16) * 1000 + 500),
+        "semseg": semseg,
+    }  # uint16 like decoded depth PNGs
     seen = set()
     for seed in range(12):
         torch.manual_seed(seed)
@@ -195,7 +200,7 @@ def test_augmentation_moves_every_modality_alike(scenes):
         # rgb (bilinear) agrees wherever the 3 x 3 neighbourhood is one region
         label = out["semseg"][0].float()
         pooled = torch.nn.functional.max_pool2d(label[None], 3, 1, 1)[0]
-        inner = (pooled == -torch.nn.functional.max_pool2d(-label[None], 3, 1, 1)[0])
+        inner = pooled == -torch.nn.functional.max_pool2d(-label[None], 3, 1, 1)[0]
         diff = (out["rgb"][0].float() - label * 60).abs()[inner]
         assert inner.sum() > 100 and diff.max() <= 2
         seen.add(out["semseg"].numpy().tobytes())

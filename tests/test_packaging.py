@@ -1,7 +1,8 @@
-"""What `pip install attent` declares (issue 46): a light core (torch, numpy, pydantic) with the
+"""What `pip install attent` declares: a light core (torch, numpy, pydantic) with the
 rest behind extras, every import of the code declared in the extra that brings it, exact versions
 in the lock file only, `attent --version`, and one line naming the extra when a command's packages
 are missing. The install itself, into fresh venvs: tests/test_light_install.py."""
+
 from __future__ import annotations
 
 import ast
@@ -12,14 +13,13 @@ import sys
 from importlib.metadata import packages_distributions, version
 
 import pytest
+from conftest import REPO
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from conftest import REPO
-
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
-from attent import extras
+from attent import extras  # noqa: E402 -- after the skip above, as pytest.importorskip asks
 
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 LOCK = REPO / "requirements" / "platform.lock"
@@ -48,17 +48,34 @@ def declared(extra: str | None) -> set[str]:
 
 
 def third_party_imports() -> dict[str, set[str]]:
-    """Top-level module -> the files under platform/ importing it (not the standard library's)."""
+    """Top-level module -> the files under platform/ and analysis/ (attent.analysis) importing it (not the
+    standard library's)."""
     found: dict[str, set[str]] = {}
-    for path in (REPO / "platform").rglob("*.py"):
+    for path in [*(REPO / "platform").rglob("*.py"), *(REPO / "analysis").rglob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module] if isinstance(node, ast.ImportFrom) and not node.level and node.module else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module]
+                if isinstance(node, ast.ImportFrom) and not node.level and node.module
+                else []
+            )
             for name in names:
                 top = name.partition(".")[0]
                 if top not in sys.stdlib_module_names and top not in ("attent", "__future__"):
                     found.setdefault(top, set()).add(str(path.relative_to(REPO)))
     return found
+
+
+def test_the_package_list_names_every_package_of_the_code():
+    """pyproject.toml lists the packages, platform/attent's and analysis/'s (installed as attent.analysis:
+    packages.find cannot map a folder to another name), so that none is missing from the wheel alone."""
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert setuptools["package-dir"] == {"": "platform", "attent.analysis": "analysis"}
+    inits = {part: (REPO / part).rglob("__init__.py") for part in ("platform", "analysis")}
+    on_disk = {".".join(p.parent.relative_to(REPO / "platform").parts) for p in inits["platform"]}
+    on_disk |= {".".join(("attent", *p.parent.relative_to(REPO).parts)) for p in inits["analysis"]}
+    assert sorted(setuptools["packages"]) == sorted(on_disk)
 
 
 def test_the_core_is_torch_numpy_and_pydantic_with_a_torch_floor():
@@ -75,7 +92,7 @@ def test_the_extras_are_the_ones_named_and_all_holds_every_runtime_extra():
 
 def test_no_declared_requirement_is_an_exact_pin():
     """Exact versions live in the lock file: a pin here would replace a user's torch."""
-    lines = [*PROJECT["dependencies"], *(l for ls in PROJECT["optional-dependencies"].values() for l in ls)]
+    lines = [*PROJECT["dependencies"], *(req for group in PROJECT["optional-dependencies"].values() for req in group)]
     assert [line for line in lines if "==" in line] == []
 
 
@@ -97,15 +114,16 @@ def test_every_import_of_the_code_is_declared_in_the_extra_that_brings_it():
 
 
 def test_the_lock_pins_every_declared_requirement_exactly():
-    lines = [l for l in LOCK.read_text().splitlines() if l.strip() and not l.startswith("#")]
-    pins = dict(l.split("==") for l in lines)
-    assert all(re.fullmatch(r"[a-z0-9-]+==[\w.+!-]+", l) for l in lines), "name==version lines only"
+    lines = [line for line in LOCK.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    pins = dict(line.split("==") for line in lines)
+    assert all(re.fullmatch(r"[a-z0-9-]+==[\w.+!-]+", line) for line in lines), "name==version lines only"
     assert "attent" not in pins
     needed = declared("all") | declared("test") | declared("docs")
     assert sorted(needed - set(pins)) == []
     for req in [*requirements("all"), *requirements("test"), *requirements("docs"), *requirements(None)]:
-        assert req.specifier.contains(pins[canonicalize_name(req.name)], prereleases=True), \
+        assert req.specifier.contains(pins[canonicalize_name(req.name)], prereleases=True), (
             f"the lock's {req.name}=={pins[canonicalize_name(req.name)]} is outside pyproject.toml's {req}"
+        )
 
 
 def test_the_makefile_installs_from_the_lock():
@@ -116,6 +134,7 @@ def test_the_makefile_installs_from_the_lock():
 
 def test_version_flag_prints_the_installed_version(capsys):
     from attent.cli import main
+
     with pytest.raises(SystemExit) as done:
         main(["--version"])
     assert done.value.code == 0
@@ -138,16 +157,24 @@ sys.exit(main({argv!r}))
 
 
 def run_without(blocked: list[str], argv: list[str], cwd) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", BLOCKED.format(blocked=blocked, argv=argv)], cwd=cwd,
-                          capture_output=True, text=True, timeout=180)
+    return subprocess.run(
+        [sys.executable, "-c", BLOCKED.format(blocked=blocked, argv=argv)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
-@pytest.mark.parametrize("argv,blocked", [
-    (["validate", "{repo}/experiments/digits_vit.yaml"], ["yaml", "ray", "mlflow", "tqdm"]),
-    (["train", "{repo}/experiments/digits_vit.yaml", "train.epochs=1"], ["ray", "mlflow"]),
-    (["report", "--experiment", "x", "--tracking-uri", "sqlite:///{tmp}/mlflow.db"], ["mlflow", "pandas"]),
-    (["data", "scenes", "--out", "{tmp}/scenes", "--train", "1", "--test", "1"], ["trimesh"]),
-])
+@pytest.mark.parametrize(
+    "argv,blocked",
+    [
+        (["validate", "{repo}/experiments/digits_vit.yaml"], ["yaml", "ray", "mlflow", "tqdm"]),
+        (["train", "{repo}/experiments/digits_vit.yaml", "train.epochs=1"], ["ray", "mlflow"]),
+        (["report", "--experiment", "x", "--tracking-uri", "sqlite:///{tmp}/mlflow.db"], ["mlflow", "pandas"]),
+        (["data", "scenes", "--out", "{tmp}/scenes", "--train", "1", "--test", "1"], ["trimesh"]),
+    ],
+)
 def test_a_command_whose_packages_are_missing_names_the_extra_in_one_line(argv, blocked, tmp_path):
     argv = [word.format(tmp=tmp_path, repo=REPO) for word in argv]
     (tmp_path / "mlflow.db").touch()
@@ -176,8 +203,9 @@ for name in {SELECTION_API!r}:
     getattr(attent, name)
 print(json.dumps(sorted({{m.partition(".")[0] for m in set(sys.modules) - before}})))
 """
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
-                          check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120, check=True
+    )
     loaded = set(json.loads(done.stdout)) - set(sys.stdlib_module_names) - {"attent"}
     core = {"numpy", "pydantic", "pydantic_core", "annotated_types", "typing_inspection", "typing_extensions"}
     assert sorted(loaded - core) == []

@@ -1,21 +1,31 @@
 """The precision plumbing on the CPU, so that CI exercises it without a GPU: `train.precision:
 bf16` runs the forward passes of training, scoring and evaluation under bf16 autocast, and the
 run trains as fp32 does, within bf16's rounding."""
+
 from __future__ import annotations
 
 import torch
-
 from attent.config import build_experiment
 from attent.engine.recipe import TrainingRecipe, WorkerContext
 
 
 def run(precision: str, scoring_precision: str | None = None) -> tuple[TrainingRecipe, list[dict], list[torch.dtype]]:
-    cfg = build_experiment({
-        "name": f"precision-{precision}", "seed": 0,
-        "task": {"name": "vision", "dataset": "digits", "img_size": 8, "train_limit": 400, "test_limit": 100,
-                 "model": {"preset": "vit_tiny_cpu", "patch_size": 2}},
-        "train": {"epochs": 2, "batch_size": 64, "precision": precision, "scoring_precision": scoring_precision},
-        "selection": {"preset": "vit"}})
+    cfg = build_experiment(
+        {
+            "name": f"precision-{precision}",
+            "seed": 0,
+            "task": {
+                "name": "vision",
+                "dataset": "digits",
+                "img_size": 8,
+                "train_limit": 400,
+                "test_limit": 100,
+                "model": {"preset": "vit_tiny_cpu", "patch_size": 2},
+            },
+            "train": {"epochs": 2, "batch_size": 64, "precision": precision, "scoring_precision": scoring_precision},
+            "selection": {"preset": "vit"},
+        }
+    )
     recipe = TrainingRecipe(cfg, WorkerContext())
     recipe.setup()
     dtypes = []
@@ -37,7 +47,7 @@ def test_bf16_autocast_on_the_cpu_trains_scores_and_evaluates_like_fp32():
 
 
 def test_bf16_scoring_alone_leaves_training_and_evaluation_in_fp32():
-    """`train.scoring_precision: bf16` (faster on this CPU, benchmarks/results/scoring_speed.md):
+    """`train.scoring_precision: bf16` (faster on this CPU, benchmarks/results/scoring_speed/scoring_speed.md):
     the scoring forwards alone run in bf16."""
     mixed, _, dtypes = run("fp32", scoring_precision="bf16")
     scoring_forwards = -(-400 // 128)  # one pass over 400 samples at the default 2 x batch size

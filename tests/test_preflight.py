@@ -1,24 +1,21 @@
 """Preflight: an unreachable MLflow server or impossible Ray resources are refused in seconds,
 before any worker or MLflow run exists, with the fix in the message; an autoscaler makes it a
-visible wait instead. Real servers, real `attent` subprocesses, real Ray clusters."""
+visible wait instead. Real `attent` subprocesses, real Ray clusters (the tracking store's own
+checks: test_preflight_tracking.py)."""
+
 from __future__ import annotations
 
-import http.server
 import json
 import os
-import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import pytest
-
-from attent.config import PreflightError
-from attent.engine.preflight import resources, store
+from attent.engine.preflight import cluster, resources
 from conftest import BIN, REPO, free_port, stop_ray_processes
 
 DIGITS = str(REPO / "experiments/digits_vit.yaml")
@@ -27,96 +24,8 @@ DIGITS = str(REPO / "experiments/digits_vit.yaml")
 RETURNS_WITHIN_S = 180
 
 
-# ---------------------------------------------------------------------------- tracking (unit)
-
-class _Health(http.server.BaseHTTPRequestHandler):
-    status = 200
-
-    def do_GET(self):  # noqa: N802
-        code = self.status if self.path.endswith("/health") else 404
-        self.send_response(code)
-        self.end_headers()
-        self.wfile.write(b"OK" if code == 200 else b"no")
-
-    def log_message(self, *args):
-        pass
-
-
-def serve(status: int):
-    handler = type("H", (_Health,), {"status": status})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
-def test_a_server_that_answers_health_passes():
-    server = serve(200)
-    try:
-        store.check_tracking(f"http://127.0.0.1:{server.server_port}")
-        store.check_tracking(f"http://127.0.0.1:{server.server_port}/")
-    finally:
-        server.shutdown()
-
-
-def test_a_gateway_error_is_refused():
-    server = serve(503)
-    try:
-        with pytest.raises(PreflightError, match="HTTP 503"):
-            store.check_tracking(f"http://127.0.0.1:{server.server_port}")
-    finally:
-        server.shutdown()
-
-
-def test_a_closed_port_is_refused_at_once_naming_the_fix():
-    port = free_port()  # bound then released: nothing listens there
-    start = time.monotonic()
-    with pytest.raises(PreflightError) as err:
-        store.check_tracking(f"http://user:s3cret@127.0.0.1:{port}")
-    elapsed = time.monotonic() - start
-    msg = str(err.value)
-    assert isinstance(err.value, ValueError)  # the CLI's one-line error, exit 2
-    assert "unreachable (connection refused)" in msg
-    assert f"mlflow server --host 127.0.0.1 --port {port}" in msg and f"attent ui --port {port}" in msg
-    assert "mlflow.tracking_uri" in msg and "$MLFLOW_TRACKING_URI" in msg and "sqlite:///" in msg
-    assert "s3cret" not in msg  # credentials stay out of messages
-    assert elapsed < 30, elapsed  # no retry loop (MLflow's client retries for minutes)
-
-
-def test_a_server_that_never_answers_is_refused_after_the_timeout():
-    with socket.socket() as listener:  # accepts connections, says nothing
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(8)
-        start = time.monotonic()
-        with pytest.raises(PreflightError, match="no answer"):
-            store.check_tracking(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout=1.0)
-        assert time.monotonic() - start < 30
-
-
-def test_sqlite_store_checks_touch_nothing(tmp_path):
-    db = tmp_path / "mlflow.db"
-    store.check_tracking(f"sqlite:///{db}")
-    assert not db.exists()  # checked, not created
-    with pytest.raises(PreflightError, match=r"does not exist; create it \(`mkdir -p"):
-        store.check_tracking(f"sqlite:///{tmp_path / 'missing' / 'mlflow.db'}")
-    with pytest.raises(PreflightError, match="is a directory"):
-        store.check_tracking(f"sqlite:///{tmp_path}")
-    store.check_tracking("postgresql://user@db.example/mlflow")  # left to MLflow
-    store.check_tracking("databricks")
-
-
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
-def test_sqlite_store_in_a_read_only_directory_is_refused(tmp_path):
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    ro.chmod(0o555)
-    try:
-        with pytest.raises(PreflightError, match="not writable"):
-            store.check_tracking(f"sqlite:///{ro / 'mlflow.db'}")
-    finally:
-        ro.chmod(0o755)
-
-
 # ---------------------------------------------------------------------------- resources (unit)
+
 
 def test_fit_counts_are_per_node():
     assert resources.fit_count({"CPU": 1}, {"CPU": 2}) == 2
@@ -131,46 +40,62 @@ def test_room_follows_the_placement_strategy():
     assert resources.room(3, {"CPU": 1}, nodes, "PACK") >= 3
     assert resources.room(3, {"CPU": 1}, nodes, "SPREAD") >= 3
     assert resources.room(3, {"CPU": 1}, nodes, "STRICT_SPREAD") == 2  # one per node, two nodes can host
-    assert resources.room(5, {"CPU": 1}, nodes, "STRICT_PACK") == 4    # all on the largest node
+    assert resources.room(5, {"CPU": 1}, nodes, "STRICT_PACK") == 4  # all on the largest node
     assert resources.room(2, {"CPU": 2}, [], "PACK") == 0
 
 
 # Shapes as Ray 2.60's v1 monitor wrote them (`__autoscaling_status`), for a hand-started head
 # (read-only provider) and one started with --autoscaling-config.
-READONLY_STATUS = {"autoscaler_report": {
-    "active_nodes": {"node_1e4dac82": 1}, "pending_nodes": [], "pending_launches": {},
-    "node_type_mapping": {"1e4dac82": "node_1e4dac82"}, "legacy": True}}
-AUTOSCALING_STATUS = {"autoscaler_report": {
-    "active_nodes": {"ray.head.default": 1}, "pending_nodes": [], "pending_launches": {},
-    "node_type_mapping": {"ffff0000": "ray.head.default"}, "legacy": True}}
+READONLY_STATUS = {
+    "autoscaler_report": {
+        "active_nodes": {"node_1e4dac82": 1},
+        "pending_nodes": [],
+        "pending_launches": {},
+        "node_type_mapping": {"1e4dac82": "node_1e4dac82"},
+        "legacy": True,
+    }
+}
+AUTOSCALING_STATUS = {
+    "autoscaler_report": {
+        "active_nodes": {"ray.head.default": 1},
+        "pending_nodes": [],
+        "pending_launches": {},
+        "node_type_mapping": {"ffff0000": "ray.head.default"},
+        "legacy": True,
+    }
+}
 
 
 def test_v1_status_tells_an_autoscaler_from_the_read_only_monitor():
-    assert resources.autoscaler_from_v1_status(json.dumps(READONLY_STATUS)) is None
-    assert resources.autoscaler_from_v1_status(None) is None
-    scaler = resources.autoscaler_from_v1_status(json.dumps(AUTOSCALING_STATUS).encode())
+    assert cluster.autoscaler_from_v1_status(json.dumps(READONLY_STATUS)) is None
+    assert cluster.autoscaler_from_v1_status(None) is None
+    scaler = cluster.autoscaler_from_v1_status(json.dumps(AUTOSCALING_STATUS).encode())
     assert scaler is not None and scaler.node_types == ["ray.head.default"]
     assert scaler.max_workers({"CPU": 1}) is None  # v1 does not publish its limits
 
 
 def test_published_node_groups_bound_what_an_autoscaler_can_reach():
-    scaler = resources.Autoscaler("cluster config in the GCS", groups=[
-        ("head", {"CPU": 2}, 1), ("cpu", {"CPU": 2}, 3), ("gpu", {"CPU": 4, "GPU": 1}, 0)])
+    scaler = cluster.Autoscaler(
+        "cluster config in the GCS",
+        groups=[("head", {"CPU": 2}, 1), ("cpu", {"CPU": 2}, 3), ("gpu", {"CPU": 4, "GPU": 1}, 0)],
+    )
     assert scaler.max_workers({"CPU": 1}) == 8
     assert scaler.max_workers({"CPU": 4}) == 0  # the only 4-CPU group may have no node
     assert scaler.max_workers({"CPU": 1, "GPU": 1}) == 0
-    unbounded = resources.Autoscaler("x", groups=[("cpu", {"CPU": 2}, -1)], max_resources={"CPU": 10})
+    unbounded = cluster.Autoscaler("x", groups=[("cpu", {"CPU": 2}, -1)], max_resources={"CPU": 10})
     assert unbounded.max_workers({"CPU": 1}) == 10
 
 
 # ---------------------------------------------------------------------------- the CLI, end to end
 
+
 def attent(args: list[str], cwd: Path, env_extra: dict[str, str] | None = None, drop=("RAY_ADDRESS",)):
     env = {k: v for k, v in os.environ.items() if k not in drop and k != "MLFLOW_TRACKING_URI"}
     env.update(OMP_NUM_THREADS="1", **(env_extra or {}))
     start = time.monotonic()
-    proc = subprocess.run([str(BIN / "attent"), *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=RETURNS_WITHIN_S)  # a hang fails the test here
+    proc = subprocess.run(
+        [str(BIN / "attent"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=RETURNS_WITHIN_S
+    )  # a hang fails the test here
     return proc, time.monotonic() - start
 
 
@@ -196,9 +121,16 @@ def short_ray_tmp():
 
 def test_train_with_an_unreachable_tracking_server_fails_fast(tmp_path, short_ray_tmp):
     port = free_port()
-    proc, elapsed = attent(["train", DIGITS, f"mlflow.tracking_uri=http://127.0.0.1:{port}",
-                            f"ray.storage_path={tmp_path / 'ray_results'}"], tmp_path,
-                           {"RAY_TMPDIR": short_ray_tmp})
+    proc, elapsed = attent(
+        [
+            "train",
+            DIGITS,
+            f"mlflow.tracking_uri=http://127.0.0.1:{port}",
+            f"ray.storage_path={tmp_path / 'ray_results'}",
+        ],
+        tmp_path,
+        {"RAY_TMPDIR": short_ray_tmp},
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert f"attent train: error: MLflow tracking server http://127.0.0.1:{port} is unreachable" in proc.stderr
     assert "attent ui" in proc.stderr and "mlflow.tracking_uri" in proc.stderr
@@ -212,9 +144,17 @@ def test_train_with_more_workers_than_this_machine_fails_before_ray(tmp_path, sh
     db = tmp_path / "store" / "mlflow.db"
     db.parent.mkdir()
     n = too_many_workers()
-    proc, elapsed = attent(["train", DIGITS, f"ray.num_workers={n}", f"mlflow.tracking_uri=sqlite:///{db}",
-                            f"ray.storage_path={tmp_path / 'ray_results'}"], tmp_path,
-                           {"RAY_TMPDIR": short_ray_tmp})
+    proc, elapsed = attent(
+        [
+            "train",
+            DIGITS,
+            f"ray.num_workers={n}",
+            f"mlflow.tracking_uri=sqlite:///{db}",
+            f"ray.storage_path={tmp_path / 'ray_results'}",
+        ],
+        tmp_path,
+        {"RAY_TMPDIR": short_ray_tmp},
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     err = proc.stderr
     assert f"attent train: error: ray.num_workers={n} × ray.cpus_per_worker=1 needs {n} CPUs" in err
@@ -235,9 +175,17 @@ def test_validate_runs_the_same_checks_without_ray(tmp_path, short_ray_tmp):
 
 def test_sweep_with_more_workers_than_this_machine_fails_before_its_parent_run(tmp_path, short_ray_tmp):
     db = tmp_path / "mlflow.db"
-    proc, _ = attent(["sweep", str(REPO / "experiments/sweeps/ablation_digits.yaml"),
-                      f"ray.num_workers={too_many_workers()}", f"mlflow.tracking_uri=sqlite:///{db}",
-                      f"ray.storage_path={tmp_path / 'ray_results'}"], tmp_path, {"RAY_TMPDIR": short_ray_tmp})
+    proc, _ = attent(
+        [
+            "sweep",
+            str(REPO / "experiments/sweeps/ablation_digits.yaml"),
+            f"ray.num_workers={too_many_workers()}",
+            f"mlflow.tracking_uri=sqlite:///{db}",
+            f"ray.storage_path={tmp_path / 'ray_results'}",
+        ],
+        tmp_path,
+        {"RAY_TMPDIR": short_ray_tmp},
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "attent sweep: error: ray.num_workers=" in proc.stderr
     assert not db.exists() and not (tmp_path / "ray_results").exists()
@@ -245,10 +193,18 @@ def test_sweep_with_more_workers_than_this_machine_fails_before_its_parent_run(t
 
 # ---------------------------------------------------------------------------- real clusters
 
+
 def train_controllers(dashboard: str) -> int:
     from ray.util.state import list_actors
-    return len(list_actors(address=dashboard, filters=[("class_name", "=", "TrainController")],
-                           limit=10_000, raise_on_missing_output=False))
+
+    return len(
+        list_actors(
+            address=dashboard,
+            filters=[("class_name", "=", "TrainController")],
+            limit=10_000,
+            raise_on_missing_output=False,
+        )
+    )
 
 
 @pytest.mark.system
@@ -256,38 +212,65 @@ def test_cluster_without_autoscaler_refuses_before_any_worker(ray_cluster, tmp_p
     """The session cluster: `ray start --head --num-cpus=2`, no --autoscaling-config."""
     db = tmp_path / "mlflow.db"
     controllers = train_controllers(ray_cluster["dashboard"])
-    proc, elapsed = attent(["train", DIGITS, "ray.num_workers=8", f"mlflow.tracking_uri=sqlite:///{db}",
-                            f"ray.storage_path={tmp_path / 'ray_results'}"], tmp_path,
-                           {"RAY_ADDRESS": ray_cluster["address"], "RAY_AUTH_MODE": "token"}, drop=())
+    proc, elapsed = attent(
+        [
+            "train",
+            DIGITS,
+            "ray.num_workers=8",
+            f"mlflow.tracking_uri=sqlite:///{db}",
+            f"ray.storage_path={tmp_path / 'ray_results'}",
+        ],
+        tmp_path,
+        {"RAY_ADDRESS": ray_cluster["address"], "RAY_AUTH_MODE": "token"},
+        drop=(),
+    )
     err = proc.stderr
     assert proc.returncode == 2, err[-3000:]
     assert "attent train: error: ray.num_workers=8 workers need 8 CPU in all (1 CPU each)" in err
     assert "has 2 CPU on 1 node(s), room for 2 such worker(s)" in err
     assert "no autoscaler that could add nodes" in err
-    assert "lower ray.num_workers to at most 2" in err and resources.WAIT_ENV in err
+    assert "lower ray.num_workers to at most 2" in err and cluster.WAIT_ENV in err
     assert train_controllers(ray_cluster["dashboard"]) == controllers  # Ray Train never started
     assert not db.exists()
     print(f"refused in {elapsed:.1f}s")
 
 
 FAKE_AUTOSCALING = {
-    "cluster_name": "fake_multinode", "max_workers": 3,
-    "provider": {"type": "fake_multinode", "use_node_id_as_ip": True, "disable_node_updaters": True,
-                 "disable_launch_config_check": True},
+    "cluster_name": "fake_multinode",
+    "max_workers": 3,
+    "provider": {
+        "type": "fake_multinode",
+        "use_node_id_as_ip": True,
+        "disable_node_updaters": True,
+        "disable_launch_config_check": True,
+    },
     "available_node_types": {
         "ray.head.default": {"resources": {"CPU": 2}, "node_config": {}, "max_workers": 0},
-        "ray.worker.cpu": {"resources": {"CPU": 2}, "node_config": {}, "min_workers": 0, "max_workers": 3}},
-    "head_node_type": "ray.head.default", "auth": {}, "upscaling_speed": 1.0, "idle_timeout_minutes": 1,
-    "docker": {}, "initialization_commands": [], "setup_commands": [], "head_setup_commands": [],
-    "worker_setup_commands": [], "head_start_ray_commands": [], "worker_start_ray_commands": [],
-    "file_mounts": {}, "cluster_synced_files": [], "file_mounts_sync_continuously": False,
-    "rsync_exclude": [], "rsync_filter": []}
+        "ray.worker.cpu": {"resources": {"CPU": 2}, "node_config": {}, "min_workers": 0, "max_workers": 3},
+    },
+    "head_node_type": "ray.head.default",
+    "auth": {},
+    "upscaling_speed": 1.0,
+    "idle_timeout_minutes": 1,
+    "docker": {},
+    "initialization_commands": [],
+    "setup_commands": [],
+    "head_setup_commands": [],
+    "worker_setup_commands": [],
+    "head_start_ray_commands": [],
+    "worker_start_ray_commands": [],
+    "file_mounts": {},
+    "cluster_synced_files": [],
+    "file_mounts_sync_continuously": False,
+    "rsync_exclude": [],
+    "rsync_filter": [],
+}
 
 CHECK_ON_CLUSTER = """
 import sys, ray
 from attent.config import load_experiment
 from attent.engine.driver import ensure_ray
-from attent.engine.preflight.resources import check_cluster_resources
+from attent.engine.preflight.cluster import check_cluster_resources
 cfg = load_experiment(sys.argv[1], ["ray.num_workers=8"]).resolved()
 ensure_ray(cfg)
 check_cluster_resources(cfg)
@@ -307,13 +290,34 @@ def test_cluster_with_an_autoscaler_waits_visibly(tmp_path):
     env = {**os.environ, "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1"}
     env.pop("RAY_enable_autoscaler_v2", None)
     try:
-        subprocess.run([str(BIN / "ray"), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
-                        "--dashboard-host=127.0.0.1", f"--dashboard-port={free_port()}", "--num-cpus=2",
-                        "--disable-usage-stats", f"--temp-dir={temp}", f"--autoscaling-config={config}"],
-                       check=True, capture_output=True, timeout=180, env=env)
+        subprocess.run(
+            [
+                str(BIN / "ray"),
+                "start",
+                "--head",
+                "--node-ip-address=127.0.0.1",
+                f"--port={port}",
+                "--dashboard-host=127.0.0.1",
+                f"--dashboard-port={free_port()}",
+                "--num-cpus=2",
+                "--disable-usage-stats",
+                f"--temp-dir={temp}",
+                f"--autoscaling-config={config}",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=180,
+            env=env,
+        )
         env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}", "RAY_AUTH_MODE": "token", "OMP_NUM_THREADS": "1"}
-        proc = subprocess.run([sys.executable, "-c", CHECK_ON_CLUSTER, DIGITS], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=RETURNS_WITHIN_S)
+        proc = subprocess.run(
+            [sys.executable, "-c", CHECK_ON_CLUSTER, DIGITS],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=RETURNS_WITHIN_S,
+        )
     finally:
         stop_ray_processes(temp)
         subprocess.run(["rm", "-rf", str(temp)], check=False)
@@ -325,8 +329,11 @@ def test_cluster_with_an_autoscaler_waits_visibly(tmp_path):
 
 
 def test_strict_spread_on_a_local_ray_is_refused(tmp_path, short_ray_tmp):
-    proc, _ = attent(["validate", DIGITS, "ray.num_workers=2", "ray.cpus_per_worker=0.5",
-                      "ray.placement_strategy=STRICT_SPREAD"], tmp_path, {"RAY_TMPDIR": short_ray_tmp})
+    proc, _ = attent(
+        ["validate", DIGITS, "ray.num_workers=2", "ray.cpus_per_worker=0.5", "ray.placement_strategy=STRICT_SPREAD"],
+        tmp_path,
+        {"RAY_TMPDIR": short_ray_tmp},
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "STRICT_SPREAD puts each of the ray.num_workers=2 workers on its own node" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -3,12 +3,12 @@ InfoBatch and full data; two LLM epochs under AtteNT's LLM variant) reproduce th
 every re-selection's subset exactly and every per-epoch number bit for bit on the recording's CPU
 kernels, within their measured drift elsewhere (``shared_runs.assert_reproduces``;
 ``test_reference_tolerance``). ``ATTENT_RECORD_REFERENCE=1`` records them instead."""
+
 from __future__ import annotations
 
 import os
 
 import pytest
-
 import shared_runs
 
 # metrics added after the recording (issue 20's agreement of training and scoring losses): new
@@ -19,8 +19,13 @@ SYSTEM_TIER = {"digits-infobatch", "digits-full"}
 
 # The two-rank digits-soft run (the one `make test` trains on Ray Train workers) and the LLM run here;
 # the other two-rank runs in the system tier.
-@pytest.mark.parametrize("name", [pytest.param(name, marks=[pytest.mark.system] if name in SYSTEM_TIER else [])
-                                  for name in shared_runs.REFERENCE_RUNS])
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=[pytest.mark.system] if name in SYSTEM_TIER else [])
+        for name in shared_runs.REFERENCE_RUNS
+    ],
+)
 def test_reference_run_reproduces_its_record(name, reference_runs):
     if name == "llm" and not (shared_runs.SHARED / "datasets/gsm8k/train.jsonl").exists():
         pytest.skip("needs ../shared/datasets")

@@ -1,13 +1,13 @@
 """The reference runs' tolerance off the recording's CPU kernels (``shared_runs``): it accepts
 every drift measured under other kernels (``reference_drift.json``), the one held out of its
 derivation included, and rejects a real change, while the recording's kernels stay bit for bit."""
+
 from __future__ import annotations
 
 import copy
 import json
 
 import pytest
-
 import shared_runs
 
 MEASURED = json.loads(shared_runs.DRIFT.read_text())["runs"]
@@ -21,8 +21,9 @@ def test_every_run_has_drift_measured_against_its_record(name):
     assert len(measured["kernels"]) > len(setting)  # and one held out, checked below
 
 
-@pytest.mark.parametrize("name,kernels", [(name, kernels) for name, entry in MEASURED.items()
-                                          for kernels in entry["kernels"]])
+@pytest.mark.parametrize(
+    "name,kernels", [(name, kernels) for name, entry in MEASURED.items() for kernels in entry["kernels"]]
+)
 def test_the_tolerance_accepts_every_measured_kernel_drift(name, kernels):
     epochs = MEASURED[name]["kernels"][kernels]["epochs"]
     shared_runs.assert_epochs_reproduce(name, epochs, exact=False)
@@ -38,7 +39,8 @@ def test_issue_26s_drift_passes():
     shared_runs.assert_epochs_reproduce("digits-infobatch", epochs, exact=False)
     with pytest.raises(AssertionError):  # the old rel 1e-5 failed it
         assert epochs[2]["eval_test_loss"] == pytest.approx(
-            shared_runs.recorded("digits-infobatch")["epochs"][2]["eval_test_loss"], rel=1e-5, abs=1e-7)
+            shared_runs.recorded("digits-infobatch")["epochs"][2]["eval_test_loss"], rel=1e-5, abs=1e-7
+        )
 
 
 @pytest.mark.parametrize("name", list(shared_runs.REFERENCE_RUNS))
@@ -74,11 +76,13 @@ def test_the_tolerance_rejects_a_real_change(ray_cluster, tmp_path):
     record's, its losses are not, by more than the tolerance (the comparison forced to the
     off-machine one, so that it is tested on the recording's kernels too)."""
     from attent.tasks.registry import build_task
+
     cfg = shared_runs.reference_experiment("digits-full", tmp_path)
     assert cfg.train.lr is None  # the task's default
     lr = build_task(cfg.task, seed=cfg.seed).optimizer_spec().lr
-    changed = shared_runs.reference_experiment("digits-full", tmp_path, overrides={
-        "name": "digits-full-lr", "train": {"lr": lr * LR_SCALE}})
+    changed = shared_runs.reference_experiment(
+        "digits-full", tmp_path, overrides={"name": "digits-full-lr", "train": {"lr": lr * LR_SCALE}}
+    )
     run = shared_runs.train_run(changed, tmp_path / "read")
     assert run.subsets == shared_runs.recorded("digits-full")["subsets"]
     with pytest.raises(AssertionError, match="off-machine tolerance") as rejected:

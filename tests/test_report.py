@@ -1,4 +1,4 @@
-"""analysis.report against a real MLflow SQLite store holding a small, fully known sweep.
+"""The paper tables' report (analysis/paper_tables/) against a real MLflow SQLite store holding a small, fully known sweep.
 
 The sweep: one parent run (attent.role=sweep) with Hard and Soft AtteNT configs x 3 seeds as
 children, a full-data baseline x 3 seeds as standalone runs, one child still RUNNING and one
@@ -8,6 +8,7 @@ The store is built by report_store.py; test_report_budgets.py (fixed sample rati
 differing in more than the seed, budgets) and test_report_verdicts.py (plateau control, words) add
 their own experiments to their own copy of it.
 """
+
 from __future__ import annotations
 
 import csv
@@ -15,13 +16,13 @@ import io
 from pathlib import Path
 
 import pytest
+from attent.analysis.paper_tables.experiment_runs import HISTORY_KEYS, load_experiment_runs, load_histories
+from attent.analysis.paper_tables.figures import time_to_reach_baseline
+from attent.analysis.paper_tables.layouts import comparison_table
+from attent.analysis.paper_tables.report import build_report
+from attent.analysis.paper_tables.table_files import to_markdown
+from attent.cli import main as attent_main
 from mlflow import MlflowClient
-
-from attent.analysis.figures import time_to_reach_baseline
-from attent.analysis.report import build_report, main
-from attent.analysis.runs import HISTORY_KEYS, load_experiment_runs, load_histories
-from attent.analysis.render import to_markdown
-from attent.analysis.tables import comparison_table
 from report_store import EXPERIMENT
 
 
@@ -31,11 +32,15 @@ def report(known_sweep_store):
     return build_report(EXPERIMENT, tracking_uri=uri, out_dir=out)
 
 
-HEADERS = ("| Ratio schedule | Interval schedule | Strategy | n | Method cost (s) "
-           "| Δ cost vs full "
-           "| Ideal saving | Realized saving | Realized / ideal | Selected ratio | Eval (s) "
-           "| accuracy | loss | accuracy 95% CI | vs full data |")
-EXPECTED_ABLATION = HEADERS + """
+HEADERS = (
+    "| Ratio schedule | Interval schedule | Strategy | n | Method cost (s) "
+    "| Δ cost vs full "
+    "| Ideal saving | Realized saving | Realized / ideal | Selected ratio | Eval (s) "
+    "| accuracy | loss | accuracy 95% CI | vs full data |"
+)
+EXPECTED_ABLATION = (
+    HEADERS
+    + """
 |:---|:---|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---|
 | — | — | Full data | 3 | 110.0 ± 10.0 | +0.0% | 0.0% | 0.0% | — | 1.000 | 20.0 ± 4.0 | 0.8200 ± 0.0200 | 0.5200 ± 0.0200 | [0.7703, 0.8697] | reference |
 | cosine(0.2→0.8) | incremental(1→4) | Random | 0 | — | — | — | — | — | — | — | — | — | — | — |
@@ -50,6 +55,7 @@ Words (final accuracy, each row's against full data of its context, in brackets 
 paired t-tests over seeds, Holm-adjusted across the table's 2 comparisons at 0.05, give "better" / "worse"; \
 else "equivalent within ± 0.01" by a paired TOST, Holm-adjusted likewise; else "inconclusive". Rows with one \
 seed are not judged. Interval column: the 95 % t-interval over seeds of the row's mean."""
+)
 
 
 def test_picks_the_ablation_layout_and_counts_runs(report):
@@ -87,17 +93,27 @@ def test_ablation_csv_holds_numbers_and_best_marks(report):
 def test_ablation_latex(report):
     tex = (report.out_dir / "ablation.tex").read_text(encoding="utf-8")
     assert r"\textbf{66.0 $\pm$ 6.0}" in tex
-    assert (r"cosine(0.2$\rightarrow$0.8) & incremental(1$\rightarrow$4) & Soft & 3 & "
-            r"77.0 $\pm$ 7.0 & -30.0\% & 45.0\% & 30.0\% & 0.67 & 0.550") in tex
+    assert (
+        r"cosine(0.2$\rightarrow$0.8) & incremental(1$\rightarrow$4) & Soft & 3 & "
+        r"77.0 $\pm$ 7.0 & -30.0\% & 45.0\% & 30.0\% & 0.67 & 0.550"
+    ) in tex
     assert r"\begin{tabular}{lllrrrrrrrrrrrl}" in tex  # the words left-aligned, as text
     assert r"[0.7752, 0.8248] & inconclusive (-0.0200) \\" in tex
 
 
 def test_files_written_and_logged_to_the_sweep_parent(known_sweep_store, report):
     uri, parent_id, _ = known_sweep_store
-    expected = {"ablation.md", "ablation.csv", "ablation.tex", "ablation_comparisons.csv", "report.md",
-                "fig_training_time.png", "fig_loss_curves.png", "fig_time_to_baseline.png",
-                "fig_sample_ratio.png"}
+    expected = {
+        "ablation.md",
+        "ablation.csv",
+        "ablation.tex",
+        "ablation_comparisons.csv",
+        "report.md",
+        "fig_training_time.png",
+        "fig_loss_curves.png",
+        "fig_time_to_baseline.png",
+        "fig_sample_ratio.png",
+    }
     assert {p.name for p in report.files} == expected
     assert all(p.stat().st_size > 0 for p in report.files)
     assert report.logged_to == [parent_id]
@@ -123,21 +139,28 @@ def test_comparison_layout_splits_attent_configs_and_keeps_missing_methods(known
     runs = load_experiment_runs(MlflowClient(known_sweep_store[0]), EXPERIMENT).runs
     table = comparison_table(runs)
     assert table.labels["Method"].tolist() == [
-        "AtteNT (Hard · cosine · incremental)", "AtteNT (Soft · cosine · incremental)",
-        "Class weight", "Group weight", "GradNorm", "InfoBatch", "Random subset", "Full data"]
+        "AtteNT (Hard · cosine · incremental)",
+        "AtteNT (Soft · cosine · incremental)",
+        "Class weight",
+        "Group weight",
+        "GradNorm",
+        "InfoBatch",
+        "Random subset",
+        "Full data",
+    ]
     assert table.stats["n"].tolist() == [3, 3, 0, 0, 0, 0, 0, 3]
     assert table.stats["cost_change_pct"].iloc[1] == pytest.approx(-30.0)
 
 
 def test_missing_experiment_and_no_finished_runs_give_a_message(known_sweep_store, tmp_path, capsys):
     uri = known_sweep_store[0]
-    assert main(["--experiment", "nope", "--tracking-uri", uri, "--out", str(tmp_path)]) == 1
+    assert attent_main(["report", "--experiment", "nope", "--tracking-uri", uri, "--out", str(tmp_path)]) == 1
     assert "experiment 'nope' does not exist" in capsys.readouterr().err
 
     client = MlflowClient(uri)
     running = client.create_experiment("running-only", artifact_location=str(tmp_path / "a"))
     client.create_run(running, tags={"attent.role": "run"})
-    args = ["--experiment", "running-only", "--tracking-uri", uri, "--out", str(tmp_path)]
-    assert main(args) == 1
+    args = ["report", "--experiment", "running-only", "--tracking-uri", uri, "--out", str(tmp_path)]
+    assert attent_main(args) == 1
     err = capsys.readouterr().err
     assert "has no finished training runs (1 unfinished, 0 killed)" in err and "Traceback" not in err

@@ -5,19 +5,30 @@ byte, and every table of ``time_to_accuracy.md`` line for line. (The rest of the
 reads the parent run: the selection stage's choices and the runs left out, which no CSV holds.)
 
 Left out: ``data_size/`` (600 and 2,000 images), written before an interval took the level of
-the step where Holm stopped (docs/findings/data-size.md says so), and ``tta_small/`` and
-``beyond_paper/``, older reports without a margin, which ``attent.analysis.reanalyse`` reads."""
+the step where Holm stopped (docs/findings/data-size.md says so), and ``time_to_accuracy_small/`` and
+``beyond_the_paper/``, older reports without a margin, which ``attent.analysis.time_to_accuracy.reanalyse`` reads."""
+
 from __future__ import annotations
 
 import pandas as pd
 import pytest
-
-from attent.analysis.time_to_accuracy import results_from_tables, write_report
+from attent.analysis.time_to_accuracy.judge import results_from_tables
+from attent.analysis.time_to_accuracy.report import write_report
 from conftest import REPO
 
-SHIPPED = ["data_size/fmnist-6000", "data_size/fmnist-20000", "data_size/fmnist-20000-seeds", "data_size/small-seeds",
-           "data_size/fmnist-600-long", "data_size/plateau_seeds/fmnist-600-long", "llm_size", "llm_size/h100",
-           "llm_size/h100_b32", "mae_plateau", "mae_400_verdict"]
+SHIPPED = [
+    "data_size_6000",
+    "data_size/fmnist-20000",
+    "data_size_20000_seeds",
+    "data_size_small_seeds",
+    "data_size_600_long",
+    "data_size_plateau/fmnist-600-long",
+    "llm_size",
+    "llm_size/h100",
+    "llm_size_b32/h100",
+    "mae_plateau",
+    "mae_400_verdict",
+]
 
 
 def table_lines(text: str) -> list[str]:
@@ -31,5 +42,6 @@ def test_the_shipped_tables_regenerate_from_the_saved_per_run_table(folder, tmp_
     write_report(results, folder, tmp_path, figures=False)
     for name in ("per_run", "summary", "paired"):
         assert (tmp_path / f"{name}.csv").read_bytes() == (shipped / f"{name}.csv").read_bytes(), name
-    assert table_lines((tmp_path / "time_to_accuracy.md").read_text()) == \
-        table_lines((shipped / "time_to_accuracy.md").read_text())
+    assert table_lines((tmp_path / "time_to_accuracy.md").read_text()) == table_lines(
+        (shipped / "time_to_accuracy.md").read_text()
+    )

@@ -1,36 +1,39 @@
-"""analysis.report's regime check and words (analysis.table_verdicts): the plateau control, Holm, TOST, one seed."""
+"""The paper tables' regime check and words (analysis/paper_tables/verdicts.py): the plateau control, Holm, TOST, one seed."""
+
 from __future__ import annotations
 
 import csv
 import io
 
 import pytest
+from attent import contract
+from attent.analysis.paper_tables.report import build_report
+from attent.analysis.paper_tables.table_files import to_csv, to_markdown
+from attent.sweep import load_sweep
+from conftest import REPO
 from mlflow import MlflowClient
+from report_store import cost_metrics, log_run, new_experiment
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from attent.analysis.report import build_report
-from attent.analysis.render import to_csv, to_markdown
-from attent import contract
-from attent.sweep import load_sweep
-from conftest import REPO
-from report_store import cost_metrics, log_run, new_experiment
-
-
-# --- the regime check and the words (analysis.table_verdicts) --------------------------------
+# --- the regime check and the words (paper_tables.verdicts) --------------------------------
 FULL_30 = [0.90, 0.91, 0.92]  # full data's final accuracy per seed at E = 30 epochs; seed std 0.01
 
 
-def log_seeds(client: MlflowClient, experiment_id: str, method: str, accuracies: list[float],
-              epochs: int = 30, ratio: float = 0.5) -> None:
+def log_seeds(
+    client: MlflowClient, experiment_id: str, method: str, accuracies: list[float], epochs: int = 30, ratio: float = 0.5
+) -> None:
     """One finished run per seed (0, 1, ...) of ``method`` trained ``epochs`` epochs, as the
     shipped sweeps log them (``train.epochs`` and the seed among the params)."""
     budget = 1.0 if method == "full" else ratio
     for seed, accuracy in enumerate(accuracies):
-        log_run(client, experiment_id, {"selection.method": method, contract.PARAM_EPOCHS: epochs,
-                                        contract.PARAM_SEED: seed},
-                {**cost_metrics(100 * budget, 1000 * budget, accuracy), contract.MEAN_SELECTED_RATIO: budget},
-                tags={contract.TAG_LABEL: "Soft"} if method == "attent" else None)
+        log_run(
+            client,
+            experiment_id,
+            {"selection.method": method, contract.PARAM_EPOCHS: epochs, contract.PARAM_SEED: seed},
+            {**cost_metrics(100 * budget, 1000 * budget, accuracy), contract.MEAN_SELECTED_RATIO: budget},
+            tags={contract.TAG_LABEL: "Soft"} if method == "attent" else None,
+        )
 
 
 def plus(values: list[float], deltas: list[float]) -> list[float]:
@@ -57,13 +60,16 @@ def test_a_control_three_points_higher_on_every_seed_reads_still_improving(known
     assert table.stats["n"].tolist() == [3, 3] and report.runs == 9
     expected = stats.ttest_1samp([0.029, 0.030, 0.031], 0.0).confidence_interval(0.90)
     markdown = to_markdown(table)
-    assert (f"Plateau: full data for 60 epochs minus for 30, final accuracy, signed so that positive is an "
-            f"improvement: +0.0300, 90% paired interval [{expected.low:+.4f}, {expected.high:+.4f}] over 3 seeds, "
-            "against the tolerance 0.0100 (the larger of 0.005 absolute and the seed std of full data's final "
-            "value, 0.0100): still improving.") in markdown
+    assert (
+        f"Plateau: full data for 60 epochs minus for 30, final accuracy, signed so that positive is an "
+        f"improvement: +0.0300, 90% paired interval [{expected.low:+.4f}, {expected.high:+.4f}] over 3 seeds, "
+        "against the tolerance 0.0100 (the larger of 0.005 absolute and the seed std of full data's final "
+        "value, 0.0100): still improving."
+    ) in markdown
     assert expected.low > 0.01
-    assert ("Full data was still improving at 30 epochs: this table measures the training budget, not the "
-            "selection.") in markdown
+    assert (
+        "Full data was still improving at 30 epochs: this table measures the training budget, not the selection."
+    ) in markdown
 
 
 def test_a_flat_control_reads_plateaued(known_sweep_store, tmp_path):
@@ -86,31 +92,41 @@ def test_words_follow_holm_across_the_tables_comparisons(known_sweep_store, tmp_
     log_seeds(client, experiment_id, "full", FULL_30)
     log_seeds(client, experiment_id, "attent", attent)
     log_seeds(client, experiment_id, "random", random)
-    table = build_report("regime-holm", tracking_uri=known_sweep_store[0], out_dir=tmp_path, log_to_parent=False).tables[0]
+    table = build_report(
+        "regime-holm", tracking_uri=known_sweep_store[0], out_dir=tmp_path, log_to_parent=False
+    ).tables[0]
     assert table.name == "comparison"
     words = dict(zip(table.labels["Method"], table.words.to_dict("records")))
     assert words["AtteNT"] == {"vs full data": "inconclusive (-0.0200)", "vs AtteNT": "reference"}
-    assert words["Random subset"] == {"vs full data": "equivalent within ± 0.01 (+0.0000)",
-                                      "vs AtteNT": "inconclusive (+0.0200)"}
+    assert words["Random subset"] == {
+        "vs full data": "equivalent within ± 0.01 (+0.0000)",
+        "vs AtteNT": "inconclusive (+0.0200)",
+    }
     assert words["Full data"] == {"vs full data": "reference", "vs AtteNT": "—"}
     assert words["GradNorm"] == {"vs full data": "—", "vs AtteNT": "—"}  # no run
 
     by = {(p.subject, p.method): p for p in table.comparisons}
     alone = stats.ttest_rel(attent, FULL_30).pvalue
     assert by["AtteNT", "Full data"].p == pytest.approx(alone) and alone < 0.05
-    ps = [stats.ttest_rel(attent, FULL_30).pvalue, stats.ttest_rel(random, FULL_30).pvalue,
-          stats.ttest_rel(random, attent).pvalue]
+    ps = [
+        stats.ttest_rel(attent, FULL_30).pvalue,
+        stats.ttest_rel(random, FULL_30).pvalue,
+        stats.ttest_rel(random, attent).pvalue,
+    ]
     holm = multipletests(ps, alpha=0.05, method="holm")[1]
-    assert [by[k].p_holm for k in (("AtteNT", "Full data"), ("Random subset", "Full data"),
-                                   ("Random subset", "AtteNT"))] == pytest.approx(list(holm))
+    assert [
+        by[k].p_holm for k in (("AtteNT", "Full data"), ("Random subset", "Full data"), ("Random subset", "AtteNT"))
+    ] == pytest.approx(list(holm))
     assert holm[0] > 0.05
     markdown = to_markdown(table)
     assert "Holm-adjusted across the table's 3 comparisons at 0.05" in markdown
     assert "| accuracy 95% CI | vs full data | vs AtteNT |" in markdown.splitlines()[0]
     rows = {r["Method"]: r for r in csv.DictReader(io.StringIO(to_csv(table)))}
     interval = stats.ttest_1samp(FULL_30, 0.0).confidence_interval(0.95)
-    assert (float(rows["Full data"]["eval_accuracy_low_95"]), float(rows["Full data"]["eval_accuracy_high_95"])) \
-        == pytest.approx((interval.low, interval.high))
+    assert (
+        float(rows["Full data"]["eval_accuracy_low_95"]),
+        float(rows["Full data"]["eval_accuracy_high_95"]),
+    ) == pytest.approx((interval.low, interval.high))
     assert rows["AtteNT"]["vs full data"] == "inconclusive (-0.0200)"
 
 
@@ -120,25 +136,46 @@ def test_attents_random_strategy_is_the_comparisons_random_subset(known_sweep_st
     as the runs recorded under the deprecated selection.method: random are (test above), with
     the same words against AtteNT, and no ablation table of Soft against Random appears."""
     client, experiment_id = new_experiment(known_sweep_store, "random-strategy")
-    finals = {("full", "none"): FULL_30, ("attent", "soft"): plus(FULL_30, [-0.026, -0.020, -0.014]),
-              ("attent", "random"): plus(FULL_30, [0.001, -0.001, 0.0]),
-              ("class_weight", "none"): plus(FULL_30, [0.002, -0.001, 0.0])}
+    finals = {
+        ("full", "none"): FULL_30,
+        ("attent", "soft"): plus(FULL_30, [-0.026, -0.020, -0.014]),
+        ("attent", "random"): plus(FULL_30, [0.001, -0.001, 0.0]),
+        ("class_weight", "none"): plus(FULL_30, [0.002, -0.001, 0.0]),
+    }
     for (method, strategy), accuracies in finals.items():
         budget = 1.0 if method == "full" else 0.5
         for seed, accuracy in enumerate(accuracies):
-            log_run(client, experiment_id, {"selection.method": method, "selection.strategy": strategy,
-                                            contract.PARAM_EPOCHS: 30, contract.PARAM_SEED: seed},
-                    {**cost_metrics(100 * budget, 1000 * budget, accuracy), contract.MEAN_SELECTED_RATIO: budget},
-                    tags={contract.TAG_STRATEGY: strategy, contract.TAG_LABEL: f"{strategy.capitalize()} · x"})
-    tables = build_report("random-strategy", tracking_uri=known_sweep_store[0], out_dir=tmp_path, log_to_parent=False).tables
+            log_run(
+                client,
+                experiment_id,
+                {
+                    "selection.method": method,
+                    "selection.strategy": strategy,
+                    contract.PARAM_EPOCHS: 30,
+                    contract.PARAM_SEED: seed,
+                },
+                {**cost_metrics(100 * budget, 1000 * budget, accuracy), contract.MEAN_SELECTED_RATIO: budget},
+                tags={contract.TAG_STRATEGY: strategy, contract.TAG_LABEL: f"{strategy.capitalize()} · x"},
+            )
+    tables = build_report(
+        "random-strategy", tracking_uri=known_sweep_store[0], out_dir=tmp_path, log_to_parent=False
+    ).tables
     assert [table.name for table in tables] == ["comparison"]
     table = tables[0]
     assert dict(zip(table.labels["Method"], table.stats["n"])) == {
-        "AtteNT": 3, "Class weight": 3, "Group weight": 0, "GradNorm": 0, "InfoBatch": 0, "Random subset": 3,
-        "Full data": 3}
+        "AtteNT": 3,
+        "Class weight": 3,
+        "Group weight": 0,
+        "GradNorm": 0,
+        "InfoBatch": 0,
+        "Random subset": 3,
+        "Full data": 3,
+    }
     words = dict(zip(table.labels["Method"], table.words.to_dict("records")))
-    assert words["Random subset"] == {"vs full data": "equivalent within ± 0.01 (+0.0000)",
-                                      "vs AtteNT": "inconclusive (+0.0200)"}
+    assert words["Random subset"] == {
+        "vs full data": "equivalent within ± 0.01 (+0.0000)",
+        "vs AtteNT": "inconclusive (+0.0200)",
+    }
 
 
 def test_a_one_seed_table_gets_no_words(known_sweep_store, tmp_path):
@@ -153,9 +190,11 @@ def test_a_one_seed_table_gets_no_words(known_sweep_store, tmp_path):
     assert not any(p.judged for p in table.comparisons)
     markdown = to_markdown(table)
     assert "| **0.9000** | — | reference |" in markdown
-    assert ("Plateau: undetermined: no 2E control (no full-data run for 4 epochs beside the 2-epoch ones).\n\n"
-            "Nothing shows that full data had plateaued at 2 epochs: the table may measure the training budget, "
-            "not the selection.") in markdown
+    assert (
+        "Plateau: undetermined: no 2E control (no full-data run for 4 epochs beside the 2-epoch ones).\n\n"
+        "Nothing shows that full data had plateaued at 2 epochs: the table may measure the training budget, "
+        "not the selection."
+    ) in markdown
     assert "No words: no row has two seeds paired with its reference's" in markdown
 
 

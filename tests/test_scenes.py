@@ -1,5 +1,6 @@
 """The offline multi-modal scenes: hand-computed renders (depth, labels, shading, shadows),
 determinism, and the files write_dataset / `attent data scenes` put on disk."""
+
 from __future__ import annotations
 
 import json
@@ -8,11 +9,17 @@ import math
 import numpy as np
 import pytest
 import trimesh
-from PIL import Image
-
 from attent.cli import main as cli_main
-from attent.tasks.mae.scenes import (SCENE_CLASSES, SEMSEG_CLASSES, Camera, depth_to_png,
-                                     random_scene, render, write_dataset)
+from attent.tasks.mae.scenes import (
+    SCENE_CLASSES,
+    SEMSEG_CLASSES,
+    Camera,
+    depth_to_png,
+    random_scene,
+    render,
+    write_dataset,
+)
+from PIL import Image
 
 SPHERE = SEMSEG_CLASSES.index("sphere")
 CUBE = SEMSEG_CLASSES.index("cube")
@@ -27,8 +34,7 @@ def sphere_at(radius: float, distance: float) -> trimesh.Trimesh:
 def test_sphere_on_the_optical_axis_has_hand_computed_depth_labels_and_silhouette():
     r, d, fov, size = 1.0, 5.0, 50.0, 33  # odd size: the centre pixel's ray is the optical axis
     camera = Camera((0, 0, 0), (0, 0, -1), fov_deg=fov, size=size)
-    scene = render([(sphere_at(r, d), SPHERE, (1.0, 0.0, 0.0))], camera, light_dir=(0, 0, 1),
-                   ambient=0.2)
+    scene = render([(sphere_at(r, d), SPHERE, (1.0, 0.0, 0.0))], camera, light_dir=(0, 0, 1), ambient=0.2)
     c = size // 2
     assert scene.depth_m[c, c] == pytest.approx(d - r, rel=0.01)
     assert scene.semseg[c, c] == SPHERE
@@ -147,8 +153,10 @@ def test_write_dataset_refuses_a_used_folder_and_bad_sizes(written, tmp_path):
 
 def test_cli_data_scenes_writes_the_layout(tmp_path, capsys):
     out = tmp_path / "cli"
-    assert cli_main(["data", "scenes", "--out", str(out), "--train", "5", "--test", "5",
-                     "--size", "32", "--workers", "1"]) == 0
+    assert (
+        cli_main(["data", "scenes", "--out", str(out), "--train", "5", "--test", "5", "--size", "32", "--workers", "1"])
+        == 0
+    )
     line = capsys.readouterr().out
     assert "5 train + 5 test scenes at 32 px" in line
     assert len(list((out / "train" / "depth").rglob("*.png"))) == 5

@@ -1,16 +1,16 @@
 """Baseline sampling methods: the pure functions and their behaviour behind the Teacher."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from attent.selection import baselines
 from attent.selection.config import SelectionConfig
 from attent.selection.teacher import Teacher
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def gen(seed: int) -> torch.Generator:
@@ -58,7 +58,7 @@ def test_gradnorm_update_favours_slow_groups():
     initial = torch.tensor([1.0, 1.0, 1.0], dtype=torch.float64)
     now = torch.tensor([0.2, 0.9, 0.5], dtype=torch.float64)  # group 1 learns slowest
     new = baselines.gradnorm_update(w, now, initial, alpha=1.5, step=0.5)
-    assert new.sum() == pytest.approx(3.0)                    # renormalised to the group count
+    assert new.sum() == pytest.approx(3.0)  # renormalised to the group count
     assert new[1] > new[2] > new[0]
     # equal progress and equal losses: nothing to rebalance
     same = baselines.gradnorm_update(w, initial * 0.5, initial, alpha=1.5, step=0.5)
@@ -71,26 +71,32 @@ def test_gradnorm_update_favours_slow_groups():
 def test_gradnorm_update_needs_two_known_groups():
     w = torch.tensor([1.0, 2.0], dtype=torch.float64)
     nan = float("nan")
-    out = baselines.gradnorm_update(w, torch.tensor([0.5, nan], dtype=torch.float64),
-                                    torch.tensor([1.0, 1.0], dtype=torch.float64), alpha=1.5, step=0.5)
+    out = baselines.gradnorm_update(
+        w,
+        torch.tensor([0.5, nan], dtype=torch.float64),
+        torch.tensor([1.0, 1.0], dtype=torch.float64),
+        alpha=1.5,
+        step=0.5,
+    )
     assert torch.equal(out, w)
     # an unobserved group among observed ones: finite weights, still normalised
     w3 = torch.ones(3, dtype=torch.float64)
-    out = baselines.gradnorm_update(w3, torch.tensor([0.2, 0.9, nan], dtype=torch.float64),
-                                    torch.ones(3, dtype=torch.float64), alpha=1.5, step=0.5)
+    out = baselines.gradnorm_update(
+        w3, torch.tensor([0.2, 0.9, nan], dtype=torch.float64), torch.ones(3, dtype=torch.float64), alpha=1.5, step=0.5
+    )
     assert bool(torch.isfinite(out).all()) and out.sum() == pytest.approx(3.0) and out[1] > out[0]
 
 
 def test_infobatch_prune_only_below_mean():
     n, prune = 10_000, 0.5
     scores = torch.rand(n, generator=gen(0))
-    scores[:10] = float("nan")                       # never scored: always kept
+    scores[:10] = float("nan")  # never scored: always kept
     subset, weights = baselines.infobatch_prune(scores, prune, generator=gen(1))
     kept = torch.zeros(n, dtype=torch.bool)
     kept[subset] = True
     mean = scores[~torch.isnan(scores)].mean()
     below = ~torch.isnan(scores) & (scores < mean)
-    assert bool(kept[~below].all())                   # above-mean and unscored: all kept
+    assert bool(kept[~below].all())  # above-mean and unscored: all kept
     assert bool((weights[~below] == 1.0).all())
     assert bool((weights[below & kept] == 1.0 / (1.0 - prune)).all())
     dropped_share = float((below & ~kept).sum() / below.sum())
@@ -122,6 +128,7 @@ def drive(teacher: Teacher, epochs, losses_fn, *, observe_all=True):
             losses = losses_fn(epoch)
             for idx in indices.split(64):
                 yield idx, losses[idx]
+
         return fn
 
     for epoch in epochs:
@@ -171,7 +178,7 @@ def test_class_weight_balances_imbalanced_classes():
         assert subset.numel() == 70
         counts += torch.bincount(groups[subset], minlength=3)
     shares = counts / counts.sum()
-    assert bool(((shares - 1 / 3).abs() < 0.06).all()), shares      # uniform: 0.71 / 0.21 / 0.07
+    assert bool(((shares - 1 / 3).abs() < 0.06).all()), shares  # uniform: 0.71 / 0.21 / 0.07
 
 
 def test_group_weight_shares_follow_weights():
@@ -216,7 +223,7 @@ def test_gradnorm_upweights_the_slowly_learning_group(slow):
     # the selection at epoch e sees the losses of epoch e - 1: reference losses until epoch 1
     assert torch.allclose(weights[1], torch.ones(2, dtype=torch.float64), atol=1e-2)
     for e in range(2, epochs):
-        assert weights[e][slow] > weights[e - 1][slow]     # keeps rising while the gap grows
+        assert weights[e][slow] > weights[e - 1][slow]  # keeps rising while the gap grows
         assert weights[e].sum() == pytest.approx(2.0)
     assert weights[-1][slow] > 1.5 * weights[-1][fast]
     late = sum(counts[-3:])

@@ -1,17 +1,22 @@
 """The options beyond the paper (issue 20): cheaper scoring passes (a fraction of the samples due,
 the agreement of training and scoring losses), an unbiased gradient (draws with known inclusion
 probabilities, weighted k / (N pi)), annealing to all data, and picks within each class."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
 import torch
-
 from attent.selection.config import SelectionConfig
 from attent.selection.methods import AtteNT, Pool, class_quotas
-from attent.selection.strategies import (inclusion_probabilities, rank_correlation, soft_logits, soft_weights,
-                                         systematic_sample)
+from attent.selection.strategies import (
+    inclusion_probabilities,
+    rank_correlation,
+    soft_logits,
+    soft_weights,
+    systematic_sample,
+)
 from attent.selection.teacher import Teacher
 
 
@@ -61,8 +66,9 @@ def test_a_reweighted_soft_pick_gives_the_full_data_mean_in_expectation(stratify
     losses = torch.rand(n, generator=gen(1)) * 4
     gradients = losses * 2 + torch.randn(n, generator=gen(2))
     groups = torch.arange(n) % 3
-    cfg = SelectionConfig(strategy="soft", soft_logits="standardized", temperature=0.5, reweight=True,
-                          stratify=stratify)
+    cfg = SelectionConfig(
+        strategy="soft", soft_logits="standardized", temperature=0.5, reweight=True, stratify=stratify
+    )
     g = gen(3)
     estimates, picked_mean = [], []
     for _ in range(draws):
@@ -135,7 +141,9 @@ def test_annealing_trains_the_final_share_on_all_data_without_scoring():
         def fn(indices):
             scored.append(epoch)
             yield indices, torch.rand(indices.numel(), generator=gen(epoch))
+
         return fn
+
     sizes = []
     for epoch in range(epochs):
         sizes.append(teacher.begin_epoch(epoch, score_fn(epoch)).numel())

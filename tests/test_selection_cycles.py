@@ -4,22 +4,17 @@ One warm-up epoch on all data, then K cycles; each opens with S_c subset epochs 
 ratio (re-drawn at each with ``redraw``) and trains the rest of the cycle on all data, with no
 scoring pass. The plan is a pure function of E; the Teacher and the Selector follow it, two ranks
 agree on it, and no epoch is lost to rounding."""
+
 from __future__ import annotations
 
 import math
 import os
 
+import attent
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from pydantic import ValidationError
-from torch.utils.data import TensorDataset
-
-from conftest import REPO
-from ranks import start_method
-
-import attent
 from attent.config import load_experiment
 from attent.integrations.pytorch import planned_subset_sizes
 from attent.selection.config import SelectionConfig
@@ -27,12 +22,21 @@ from attent.selection.sampler import SubsetSampler, shard_indices
 from attent.selection.schedules import CycleSchedule, RatioSchedule, cycle_plan
 from attent.selection.strategies import budget
 from attent.selection.teacher import Teacher
+from conftest import REPO
+from pydantic import ValidationError
+from ranks import start_method
+from torch.utils.data import TensorDataset
 
 E, N = 21, 101
 # the issue's example: 4 cycles, subset epochs 1 -> 4, ratio 0.2 -> 0.8 (one step per cycle)
 CYCLES = {"kind": "cycles", "cycles": 4, "start": 1, "end": 4}
-SOFT = dict(strategy="soft", soft_logits="raw", rescore=True,
-            ratio={"kind": "incremental", "start": 0.2, "end": 0.8}, interval=CYCLES)
+SOFT = dict(
+    strategy="soft",
+    soft_logits="raw",
+    rescore=True,
+    ratio={"kind": "incremental", "start": 0.2, "end": 0.8},
+    interval=CYCLES,
+)
 HARD = {**SOFT, "strategy": "hard"}
 # epoch -> (ratio, re-selects) of the E = 21 plan; every other epoch trains on all data
 SUBSET_EPOCHS = {1: 0.2, 6: 0.4, 7: 0.4, 11: 0.6, 12: 0.6, 13: 0.6, 16: 0.8, 17: 0.8, 18: 0.8, 19: 0.8}
@@ -68,8 +72,9 @@ def test_hard_and_random_keep_the_cycles_pick_unless_told_to_redraw():
     assert hard.mean_planned_ratio(E) == pytest.approx(SelectionConfig(**SOFT).mean_planned_ratio(E))
     told = SelectionConfig(**{**HARD, "interval": {**CYCLES, "redraw": True}})
     assert [e for e, _ in told.planned_ratios(E)] == list(SUBSET_EPOCHS)
-    assert SelectionConfig(**{**SOFT, "interval": {**CYCLES, "redraw": False}}).planned_ratios(E) == \
-        hard.planned_ratios(E)
+    assert SelectionConfig(**{**SOFT, "interval": {**CYCLES, "redraw": False}}).planned_ratios(
+        E
+    ) == hard.planned_ratios(E)
 
 
 def test_the_ratio_steps_once_per_cycle_from_start_to_end():
@@ -97,8 +102,9 @@ def test_no_epoch_is_lost_to_rounding_at_any_e(cycles, start, end, warmup):
         assert [p.epoch for p in plan] == list(range(epochs))
         lengths = [sum(p.cycle == c for p in plan) for c in range(cycles)]
         assert sum(lengths) == epochs - warmup and max(lengths) - min(lengths) <= 1
-        assert [sum(p.cycle == c and not p.all_data for p in plan) for c in range(cycles)] == \
-               [schedule.subset_epochs(c) for c in range(cycles)]
+        assert [sum(p.cycle == c and not p.all_data for p in plan) for c in range(cycles)] == [
+            schedule.subset_epochs(c) for c in range(cycles)
+        ]
         assert all(p.all_data for p in plan[:warmup])
 
 
@@ -113,22 +119,28 @@ def test_the_released_codes_settings_at_e800():
     assert [schedule.subset_epochs(c) for c in range(10)] == [5, 5, 6, 6, 7, 7, 8, 8, 9, 10]
     ratio = {"kind": "incremental", "start": 0.2, "end": 0.8}
     fixed = SelectionConfig(strategy="hard", ratio=ratio, interval={"kind": "cycles", "cycles": 10, "start": 5})
-    incremental = SelectionConfig(strategy="hard", ratio=ratio,
-                                  interval={"kind": "cycles", "cycles": 10, "start": 5, "end": 10})
+    incremental = SelectionConfig(
+        strategy="hard", ratio=ratio, interval={"kind": "cycles", "cycles": 10, "start": 5, "end": 10}
+    )
     assert (1 - fixed.mean_planned_ratio(800)) * 800 == pytest.approx(25.0)
     assert (1 - incremental.mean_planned_ratio(800)) * 800 == pytest.approx(32.5 + 1 / 30)
 
 
-@pytest.mark.parametrize("epochs,interval,warmup,message", [
-    (21, {**CYCLES, "end": 6}, None, r"cycle 4 of 4 has 5 epochs .* cannot hold 6 subset epochs"),
-    (4, CYCLES, None, r"4 cycles need at least 4 epochs after the 1 warm-up epoch\(s\); the run has 3"),
-    (3, {**CYCLES, "cycles": 1}, 3, r"3 warm-up epoch\(s\) leave no epoch for the cycles"),
-])
+@pytest.mark.parametrize(
+    "epochs,interval,warmup,message",
+    [
+        (21, {**CYCLES, "end": 6}, None, r"cycle 4 of 4 has 5 epochs .* cannot hold 6 subset epochs"),
+        (4, CYCLES, None, r"4 cycles need at least 4 epochs after the 1 warm-up epoch\(s\); the run has 3"),
+        (3, {**CYCLES, "cycles": 1}, 3, r"3 warm-up epoch\(s\) leave no epoch for the cycles"),
+    ],
+)
 def test_an_impossible_plan_is_refused_in_one_line(epochs, interval, warmup, message):
-    cfg = SelectionConfig(strategy="hard", interval=interval,
-                          **({} if warmup is None else {"warmup_epochs": warmup}))
-    for plan in (lambda: cfg.epoch_plan(epochs), lambda: Teacher(N, cfg, epochs),
-                 lambda: cfg.mean_planned_ratio(epochs)):
+    cfg = SelectionConfig(strategy="hard", interval=interval, **({} if warmup is None else {"warmup_epochs": warmup}))
+    for plan in (
+        lambda: cfg.epoch_plan(epochs),
+        lambda: Teacher(N, cfg, epochs),
+        lambda: cfg.mean_planned_ratio(epochs),
+    ):
         with pytest.raises(ValueError, match=message) as err:
             plan()
         assert "\n" not in str(err.value)
@@ -148,7 +160,11 @@ def test_config_refusals_and_leftovers():
     leftover = SelectionConfig(interval={**CYCLES, "kind": "fixed", "redraw": True}).interval
     assert (leftover.cycles, leftover.redraw) == (None, None)
     assert leftover.model_dump() == {"kind": "fixed", "start": 1, "end": 1}
-    assert SelectionConfig(preset="vit").model_dump(mode="json")["interval"] == {"kind": "incremental", "start": 1, "end": 4}
+    assert SelectionConfig(preset="vit").model_dump(mode="json")["interval"] == {
+        "kind": "incremental",
+        "start": 1,
+        "end": 4,
+    }
     assert SelectionConfig(**SOFT).model_dump()["interval"] == {**CYCLES, "redraw": True}
     # the progress reading keeps its warm-up default
     assert SelectionConfig().warmup_epochs == 0 and SelectionConfig(preset="vit").warmup_epochs == 0
@@ -167,8 +183,9 @@ def test_labels_show_the_cycles_reading():
     soft, hard = SelectionConfig(**SOFT), SelectionConfig(**HARD)
     assert soft.label(E) == "Soft · incremental(0.2→0.8) per cycle · cycles(4 × 1→4 subset epochs, re-drawn)"
     assert hard.label() == "Hard · incremental(0.2→0.8) per cycle · cycles(4 × 1→4 subset epochs)"
-    fixed = SelectionConfig(strategy="random", interval={"kind": "cycles", "cycles": 4, "start": 1},
-                            ratio={"kind": "fixed", "start": 0.5})
+    fixed = SelectionConfig(
+        strategy="random", interval={"kind": "cycles", "cycles": 4, "start": 1}, ratio={"kind": "fixed", "start": 0.5}
+    )
     assert fixed.label(E) == "Random · fixed(0.5) · cycles(4 × 1 subset epoch)"
     progress = SelectionConfig(**{**HARD, "interval": {"kind": "incremental", "start": 1, "end": 4}})
     assert progress.label() == "Hard · incremental(0.2→0.8) · incremental(1→4)"
@@ -176,8 +193,10 @@ def test_labels_show_the_cycles_reading():
 
 
 def test_the_yaml_syntax():
-    cfg = load_experiment(REPO / "experiments" / "digits_vit.yaml",
-                          ["train.epochs=21", "selection.interval={kind: cycles, cycles: 4, start: 1, end: 4}"])
+    cfg = load_experiment(
+        REPO / "experiments" / "digits_vit.yaml",
+        ["train.epochs=21", "selection.interval={kind: cycles, cycles: 4, start: 1, end: 4}"],
+    )
     assert cfg.selection.label(21) == "Soft · incremental(0.2→0.8) per cycle · cycles(4 × 1→4 subset epochs, re-drawn)"
     assert cfg.selection.mean_planned_ratio(21) * 21 == pytest.approx(17.0)
 
@@ -187,11 +206,13 @@ def drive(teacher: Teacher, epochs: range, rank: int = 0, world: int = 1) -> dic
     """The engine's loop on one rank: scoring passes and training on its own shard."""
     out = {"subsets": [], "scored_at": [], "tables": []}
     for epoch in epochs:
+
         def score_fn(indices, epoch=epoch):
             out["scored_at"].append(epoch)
             losses = losses_at(epoch) + 0.5  # a scoring pass sees other losses than training
             for idx in shard_indices(indices, rank, world, shuffle=False).split(8):
                 yield idx, losses[idx]
+
         out["subsets"].append(teacher.begin_epoch(epoch, score_fn).clone())
         losses = losses_at(epoch)
         for idx in torch.tensor(list(SubsetSampler(teacher, rank, world, seed=1))).split(5):
@@ -215,8 +236,9 @@ def test_the_teacher_selects_trains_and_scores_as_planned(name):
         else:
             assert torch.equal(subset, torch.arange(N)), epoch
     # a kept pick is the same subset; a re-drawn one (Soft) a fresh draw
-    kept = [run["subsets"][e - 1].tolist() == run["subsets"][e].tolist()
-            for e in SUBSET_EPOCHS if e not in CYCLE_STARTS]
+    kept = [
+        run["subsets"][e - 1].tolist() == run["subsets"][e].tolist() for e in SUBSET_EPOCHS if e not in CYCLE_STARTS
+    ]
     assert all(kept) if name == "hard" else not any(kept)
     # the history: every pick at its planned ratio, and each return to all data (ratio 1)
     returns = [(e, 1.0, N) for e in (2, 8, 14, 20)]
@@ -229,7 +251,7 @@ def test_a_resumed_teacher_follows_the_same_cycles(tmp_path):
     cfg = SelectionConfig(**SOFT)
     straight = drive(Teacher(N, cfg, E, seed=7), range(E))
     first = Teacher(N, cfg, E, seed=7)
-    head = drive(first, range(12))        # stops inside cycle 3's subset epochs
+    head = drive(first, range(12))  # stops inside cycle 3's subset epochs
     torch.save(first.state_dict(), tmp_path / "teacher.pt")
     resumed = Teacher(N, cfg, E, seed=99)
     resumed.load_state_dict(torch.load(tmp_path / "teacher.pt"))
@@ -255,8 +277,9 @@ def loss_fn(model: TableModel, batch) -> torch.Tensor:
 
 def run_selector(cfg: SelectionConfig, epochs: int = E) -> tuple[list, list, attent.Selector]:
     model = TableModel()
-    selector = attent.Selector(TensorDataset(torch.arange(N)), selection=cfg, epochs=epochs, seed=3,
-                               model=model, loss_fn=loss_fn)
+    selector = attent.Selector(
+        TensorDataset(torch.arange(N)), selection=cfg, epochs=epochs, seed=3, model=model, loss_fn=loss_fn
+    )
     loader = selector.loader(batch_size=16)
     sizes, scored = [], []
     for epoch in range(epochs):
@@ -273,7 +296,7 @@ def test_the_selector_follows_the_plan_and_sizes_its_steps():
     sizes, scored, selector = run_selector(cfg)
     assert sizes == planned_subset_sizes(cfg, N, E)
     assert [e for e, s in enumerate(sizes) if s == N] == [0, 2, 3, 4, 5, 8, 9, 10, 14, 15, 20]
-    assert [e for e, s in enumerate(scored) if s] == list(SUBSET_EPOCHS)   # a pass per pick, all samples
+    assert [e for e, s in enumerate(scored) if s] == list(SUBSET_EPOCHS)  # a pass per pick, all samples
     assert set(scored) == {0, N}
     assert selector.samples_backpropagated == sum(sizes)
     assert selector.planned_steps(16) == sum(math.ceil(s / 16) for s in sizes)
@@ -287,18 +310,35 @@ def test_the_engine_and_the_integrations_follow_the_cycles_plan(monkeypatch, tmp
     ViT, learning rate 0): over 6 epochs, the warm-up, a cycle of 2 epochs (1 subset epoch at 0.2)
     and one of 3 (2 re-drawn subset epochs at 0.8); the same subsets, scores and samples."""
     agreement = pytest.importorskip("test_integration_agreement")
-    monkeypatch.setitem(agreement.CONFIGS, "cycles", {
-        **SOFT, "ratio": {"kind": "incremental", "start": 0.2, "end": 0.8},
-        "interval": {"kind": "cycles", "cycles": 2, "start": 1, "end": 2}})
+    monkeypatch.setitem(
+        agreement.CONFIGS,
+        "cycles",
+        {
+            **SOFT,
+            "ratio": {"kind": "incremental", "start": 0.2, "end": 0.8},
+            "interval": {"kind": "cycles", "cycles": 2, "start": 1, "end": 2},
+        },
+    )
     n, epochs = agreement.N, agreement.EPOCHS
     selection = agreement.experiment("cycles").selection
     assert [(p.epoch, round(p.ratio, 6), p.selects) for p in selection.epoch_plan(epochs)] == [
-        (0, 1.0, False), (1, 0.2, True), (2, 1.0, False), (3, 0.8, True), (4, 0.8, True), (5, 1.0, False)]
+        (0, 1.0, False),
+        (1, 0.2, True),
+        (2, 1.0, False),
+        (3, 0.8, True),
+        (4, 0.8, True),
+        (5, 1.0, False),
+    ]
     runs = agreement.run_all("cycles", tmp_path)
     engine = runs["engine"]
     # picks at 1, 3, 4; back to all data at 2 and 5
-    assert [(e, len(s)) for (e, _), s in zip(engine["reselections"], engine["subsets"])] == \
-        [(1, budget(n, 0.2)), (2, n), (3, budget(n, 0.8)), (4, budget(n, 0.8)), (5, n)]
+    assert [(e, len(s)) for (e, _), s in zip(engine["reselections"], engine["subsets"])] == [
+        (1, budget(n, 0.2)),
+        (2, n),
+        (3, budget(n, 0.8)),
+        (4, budget(n, 0.8)),
+        (5, n),
+    ]
     assert engine["backpropagated"] == sum(planned_subset_sizes(selection, n, epochs))
     for framework in agreement.FRAMEWORKS:
         run = runs[framework]
@@ -316,8 +356,10 @@ def _worker(rank: int, world: int, store_path: str, out_dir: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)
     try:
-        runs = {name: drive(Teacher(N, SelectionConfig(**cfg), E, seed=5), range(E), rank, world)
-                for name, cfg in (("soft", SOFT), ("hard", HARD))}
+        runs = {
+            name: drive(Teacher(N, SelectionConfig(**cfg), E, seed=5), range(E), rank, world)
+            for name, cfg in (("soft", SOFT), ("hard", HARD))
+        }
         torch.save(runs, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
@@ -325,8 +367,9 @@ def _worker(rank: int, world: int, store_path: str, out_dir: str) -> None:
 
 @pytest.mark.timeout(120)
 def test_two_ranks_agree_on_the_cycles_subsets(tmp_path):
-    mp.start_processes(_worker, args=(2, str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True,
-                       start_method=start_method())
+    mp.start_processes(
+        _worker, args=(2, str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True, start_method=start_method()
+    )
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     for name, cfg in (("soft", SOFT), ("hard", HARD)):
         single = drive(Teacher(N, SelectionConfig(**cfg), E, seed=5), range(E))
@@ -338,46 +381,3 @@ def test_two_ranks_agree_on_the_cycles_subsets(tmp_path):
             assert torch.equal(x, y) and torch.equal(x, z)
         assert a["history"] == b["history"] == single["history"]
         assert len({tuple(s.tolist()) for s in a["subsets"]}) > 2  # not vacuous
-
-
-# --- the digits Table 3 spec under this reading -----------------------------------------------------
-def test_the_cycles_ablation_spec():
-    """The progress reading's spec's E, seeds and hold-out (its 2E control serves both); one trial
-    at a time; the cycles rows at the code's shape scaled to E = 60 (subset epochs 6.7 % and 8.3 %
-    of the run), at the paper's default incremental ratio."""
-    from attent.sweep import load_sweep
-    sweeps = REPO / "experiments" / "sweeps"
-    cycles, progress = (load_sweep(sweeps / f"{name}.yaml") for name in ("ablation_digits_cycles", "ablation_digits"))
-    assert cycles.spec.max_concurrent == 1 and cycles.spec.seeds == progress.spec.seeds
-    epochs = {(cfg.selection.method, cfg.train.epochs) for _, cfg in cycles.trials}
-    assert epochs == {("attent", 60), ("full", 60)}
-    assert ("full", 120) in {(cfg.selection.method, cfg.train.epochs) for _, cfg in progress.trials}
-    assert {cfg.task.val_limit for _, cfg in cycles.trials} == {300}
-    rows = {cfg.selection.label(cfg.train.epochs): cfg.selection for _, cfg in cycles.trials
-            if cfg.selection.method != "full"}
-    assert len(rows) == 6 and all(s.interval.kind == "cycles" and s.warmup_epochs == 1 for s in rows.values())
-    assert {round(1 - s.mean_planned_ratio(60), 4) for s in rows.values()} == {0.0333, 0.0367}
-    assert all((s.soft_logits, s.temperature) == ("raw", 1.0) for s in rows.values())
-
-
-def test_random_at_equal_cost_lengthens_the_cycles_by_full_data_epochs():
-    """Random under the cycles plan at AtteNT's measured cost: the added epochs are full-data
-    ones (the subset epochs stay 1 -> 4), so the epochs are chosen by planned samples, not by
-    E x the cost ratio, which would overshoot by the subset epochs' discount."""
-    from attent.benchmark.calibration import equal_cost_epochs
-    random = SelectionConfig(**{**SOFT, "strategy": "random"})
-    samples = lambda e: random.mean_planned_ratio(e) * e  # noqa: E731
-    assert samples(21) == pytest.approx(17) and samples(24) == pytest.approx(20)
-    # AtteNT measured 20.3 units against Random's 17 (its scoring passes): 24 epochs, not round(21 x 20.3 / 17) = 25
-    assert equal_cost_epochs(21, 20.3, 17.0, samples=samples) == 24
-    assert equal_cost_epochs(21, 17.0, 17.0, samples=samples) == 21
-    assert equal_cost_epochs(8, 26.0, 40.0) == round(8 * 26 / 40)  # full data: E x the cost ratio
-
-
-def test_the_ablation_table_holds_one_row_per_interval_and_strategy_under_the_label_it_ran():
-    """Soft re-draws at every subset epoch and its interval's label says so: Table 3 groups the
-    two labels of one schedule (no empty "re-drawn" rows for Hard and Random, none without it for Soft)."""
-    from attent.analysis.tables import redraw_groups
-    labels = ["cycles(4 × 1 subset epoch)", "cycles(4 × 1 subset epoch, re-drawn)", "cycles(4 × 1→2 subset epochs)",
-              "cycles(4 × 1→2 subset epochs, re-drawn)", "incremental(1→4)"]
-    assert redraw_groups(labels) == [labels[0:2], labels[2:4], labels[4:]]

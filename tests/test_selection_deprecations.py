@@ -6,21 +6,21 @@ keyword-only, the dataset the one positional argument (``Selector``, ``AtteNTCal
 ``attent.selection.metric_names`` (re-exported by ``attent.contract``). Each old spelling works,
 warns with a ``FutureWarning`` naming the new one, at the caller's line, and chooses the subsets
 the new spelling chooses. (Metric names changed outright: ``hardness`` is ``selection_hardness``.)"""
+
 from __future__ import annotations
 
 import warnings
 
+import attent
 import pytest
 import torch
-from torch.utils.data import TensorDataset
-
-import attent
 from attent import contract
 from attent.selection import metric_names
 from attent.selection.config import SelectionConfig
 from attent.selection.schedules import epochs_before_annealing, training_progress
 from attent.selection.strategies import subset_checksum
 from attent.selection.teacher import Teacher
+from torch.utils.data import TensorDataset
 
 N, EPOCHS, SEED = 60, 5, 3
 # Hard by the training forwards' losses after an epoch on all data: the scores steer every subset
@@ -92,17 +92,32 @@ def test_selector_config_attribute_still_reads_and_metrics_take_the_engines_name
     with pytest.warns(FutureWarning, match="Selector.selection"):
         assert selector.config is selector.selection
     metrics = selector.metrics()
-    assert set(metrics) == {metric_names.EPOCH, contract.SELECTED_RATIO, metric_names.SELECTED,
-                            contract.SELECTION_HARDNESS, contract.SELECTION_OVERLAP, contract.SAMPLES_BACKPROPAGATED,
-                            metric_names.SAMPLES_SCORED, contract.TRAIN_LOSS, contract.SUBSET_CHECKSUM}
+    assert set(metrics) == {
+        metric_names.EPOCH,
+        contract.SELECTED_RATIO,
+        metric_names.SELECTED,
+        contract.SELECTION_HARDNESS,
+        contract.SELECTION_OVERLAP,
+        contract.SAMPLES_BACKPROPAGATED,
+        metric_names.SAMPLES_SCORED,
+        contract.TRAIN_LOSS,
+        contract.SUBSET_CHECKSUM,
+    }
     assert metrics[contract.SELECTION_HARDNESS] == 1.0  # hard top-k
     assert type(metrics) is dict  # torch.save / torch.load(weights_only=True) and json take it as it is
 
 
 def test_the_contract_reexports_the_selection_metric_names():
     """One definition: the engine and analysis read attent.contract, the integrations selection/."""
-    for name in ("TRAIN_LOSS", "SELECTED_RATIO", "SAMPLES_BACKPROPAGATED", "SUBSET_CHECKSUM",
-                 "SELECTION_HARDNESS", "SELECTION_OVERLAP", "SCORE_AGREEMENT"):
+    for name in (
+        "TRAIN_LOSS",
+        "SELECTED_RATIO",
+        "SAMPLES_BACKPROPAGATED",
+        "SUBSET_CHECKSUM",
+        "SELECTION_HARDNESS",
+        "SELECTION_OVERLAP",
+        "SCORE_AGREEMENT",
+    ):
         assert getattr(contract, name) is getattr(metric_names, name)
 
 
@@ -171,9 +186,18 @@ def fit(callback) -> list[torch.Tensor]:
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.0)
 
-    trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=EPOCHS, reload_dataloaders_every_n_epochs=1,
-                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, num_sanity_val_steps=0, callbacks=[callback])
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=EPOCHS,
+        reload_dataloaders_every_n_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=[callback],
+    )
     trainer.fit(Module())
     return [r.indices for r in callback.selector.teacher.history]
 
@@ -182,6 +206,7 @@ def fit(callback) -> list[torch.Tensor]:
 def test_old_callback_spellings_warn_and_choose_the_same_subsets():
     pytest.importorskip("lightning")
     from attent.integrations.lightning import AtteNTCallback
+
     with warnings.catch_warnings():
         warnings.simplefilter("error", FutureWarning)
         new = AtteNTCallback(dataset(), selection=LLM, seed=SEED)

@@ -1,5 +1,6 @@
 """Multi-rank behaviour: the all-gathered score table (two real gloo processes), sharding of the
 selected subset across ranks, and the SubsetSampler."""
+
 from __future__ import annotations
 
 import math
@@ -10,15 +11,14 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from torch.utils.data import DataLoader, DistributedSampler
-from ranks import start_method
-
 from attent.selection.config import SelectionConfig
+from attent.selection.distributed import all_gather_observations, is_distributed
 from attent.selection.sampler import SubsetSampler, shard_indices
 from attent.selection.teacher import Teacher
-from attent.selection.distributed import all_gather_observations, is_distributed
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ranks import start_method
+from torch.utils.data import DataLoader, DistributedSampler
 
 N, EPOCHS = 101, 5
 
@@ -39,11 +39,13 @@ def train(teacher: Teacher, rank: int, world: int) -> dict:
     """The engine's loop: each rank scores and trains on its own shard and observes only it."""
     subsets, tables = [], []
     for epoch in range(EPOCHS):
+
         def score_fn(indices, epoch=epoch):
             mine = shard_indices(indices, rank, world, shuffle=False)
             losses = losses_at(epoch)
             for idx in mine.split(8):
                 yield idx, losses[idx]
+
         subsets.append(teacher.begin_epoch(epoch, score_fn).clone())
         tables.append(teacher.scores.clone())
         losses = losses_at(epoch)
@@ -51,8 +53,12 @@ def train(teacher: Teacher, rank: int, world: int) -> dict:
         for idx in mine.split(5):
             teacher.observe(idx, losses[idx])
         teacher.end_epoch()
-    return {"subsets": subsets, "tables": tables, "final": teacher.scores.clone(),
-            "loss_weights": teacher.loss_weights.clone()}
+    return {
+        "subsets": subsets,
+        "tables": tables,
+        "final": teacher.scores.clone(),
+        "loss_weights": teacher.loss_weights.clone(),
+    }
 
 
 def _worker(rank: int, world: int, store_path: str, out_dir: str) -> None:
@@ -63,18 +69,21 @@ def _worker(rank: int, world: int, store_path: str, out_dir: str) -> None:
         assert is_distributed()
         # uneven halves: rank 0 observes 60 samples, rank 1 the other 41
         mine = torch.arange(0, 60) if rank == 0 else torch.arange(60, N)
-        teacher = Teacher(N, SelectionConfig(strategy="hard", ratio={"kind": "fixed", "start": 0.3}),
-                          epochs=3, seed=0)
+        teacher = Teacher(N, SelectionConfig(strategy="hard", ratio={"kind": "fixed", "start": 0.3}), epochs=3, seed=0)
         losses = losses_at(0)
         teacher.observe(mine, losses[mine])
         teacher.sync()
         halves = {"table": teacher.scores.clone(), "subset": teacher.begin_epoch(0).clone()}
         # one rank with nothing to report
-        idx, loss = all_gather_observations(torch.arange(3) if rank == 0 else torch.empty(0, dtype=torch.long),
-                                            torch.ones(3) if rank == 0 else torch.empty(0))
+        idx, loss = all_gather_observations(
+            torch.arange(3) if rank == 0 else torch.empty(0, dtype=torch.long),
+            torch.ones(3) if rank == 0 else torch.empty(0),
+        )
         halves["empty_gather"] = (idx, loss)
-        runs = {name: train(Teacher(N, SelectionConfig(**cfg), epochs=EPOCHS, seed=3), rank, world)
-                for name, cfg in CONFIGS.items()}
+        runs = {
+            name: train(Teacher(N, SelectionConfig(**cfg), epochs=EPOCHS, seed=3), rank, world)
+            for name, cfg in CONFIGS.items()
+        }
         torch.save({"halves": halves, "runs": runs}, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
@@ -83,15 +92,16 @@ def _worker(rank: int, world: int, store_path: str, out_dir: str) -> None:
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("gloo")
-    mp.start_processes(_worker, args=(2, str(tmp / "store"), str(tmp)), nprocs=2, join=True,
-                       start_method=start_method())
+    mp.start_processes(
+        _worker, args=(2, str(tmp / "store"), str(tmp)), nprocs=2, join=True, start_method=start_method()
+    )
     return [torch.load(tmp / f"rank{r}.pt") for r in range(2)]
 
 
 @pytest.mark.timeout(120)
 def test_all_gather_gives_every_rank_the_full_table(two_ranks):
     r0, r1 = (r["halves"] for r in two_ranks)
-    assert torch.equal(r0["table"], losses_at(0))      # both halves merged, no NaN left
+    assert torch.equal(r0["table"], losses_at(0))  # both halves merged, no NaN left
     assert torch.equal(r1["table"], losses_at(0))
     expected = torch.sort(losses_at(0), descending=True, stable=True).indices[:30].sort().values
     assert torch.equal(r0["subset"], expected) and torch.equal(r1["subset"], expected)
@@ -128,29 +138,32 @@ def test_shards_match_distributed_sampler(n, world, drop_last, data):
     padding (wrap around) and the same trimming."""
     subset = torch.tensor(sorted(data.draw(st.sets(st.integers(0, 10_000), min_size=n, max_size=n))))
     for rank in range(world):
-        ref = list(DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=False,
-                                      drop_last=drop_last))
+        ref = list(DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=False, drop_last=drop_last))
         got = shard_indices(subset, rank, world, shuffle=False, drop_last=drop_last)
         assert got.tolist() == subset[ref].tolist()
 
 
 @settings(deadline=None, max_examples=60)
-@given(n=st.integers(0, 60), world=st.integers(1, 6), epoch=st.integers(0, 50), seed=st.integers(0, 10),
-       drop_last=st.booleans())
+@given(
+    n=st.integers(0, 60),
+    world=st.integers(1, 6),
+    epoch=st.integers(0, 50),
+    seed=st.integers(0, 10),
+    drop_last=st.booleans(),
+)
 def test_shards_are_disjoint_and_cover(n, world, epoch, seed, drop_last):
     subset = torch.arange(n) * 3 + 1
-    shards = [shard_indices(subset, r, world, epoch=epoch, seed=seed, drop_last=drop_last)
-              for r in range(world)]
+    shards = [shard_indices(subset, r, world, epoch=epoch, seed=seed, drop_last=drop_last) for r in range(world)]
     sizes = {s.numel() for s in shards}
-    assert len(sizes) == 1                                        # equal counts per rank
+    assert len(sizes) == 1  # equal counts per rank
     per_rank = sizes.pop()
     assert per_rank == (n // world if drop_last else math.ceil(n / world))
     everything = torch.cat(shards)
     assert set(everything.tolist()) <= set(subset.tolist())
     if drop_last:
-        assert everything.unique().numel() == everything.numel()   # disjoint
+        assert everything.unique().numel() == everything.numel()  # disjoint
     else:
-        assert set(everything.tolist()) == set(subset.tolist())    # covers
+        assert set(everything.tolist()) == set(subset.tolist())  # covers
         # only the padding repeats: exactly world * per_rank - n duplicates
         assert everything.numel() - everything.unique().numel() == world * per_rank - n
         if n % world == 0:
@@ -163,7 +176,7 @@ def test_shuffle_depends_on_epoch_and_seed_only():
     assert torch.equal(a, shard_indices(subset, 0, 2, epoch=1, seed=0))
     assert not torch.equal(a, shard_indices(subset, 0, 2, epoch=2, seed=0))
     assert not torch.equal(a, shard_indices(subset, 0, 2, epoch=1, seed=1))
-    assert not torch.equal(a, subset[0::2])                               # actually shuffled
+    assert not torch.equal(a, subset[0::2])  # actually shuffled
     assert torch.equal(shard_indices(subset, 0, 2, shuffle=False), subset[0::2])
 
 
@@ -193,11 +206,11 @@ def test_sampler_rereads_subset_and_shuffles_by_epoch():
     sampler = SubsetSampler(source, seed=5)
     first = list(sampler)
     assert sorted(first) == list(range(100)) and first != list(range(100))
-    assert list(sampler) == first                  # same epoch, same order
+    assert list(sampler) == first  # same epoch, same order
     source.epoch = 1
     second = list(sampler)
     assert sorted(second) == sorted(first) and second != first
-    source.subset = torch.tensor([3, 7, 11])       # the teacher re-selected
+    source.subset = torch.tensor([3, 7, 11])  # the teacher re-selected
     assert sorted(sampler) == [3, 7, 11] and len(sampler) == 3
     assert list(SubsetSampler(source, shuffle=False)) == [3, 7, 11]
 

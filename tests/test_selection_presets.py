@@ -1,19 +1,29 @@
 """Presets merge deeply with the user's nested fields: setting one field of a section the
 preset fills keeps the preset's other fields of that section."""
+
 from __future__ import annotations
 
 import pytest
-
 from attent.config import load_experiment
 from attent.selection.config import PRESETS, SelectionConfig
 
 # (preset, section, field, a value different from the preset's)
 NESTED_OVERRIDES = [
-    (preset, section, field, {"kind": "cosine" if PRESETS[preset][section].get("kind") != "cosine" else "incremental",
-                              "start": 2, "end": 7}[field] if section == "interval" else
-     {"kind": "cosine", "start": 0.3, "end": 0.9}[field])
-    for preset in PRESETS for section, values in PRESETS[preset].items() if isinstance(values, dict)
-    for field in ("start", "end") if not (section == "interval" and field == "kind")
+    (
+        preset,
+        section,
+        field,
+        {"kind": "cosine" if PRESETS[preset][section].get("kind") != "cosine" else "incremental", "start": 2, "end": 7}[
+            field
+        ]
+        if section == "interval"
+        else {"kind": "cosine", "start": 0.3, "end": 0.9}[field],
+    )
+    for preset in PRESETS
+    for section, values in PRESETS[preset].items()
+    if isinstance(values, dict)
+    for field in ("start", "end")
+    if not (section == "interval" and field == "kind")
 ]
 
 
@@ -37,11 +47,14 @@ def test_every_preset_section_is_covered():
     assert covered == {(p, s) for p in PRESETS for s, v in PRESETS[p].items() if isinstance(v, dict)}
 
 
-@pytest.mark.parametrize("override,label", [
-    ("selection.ratio.end=0.9", "Soft · incremental(0.2→0.9) · incremental(1→4)"),
-    ("selection.interval.end=10", "Soft · incremental(0.2→0.8) · incremental(1→10)"),
-    ("selection.ratio.kind=cosine", "Soft · cosine(0.2→0.8) · incremental(1→4)"),
-])
+@pytest.mark.parametrize(
+    "override,label",
+    [
+        ("selection.ratio.end=0.9", "Soft · incremental(0.2→0.9) · incremental(1→4)"),
+        ("selection.interval.end=10", "Soft · incremental(0.2→0.8) · incremental(1→10)"),
+        ("selection.ratio.kind=cosine", "Soft · cosine(0.2→0.8) · incremental(1→4)"),
+    ],
+)
 def test_cli_overrides_on_a_preset_file(override, label):
     # experiments/digits_vit.yaml sets `selection: {preset: vit}`
     cfg = load_experiment("experiments/digits_vit.yaml", [override])

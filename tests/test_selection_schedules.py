@@ -1,16 +1,15 @@
 """Ratio and interval schedules, progress, and the validated selection config with its presets."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
+from attent.selection.config import METHOD_NAMES, PRESETS, IntervalConfig, RatioConfig, SelectionConfig
+from attent.selection.schedules import IntervalSchedule, RatioSchedule, cosine, fixed, incremental, training_progress
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
-
-from attent.selection.config import METHODS, PRESETS, IntervalConfig, RatioConfig, SelectionConfig
-from attent.selection.schedules import (IntervalSchedule, RatioSchedule, cosine, fixed, incremental,
-                                        training_progress)
 
 ratios = st.floats(1e-6, 1.0, allow_nan=False)
 progress = st.floats(0.0, 1.0, allow_nan=False)
@@ -57,12 +56,19 @@ def test_ratio_schedules_monotone_and_bounded(r0, r1, p, q, kind):
     assert s(0.0) == pytest.approx(r0) and s(1.0) == pytest.approx(r1)
 
 
-@pytest.mark.parametrize("kwargs", [
-    dict(kind="linear"), dict(kind="fixed", start=0.0), dict(kind="fixed", start=-0.1),
-    dict(kind="fixed", start=1.5), dict(kind="fixed", start=float("nan")),
-    dict(kind="incremental", start=0.2, end=0.0), dict(kind="cosine", start=0.2, end=1.5),
-    dict(kind="cosine", start=0.2, end=float("nan")),
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(kind="linear"),
+        dict(kind="fixed", start=0.0),
+        dict(kind="fixed", start=-0.1),
+        dict(kind="fixed", start=1.5),
+        dict(kind="fixed", start=float("nan")),
+        dict(kind="incremental", start=0.2, end=0.0),
+        dict(kind="cosine", start=0.2, end=1.5),
+        dict(kind="cosine", start=0.2, end=float("nan")),
+    ],
+)
 def test_ratio_schedule_rejects_bad_values(kwargs):
     with pytest.raises(ValueError):
         RatioSchedule(**kwargs)
@@ -97,10 +103,16 @@ def test_interval_incremental_monotone_integer(i0, imax, p, q):
     assert s(0.0) == i0 and s(1.0) == imax
 
 
-@pytest.mark.parametrize("kwargs", [
-    dict(kind="cosine"), dict(kind="fixed", start=0), dict(kind="incremental", start=1, end=0),
-    dict(kind="fixed", start=1.5), dict(kind="fixed", start=-2),
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(kind="cosine"),
+        dict(kind="fixed", start=0),
+        dict(kind="incremental", start=1, end=0),
+        dict(kind="fixed", start=1.5),
+        dict(kind="fixed", start=-2),
+    ],
+)
 def test_interval_schedule_rejects_bad_values(kwargs):
     with pytest.raises(ValueError):
         IntervalSchedule(**kwargs)
@@ -109,11 +121,11 @@ def test_interval_schedule_rejects_bad_values(kwargs):
 # --- progress ----------------------------------------------------------------------------------
 def test_training_progress():
     assert training_progress(0, 10) == 0.0
-    assert training_progress(9, 10) == pytest.approx(0.9)   # the last epoch starts at 90%
-    assert training_progress(9, 10, 1.0) == 1.0              # and training ends at 1
+    assert training_progress(9, 10) == pytest.approx(0.9)  # the last epoch starts at 90%
+    assert training_progress(9, 10, 1.0) == 1.0  # and training ends at 1
     assert training_progress(3, 6, 0.5) == pytest.approx(3.5 / 6)
     assert training_progress(0, 1) == 0.0
-    assert training_progress(20, 10) == 1.0                  # past the end clamps
+    assert training_progress(20, 10) == 1.0  # past the end clamps
     assert [training_progress(e, 4) for e in range(4)] == [0.0, 0.25, 0.5, 0.75]
 
 
@@ -180,33 +192,36 @@ def test_config_round_trips_through_dict():
     assert again == cfg and again.ratio_schedule == cfg.ratio_schedule
 
 
-@pytest.mark.parametrize("kwargs", [
-    dict(preset="bert"),
-    dict(method="greedy"),
-    dict(strategy="gumbel"),
-    dict(ratio={"kind": "fixed", "start": 0.0}),
-    dict(ratio={"kind": "fixed", "start": -0.1}),
-    dict(ratio={"kind": "fixed", "start": 1.5}),
-    dict(ratio={"kind": "fixed", "start": float("nan")}),
-    dict(ratio={"kind": "incremental", "start": 0.2, "end": 1.5}),
-    dict(ratio={"kind": "exponential"}),
-    dict(interval={"kind": "fixed", "start": 0}),
-    dict(interval={"kind": "incremental", "start": 1, "end": 0}),
-    dict(temperature=0.0),
-    dict(temperature=-1.0),
-    dict(temperature=float("nan")),
-    dict(temperature=float("inf")),       # would only fail at the first soft selection
-    dict(gradnorm_alpha=float("inf")),
-    dict(method="group_weight"),
-    dict(method="group_weight", group_weights=[]),
-    dict(method="group_weight", group_weights=[1.0, -1.0]),
-    dict(method="group_weight", group_weights=[0.0, 0.0]),
-    dict(warmup_epochs=-1),
-    dict(infobatch_prune=1.0),
-    dict(infobatch_prune=-0.1),
-    dict(gradnorm_step=0.0),
-    dict(unknown_field=1),
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(preset="bert"),
+        dict(method="greedy"),
+        dict(strategy="gumbel"),
+        dict(ratio={"kind": "fixed", "start": 0.0}),
+        dict(ratio={"kind": "fixed", "start": -0.1}),
+        dict(ratio={"kind": "fixed", "start": 1.5}),
+        dict(ratio={"kind": "fixed", "start": float("nan")}),
+        dict(ratio={"kind": "incremental", "start": 0.2, "end": 1.5}),
+        dict(ratio={"kind": "exponential"}),
+        dict(interval={"kind": "fixed", "start": 0}),
+        dict(interval={"kind": "incremental", "start": 1, "end": 0}),
+        dict(temperature=0.0),
+        dict(temperature=-1.0),
+        dict(temperature=float("nan")),
+        dict(temperature=float("inf")),  # would only fail at the first soft selection
+        dict(gradnorm_alpha=float("inf")),
+        dict(method="group_weight"),
+        dict(method="group_weight", group_weights=[]),
+        dict(method="group_weight", group_weights=[1.0, -1.0]),
+        dict(method="group_weight", group_weights=[0.0, 0.0]),
+        dict(warmup_epochs=-1),
+        dict(infobatch_prune=1.0),
+        dict(infobatch_prune=-0.1),
+        dict(gradnorm_step=0.0),
+        dict(unknown_field=1),
+    ],
+)
 def test_config_rejects_bad_values(kwargs):
     with pytest.raises(ValidationError):
         SelectionConfig(**kwargs)
@@ -218,7 +233,7 @@ def test_validation_error_is_a_value_error():
         SelectionConfig(preset="bert")
 
 
-def test_methods_constant_matches_config():
-    for method in METHODS:
+def test_method_names_match_config():
+    for method in METHOD_NAMES:
         extra = {"group_weights": [1, 2, 2]} if method == "group_weight" else {}
         assert SelectionConfig(method=method, **extra).method == method

@@ -1,10 +1,10 @@
 """Soft selection's logits, the hardness of a pick, independent random streams, and InfoBatch's
 pruning rule (issue 19)."""
+
 import math
 
 import pytest
 import torch
-
 from attent.selection.baselines import infobatch_prune_for_budget, infobatch_pruned_epochs
 from attent.selection.config import SelectionConfig
 from attent.selection.methods import InfoBatch, Pool
@@ -17,15 +17,17 @@ def losses(n=400, seed=0):
 
 
 def soft_pick(scores, kind, temperature, seed=1, k=100):
-    return select(soft_logits(scores, kind), k, "soft", temperature=temperature,
-                  generator=torch.Generator().manual_seed(seed))
+    return select(
+        soft_logits(scores, kind), k, "soft", temperature=temperature, generator=torch.Generator().manual_seed(seed)
+    )
 
 
 def test_standardized_logits_ignore_an_affine_rescaling_of_the_losses():
     scores = losses()
     for kind_scale, shift in ((10.0, -3.0), (0.01, 5.0)):
-        assert torch.equal(soft_pick(scores, "standardized", 0.5),
-                           soft_pick(scores * kind_scale + shift, "standardized", 0.5))
+        assert torch.equal(
+            soft_pick(scores, "standardized", 0.5), soft_pick(scores * kind_scale + shift, "standardized", 0.5)
+        )
     # raw logits do depend on the scale: T is in the losses' own units
     assert not torch.equal(soft_pick(scores, "raw", 0.5), soft_pick(scores * 100, "raw", 0.5))
 
@@ -53,8 +55,10 @@ def test_log_logits_draw_proportionally_to_a_power_of_the_loss():
 
 def test_hardness_spans_uniform_to_hard_with_temperature():
     scores = losses()
-    values = [sum(hardness(soft_pick(scores, "standardized", t, seed=s), scores) for s in range(10)) / 10
-              for t in (0.05, 0.5, 5.0)]
+    values = [
+        sum(hardness(soft_pick(scores, "standardized", t, seed=s), scores) for s in range(10)) / 10
+        for t in (0.05, 0.5, 5.0)
+    ]
     assert values[0] > values[1] > values[2]
     assert values[0] > 0.8 and values[2] < 0.2
     assert math.isnan(hardness(torch.arange(400), scores))
@@ -66,8 +70,9 @@ def test_overlap_of_consecutive_picks():
 
 
 def teacher(strategy, seed=3, n=400, **extra):
-    cfg = SelectionConfig(method="attent", strategy=strategy, ratio={"kind": "fixed", "start": 0.3},
-                          temperature=1.0, **extra)
+    cfg = SelectionConfig(
+        method="attent", strategy=strategy, ratio={"kind": "fixed", "start": 0.3}, temperature=1.0, **extra
+    )
     t = Teacher(n, cfg, epochs=4, seed=seed)
     t.observe(torch.arange(n), losses(n))
     t.sync()
@@ -95,8 +100,13 @@ def test_teacher_records_hardness_and_overlap_per_reselection():
 @pytest.mark.parametrize("epochs, final, pruned", [(10, 0.125, 8), (8, 0.125, 7), (40, 0.125, 35), (10, 0.0, 10)])
 def test_infobatch_prunes_for_floor_of_delta_times_epochs(epochs, final, pruned):
     assert infobatch_pruned_epochs(epochs, final) == pruned
-    method = InfoBatch(SelectionConfig(method="infobatch", infobatch_final=final), num_samples=50,
-                       epochs=epochs, groups=None, components=0)
+    method = InfoBatch(
+        SelectionConfig(method="infobatch", infobatch_final=final),
+        num_samples=50,
+        epochs=epochs,
+        groups=None,
+        components=0,
+    )
     pool = Pool(losses(50), torch.zeros(50, 1), torch.Generator().manual_seed(0))
     kept = [method.pick(pool, e, 50).subset.numel() for e in range(epochs)]
     assert all(k < 50 for k in kept[:pruned]) and all(k == 50 for k in kept[pruned:])
@@ -126,14 +136,14 @@ def test_llm_variant_can_rescore_the_left_out_pool_before_each_reselection():
         asked.append(indices.tolist())
         yield indices, torch.full((indices.numel(),), 9.0)  # fresh losses, higher than all
 
-    t.begin_epoch(0, score_fn)             # warm-up epoch on all data: nothing to score
+    t.begin_epoch(0, score_fn)  # warm-up epoch on all data: nothing to score
     t.observe(torch.arange(n), losses(n))
     t.end_epoch()
-    t.begin_epoch(1, score_fn)             # first re-selection: every sample was just trained on
+    t.begin_epoch(1, score_fn)  # first re-selection: every sample was just trained on
     assert asked == [[]] and t.subset.numel() == 14
     left_out = sorted(set(range(n)) - set(t.subset.tolist()))
     t.observe(t.subset, losses(14, seed=1))
     t.end_epoch()
     t.begin_epoch(2, score_fn)
-    assert asked[-1] == left_out           # only the 6 left out are re-scored
+    assert asked[-1] == left_out  # only the 6 left out are re-scored
     assert set(left_out) <= set(t.subset.tolist())  # and, scored higher, they are picked

@@ -4,16 +4,16 @@ Statistical tests use fixed generator seeds (so they are deterministic) and boun
 standard deviations (so a change of RNG stream does not make them flaky); each bound is far
 tighter than the gap to the wrong behaviour it guards against.
 """
+
 from __future__ import annotations
 
 import math
 
 import pytest
 import torch
+from attent.selection.strategies import STRATEGIES, select
 from hypothesis import given
 from hypothesis import strategies as st
-
-from attent.selection.strategies import STRATEGIES, select
 from selection_reference import FAST, gen, reference_top_k
 
 
@@ -69,8 +69,12 @@ def test_hard_all_equal_takes_first_k():
 
 # --- output format, all strategies ------------------------------------------------------------
 @FAST
-@given(values=st.one_of(tied_scores, any_scores), strategy=st.sampled_from(STRATEGIES),
-       seed=st.integers(0, 1000), data=st.data())
+@given(
+    values=st.one_of(tied_scores, any_scores),
+    strategy=st.sampled_from(STRATEGIES),
+    seed=st.integers(0, 1000),
+    data=st.data(),
+)
 def test_result_is_k_distinct_sorted_valid_indices(values, strategy, seed, data):
     scores = torch.tensor(values)
     k = data.draw(st.integers(1, scores.numel()))
@@ -83,8 +87,8 @@ def test_result_is_k_distinct_sorted_valid_indices(values, strategy, seed, data)
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_accepts_views_grad_and_float64(strategy):
     base = torch.randn(400, generator=gen(0), dtype=torch.float64)
-    view = base[::2]                                   # non-contiguous
-    grad = base[::2].clone().requires_grad_(True)      # e.g. losses not yet detached
+    view = base[::2]  # non-contiguous
+    grad = base[::2].clone().requires_grad_(True)  # e.g. losses not yet detached
     a = select(view, 50, strategy, generator=gen(1))
     b = select(grad, 50, strategy, generator=gen(1))
     c = select(view.contiguous(), 50, strategy, generator=gen(1))
@@ -182,9 +186,12 @@ def test_temperature_acts_on_the_distribution():
     assert float(hot[top3].mean()) < 0.4
     # and with the very same noise (same seed), the two temperatures pick different subsets
     differ = sum(
-        not torch.equal(select(scores, k, "soft", temperature=0.1, generator=gen(s)),
-                        select(scores, k, "soft", temperature=10.0, generator=gen(s)))
-        for s in range(20))
+        not torch.equal(
+            select(scores, k, "soft", temperature=0.1, generator=gen(s)),
+            select(scores, k, "soft", temperature=10.0, generator=gen(s)),
+        )
+        for s in range(20)
+    )
     assert differ >= 10
 
 
@@ -231,22 +238,25 @@ def test_generator_state_advances():
 
 # --- bad input to select -------------------------------------------------------------------------
 @pytest.mark.parametrize("strategy", STRATEGIES)
-@pytest.mark.parametrize("scores,k", [
-    (torch.tensor([1.0, float("nan"), 2.0]), 1),
-    (torch.tensor([1.0, float("inf"), 2.0]), 1),
-    (torch.tensor([1.0, -float("inf")]), 1),
-    (torch.tensor([]), 1),
-    (torch.ones(2, 3), 1),                # 2-D
-    (torch.tensor(1.0), 1),               # 0-D
-    (torch.arange(5), 1),                 # integer scores
-    (torch.ones(5), 0),                   # k < 1
-    (torch.ones(5), -1),
-    (torch.ones(5), 6),                   # k > N
-    (torch.ones(5), 2.0),                 # k not int
-    (torch.ones(5), 2.5),
-    (torch.ones(5), True),                # bool is not a count
-    (torch.ones(5), None),
-])
+@pytest.mark.parametrize(
+    "scores,k",
+    [
+        (torch.tensor([1.0, float("nan"), 2.0]), 1),
+        (torch.tensor([1.0, float("inf"), 2.0]), 1),
+        (torch.tensor([1.0, -float("inf")]), 1),
+        (torch.tensor([]), 1),
+        (torch.ones(2, 3), 1),  # 2-D
+        (torch.tensor(1.0), 1),  # 0-D
+        (torch.arange(5), 1),  # integer scores
+        (torch.ones(5), 0),  # k < 1
+        (torch.ones(5), -1),
+        (torch.ones(5), 6),  # k > N
+        (torch.ones(5), 2.0),  # k not int
+        (torch.ones(5), 2.5),
+        (torch.ones(5), True),  # bool is not a count
+        (torch.ones(5), None),
+    ],
+)
 def test_select_rejects_bad_input(strategy, scores, k):
     with pytest.raises(ValueError):
         select(scores, k, strategy, generator=gen(0))

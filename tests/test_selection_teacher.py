@@ -1,9 +1,9 @@
 """The Teacher: presets, re-selection timing, scoring passes, bad input, checkpoint/resume."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-
 from attent.selection.config import SelectionConfig
 from attent.selection.strategies import budget, hardness
 from attent.selection.teacher import Teacher
@@ -22,13 +22,13 @@ def test_llm_preset_first_epoch_all_data_then_top_70_percent():
     assert torch.equal(t.begin_epoch(0, None), torch.arange(n))  # no score_fn needed
     assert t.history == []
     l0 = losses_at(0, n)
-    for idx in torch.randperm(n, generator=gen(1)).split(7):    # the epoch's own forward passes
+    for idx in torch.randperm(n, generator=gen(1)).split(7):  # the epoch's own forward passes
         t.observe(idx, l0[idx])
     t.end_epoch()
     assert torch.equal(t.scores, l0)
 
     assert t.is_selection_epoch(1) and not t.needs_scoring(1)
-    subset = t.begin_epoch(1, None)                              # still no scoring pass
+    subset = t.begin_epoch(1, None)  # still no scoring pass
     assert subset.numel() == 70
     assert torch.equal(subset, top_k(l0, 70))
     assert t.scores[subset].min() >= t.scores[~torch.isin(torch.arange(n), subset)].max()
@@ -80,6 +80,7 @@ def test_never_scored_samples_rank_as_the_highest_loss():
 
     def partial_pass(indices):
         yield torch.arange(8), losses
+
     subset = t.begin_epoch(0, partial_pass)
     assert torch.isnan(t.scores[8:]).all()
     assert subset.tolist() == [1, 8, 9]  # the top scored (0.9) ties with 8 and 9 at the max
@@ -99,11 +100,11 @@ def test_vit_preset_schedule_and_scoring():
     # interval I(p) = round(1 + 3p), p = e / 11: selections at 0, 1, 2 (I=2), 4 (I=2), 6 (I=3), 9
     expected_epochs = [0, 1, 2, 4, 6, 9]
     assert [r.epoch for r in t.history] == expected_epochs
-    assert learner.scored_at == expected_epochs          # one scoring pass per re-selection
-    assert t.history[0].ratio == pytest.approx(0.2)      # 20% at the first selection
+    assert learner.scored_at == expected_epochs  # one scoring pass per re-selection
+    assert t.history[0].ratio == pytest.approx(0.2)  # 20% at the first selection
     assert subsets[0].numel() == 100
     for r in t.history:
-        assert r.ratio == pytest.approx(0.2 + 0.6 * r.epoch / epochs)   # progress = e / E
+        assert r.ratio == pytest.approx(0.2 + 0.6 * r.epoch / epochs)  # progress = e / E
         assert r.selected == budget(n, r.ratio) == subsets[r.epoch].numel()
         assert r.strategy == "soft"
     for e in range(epochs):  # between re-selections the subset is kept
@@ -136,14 +137,15 @@ def test_rescoring_uses_the_fresh_scoring_pass():
 
 
 def test_warmup_and_fixed_interval():
-    cfg = SelectionConfig(strategy="hard", ratio={"kind": "fixed", "start": 0.5},
-                          interval={"kind": "fixed", "start": 3}, warmup_epochs=2)
+    cfg = SelectionConfig(
+        strategy="hard", ratio={"kind": "fixed", "start": 0.5}, interval={"kind": "fixed", "start": 3}, warmup_epochs=2
+    )
     t = Teacher(40, cfg, epochs=10)
     learner = Learner(t)
     subsets = [learner.epoch(e)[0] for e in range(10)]
     assert [r.epoch for r in t.history] == [2, 5, 8]
     assert all(torch.equal(s, torch.arange(40)) for s in subsets[:2])
-    assert learner.scored_at == []   # all samples observed during warm-up: no extra pass
+    assert learner.scored_at == []  # all samples observed during warm-up: no extra pass
 
 
 def test_full_never_selects():
@@ -241,6 +243,7 @@ def test_stale_rescoring_scores_only_samples_not_trained_on_since_the_last_selec
             losses = losses_at(epoch, n)
             for idx in indices.split(16):
                 yield idx, losses[idx]
+
         return fn
 
     trained = []
@@ -253,7 +256,7 @@ def test_stale_rescoring_scores_only_samples_not_trained_on_since_the_last_selec
     assert len(asked) == 3  # selections at epochs 0, 2, 4
     assert torch.equal(asked[0], torch.arange(n))
     for pass_number, selection_epoch in ((1, 2), (2, 4)):
-        since_selection = torch.cat(trained[selection_epoch - 2:selection_epoch]).unique()
+        since_selection = torch.cat(trained[selection_epoch - 2 : selection_epoch]).unique()
         stale = torch.ones(n, dtype=torch.bool)
         stale[since_selection] = False
         assert torch.equal(asked[pass_number], stale.nonzero().squeeze(1))
@@ -268,9 +271,11 @@ def test_full_rescoring_asks_for_every_sample():
     t = Teacher(30, SelectionConfig(preset="vit"), epochs=4, seed=0)
     asked = []
     for epoch in range(4):
+
         def fn(indices, epoch=epoch):
             asked.append(indices.numel())
             yield indices, losses_at(epoch, 30)[indices]
+
         t.begin_epoch(epoch, fn)
         t.end_epoch()
     assert asked and set(asked) == {30}

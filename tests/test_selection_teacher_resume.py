@@ -1,21 +1,24 @@
 """The Teacher's checkpoint/resume: a resumed run reproduces the uninterrupted one; what state_dict refuses."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
 import torch
-
 from attent.selection.config import SelectionConfig
 from attent.selection.teacher import Teacher
 from teacher_learner import Learner
 
-
 # --- resume ------------------------------------------------------------------------------------------
 RESUME_CONFIGS = {
     "hard": dict(strategy="hard", ratio={"kind": "fixed", "start": 0.5}),
-    "soft": dict(strategy="soft", ratio={"kind": "cosine"}, temperature=0.5,
-                 interval={"kind": "incremental", "start": 1, "end": 3}),
+    "soft": dict(
+        strategy="soft",
+        ratio={"kind": "cosine"},
+        temperature=0.5,
+        interval={"kind": "incremental", "start": 1, "end": 3},
+    ),
     "random": dict(strategy="random", ratio={"kind": "incremental"}),
     "infobatch": dict(method="infobatch", infobatch_prune=0.6),
     "vit": dict(preset="vit"),
@@ -25,8 +28,14 @@ RESUME_CONFIGS = {
 
 def comparable(history) -> list[dict]:
     """Record summaries without wall-clock time, NaN made comparable."""
-    return [{key: ("nan" if isinstance(v, float) and math.isnan(v) else v)
-             for key, v in r.summary().items() if key != "seconds"} for r in history]
+    return [
+        {
+            key: ("nan" if isinstance(v, float) and math.isnan(v) else v)
+            for key, v in r.summary().items()
+            if key != "seconds"
+        }
+        for r in history
+    ]
 
 
 def run(teacher: Teacher, epochs: range) -> tuple[list, list]:

@@ -1,14 +1,13 @@
 """Large inputs: the sampled-threshold and streamed top-k paths return exactly what the whole-tensor path returns."""
+
 from __future__ import annotations
 
 import torch
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from attent.selection import topk
 from attent.selection.strategies import STRATEGIES, select, weighted_sample
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from selection_reference import gen, reference_top_k
-
 
 LAYOUTS = ["random", "ascending", "descending", "few_values", "constant", "strided_adversary", "spikes"]
 
@@ -35,8 +34,9 @@ def make_layout(layout: str, n: int, stride: int, seed: int) -> torch.Tensor:
 
 
 @settings(deadline=None, max_examples=40, suppress_health_check=[HealthCheck.too_slow])
-@given(layout=st.sampled_from(LAYOUTS), n=st.integers(4097, 20_000), seed=st.integers(0, 2**16),
-       frac=st.floats(0.0, 1.0))
+@given(
+    layout=st.sampled_from(LAYOUTS), n=st.integers(4097, 20_000), seed=st.integers(0, 2**16), frac=st.floats(0.0, 1.0)
+)
 def test_sampled_threshold_path_is_exact(layout, n, seed, frac):
     """With a small sample size the bracketing path (normally only for N > 1M) runs on small N;
     it must return the exact top-k for every layout, including ones where the bracket misses."""
@@ -104,10 +104,11 @@ def test_uniform_bits_reproduce_torch_rand():
         g, reference = gen(n), gen(n)
         expected = torch.rand(n, generator=reference)
         bits = topk.uniform_bits(n, g)
-        assert torch.equal(torch.from_numpy(bits).float() * 2.0 ** -24, expected)
+        assert torch.equal(torch.from_numpy(bits).float() * 2.0**-24, expected)
         assert torch.equal(g.get_state(), reference.get_state())
-        assert torch.equal(torch.from_numpy(topk.uniform_f32(n, g, tiny)),
-                           torch.rand(n, generator=reference).clamp_(min=tiny))
+        assert torch.equal(
+            torch.from_numpy(topk.uniform_f32(n, g, tiny)), torch.rand(n, generator=reference).clamp_(min=tiny)
+        )
         assert torch.equal(g.get_state(), reference.get_state())
 
 
@@ -155,8 +156,14 @@ def test_streamed_default_generator_float64_views_and_weights():
 
 
 @settings(deadline=None, max_examples=40, suppress_health_check=[HealthCheck.too_slow])
-@given(layout=st.sampled_from(LAYOUTS), strategy=st.sampled_from(STRATEGIES), n=st.integers(4097, 12_000),
-       block=st.sampled_from([257, 1000, 4096]), seed=st.integers(0, 2**16), frac=st.floats(0.0, 1.0))
+@given(
+    layout=st.sampled_from(LAYOUTS),
+    strategy=st.sampled_from(STRATEGIES),
+    n=st.integers(4097, 12_000),
+    block=st.sampled_from([257, 1000, 4096]),
+    seed=st.integers(0, 2**16),
+    frac=st.floats(0.0, 1.0),
+)
 def test_streamed_blocks_exact_for_every_layout(layout, strategy, n, block, seed, frac):
     """With a small sample and small blocks the streamed passes run on small N, across many block
     boundaries: exact for every layout and strategy, including heavy ties (tie blocks found from

@@ -1,14 +1,14 @@
 """weighted_sample (frequencies, zero weights, bad input) and the selection budget (rounding, bounds, bad ratios)."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
 import torch
+from attent.selection.strategies import budget, weighted_sample
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from attent.selection.strategies import budget, weighted_sample
 from selection_reference import FAST, gen
 
 
@@ -28,8 +28,13 @@ def test_weighted_sample_frequencies_proportional_to_weights():
 
 
 @FAST
-@given(weights=st.lists(st.sampled_from([0.0, 0.0, 1e-9, 0.5, 1.0, 7.0]), min_size=1, max_size=40)
-       .filter(lambda w: any(x > 0 for x in w)), seed=st.integers(0, 1000), data=st.data())
+@given(
+    weights=st.lists(st.sampled_from([0.0, 0.0, 1e-9, 0.5, 1.0, 7.0]), min_size=1, max_size=40).filter(
+        lambda w: any(x > 0 for x in w)
+    ),
+    seed=st.integers(0, 1000),
+    data=st.data(),
+)
 def test_weighted_sample_never_draws_zero_weights(weights, seed, data):
     w = torch.tensor(weights, dtype=torch.float64)
     positive = int((w > 0).sum())
@@ -51,26 +56,30 @@ def test_weighted_sample_uniform_weights_is_uniform():
     assert float((counts / draws - p).abs().max()) < 5 * math.sqrt(p * (1 - p) / draws)
 
 
-@pytest.mark.parametrize("weights,k", [
-    (torch.tensor([1.0, -1.0, 2.0]), 1),             # negative weight
-    (torch.tensor([1.0, float("nan")]), 1),          # NaN
-    (torch.tensor([1.0, float("inf")]), 1),          # inf
-    (torch.ones(2, 2), 1),                           # 2-D
-    (torch.tensor([1.0, 0.0, 0.0]), 2),              # k > positive weights
-    (torch.zeros(3), 1),                             # nothing drawable
-    (torch.ones(3), 0),                              # k < 1
-    (torch.ones(3), 1.5),                            # k not int
-    (torch.ones(0), 1),                              # empty
-])
+@pytest.mark.parametrize(
+    "weights,k",
+    [
+        (torch.tensor([1.0, -1.0, 2.0]), 1),  # negative weight
+        (torch.tensor([1.0, float("nan")]), 1),  # NaN
+        (torch.tensor([1.0, float("inf")]), 1),  # inf
+        (torch.ones(2, 2), 1),  # 2-D
+        (torch.tensor([1.0, 0.0, 0.0]), 2),  # k > positive weights
+        (torch.zeros(3), 1),  # nothing drawable
+        (torch.ones(3), 0),  # k < 1
+        (torch.ones(3), 1.5),  # k not int
+        (torch.ones(0), 1),  # empty
+    ],
+)
 def test_weighted_sample_rejects_bad_input(weights, k):
     with pytest.raises(ValueError):
         weighted_sample(weights, k, generator=gen(0))
 
 
 # --- budget ------------------------------------------------------------------------------------
-@pytest.mark.parametrize("n,ratio,expected", [
-    (100, 0.7, 70), (10, 0.7, 7), (10, 1.0, 10), (10, 0.01, 1), (1, 0.5, 1), (1000, 0.2, 200), (3, 0.5, 2),
-])
+@pytest.mark.parametrize(
+    "n,ratio,expected",
+    [(100, 0.7, 70), (10, 0.7, 7), (10, 1.0, 10), (10, 0.01, 1), (1, 0.5, 1), (1000, 0.2, 200), (3, 0.5, 2)],
+)
 def test_budget(n, ratio, expected):
     assert budget(n, ratio) == expected
 

@@ -1,5 +1,6 @@
 """tests/suite_cpu.py, the plugin that charges each test the machine-wide CPU spent while it
 ran, on a pytest session of its own (pytester)."""
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,8 @@ TESTS = Path(__file__).resolve().parent
 
 def test_each_test_is_charged_at_least_its_own_cpu_and_files_are_summed(pytester, monkeypatch):
     monkeypatch.syspath_prepend(str(TESTS))
-    pytester.makepyfile(test_work="""
+    pytester.makepyfile(
+        test_work="""
         import time
 
         def test_spins():  # 0.3 s of this process's own CPU, which the machine's busy time includes
@@ -21,7 +23,8 @@ def test_each_test_is_charged_at_least_its_own_cpu_and_files_are_summed(pytester
 
         def test_idle():
             pass
-    """)
+    """
+    )
     out = pytester.path / "cpu.json"
     result = pytester.runpytest("-p", "suite_cpu", f"--suite-cpu={out}", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)

@@ -1,4 +1,5 @@
 """Ray Tune sweeps through the Train engine, with MLflow parent/child runs, and their resume."""
+
 from __future__ import annotations
 
 import os
@@ -8,7 +9,6 @@ import time
 
 import mlflow
 import pytest
-
 import shared_runs
 from attent.sweep import load_sweep, run_sweep
 from conftest import BIN, REPO
@@ -19,12 +19,12 @@ def write_sweep(tmp_path, mlflow_uri, name, seeds, max_concurrent, epochs=1):
     path.write_text(f"""
 sweep:
   name: {name}
-  base: {REPO / 'experiments/digits_vit.yaml'}
+  base: {REPO / "experiments/digits_vit.yaml"}
   overrides:
     train.epochs: {epochs}
     task.train_limit: 300
     task.test_limit: 100
-    ray.storage_path: {tmp_path / 'ray_results'}
+    ray.storage_path: {tmp_path / "ray_results"}
     mlflow.tracking_uri: '{mlflow_uri}'
     mlflow.experiment: sweep-test
   grid:
@@ -40,7 +40,9 @@ def children(mlflow_uri, sweep):
     exp = client.get_experiment_by_name("sweep-test")
     if exp is None:
         return client, None, []
-    parents = client.search_runs([exp.experiment_id], f"tags.`attent.role` = 'sweep' and tags.`attent.sweep` = '{sweep}'")
+    parents = client.search_runs(
+        [exp.experiment_id], f"tags.`attent.role` = 'sweep' and tags.`attent.sweep` = '{sweep}'"
+    )
     kids = client.search_runs([exp.experiment_id], f"tags.`attent.role` = 'trial' and tags.`attent.sweep` = '{sweep}'")
     return client, (parents[0] if parents else None), kids
 
@@ -48,8 +50,9 @@ def children(mlflow_uri, sweep):
 def test_sweep_file_expands_grid_times_seeds(tmp_path, mlflow_uri):
     sweep = load_sweep(write_sweep(tmp_path, mlflow_uri, "expand", [0, 1, 2], 2))
     assert len(sweep.trials) == 6
-    assert sorted({(c.selection.strategy, c.seed) for _, c in sweep.trials}) == \
-        [(s, k) for s in ("hard", "soft") for k in (0, 1, 2)]
+    assert sorted({(c.selection.strategy, c.seed) for _, c in sweep.trials}) == [
+        (s, k) for s in ("hard", "soft") for k in (0, 1, 2)
+    ]
     assert all(c.train.epochs == 1 and c.selection.preset == "vit" for _, c in sweep.trials)
     assert {c.mlflow.experiment for _, c in sweep.trials} == {"sweep-test"}  # the sweep's override wins
 
@@ -69,15 +72,25 @@ def test_four_trial_sweep_logs_parent_and_children(digits_sweeps):
 
     client = mlflow.MlflowClient(digits_sweeps.tracking_uri)
     experiment = client.get_experiment_by_name(shared_runs.ABLATION_SWEEP)  # a sweep is its own experiment
-    parent, = client.search_runs([experiment.experiment_id], "tags.`attent.role` = 'sweep'")
+    (parent,) = client.search_runs([experiment.experiment_id], "tags.`attent.role` = 'sweep'")
     kids = client.search_runs([experiment.experiment_id], "tags.`attent.role` = 'trial'")
     assert parent.info.status == "FINISHED" and parent.data.metrics["trials_failed"] == 0
     assert len(kids) == 4 and {k.info.status for k in kids} == {"FINISHED"}
     assert {k.data.tags["mlflow.parentRunId"] for k in kids} == {parent.info.run_id}
-    assert sorted((k.data.tags["attent.trial"], k.data.tags["attent.method"], k.data.params["selection.temperature"],
-                   k.data.params["selection.ratio.kind"]) for k in kids) == [
-        ("t00-s0", "attent", "0.5", "incremental"), ("t01-s0", "attent", "2.0", "incremental"),
-        ("t02-s0", "full", "1.0", "fixed"), ("t03-s0", "attent", "4.0", "cosine")]
+    assert sorted(
+        (
+            k.data.tags["attent.trial"],
+            k.data.tags["attent.method"],
+            k.data.params["selection.temperature"],
+            k.data.params["selection.ratio.kind"],
+        )
+        for k in kids
+    ) == [
+        ("t00-s0", "attent", "0.5", "incremental"),
+        ("t01-s0", "attent", "2.0", "incremental"),
+        ("t02-s0", "full", "1.0", "fixed"),
+        ("t03-s0", "attent", "4.0", "cosine"),
+    ]
     assert all("eval_test_accuracy" in k.data.metrics for k in kids)
 
 
@@ -85,8 +98,13 @@ def test_four_trial_sweep_logs_parent_and_children(digits_sweeps):
 def test_interrupted_sweep_resumes_only_unfinished_trials(ray_cluster, tmp_path, mlflow_uri):
     path = write_sweep(tmp_path, mlflow_uri, "interrupted", [0], 1, epochs=3)
     env = dict(os.environ, RAY_ADDRESS=ray_cluster["address"])
-    driver = subprocess.Popen([str(BIN / "attent"), "sweep", str(path)], env=env, start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    driver = subprocess.Popen(
+        [str(BIN / "attent"), "sweep", str(path)],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 600
     while time.time() < deadline:  # kill the driver once one trial finished and another is running
         _, _, kids = children(mlflow_uri, "interrupted")
@@ -116,6 +134,7 @@ def test_a_trial_finished_before_tune_saved_it_is_not_trained_again(digits_sweep
     rerun trial reports the recorded metrics instead of training into a second MLflow run. The
     ratio sweep (``shared_runs``) again, with Tune's state gone and MLflow's kept."""
     import shutil
+
     name = shared_runs.RATIO_SWEEP
     first = {r.config["trial"]["id"]: r.metrics for r in digits_sweeps.results[name]}
     client = mlflow.MlflowClient(digits_sweeps.tracking_uri)
@@ -124,11 +143,11 @@ def test_a_trial_finished_before_tune_saved_it_is_not_trained_again(digits_sweep
     ended = {k.info.run_id: k.info.end_time for k in client.search_runs([experiment.experiment_id], trials)}
     assert len(ended) == 3
 
-    shutil.rmtree(digits_sweeps.root / "ray_results" / name)   # Tune's state lost; MLflow's kept
+    shutil.rmtree(digits_sweeps.root / "ray_results" / name)  # Tune's state lost; MLflow's kept
     second = {r.config["trial"]["id"]: r.metrics for r in run_sweep(digits_sweeps.root / f"{name}.yaml")}
     kids = client.search_runs([experiment.experiment_id], trials)
-    assert {k.info.run_id: k.info.end_time for k in kids} == ended   # no new run, none re-ended
-    parent, = client.search_runs([experiment.experiment_id], "tags.`attent.role` = 'sweep'")
+    assert {k.info.run_id: k.info.end_time for k in kids} == ended  # no new run, none re-ended
+    (parent,) = client.search_runs([experiment.experiment_id], "tags.`attent.role` = 'sweep'")
     assert parent.info.status == "FINISHED"
     assert set(second) == set(first)
     for trial, metrics in first.items():
@@ -137,6 +156,7 @@ def test_a_trial_finished_before_tune_saved_it_is_not_trained_again(digits_sweep
 
 def test_storage_uris_keep_their_scheme(tmp_path):
     from attent.sweep import _exists, sweep_location
+
     assert sweep_location("s3://bucket/ray_results/", "abl") == "s3://bucket/ray_results/abl"
     assert sweep_location(str(tmp_path), "abl") == f"{tmp_path}/abl"
     (tmp_path / "abl").mkdir()

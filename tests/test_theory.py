@@ -1,20 +1,20 @@
 """The theory lab (attent.theory): closed-form gradients vs autograd, the empirical ANTK vs a
 brute-force computation, the greedy teacher, the attention variants, and the teaching
 experiment's MLflow output. CPU only, a few seconds each."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
-
 from attent.config import ConfigError
+from attent.tangent_kernel import brute_force_kernel, empirical_kernel, kernel_drift
 from attent.theory.config import load
 from attent.theory.gradients import GradientCase, gradient_check
-from attent.engine.kernel import brute_force_kernel, empirical_kernel, kernel_drift
 from attent.theory.learner import AttentionLearner, attend
 from attent.theory.teaching import choose, make_problem
+from torch import nn
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "experiments" / "theory_teaching.yaml"
@@ -71,8 +71,12 @@ def test_empirical_kernel_matches_brute_force():
     weights = {name: p.detach() for name, p in AttentionLearner(4, dtype=torch.float64).named_parameters()}
     queries, contexts = torch.randn(3, 5, 4, dtype=torch.float64), torch.randn(3, 2, 4, dtype=torch.float64)
     fn = lambda w, S, C: attend(w, S, C)  # noqa: E731
-    torch.testing.assert_close(empirical_kernel(fn, weights, (queries, contexts), chunk=2),
-                               brute_force_kernel(fn, weights, (queries, contexts)), rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(
+        empirical_kernel(fn, weights, (queries, contexts), chunk=2),
+        brute_force_kernel(fn, weights, (queries, contexts)),
+        rtol=1e-10,
+        atol=1e-10,
+    )
 
 
 def test_kernel_drift_separates_scale_from_shape():
@@ -109,7 +113,7 @@ def test_masked_attention_is_causal_and_cross_attention_shapes():
     assert (before[:, 3:] - after[:, 3:]).abs().max() > 1e-3
     jac = torch.autograd.functional.jacobian(lambda x: masked(x), S[0])  # [6, 5, 6, 4]
     for j in range(5):
-        assert jac[j, :, j + 1:].abs().max() == 0  # output j ignores elements after j
+        assert jac[j, :, j + 1 :].abs().max() == 0  # output j ignores elements after j
     assert jac[5, :, 5].abs().max() > 0
 
     cross = AttentionLearner(4, 3, 5, kind="cross")
@@ -133,14 +137,26 @@ def test_config_refuses_unknown_keys_and_bad_values():
 def test_teaching_run_logs_figures_to_mlflow(tmp_path, monkeypatch):
     """A short run of the shipped YAML, as `python -m attent.theory` runs it: one parent run with
     the figures and summaries, one child run per method with its per-iteration curves."""
+    from attent.theory.__main__ import main
     from mlflow.tracking import MlflowClient
 
-    from attent.theory.__main__ import main
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    code = main([str(CONFIG), "seeds=[0]", "problem.num_sequences=32", "teach.subset=8", "teach.max_iterations=6",
-                 "kernel.every=4", "kernel.probe=3", "teach.target_losses=[100.0]", f"mlflow.tracking_uri={uri}",
-                 "--out", str(tmp_path / "out")])
+    code = main(
+        [
+            str(CONFIG),
+            "seeds=[0]",
+            "problem.num_sequences=32",
+            "teach.subset=8",
+            "teach.max_iterations=6",
+            "kernel.every=4",
+            "kernel.probe=3",
+            "teach.target_losses=[100.0]",
+            f"mlflow.tracking_uri={uri}",
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
     assert code == 0
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("theory-teaching")
@@ -150,12 +166,15 @@ def test_teaching_run_logs_figures_to_mlflow(tmp_path, monkeypatch):
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     parent = parents[0].info.run_id
     figures = {f.path for f in client.list_artifacts(parent, "figures")}
-    assert figures == {f"figures/{name}.png" for name in
-                       ("loss_vs_iterations", "loss_vs_wallclock", "loss_vs_cpu_time", "antk_drift", "kernel_heatmaps")}
+    assert figures == {
+        f"figures/{name}.png"
+        for name in ("loss_vs_iterations", "loss_vs_wallclock", "loss_vs_cpu_time", "antk_drift", "kernel_heatmaps")
+    }
     local = Path(client.download_artifacts(parent, "figures", str(tmp_path / "dl")))
     assert all((local / Path(name).name).stat().st_size > 1000 for name in figures)
     assert {"summary.md", "summary.json", "gradient_check.md", "config.json"} <= {
-        f.path for f in client.list_artifacts(parent)}
+        f.path for f in client.list_artifacts(parent)
+    }
     assert sorted(r.data.tags["attent.theory.method"] for r in children) == ["full", "greedy", "random"]
     for child in children:
         assert child.data.tags["mlflow.parentRunId"] == parent

@@ -1,5 +1,6 @@
 """The time-to-accuracy benchmark: its specs, its report on a known MLflow store, and one real
 run of `attent bench` end to end."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -10,40 +11,43 @@ import sys
 from pathlib import Path
 
 import pytest
+from attent import contract
+from attent.analysis.time_to_accuracy.judge import analyse
+from attent.analysis.time_to_accuracy.report import build_time_to_accuracy_report
+from attent.analysis.time_to_accuracy.results import time_to_target
+from attent.benchmark import ARMS, load_benchmark
+from attent.cli import main as attent_main
+from attent.selection.schedules import CycleSchedule
+from conftest import REPO
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
 
-from attent.analysis.time_to_accuracy import analyse, build_time_to_accuracy_report
-from attent.analysis.tta_results import time_to_target
-from attent import contract
-from attent.cli import main as attent_main
-from attent.benchmark import METHODS, load_benchmark
-from attent.selection.schedules import CycleSchedule
-from conftest import REPO
-
-SPECS = sorted((REPO / "benchmarks").glob("*.yaml"))
+SPECS = sorted((REPO / "benchmarks" / "specs").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", SPECS, ids=[p.stem for p in SPECS])
 def test_benchmark_specs_parse_and_match_budgets(path):
     """Every spec expands into valid experiments (one torch thread per worker, named per
-    workload/method/seed); every budgeted baseline shares AtteNT's ratio and interval schedules,
-    and a run of each seed of each method exists."""
+    workload/arm/seed); every budgeted baseline shares AtteNT's ratio and interval schedules,
+    and a run of each seed of each arm exists."""
     spec, runs = load_benchmark(path)
     assert len(spec.seeds) >= 1 and path.read_text().startswith("# ")  # headed by its command
     names = [run.experiment.name for run in runs]
     assert len(set(names)) == len(names)
     for workload in spec.workloads:
         mine = [run for run in runs if run.workload.name == workload.name]
-        assert len(mine) == len(workload.seeds or spec.seeds) * len(workload.methods)
-        by_method = {run.method: run.experiment.selection for run in mine}
-        attent = by_method.get("attent")
-        for method, selection in by_method.items():
+        assert len(mine) == len(workload.seeds or spec.seeds) * len(workload.arms)
+        by_arm = {run.arm: run.experiment.selection for run in mine}
+        attent = by_arm.get("attent")
+        for arm, selection in by_arm.items():
             assert all(run.experiment.ray.cpus_per_worker == spec.threads for run in mine)
             if attent is not None and selection.uses_ratio_schedule:
-                assert (selection.ratio_schedule, same_cycles(selection.interval_schedule), selection.warmup_epochs) == \
-                       (attent.ratio_schedule, same_cycles(attent.interval_schedule), attent.warmup_epochs), method
-        assert by_method["full"].method == "full"
+                assert (
+                    selection.ratio_schedule,
+                    same_cycles(selection.interval_schedule),
+                    selection.warmup_epochs,
+                ) == (attent.ratio_schedule, same_cycles(attent.interval_schedule), attent.warmup_epochs), arm
+        assert by_arm["full"].method == "full"
 
 
 def same_cycles(schedule):
@@ -53,18 +57,27 @@ def same_cycles(schedule):
 
 
 def test_small_spec_runs_the_regime_seeds_and_comparators():
-    spec, runs = load_benchmark(REPO / "benchmarks" / "time_to_accuracy_small.yaml")
+    spec, runs = load_benchmark(REPO / "benchmarks" / "specs" / "time_to_accuracy_small.yaml")
     seeds = {w.name: len(w.seeds or spec.seeds) for w in spec.workloads}
     assert seeds["fmnist-vit"] >= 5 and seeds["multimae"] >= 3 and seeds["llm-gsm8k"] >= 3
-    methods = {run.method for run in runs if run.workload.name == "fmnist-vit"}
-    assert {"full", "full_long", "full_equal_cost", "full_equal_samples", "attent", "hard", "random", "infobatch",
-            "infobatch_budget"} <= methods
+    arms = {run.arm for run in runs if run.workload.name == "fmnist-vit"}
+    assert {
+        "full",
+        "full_long",
+        "full_equal_cost",
+        "full_equal_samples",
+        "attent",
+        "hard",
+        "random",
+        "infobatch",
+        "infobatch_budget",
+    } <= arms
 
 
 def test_full_data_at_equal_samples_trains_attent_mean_ratio_times_the_epochs():
-    spec, runs = load_benchmark(REPO / "benchmarks" / "time_to_accuracy_small.yaml")
+    spec, runs = load_benchmark(REPO / "benchmarks" / "specs" / "time_to_accuracy_small.yaml")
     for workload in spec.workloads:
-        mine = {run.method: run for run in runs if run.workload is workload and run.experiment.seed == 0}
+        mine = {run.arm: run for run in runs if run.workload is workload and run.experiment.seed == 0}
         attent, equal = mine["attent"].experiment, mine["full_equal_samples"].experiment
         planned = attent.selection.mean_planned_ratio(attent.train.epochs)
         assert equal.selection.method == "full"
@@ -72,37 +85,43 @@ def test_full_data_at_equal_samples_trains_attent_mean_ratio_times_the_epochs():
         assert mine["full_equal_samples"].attent_budget == pytest.approx(planned)
         assert mine["full_long"].experiment.train.epochs == 2 * attent.train.epochs
     # the ViT variant at 60 epochs: re-selections from 0.2 to 0.78, mean 0.488 -> 29 epochs
-    assert next(r for r in runs if r.method == "full_equal_samples").experiment.train.epochs == 29
+    assert next(r for r in runs if r.arm == "full_equal_samples").experiment.train.epochs == 29
 
 
 def test_infobatch_at_attent_budget_runs_after_the_run_it_calibrates_from(tmp_path):
-    spec, runs = load_benchmark(REPO / "benchmarks" / "time_to_accuracy_small.yaml")
-    order = [(r.workload.name, r.experiment.seed, r.method) for r in runs]
-    for workload, seed, method in order:
-        if method == "infobatch_budget":
-            assert order.index((workload, seed, "infobatch")) < order.index((workload, seed, method))
+    spec, runs = load_benchmark(REPO / "benchmarks" / "specs" / "time_to_accuracy_small.yaml")
+    order = [(r.workload.name, r.experiment.seed, r.arm) for r in runs]
+    for workload, seed, arm in order:
+        if arm == "infobatch_budget":
+            assert order.index((workload, seed, "infobatch")) < order.index((workload, seed, arm))
     from attent.config import ConfigError
+
     bad = tmp_path / "bad.yaml"
-    bad.write_text(f"benchmark:\n  name: b\n  workloads:\n    - name: w\n      base: {REPO}/experiments/digits_vit.yaml\n"
-                   "      metric: eval_test_accuracy\n      methods: {attent: {}, infobatch_budget: {}}\n")
+    bad.write_text(
+        f"benchmark:\n  name: b\n  workloads:\n    - name: w\n      base: {REPO}/experiments/digits_vit.yaml\n"
+        "      metric: eval_test_accuracy\n      arms: {attent: {}, infobatch_budget: {}}\n"
+    )
     with pytest.raises(ConfigError, match="calibrated from the `infobatch` run"):
         load_benchmark(bad)
 
 
-def test_unknown_method_is_refused(tmp_path):
+def test_unknown_arm_is_refused(tmp_path):
     from attent.config import ConfigError
+
     bad = tmp_path / "bad.yaml"
-    bad.write_text(f"benchmark:\n  name: b\n  workloads:\n    - name: w\n      base: {REPO}/experiments/digits_vit.yaml\n"
-                   "      metric: eval_test_accuracy\n      methods: {full: {}, magic: {}}\n")
-    with pytest.raises(ConfigError, match="unknown method.*magic"):
+    bad.write_text(
+        f"benchmark:\n  name: b\n  workloads:\n    - name: w\n      base: {REPO}/experiments/digits_vit.yaml\n"
+        "      metric: eval_test_accuracy\n      arms: {full: {}, magic: {}}\n"
+    )
+    with pytest.raises(ConfigError, match="unknown arm.*magic"):
         load_benchmark(bad)
-    assert set(METHODS) >= {"full", "attent", "hard", "random", "infobatch", "class_weight", "gradnorm"}
+    assert set(ARMS) >= {"full", "attent", "hard", "random", "infobatch", "class_weight", "gradnorm"}
 
 
-def test_a_named_variant_of_a_method_adds_its_overrides():
-    spec, runs = load_benchmark(REPO / "benchmarks" / "mae_saving.yaml")
-    by_method = {run.method: run.experiment for run in runs}
-    stale, attent = by_method["attent+stale"], by_method["attent"]
+def test_a_named_variant_of_an_arm_adds_its_overrides():
+    spec, runs = load_benchmark(REPO / "benchmarks" / "specs" / "mae_saving.yaml")
+    by_arm = {run.arm: run.experiment for run in runs}
+    stale, attent = by_arm["attent+stale"], by_arm["attent"]
     assert stale.selection.rescore_stale and not attent.selection.rescore_stale
     assert stale.selection.model_copy(update={"rescore_stale": False}) == attent.selection
     assert stale.name == "mae-saving-multimae-attent-stale-s0"
@@ -123,15 +142,27 @@ def log_benchmark(uri: str) -> str:
     parent = client.create_run(experiment_id, tags={contract.TAG_ROLE: contract.ROLE_BENCHMARK}).info.run_id
     for method, seeds in CURVES.items():
         for seed, (curve, backpropagated) in enumerate(seeds):
-            run_id = client.create_run(experiment_id, tags={
-                contract.TAG_ROLE: contract.ROLE_TRIAL, contract.TAG_PARENT_RUN_ID: parent,
-                contract.TAG_BENCH_WORKLOAD: "vit", contract.TAG_BENCH_METHOD: method,
-                contract.TAG_BENCH_METRIC: "eval_test_accuracy", contract.TAG_LABEL: method}).info.run_id
-            metrics = [Metric(contract.SAMPLES_BACKPROPAGATED, backpropagated, 0, 3),
-                       Metric(contract.TIME_WALLCLOCK, 100 + curve[-1][0], 0, 3),
-                       Metric(contract.time_metric("scoring"), 2.0 if method == "attent" else 0.0, 0, 3)]
+            run_id = client.create_run(
+                experiment_id,
+                tags={
+                    contract.TAG_ROLE: contract.ROLE_TRIAL,
+                    contract.TAG_PARENT_RUN_ID: parent,
+                    contract.TAG_BENCH_WORKLOAD: "vit",
+                    contract.TAG_BENCH_METHOD: method,
+                    contract.TAG_BENCH_METRIC: "eval_test_accuracy",
+                    contract.TAG_LABEL: method,
+                },
+            ).info.run_id
+            metrics = [
+                Metric(contract.SAMPLES_BACKPROPAGATED, backpropagated, 0, 3),
+                Metric(contract.TIME_WALLCLOCK, 100 + curve[-1][0], 0, 3),
+                Metric(contract.time_metric("scoring"), 2.0 if method == "attent" else 0.0, 0, 3),
+            ]
             for step, (cost, accuracy) in enumerate(curve):
-                metrics += [Metric(contract.TIME_METHOD, cost, 0, step), Metric("eval_test_accuracy", accuracy, 0, step)]
+                metrics += [
+                    Metric(contract.TIME_METHOD, cost, 0, step),
+                    Metric("eval_test_accuracy", accuracy, 0, step),
+                ]
             client.log_batch(run_id, metrics=metrics, params=[Param(contract.PARAM_SEED, str(seed))])
             client.set_terminated(run_id)
     return parent
@@ -171,6 +202,7 @@ def test_report_reads_the_target_off_full_datas_plateau_and_says_not_reached(tmp
 
 def test_time_to_target_reads_lower_is_better_curves():
     import pandas as pd
+
     curve = pd.DataFrame({"cost": [1.0, 2.0, 3.0], "value": [3.0, 2.0, 1.5]})
     assert time_to_target(curve, 2.0, lower=True) == 2.0
     assert math.isnan(time_to_target(curve, 1.0, lower=True))
@@ -197,12 +229,20 @@ benchmark:
                    ray.storage_path: {tmp_path}/ray_results}}
       metric: eval_test_accuracy
       tune:
-        - {{method: attent, key: selection.temperature, values: [0.25, 4.0]}}
-      methods: {{full: {{}}, attent: {{}}}}
+        - {{arm: attent, key: selection.temperature, values: [0.25, 4.0]}}
+      arms: {{full: {{}}, attent: {{}}}}
 """)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    command = [sys.executable, "-m", "attent.cli", "bench", str(spec), f"mlflow.tracking_uri={uri}",
-               "--out", str(tmp_path / "reports")]
+    command = [
+        sys.executable,
+        "-m",
+        "attent.cli",
+        "bench",
+        str(spec),
+        f"mlflow.tracking_uri={uri}",
+        "--out",
+        str(tmp_path / "reports"),
+    ]
     first = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
     report = tmp_path / "reports" / "tta-test" / "time_to_accuracy.md"
@@ -214,7 +254,9 @@ benchmark:
     tried = [r for r in trials if r.data.tags[contract.TAG_BENCH_STAGE] == contract.BENCH_STAGE_SELECTION]
     assert sorted(r.data.params["selection.temperature"] for r in tried) == ["0.25", "4.0"]
     parent_id = tried[0].data.tags[contract.TAG_PARENT_RUN_ID]
-    [choice] = json.loads(Path(client.download_artifacts(parent_id, contract.BENCH_CHOICES_FILE, str(tmp_path))).read_text())
+    [choice] = json.loads(
+        Path(client.download_artifacts(parent_id, contract.BENCH_CHOICES_FILE, str(tmp_path))).read_text()
+    )
     finals = {r.data.params["selection.temperature"]: r.data.metrics["eval_val_accuracy"] for r in tried}
     assert str(choice["value"]) == max(finals, key=finals.get) and choice["metric"] == "eval_val_accuracy"
     runs = [r for r in trials if r.data.tags[contract.TAG_BENCH_STAGE] == contract.BENCH_STAGE_VERDICT]

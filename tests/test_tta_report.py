@@ -1,8 +1,9 @@
 """The time-to-accuracy report on a synthetic benchmark logged to a real MLflow SQLite store: the
 plateau control, the target, sustained time to target, matched and unmatched budgets, the
 Holm-adjusted words, the selection stage's runs left out and its choices listed, temperatures,
-variants, CSVs and figures. No Ray: runs are logged the way the engine and ``attent bench`` log
-them."""
+CSVs and figures (variants: test_tta_variants.py). No Ray: runs are logged the way the engine and
+``attent bench`` log them."""
+
 from __future__ import annotations
 
 import math
@@ -10,12 +11,12 @@ import warnings
 
 import pandas as pd
 import pytest
+from attent import contract
+from attent.analysis.time_to_accuracy.judge import analyse
+from attent.analysis.time_to_accuracy.report import build_time_to_accuracy_report
+from attent.analysis.time_to_accuracy.verdict import STILL_IMPROVING
 from mlflow import MlflowClient
 from scipy import stats
-
-from attent.analysis.time_to_accuracy import analyse, build_time_to_accuracy_report
-from attent.analysis.tta_text import STILL_IMPROVING
-from attent import contract
 from tta_benchmark import CHOICES, SEED_OFFSETS, log_benchmark, log_run, log_selection_stage, method_specs
 
 
@@ -28,23 +29,42 @@ def store(tmp_path_factory):
 
     def rising(seed: int) -> dict[str, dict]:  # 2E epochs end 3 points above E's, a little noise
         shift = SEED_OFFSETS[seed] / 2
-        return {"full": dict(epochs=8, curve=[0.5 + 0.05 * e + shift for e in range(8)], seconds=10.0, ratio=1.0,
-                             hardness=None),
-                contract.METHOD_FULL_LONG: dict(
-                    epochs=16, curve=[0.5 + 0.05 * e + shift for e in range(8)]
-                    + [0.85 + 0.03 * e / 8 + shift + (0.002, -0.001, 0.0)[seed] for e in range(1, 9)],
-                    seconds=10.0, ratio=1.0, hardness=None),
-                "attent": dict(epochs=8, curve=[0.5 + 0.04 * e + shift for e in range(8)], seconds=5.0, ratio=0.5,
-                               hardness=1.0)}
+        return {
+            "full": dict(
+                epochs=8, curve=[0.5 + 0.05 * e + shift for e in range(8)], seconds=10.0, ratio=1.0, hardness=None
+            ),
+            contract.METHOD_FULL_LONG: dict(
+                epochs=16,
+                curve=[0.5 + 0.05 * e + shift for e in range(8)]
+                + [0.85 + 0.03 * e / 8 + shift + (0.002, -0.001, 0.0)[seed] for e in range(1, 9)],
+                seconds=10.0,
+                ratio=1.0,
+                hardness=None,
+            ),
+            "attent": dict(
+                epochs=8, curve=[0.5 + 0.04 * e + shift for e in range(8)], seconds=5.0, ratio=0.5, hardness=1.0
+            ),
+        }
+
     log_benchmark(uri, "tta-rising", rising)
 
     def one_seed(seed: int) -> dict[str, dict]:
         return {m: s for m, s in method_specs(seed).items() if m in ("full", "attent", "random")}
+
     one = log_benchmark(uri, "tta-one-seed", one_seed, seeds=(0,), stage=None)  # an older benchmark: no stage tags
     stale = dict(one_seed(0)["random"], curve=[0.1] * 8)  # an older finished run of the same seed: left out
     client = MlflowClient(uri)
-    log_run(client, client.get_experiment_by_name("tta-one-seed").experiment_id, one, "vit", "random", 0, stale,
-            start_time=1, stage=None)
+    log_run(
+        client,
+        client.get_experiment_by_name("tta-one-seed").experiment_id,
+        one,
+        "vit",
+        "random",
+        0,
+        stale,
+        start_time=1,
+        stage=None,
+    )
     return {"uri": uri, "root": root, "parent": parent, "selection": selection}
 
 
@@ -56,10 +76,15 @@ def report(store):
         warnings.simplefilter("always")
         warnings.simplefilter("error", pd.errors.PerformanceWarning)
         warnings.simplefilter("error", FutureWarning)
-        out = build_time_to_accuracy_report("tta-synthetic", tracking_uri=store["uri"], out_dir=store["root"] / "report")
+        out = build_time_to_accuracy_report(
+            "tta-synthetic", tracking_uri=store["uri"], out_dir=store["root"] / "report"
+        )
         results, _ = analyse(MlflowClient(store["uri"]), "tta-synthetic")
-    ours = [w for w in caught if any(lib in (w.filename or "") for lib in ("pandas", "matplotlib", "scipy", "statsmodels",
-                                                                          "analysis"))]
+    ours = [
+        w
+        for w in caught
+        if any(lib in (w.filename or "") for lib in ("pandas", "matplotlib", "scipy", "statsmodels", "analysis"))
+    ]
     assert not ours, [f"{w.category.__name__}: {w.message} ({w.filename})" for w in ours]
     [result] = results
     return {"out": out, "text": (out / "time_to_accuracy.md").read_text(), "result": result}
@@ -98,7 +123,8 @@ def test_the_terminal_shows_the_verdict_and_a_table_that_fits(report):
     """What `attent bench` / `attent demo` print: the verdict sentences and one table row per
     method with its optimiser steps, every line within the terminal's width (the Markdown file
     keeps every column)."""
-    from attent.analysis.tta_text import terminal
+    from attent.analysis.time_to_accuracy.workload_tables import terminal
+
     result = report["result"]
     text = terminal(result, width=100)
     lines = text.splitlines()
@@ -120,8 +146,14 @@ def test_budgets_matched_and_apart(report):
     result, text = report["result"], report["text"]
     by = result.summary.set_index("method")
     assert by.loc["full", "standing"] == "reference" and by.loc["full_long", "standing"] == "control"
-    assert set(by.index[by["standing"].eq("matched")]) == {"attent", "full_equal_cost", "full_equal_samples", "random",
-                                                           "soft+T0.1", "soft+T1"}
+    assert set(by.index[by["standing"].eq("matched")]) == {
+        "attent",
+        "full_equal_cost",
+        "full_equal_samples",
+        "random",
+        "soft+T0.1",
+        "soft+T1",
+    }
     assert list(by.index[by["standing"].eq("apart")]) == ["infobatch"]
     assert list(result.summary["method"])[:2] == ["full", "full_long"]
     assert list(result.summary["method"])[-1] == "infobatch"  # apart rows come last
@@ -134,7 +166,10 @@ def test_budgets_matched_and_apart(report):
     assert "| infobatch | infobatch | apart (budget 70.0%) |" in text
     assert "| full_equal_cost | full data at equal cost (measured) | matched |" in text
     assert "| full_equal_samples | full data at equal samples | matched |" in text
-    assert "infobatch trained on another budget (70.0% of full data's samples, AtteNT 50.0%): shown apart, not judged." in text
+    assert (
+        "infobatch trained on another budget (70.0% of full data's samples, AtteNT 50.0%): shown apart, not judged."
+        in text
+    )
     order = next(line for line in text.splitlines() if "At AtteNT's budget, mean final" in line)
     assert "infobatch" not in order and "full_long" not in order
 
@@ -154,7 +189,8 @@ def test_savings_have_intervals_over_seeds(report):
 def test_sustained_time_to_target_ignores_a_crossing_that_falls_back(report):
     """soft+T1's seed 2 is past the target (0.856) at epochs 5 and 6, then back at 0.8475: not
     reached. Seed 0 stays past it from epoch 6 (6 x 5.5 s of method cost)."""
-    from attent.analysis.tta_results import time_to_target
+    from attent.analysis.time_to_accuracy.results import time_to_target
+
     runs = report["result"].per_run.set_index(["method", "seed"])
     assert math.isnan(runs.loc[("soft+T1", 2), "cost_to_target_s"]) and not runs.loc[("soft+T1", 2), "reached"]
     assert runs.loc[("soft+T1", 0), "cost_to_target_s"] == pytest.approx(33.0)
@@ -164,6 +200,7 @@ def test_sustained_time_to_target_ignores_a_crossing_that_falls_back(report):
     assert math.isnan(time_to_target(curve.iloc[:3], 0.85, lower=False))  # ends below
     gap = pd.DataFrame({"cost": [1.0, 2.0, 3.0], "value": [0.9, float("nan"), 0.95]})
     assert time_to_target(gap, 0.85, lower=False) == 1.0  # epochs without an evaluation break nothing
+
 
 def test_paired_verdicts(report):
     """The final-metric family: AtteNT against full data, full data at equal cost and at equal
@@ -175,8 +212,14 @@ def test_paired_verdicts(report):
     paired = {(p.method, p.quantity): p for p in result.paired}
     assert ("full_long", "final metric") not in paired
     finals = [p for p in result.paired if p.quantity == "final metric" and p.judged]
-    assert {p.method for p in finals} == {"full", "full_equal_cost", "full_equal_samples", "soft+T0.1", "soft+T1",
-                                          "random"}
+    assert {p.method for p in finals} == {
+        "full",
+        "full_equal_cost",
+        "full_equal_samples",
+        "soft+T0.1",
+        "soft+T1",
+        "random",
+    }
     # Holm's steps: the r rejected at 1 - 0.05 / 6, 1 - 0.05 / 5, ...; the rest at the stopping step's
     rejected = sum(p.p_holm < 0.05 for p in finals)
     assert 0 < rejected < 6
@@ -193,8 +236,10 @@ def test_paired_verdicts(report):
     assert paired["soft+T1", "cost to target (s)"].verdict.startswith("no interval: 1 paired seed")
     text = report["text"]
     assert "| full_equal_samples | matched | final metric | 3 | +0.0660 |" in text
-    assert ("AtteNT against full data at equal samples, final metric: better (difference +0.0660, 99.17% Holm-step "
-            "interval [+0.0629, +0.0691]") in text
+    assert (
+        "AtteNT against full data at equal samples, final metric: better (difference +0.0660, 99.17% Holm-step "
+        "interval [+0.0629, +0.0691]"
+    ) in text
     assert "Final metric, inconclusive: AtteNT against full data, soft+T0.1, soft+T1, random." in text
     assert "Holm across its 6 comparisons of the final metric" in text
 
@@ -208,12 +253,15 @@ def test_selection_stage_runs_are_left_out_and_their_choices_listed(report, stor
     assert "attent+temperature=1" not in set(result.summary["method"])
     assert result.summary.set_index("method").loc["attent", "final_metric"] == pytest.approx(0.866)
     assert result.selection_runs == 2 and "2 selection-stage run(s) left out" in text
-    assert {p.verdict for p in result.paired if p.method == "full_equal_samples"} == {"better", "no paired seeds; "
-                                                                                     "reached the target: AtteNT 3/3, "
-                                                                                     "full_equal_samples 0/3"}
+    assert {p.verdict for p in result.paired if p.method == "full_equal_samples"} == {
+        "better",
+        "no paired seeds; reached the target: AtteNT 3/3, full_equal_samples 0/3",
+    }
     assert result.choices == CHOICES
-    assert ("selection.temperature = 0.5 for attent, by the mean final eval_val_accuracy over the selection runs, "
-            "seeds [0] (per value: 0.1: 0.6100, 0.5: 0.6400, 1: 0.6200).") in text
+    assert (
+        "selection.temperature = 0.5 for attent, by the mean final eval_val_accuracy over the selection runs, "
+        "seeds [0] (per value: 0.1: 0.6100, 0.5: 0.6400, 1: 0.6200)."
+    ) in text
 
 
 def test_temperatures_and_std_only_from_two_seeds(report):
@@ -247,18 +295,76 @@ def test_one_seed_shows_no_std_and_no_interval(store):
 
 def test_csvs_figures_and_artifacts(report, store):
     out = report["out"]
-    columns = {name: set(pd.read_csv(out / f"{name}.csv").columns) for name in ("per_run", "summary", "paired", "curves")}
-    assert {"workload", "method", "seed", "epoch", "metric", "value", "method_cost_s", "selected_ratio",
-            "hardness"} <= columns["curves"]
-    assert {"workload", "method", "seed", "final_metric", "cost_to_target_s", "method_cost_s", "ideal_saving",
-            "realized_saving", "realized_over_ideal", "optimizer_steps", "budget", "hardness", "target"} <= columns["per_run"]
-    assert {"workload", "method", "standing", "seeds", "reached", "final_metric", "final_metric_std",
-            "cost_to_target_s", "budget", "hardness", "target", "tolerance", "margin", "plateau_verdict",
-            "plateau_low_90", "plateau_high_90", "realized_saving_low", "realized_over_ideal_high",
-            "optimizer_steps"} <= columns["summary"]
-    assert {"workload", "family", "subject", "method", "quantity", "paired_seeds", "difference", "low_95", "high_95",
-            "p", "p_holm", "holm_level", "holm_low", "holm_high", "margin", "p_tost", "p_tost_holm",
-            "verdict"} <= columns["paired"]
+    columns = {
+        name: set(pd.read_csv(out / f"{name}.csv").columns) for name in ("per_run", "summary", "paired", "curves")
+    }
+    assert {
+        "workload",
+        "method",
+        "seed",
+        "epoch",
+        "metric",
+        "value",
+        "method_cost_s",
+        "selected_ratio",
+        "hardness",
+    } <= columns["curves"]
+    assert {
+        "workload",
+        "method",
+        "seed",
+        "final_metric",
+        "cost_to_target_s",
+        "method_cost_s",
+        "ideal_saving",
+        "realized_saving",
+        "realized_over_ideal",
+        "optimizer_steps",
+        "budget",
+        "hardness",
+        "target",
+    } <= columns["per_run"]
+    assert {
+        "workload",
+        "method",
+        "standing",
+        "seeds",
+        "reached",
+        "final_metric",
+        "final_metric_std",
+        "cost_to_target_s",
+        "budget",
+        "hardness",
+        "target",
+        "tolerance",
+        "margin",
+        "plateau_verdict",
+        "plateau_low_90",
+        "plateau_high_90",
+        "realized_saving_low",
+        "realized_over_ideal_high",
+        "optimizer_steps",
+    } <= columns["summary"]
+    assert {
+        "workload",
+        "family",
+        "subject",
+        "method",
+        "quantity",
+        "paired_seeds",
+        "difference",
+        "low_95",
+        "high_95",
+        "p",
+        "p_holm",
+        "holm_level",
+        "holm_low",
+        "holm_high",
+        "margin",
+        "p_tost",
+        "p_tost_holm",
+        "verdict",
+    } <= columns["paired"]
     curves = pd.read_csv(out / "curves.csv")
     assert len(curves) == 3 * (6 * 8 + 16 + 5 + 4)  # per-epoch rows only: the end-of-run step is not an epoch
     assert curves["epoch"].min() == 1 and curves.loc[curves["method"].eq("full"), "hardness"].isna().all()
@@ -266,63 +372,12 @@ def test_csvs_figures_and_artifacts(report, store):
     paired = pd.read_csv(out / "paired.csv")
     assert set(paired["family"]) == {"attent", "variants"}
     assert {"plateaued"} == set(pd.read_csv(out / "summary.csv")["plateau_verdict"])
-    assert {p.name for p in (out / "figures").glob("*.png")} == {"vit_curves.png", "vit_final_vs_cost.png",
-                                                                 "vit_hardness.png"}
+    assert {p.name for p in (out / "figures").glob("*.png")} == {
+        "vit_curves.png",
+        "vit_final_vs_cost.png",
+        "vit_hardness.png",
+    }
     client = MlflowClient(store["uri"])
     logged = {a.path for a in client.list_artifacts(store["parent"], "report")}
     assert {"report/time_to_accuracy.md", "report/summary.csv", "report/curves.csv", "report/figures"} <= logged
     assert client.get_run(store["parent"]).info.status == "FINISHED"
-
-
-def test_variants_are_paired_against_full_data_equal_cost_equal_samples_and_their_method(tmp_path):
-    """A variant that ends as AtteNT does (0.866 ± 0.0002): equivalent to AtteNT within the
-    margin, better than full data at equal samples (0.80); its own family of 3 comparisons; its
-    scoring share and agreement shown."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-
-    def specs(seed: int) -> dict[str, dict]:
-        base = method_specs(seed)
-        wobble = (0.0002, -0.0001, -0.0001)[seed]  # AtteNT ± a little
-        return {m: base[m] for m in ("full", contract.METHOD_FULL_EQUAL_SAMPLES, "attent")} | {
-            "attent+stale": dict(base["attent"], curve=[v + wobble for v in base["attent"]["curve"]], seconds=5.1)}
-    log_benchmark(uri, "tta-variants", specs)
-    client = MlflowClient(uri)
-    for run in client.search_runs([client.get_experiment_by_name("tta-variants").experiment_id]):
-        if run.data.tags.get(contract.TAG_BENCH_METHOD, "").startswith("attent"):
-            client.log_metric(run.info.run_id, contract.SCORE_AGREEMENT, 0.8, step=3)
-    [result], _ = analyse(client, "tta-variants", margins={"vit": 0.002})
-    variant, = result.variants.to_dict("records")
-    assert variant["method"] == "attent+stale"
-    assert variant["vs_full_equal_samples_verdict"] == "better"
-    assert variant["vs_base_verdict"] == "equivalent within ± 0.002" and variant["vs_base_n"] == 3
-    assert "vs_full_equal_cost" not in variant  # the workload has no full data at equal cost
-    assert len(result.variant_paired) == 3 and result.margin == 0.002
-    assert variant["agreement"] == pytest.approx(0.8)
-    assert 0 < variant["scoring_share"] < 1
-    text = build_time_to_accuracy_report("tta-variants", tracking_uri=uri, out_dir=tmp_path / "r",
-                                         margins={"vit": 0.002}).joinpath("time_to_accuracy.md").read_text()
-    assert "| attent+stale |" in text and "equivalent within ± 0.002" in text
-    assert "| − full data | − full data at equal samples | − its method |" in text
-
-
-def test_figures_keep_a_long_metric_name_and_below_uniform_picks_in_view():
-    """The figures of the LLM size benchmark's committed report (real runs): the metric's long name
-    (eval_gsm8k_test_response_loss) once pushed the titles past both edges of the figure, and
-    Random's below-uniform picks (negative hardness in some epochs) fell under the axis."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from attent.analysis.figures import workload_figures
-    from attent.analysis.time_to_accuracy import results_from_tables
-    from conftest import REPO
-    results = REPO / "benchmarks" / "results" / "llm_size"
-    per_run, curves = (pd.read_csv(results / f"{name}.csv") for name in ("per_run", "curves"))
-    [result] = results_from_tables(per_run, curves)
-    drawn = workload_figures(result)
-    assert set(drawn) == {"gsm8k-128_curves", "gsm8k-128_final_vs_cost", "gsm8k-128_hardness"}
-    for figure in drawn.values():
-        renderer = FigureCanvasAgg(figure).get_renderer()
-        for ax in figure.axes:
-            title = ax.title.get_window_extent(renderer)
-            assert figure.bbox.x0 <= title.x0 and title.x1 <= figure.bbox.x1, ax.get_title()
-    lowest = curves.loc[curves["method"].eq("random"), ["epoch", "hardness"]].groupby("epoch")["hardness"].mean().min()
-    assert lowest < 0  # the data this guards: Random below uniform in some epoch
-    assert drawn["gsm8k-128_hardness"].axes[0].get_ylim()[0] < lowest

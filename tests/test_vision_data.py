@@ -1,4 +1,5 @@
 """Image datasets on real data: sklearn digits, Debian's Fashion-MNIST, PNG folders."""
+
 from __future__ import annotations
 
 import gzip
@@ -7,17 +8,17 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from PIL import Image
-
 from attent.tasks.task import stratified_holdout
 from attent.tasks.vision import data, files
 from attent.tasks.vision.config import VisionTaskConfig
 from attent.tasks.vision.task import load_splits
+from PIL import Image
 
 DEBIAN_DIR = files.FASHION_MNIST_DEBIAN_DIRS[0]
 needs_fashion_mnist = pytest.mark.skipif(
     not all((DEBIAN_DIR / f"{name}.gz").is_file() for name in files.FASHION_MNIST_FILES.values()),
-    reason=f"Fashion-MNIST not in {DEBIAN_DIR}: `apt-get install dataset-fashion-mnist`")
+    reason=f"Fashion-MNIST not in {DEBIAN_DIR}: `apt-get install dataset-fashion-mnist`",
+)
 
 
 def class_counts(dataset) -> list[int]:
@@ -30,6 +31,7 @@ def contents(dataset) -> set[bytes]:
 
 
 # --- stratified sampling --------------------------------------------------------------------
+
 
 def test_stratified_subset_keeps_class_shares_and_is_seeded():
     labels = torch.tensor([0] * 50 + [1] * 30 + [2] * 15 + [3] * 5)
@@ -50,6 +52,7 @@ def test_stratified_subset_refuses_more_than_available():
 
 # --- digits ---------------------------------------------------------------------------------
 
+
 def test_digits_split_shapes_classes_and_determinism():
     splits = data.load_digits(seed=0)
 
@@ -68,7 +71,9 @@ def test_digits_are_sklearns_digits_read_without_importing_sklearn():
     sklearn.datasets.load_digits returns."""
     import subprocess
     import sys
+
     from sklearn.datasets import load_digits
+
     reference = load_digits()
     images = torch.from_numpy(np.round(reference.images * (255 / 16)).astype(np.uint8)).unsqueeze(1)
     labels = torch.from_numpy(reference.target.astype(np.int64))
@@ -77,8 +82,10 @@ def test_digits_are_sklearns_digits_read_without_importing_sklearn():
     assert torch.equal(splits.train.images, images[train]) and torch.equal(splits.train.labels, labels[train])
     assert torch.equal(splits.test.images, images[test]) and torch.equal(splits.test.labels, labels[test])
     probe = "import sys; from attent.tasks.vision import data; data.load_digits(); print('sklearn' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          check=True).stdout.strip() == "False"
+    assert (
+        subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+        == "False"
+    )
 
 
 def test_digits_train_and_test_are_disjoint():
@@ -89,6 +96,7 @@ def test_digits_train_and_test_are_disjoint():
 
 
 # --- the validation split and the seed that draws the data ------------------------------------
+
 
 def test_validation_is_held_out_of_the_training_pool_apart_from_train_and_test():
     pool = data.load_digits(seed=0)
@@ -115,8 +123,7 @@ def test_validation_is_held_out_of_the_training_pool_apart_from_train_and_test()
 
 
 def digits_splits(split_seed: int | None, seed: int) -> data.ImageSplits:
-    config = VisionTaskConfig(dataset="digits", val_limit=100, train_limit=300, test_limit=100,
-                              split_seed=split_seed)
+    config = VisionTaskConfig(dataset="digits", val_limit=100, train_limit=300, test_limit=100, split_seed=split_seed)
     return load_splits(config, seed)
 
 
@@ -130,15 +137,23 @@ def test_each_seed_draws_its_own_data_unless_split_seed_fixes_it():
     assert same(digits_splits(0, 5), digits_splits(None, 0)) == [True] * 3  # split_seed 0: seed 0's data
     assert same(digits_splits(0, 5), digits_splits(7, 5)) == [False] * 3
     # the digits train / test split itself moves with the seed
-    assert contents(load_splits(VisionTaskConfig(dataset="digits"), 1).test) != \
-        contents(load_splits(VisionTaskConfig(dataset="digits"), 2).test)
+    assert contents(load_splits(VisionTaskConfig(dataset="digits"), 1).test) != contents(
+        load_splits(VisionTaskConfig(dataset="digits"), 2).test
+    )
 
 
-@pytest.mark.parametrize("val_limit, train_limit, message", [
-    (300, 1200, "val_limit=300 + train_limit=1200 = 1500 exceed the 1438 training images both are drawn from "
-                "(disjoint); lower one of them, or set train_limit to null to train on the other 1138"),
-    (1438, None, "val_limit=1438 must leave some of the 1438 training images to train on; lower it below 1438"),
-])
+@pytest.mark.parametrize(
+    "val_limit, train_limit, message",
+    [
+        (
+            300,
+            1200,
+            "val_limit=300 + train_limit=1200 = 1500 exceed the 1438 training images both are drawn from "
+            "(disjoint); lower one of them, or set train_limit to null to train on the other 1138",
+        ),
+        (1438, None, "val_limit=1438 must leave some of the 1438 training images to train on; lower it below 1438"),
+    ],
+)
 def test_a_validation_split_that_does_not_fit_is_refused_in_one_line(val_limit, train_limit, message):
     with pytest.raises(ValueError) as error:
         load_splits(VisionTaskConfig(dataset="digits", val_limit=val_limit, train_limit=train_limit), 0)
@@ -156,6 +171,7 @@ def test_resize_and_collate():
 
 
 # --- Fashion-MNIST --------------------------------------------------------------------------
+
 
 @needs_fashion_mnist
 def test_fashion_mnist_from_debian_package(monkeypatch):
@@ -237,8 +253,12 @@ def test_missing_fashion_mnist_folder_says_how_to_get_it(tmp_path):
     with pytest.raises(FileNotFoundError) as error:
         files.find_fashion_mnist(tmp_path / "nowhere")
     message = str(error.value)
-    for hint in ("apt-get install dataset-fashion-mnist", files.FASHION_MNIST_ENV,
-                 "download: true", str(tmp_path / "nowhere")):
+    for hint in (
+        "apt-get install dataset-fashion-mnist",
+        files.FASHION_MNIST_ENV,
+        "download: true",
+        str(tmp_path / "nowhere"),
+    ):
         assert hint in message
 
 
@@ -249,6 +269,7 @@ def test_read_idx_refuses_other_files(tmp_path):
 
 
 # --- image folders --------------------------------------------------------------------------
+
 
 def write_pngs(root, classes: dict[str, int], count: int) -> None:
     """count solid-colour PNGs per class, of varied sizes; class name -> grey level."""

@@ -1,4 +1,5 @@
 """The ViT factory and VisionTask: config checks, per-sample loss, training, sharded evaluation."""
+
 from __future__ import annotations
 
 import json
@@ -9,13 +10,12 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
-from pydantic import ValidationError
-from torch.utils.data import DataLoader
-from ranks import start_method
-
-from attent.tasks.vit import PRESETS, build_vit, vit_config
 from attent.tasks.vision.config import VisionTaskConfig
 from attent.tasks.vision.task import VisionTask
+from attent.tasks.vit import PRESETS, build_vit, vit_config
+from pydantic import ValidationError
+from ranks import start_method
+from torch.utils.data import DataLoader
 
 # 8x8 digits in 2x2 patches of 4x4 pixels: 4 tokens, trains in seconds.
 DIGITS = dict(dataset="digits", model={"preset": "vit_tiny_cpu", "patch_size": 4})
@@ -31,6 +31,7 @@ def one_thread():
 
 
 # --- the ViT factory ------------------------------------------------------------------------
+
 
 def test_cpu_preset_forward_shape_and_size():
     model = build_vit(vit_config("vit_tiny_cpu", img_size=28, in_chans=1, num_classes=10))
@@ -48,8 +49,7 @@ def test_timm_presets_match_timm_models():
 
 
 def test_vit_config_overrides_and_refusals():
-    config = vit_config("vit_tiny_cpu", img_size=28, in_chans=3, num_classes=5, patch_size=7,
-                        depth=2)
+    config = vit_config("vit_tiny_cpu", img_size=28, in_chans=3, num_classes=5, patch_size=7, depth=2)
     assert (config.patch_size, config.depth, config.embed_dim) == (7, 2, 64)
     with pytest.raises(ValueError, match="patch_size=5 does not divide img_size=28"):
         vit_config("vit_tiny_cpu", img_size=28, in_chans=1, num_classes=10, patch_size=5)
@@ -59,17 +59,21 @@ def test_vit_config_overrides_and_refusals():
 
 # --- config ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("fields, message", [
-    (dict(test_limit=0), "test_limit=0 must be a positive number"),
-    (dict(val_limit=0), "val_limit=0 must be a positive number"),
-    (dict(model={"patch_size": 5}), "patch_size=5 does not divide img_size=28"),
-    (dict(model={"num_heads": 5}), "num_heads=5 does not divide embed_dim=64"),
-    (dict(model={"preset": "vit_gigantic"}), "unknown ViT preset"),
-    (dict(dataset="image_folder"), "needs data_path"),
-    (dict(dataset="digits", color_mode="rgb"), "digits is grayscale"),
-    (dict(dataset="digits", download=True), "download only applies to"),
-    (dict(batch_size=32), "Extra inputs are not permitted"),
-])
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(test_limit=0), "test_limit=0 must be a positive number"),
+        (dict(val_limit=0), "val_limit=0 must be a positive number"),
+        (dict(model={"patch_size": 5}), "patch_size=5 does not divide img_size=28"),
+        (dict(model={"num_heads": 5}), "num_heads=5 does not divide embed_dim=64"),
+        (dict(model={"preset": "vit_gigantic"}), "unknown ViT preset"),
+        (dict(dataset="image_folder"), "needs data_path"),
+        (dict(dataset="digits", color_mode="rgb"), "digits is grayscale"),
+        (dict(dataset="digits", download=True), "download only applies to"),
+        (dict(batch_size=32), "Extra inputs are not permitted"),
+    ],
+)
 def test_config_refuses_impossible_values(fields, message):
     with pytest.raises(ValidationError, match=message):
         VisionTaskConfig(**fields)
@@ -79,12 +83,12 @@ def test_check_data_reports_missing_data(tmp_path):
     with pytest.raises(FileNotFoundError, match="apt-get install dataset-fashion-mnist"):
         VisionTaskConfig(data_path=str(tmp_path)).check_data()
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        VisionTaskConfig(dataset="image_folder", data_path=str(tmp_path / "no"),
-                         img_size=32).check_data()
+        VisionTaskConfig(dataset="image_folder", data_path=str(tmp_path / "no"), img_size=32).check_data()
     VisionTaskConfig(dataset="digits").check_data()  # bundled with scikit-learn
 
 
 # --- the task -------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def digits_task() -> VisionTask:
@@ -112,8 +116,7 @@ def test_per_sample_loss_is_each_samples_cross_entropy(digits_task):
     losses = digits_task.per_sample_loss(model, batch)
 
     assert losses.shape == (6,) and losses.dtype == torch.float32
-    alone = [F.cross_entropy(model(batch["image"][i:i + 1]), batch["label"][i:i + 1])
-             for i in range(6)]
+    alone = [F.cross_entropy(model(batch["image"][i : i + 1]), batch["label"][i : i + 1]) for i in range(6)]
     assert torch.allclose(losses, torch.stack(alone), atol=1e-5)
     losses.sum().backward()
     assert model.head.weight.grad is not None
@@ -165,8 +168,9 @@ def test_training_beats_chance_by_far(digits_task, trained_digits):
 
 
 def test_evaluate_scores_the_validation_set_and_the_run_records_it(trained_digits):
-    task = VisionTask(VisionTaskConfig(**DIGITS, val_limit=120, train_limit=500, test_limit=80,
-                                       eval_batch_size=32), seed=3)
+    task = VisionTask(
+        VisionTaskConfig(**DIGITS, val_limit=120, train_limit=500, test_limit=80, eval_batch_size=32), seed=3
+    )
     messages: list[str] = []
     metrics = task.evaluate(trained_digits, rank=0, world_size=1, progress=messages.append)
 
@@ -177,15 +181,12 @@ def test_evaluate_scores_the_validation_set_and_the_run_records_it(trained_digit
     assert metrics["val_loss"] == pytest.approx(F.cross_entropy(logits, val["label"]).item(), rel=1e-5)
     assert "evaluated 4/4 val batches" in messages and "evaluated 3/3 test batches" in messages
     described = {(d.name, d.context, d.num_samples) for d in task.describe_data()}
-    assert described == {("digits-train", "train", 500), ("digits-val", "validation", 120),
-                         ("digits-test", "eval", 80)}
+    assert described == {("digits-train", "train", 500), ("digits-val", "validation", 120), ("digits-test", "eval", 80)}
 
 
-def evaluate_on_rank(rank: int, world_size: int, config: VisionTaskConfig, state: dict,
-                     store: str, out: str) -> None:
+def evaluate_on_rank(rank: int, world_size: int, config: VisionTaskConfig, state: dict, store: str, out: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
-                            world_size=world_size)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size)
     try:
         task = VisionTask(config, seed=0)
         model = task.build_model()
@@ -202,8 +203,12 @@ def test_evaluate_sharded_over_two_gloo_ranks_matches_one(tmp_path, digits_task,
     config = VisionTaskConfig(**DIGITS, test_limit=101, val_limit=37, eval_batch_size=16)
     single = VisionTask(config, seed=0).evaluate(trained_digits, rank=0, world_size=1)
 
-    mp.start_processes(evaluate_on_rank, nprocs=2, start_method=start_method(),
-                       args=(2, config, trained_digits.state_dict(), str(tmp_path / "store"), str(tmp_path)))
+    mp.start_processes(
+        evaluate_on_rank,
+        nprocs=2,
+        start_method=start_method(),
+        args=(2, config, trained_digits.state_dict(), str(tmp_path / "store"), str(tmp_path)),
+    )
 
     for rank in range(2):
         sharded = json.loads((tmp_path / f"rank{rank}.json").read_text())

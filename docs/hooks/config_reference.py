@@ -11,6 +11,7 @@
 The package is imported from ``platform/`` of this checkout; nothing here imports torch, Ray or
 MLflow (the configs validate without them, as ``attent validate`` does).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,6 +57,7 @@ def on_page_markdown(markdown: str, page, config, files, **kwargs) -> str:
 # ---------------------------------------------------------------------------------------------
 # descriptions from the source: Field(description=...), else the field's comments
 
+
 @functools.cache
 def field_comments(cls: type) -> dict[str, str]:
     """Field name -> its comment in ``cls``'s own body: the comment on the field's line(s), and
@@ -72,8 +74,11 @@ def field_comments(cls: type) -> dict[str, str]:
     lines = source.splitlines()
     comment_only = {n for n, line in enumerate(lines, 1) if line.strip().startswith("#")}
     body = ast.parse(source).body[0].body
-    fields = [(node.target.id, node.lineno, node.end_lineno) for node in body
-              if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)]
+    fields = [
+        (node.target.id, node.lineno, node.end_lineno)
+        for node in body
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+    ]
     found: dict[str, list[str]] = {}
     previous: tuple[str, int, bool] | None = None  # the field above: name, end line, own comment
     for name, start, end in fields:
@@ -103,6 +108,7 @@ def own_field_owner(cls: type, name: str) -> type:
 # ---------------------------------------------------------------------------------------------
 # types, defaults, constraints
 
+
 def is_section(tp) -> bool:
     return isinstance(tp, type) and (issubclass(tp, BaseModel) or dataclasses.is_dataclass(tp))
 
@@ -129,8 +135,15 @@ def type_name(tp, sections: dict[type, str]) -> str:
 
 
 def constraint_text(metadata) -> str:
-    symbols = {"gt": ">", "ge": "≥", "lt": "<", "le": "≤", "min_length": "length ≥", "max_length": "length ≤",
-               "pattern": "matches"}
+    symbols = {
+        "gt": ">",
+        "ge": "≥",
+        "lt": "<",
+        "le": "≤",
+        "min_length": "length ≥",
+        "max_length": "length ≤",
+        "pattern": "matches",
+    }
     parts = []
     for item in metadata:
         for attr, symbol in symbols.items():
@@ -160,8 +173,15 @@ def rows_of(cls: type) -> list[tuple[str, object, str, object]]:
     """(name, type, constraints, default) of each field a YAML section takes."""
     if dataclasses.is_dataclass(cls):
         hints = typing.get_type_hints(cls)
-        return [(f.name, hints[f.name], "", f.default_factory() if f.default_factory is not dataclasses.MISSING
-                 else f.default) for f in dataclasses.fields(cls)]
+        return [
+            (
+                f.name,
+                hints[f.name],
+                "",
+                f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default,
+            )
+            for f in dataclasses.fields(cls)
+        ]
     rows = []
     for name, info in cls.model_fields.items():
         default = info.default_factory() if info.default_factory is not None else info.default
@@ -186,9 +206,12 @@ def md_text(text: str) -> str:
     """A comment as table-cell Markdown: outside code spans, ``<``, ``>``, ``*`` and ``|`` are
     literal characters, not HTML or emphasis or a cell border."""
     pieces = re.split(r"(`[^`]*`)", text)
-    return "".join(piece.replace("|", "\\|") if piece.startswith("`") else
-                   html.escape(piece, quote=False).replace("*", "\\*").replace("|", "\\|")
-                   for piece in pieces)
+    return "".join(
+        piece.replace("|", "\\|")
+        if piece.startswith("`")
+        else html.escape(piece, quote=False).replace("*", "\\*").replace("|", "\\|")
+        for piece in pieces
+    )
 
 
 def section_table(cls: type, key: str, sections: dict[type, str]) -> str:
@@ -196,8 +219,12 @@ def section_table(cls: type, key: str, sections: dict[type, str]) -> str:
     doc = inspect.getdoc(cls) if cls.__doc__ and cls.__doc__ != BaseModel.__doc__ else ""
     if doc and not doc.startswith(cls.__name__ + "("):  # a dataclass's generated signature
         lines += [doc, ""]
-    lines += [f"Model: `{cls.__module__}.{cls.__qualname__}`", "",
-              "| key | type | default | description |", "|---|---|---|---|"]
+    lines += [
+        f"Model: `{cls.__module__}.{cls.__qualname__}`",
+        "",
+        "| key | type | default | description |",
+        "|---|---|---|---|",
+    ]
     for name, tp, constraints, default in rows_of(cls):
         kind = type_name(tp, sections) + (f" ({constraints})" if constraints else "")
         text = md_text(description(cls, name))
@@ -227,15 +254,23 @@ def config_reference() -> str:
     tasks = list(zip(registry.TASKS, registry.config_classes()))
     seen: set[type] = {cls for _, cls in tasks}  # the `task:` union: described one by one below
     groups: list[tuple[str, str, str, type]] = [  # title, introduction, anchor prefix, root
-        ("Experiment file", "`attent train FILE`, `attent validate FILE`: the top level and its sections. "
-         "`task:` is one of the task sections further down, chosen by its `name`.", "exp", config.ExperimentConfig)]
-    groups += [(f"`task:` with `name: {name}`", f"The `task:` section of a `{name}` experiment.", f"task-{name}", cls)
-               for name, cls in tasks]
-    groups += [("Sweep file", "`attent sweep FILE`: one top-level key, `sweep:`.", "sweep", sweep.SweepSpec),
-               ("Benchmark file", "`attent bench FILE`: one top-level key, `benchmark:`.", "bench",
-                benchmark.BenchmarkSpec),
-               ("Theory-lab file", "`attent theory FILE`: the teaching experiment's settings.", "theory",
-                theory.TheoryConfig)]
+        (
+            "Experiment file",
+            "`attent train FILE`, `attent validate FILE`: the top level and its sections. "
+            "`task:` is one of the task sections further down, chosen by its `name`.",
+            "exp",
+            config.ExperimentConfig,
+        )
+    ]
+    groups += [
+        (f"`task:` with `name: {name}`", f"The `task:` section of a `{name}` experiment.", f"task-{name}", cls)
+        for name, cls in tasks
+    ]
+    groups += [
+        ("Sweep file", "`attent sweep FILE`: one top-level key, `sweep:`.", "sweep", sweep.SweepSpec),
+        ("Benchmark file", "`attent bench FILE`: one top-level key, `benchmark:`.", "bench", benchmark.BenchmarkSpec),
+        ("Theory-lab file", "`attent theory FILE`: the teaching experiment's settings.", "theory", theory.TheoryConfig),
+    ]
     bases = {"exp": "", "sweep": "sweep", "bench": "benchmark", "theory": ""}
     plans, sections = [], {}
     for title, intro, prefix, root in groups:
@@ -245,7 +280,7 @@ def config_reference() -> str:
         if prefix == "exp":
             seen -= {cls for _, cls in tasks}
         for cls, key in order:
-            parts = [part for part in key.split(".") if part][1 if base else 0:]
+            parts = [part for part in key.split(".") if part][1 if base else 0 :]
             sections[cls] = "cfg-" + "-".join([prefix, *parts]).replace("_", "-")
         plans.append((title, intro, order))
     out = []
@@ -257,6 +292,7 @@ def config_reference() -> str:
 
 # ---------------------------------------------------------------------------------------------
 # the command line
+
 
 class _Built(Exception):
     """Carries the parser ``attent.cli.main`` built, out of main, before it parses anything."""
@@ -296,11 +332,26 @@ def cli_reference() -> str:
     helps = {a.dest: a.help for a in sub._choices_actions}
     for name, command in sub.choices.items():
         command.formatter_class = lambda prog: argparse.HelpFormatter(prog, width=100)
-        out += [f"## `attent {name}`", "", helps.get(name) or "", "", "```text", command.format_help().rstrip(), "```", ""]
+        out += [
+            f"## `attent {name}`",
+            "",
+            helps.get(name) or "",
+            "",
+            "```text",
+            command.format_help().rstrip(),
+            "```",
+            "",
+        ]
         inner = [a for a in command._actions if isinstance(a, argparse._SubParsersAction)]
         for action in inner:
             for inner_name, inner_command in action.choices.items():
                 inner_command.formatter_class = lambda prog: argparse.HelpFormatter(prog, width=100)
-                out += [f"### `attent {name} {inner_name}`", "", "```text", inner_command.format_help().rstrip(),
-                        "```", ""]
+                out += [
+                    f"### `attent {name} {inner_name}`",
+                    "",
+                    "```text",
+                    inner_command.format_help().rstrip(),
+                    "```",
+                    "",
+                ]
     return "\n".join(out)

@@ -11,6 +11,7 @@ which ``mkdocs build --strict`` turns into a failure, as it does for a broken li
 ``repo/<its path>`` (a folder gets an ``index.html`` listing its files) and the link rewritten to
 that copy. Links inside ``docs/`` are left to MkDocs' own validation.
 """
+
 from __future__ import annotations
 
 import html
@@ -47,7 +48,7 @@ def prose_segments(markdown: str):
     """(text, is_prose) pieces of ``markdown``: fenced code blocks are not prose."""
     pos = 0
     for fence in FENCE.finditer(markdown):
-        yield markdown[pos:fence.start()], True
+        yield markdown[pos : fence.start()], True
         yield fence.group(0), False
         pos = fence.end()
     yield markdown[pos:], True
@@ -78,18 +79,25 @@ def outside_target(link: str, page_src: Path, docs: Path) -> Path | None:
 def listing(folder: Path, repo: Path) -> str:
     """A plain index.html of a published folder: its subfolders and files, each linked."""
     rel = folder.relative_to(repo).as_posix()
-    rows = [f'<li><a href="{html.escape(p.name)}/index.html">{html.escape(p.name)}/</a></li>'
-            if p.is_dir() else f'<li><a href="{html.escape(p.name)}">{html.escape(p.name)}</a></li>'
-            for p in sorted(folder.iterdir()) if p.name not in SKIP_PARTS and not p.name.startswith(".")]
+    rows = [
+        f'<li><a href="{html.escape(p.name)}/index.html">{html.escape(p.name)}/</a></li>'
+        if p.is_dir()
+        else f'<li><a href="{html.escape(p.name)}">{html.escape(p.name)}</a></li>'
+        for p in sorted(folder.iterdir())
+        if p.name not in SKIP_PARTS and not p.name.startswith(".")
+    ]
     up = '<p><a href="../index.html">..</a></p>' if rel.count("/") else ""
-    return (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>{html.escape(rel)}/</title></head>"
-            f"<body><h1><code>{html.escape(rel)}/</code></h1>{up}<ul>{''.join(rows)}</ul>"
-            "<p>Files of the attent repository, published with its documentation.</p></body></html>")
+    return (
+        f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(rel)}/</title></head>'
+        f"<body><h1><code>{html.escape(rel)}/</code></h1>{up}<ul>{''.join(rows)}</ul>"
+        "<p>Files of the attent repository, published with its documentation.</p></body></html>"
+    )
 
 
 def publish(target: Path, repo: Path, files: Files, config) -> str:
     """Add ``target`` (a file, or a folder with everything under it) to the site; its virtual
     src_uri, the one a rewritten link points at."""
+
     def add(file: File) -> None:
         if file.src_uri not in files.src_uris:
             files.append(file)
@@ -125,8 +133,11 @@ def on_files(files: Files, config, **kwargs) -> Files:
                 if target is None:
                     continue
                 if not target.is_relative_to(repo) or not target.exists():
-                    log.warning("Doc file '%s' links to '%s', which is not a file or folder of the repository",
-                                page.src_uri, link)
+                    log.warning(
+                        "Doc file '%s' links to '%s', which is not a file or folder of the repository",
+                        page.src_uri,
+                        link,
+                    )
                     continue
                 found[link] = publish(target, repo, files, config)
     return files
@@ -145,7 +156,7 @@ def on_page_markdown(markdown: str, page, config, files, **kwargs) -> str:
             if link in found:
                 anchor = link.strip("<>").partition("#")[2]
                 new = posixpath.relpath(found[link], base or ".") + (f"#{anchor}" if anchor else "")
-                pieces += [text[pos:match.start(2)], new]
+                pieces += [text[pos : match.start(2)], new]
                 pos = match.end(2)
         return "".join(pieces) + text[pos:]
 

@@ -16,9 +16,12 @@ Public names, each imported on first access (PEP 562), so that ``import attent``
     AtteNTCallback   attent.integrations.lightning        — a Lightning callback (extra ``lightning``)
 
 """
+
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 
 # public name -> the module that defines it
 _EXPORTS = {
@@ -44,3 +47,27 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_EXPORTS))
+
+
+# The report's code is analysis/ at the repository's top level, where a reader looks for how the
+# paper's tables and the time-to-accuracy verdicts are built; a wheel installs it as attent/analysis
+# and an editable install maps it there (pyproject.toml). Run from a checkout alone
+# (PYTHONPATH=platform, as on a bare GPU node), this finder maps it the same way.
+class _CheckoutAnalysis:
+    folder = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "analysis")
+
+    @classmethod
+    def find_spec(cls, fullname: str, path=None, target=None):
+        if fullname != "attent.analysis":
+            return None
+        from importlib.util import spec_from_file_location
+
+        return spec_from_file_location(
+            fullname, os.path.join(cls.folder, "__init__.py"), submodule_search_locations=[cls.folder]
+        )
+
+
+if not os.path.isdir(os.path.join(__path__[0], "analysis")) and os.path.isfile(
+    os.path.join(_CheckoutAnalysis.folder, "__init__.py")
+):
+    sys.meta_path.append(_CheckoutAnalysis)

@@ -5,20 +5,23 @@
 Unknown keys, wrong types and impossible values are refused with a message naming the key and
 what to change; missing data files are refused by ``check_experiment`` before Ray starts.
 """
+
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .selection.config import SelectionConfig, deep_merge
+from .selection.deprecation import renamed_config_keys
 from .tasks.registry import config_classes
 
 # The `task:` section: one of the registered tasks' configs, chosen by its `name`.
-TaskConfig = Annotated[Union[config_classes()], Field(discriminator="name")]
+# Union over the registered tasks' config classes (a tuple), which no `|` spelling can build
+TaskConfig = Annotated[Union[config_classes()], Field(discriminator="name")]  # noqa: UP007
 
 
 class ConfigError(ValueError):
@@ -32,52 +35,53 @@ class PreflightError(ValueError):
 
 class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    epochs: int = Field(..., ge=1)                       # passes over the (selected) data
-    batch_size: int = Field(64, ge=1)                    # per worker, per micro-step
-    global_batch_size: Optional[int] = Field(None, ge=1)  # reached by gradient accumulation across workers
-    lr: Optional[float] = Field(None, gt=0)              # None: the task's default
-    weight_decay: Optional[float] = Field(None, ge=0)    # None: the task's default (not on norms, biases, embeddings)
-    betas: Optional[tuple[float, float]] = None          # AdamW betas; None: the task's default
-    schedule: Optional[Literal["cosine", "linear", "constant"]] = None  # over epochs of progress
-    warmup_ratio: Optional[float] = Field(None, ge=0, lt=1)  # fraction of training progress
-    grad_clip: Optional[float] = Field(1.0, gt=0)        # max global grad norm; None: no clipping
-    precision: Literal["fp32", "bf16"] = "fp32"          # bf16 autocast (GPU)
-    scoring_batch_size: Optional[int] = Field(None, ge=1)  # re-scoring pass; None: 2 x batch_size (4 x on GPU)
-    scoring_precision: Optional[Literal["fp32", "bf16"]] = None  # re-scoring pass; None: `precision`
-    eval_every: int = Field(1, ge=1)                     # evaluate every n epochs (and at the end)
-    loader_workers: int = Field(0, ge=0)                 # DataLoader worker processes per Ray worker
+    epochs: int = Field(..., ge=1)  # passes over the (selected) data
+    batch_size: int = Field(64, ge=1)  # per worker, per micro-step
+    global_batch_size: int | None = Field(None, ge=1)  # reached by gradient accumulation across workers
+    lr: float | None = Field(None, gt=0)  # None: the task's default
+    weight_decay: float | None = Field(None, ge=0)  # None: the task's default (not on norms, biases, embeddings)
+    betas: tuple[float, float] | None = None  # AdamW betas; None: the task's default
+    schedule: Literal["cosine", "linear", "constant"] | None = None  # over epochs of progress
+    warmup_ratio: float | None = Field(None, ge=0, lt=1)  # fraction of training progress
+    grad_clip: float | None = Field(1.0, gt=0)  # max global grad norm; None: no clipping
+    precision: Literal["fp32", "bf16"] = "fp32"  # bf16 autocast (GPU)
+    scoring_batch_size: int | None = Field(None, ge=1)  # re-scoring pass; None: 2 x batch_size (4 x on GPU)
+    scoring_precision: Literal["fp32", "bf16"] | None = None  # re-scoring pass; None: `precision`
+    eval_every: int = Field(1, ge=1)  # evaluate every n epochs (and at the end)
+    loader_workers: int = Field(0, ge=0)  # DataLoader worker processes per Ray worker
     # start the model from these weights: a logged model (models:/<model_id>, models:/<name>/<version>,
     # runs:/<run_id>/model) or a Ray checkpoint folder of a run of the same task and shape; None: fresh
-    init_weights: Optional[str] = None
+    init_weights: str | None = None
 
 
 class RayConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    address: Optional[str] = None            # None: $RAY_ADDRESS, else a local Ray started on demand
-    num_workers: int = Field(1, ge=0)        # Ray Train workers (DDP ranks); 0: Ray Train's local mode (this process)
-    use_gpu: bool = False                    # one GPU per worker
+    address: str | None = None  # None: $RAY_ADDRESS, else a local Ray started on demand
+    num_workers: int = Field(1, ge=0)  # Ray Train workers (DDP ranks); 0: Ray Train's local mode (this process)
+    use_gpu: bool = False  # one GPU per worker
     cpus_per_worker: float = Field(1, gt=0)
-    resources_per_worker: Optional[dict[str, float]] = None  # extra custom resources
-    storage_path: str = "ray_results"        # checkpoints; a run resumes from <storage_path>/<name>
-    max_failures: int = Field(1, ge=-1)      # worker-group restarts from the latest checkpoint
+    resources_per_worker: dict[str, float] | None = None  # extra custom resources
+    storage_path: str = "ray_results"  # checkpoints; a run resumes from <storage_path>/<name>
+    max_failures: int = Field(1, ge=-1)  # worker-group restarts from the latest checkpoint
     checkpoints_to_keep: int = Field(2, ge=1)
-    checkpoint_every: int = Field(1, ge=1)   # epochs between checkpoints (the last epoch always saves)
+    checkpoint_every: int = Field(1, ge=1)  # epochs between checkpoints (the last epoch always saves)
     # how Ray places the workers: PACK fills a node first; SPREAD/STRICT_SPREAD put them on different nodes
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
 
 
 class MLflowConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    tracking_uri: Optional[str] = None       # None: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here
-    experiment: str = "attent"               # MLflow experiment name
-    log_selected_indices: bool = True        # selection history artifact keeps the chosen indices
-    registered_model: Optional[str] = None   # register each run's logged model as a new version of this name
+    tracking_uri: str | None = None  # None: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here
+    experiment: str = "attent"  # MLflow experiment name
+    log_selected_indices: bool = True  # selection history artifact keeps the chosen indices
+    registered_model: str | None = None  # register each run's logged model as a new version of this name
 
 
 class FaultConfig(BaseModel):
     """Deliberate failure injection, to exercise restarts (tests, chaos drills)."""
+
     model_config = ConfigDict(extra="forbid")
-    fail_once_after_epoch: Optional[int] = Field(None, ge=0)  # a worker dies once after this epoch's checkpoint
+    fail_once_after_epoch: int | None = Field(None, ge=0)  # a worker dies once after this epoch's checkpoint
     fail_rank: int = Field(0, ge=0)
 
 
@@ -85,24 +89,28 @@ class AntkConfig(BaseModel):
     """Empirical ANTK tracking: the kernel K_ij = <grad f(x_i), grad f(x_j)> over the trainable
     parameters on a fixed probe set, at chosen epochs, on rank 0, timed apart from training
     (``attent/engine/antk.py``; f is the task's ``kernel_output``). Changes nothing trained."""
+
     model_config = ConfigDict(extra="forbid")
-    enabled: bool = False                      # compute kernels at the chosen epochs
-    probe_size: int = Field(10, ge=2)          # training samples in the probe set (fixed for the run)
-    every: int = Field(1, ge=1)                # epochs between kernels (the first and last epoch always)
-    heatmap_epochs: Optional[list[int]] = None  # epochs (1-based, as the log counts) drawn as heatmaps; None: first, middle, last
-    sample_chunk: int = Field(4, ge=1)         # probe samples per vmap call: bounds activation memory
+    enabled: bool = False  # compute kernels at the chosen epochs
+    probe_size: int = Field(10, ge=2)  # training samples in the probe set (fixed for the run)
+    every: int = Field(1, ge=1)  # epochs between kernels (the first and last epoch always)
+    heatmap_epochs: list[int] | None = (
+        None  # epochs (1-based, as the log counts) drawn as heatmaps; None: first, middle, last
+    )
+    sample_chunk: int = Field(4, ge=1)  # probe samples per vmap call: bounds activation memory
     param_chunk: int = Field(4_000_000, ge=1)  # parameters per Jacobian block: memory ~ probe x block, not probe x all
-    seed: int = 0                              # picks the probe samples (the same for every run seed)
+    seed: int = 0  # picks the probe samples (the same for every run seed)
 
 
 class DownstreamJob(BaseModel):
     """A job run on the pretraining run's exported weights once it finishes: its own Ray Train
     run and MLflow run, linked to the pretraining run, which receives its final metrics as
     ``downstream.<name>.<metric>``."""
+
     model_config = ConfigDict(extra="forbid")
     name: str = Field(..., pattern=r"^[A-Za-z0-9_\-]+$")  # e.g. classification; names its run and metrics
-    task: dict[str, Any] = {}      # the downstream task's fields on top of what the pretraining passes on
-    train: TrainConfig             # the job's own epochs, lr, batch size, ...
+    task: dict[str, Any] = {}  # the downstream task's fields on top of what the pretraining passes on
+    train: TrainConfig  # the job's own epochs, lr, batch size, ...
 
 
 class ExperimentConfig(BaseModel):
@@ -115,24 +123,29 @@ class ExperimentConfig(BaseModel):
     ray: RayConfig = RayConfig()
     mlflow: MLflowConfig = MLflowConfig()
     fault: FaultConfig = FaultConfig()
-    antk: AntkConfig = AntkConfig()      # empirical-kernel tracking on a probe set (no effect on training)
+    antk: AntkConfig = AntkConfig()  # empirical-kernel tracking on a probe set (no effect on training)
     downstream: list[DownstreamJob] = []  # jobs run on the trained weights afterwards (pretraining tasks)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, data: Any) -> Any:
+        return renamed_config_keys(data)
+
     @model_validator(mode="after")
-    def _fault_rank_exists(self) -> "ExperimentConfig":
+    def _fault_rank_exists(self) -> ExperimentConfig:
         if self.fault.fail_rank >= max(1, self.ray.num_workers):  # local mode: one rank, 0
             raise ValueError(f"fault.fail_rank={self.fault.fail_rank} but ray.num_workers={self.ray.num_workers}")
         return self
 
     @model_validator(mode="after")
-    def _antk_heatmap_epochs_exist(self) -> "ExperimentConfig":
+    def _antk_heatmap_epochs_exist(self) -> ExperimentConfig:
         wrong = [e for e in self.antk.heatmap_epochs or [] if not 1 <= e <= self.train.epochs]
         if wrong:
             raise ValueError(f"antk.heatmap_epochs {wrong} outside the run's epochs 1..{self.train.epochs}")
         return self
 
     @model_validator(mode="after")
-    def _downstream_jobs_build(self) -> "ExperimentConfig":
+    def _downstream_jobs_build(self) -> ExperimentConfig:
         names = [job.name for job in self.downstream]
         if len(set(names)) != len(names):
             raise ValueError(f"downstream job names must be distinct, got {names}")
@@ -143,17 +156,23 @@ class ExperimentConfig(BaseModel):
                 raise ValueError(format_validation_error(exc, f"downstream job {job.name!r}")) from None
         return self
 
-    def downstream_experiment(self, job: DownstreamJob, pretrained: str | None) -> "ExperimentConfig":
+    def downstream_experiment(self, job: DownstreamJob, pretrained: str | None) -> ExperimentConfig:
         """The experiment a downstream job runs: the task's downstream section, the job's
         training, all data, the same seed, cluster and MLflow experiment."""
-        return ExperimentConfig.model_validate({
-            "name": f"{self.name}-{job.name}", "seed": self.seed,
-            "task": self.task.downstream_task(job.task, pretrained=pretrained),
-            "train": job.train.model_dump(), "selection": {"method": "full"},
-            # the registered name holds the pretraining's models, not its downstream jobs'
-            "ray": self.ray.model_dump(), "mlflow": self.mlflow.model_dump(exclude={"registered_model"})})
+        return ExperimentConfig.model_validate(
+            {
+                "name": f"{self.name}-{job.name}",
+                "seed": self.seed,
+                "task": self.task.downstream_task(job.task, pretrained=pretrained),
+                "train": job.train.model_dump(),
+                "selection": {"method": "full"},
+                # the registered name holds the pretraining's models, not its downstream jobs'
+                "ray": self.ray.model_dump(),
+                "mlflow": self.mlflow.model_dump(exclude={"registered_model"}),
+            }
+        )
 
-    def resolved(self, base: Path | None = None) -> "ExperimentConfig":
+    def resolved(self, base: Path | None = None) -> ExperimentConfig:
         """Paths made absolute and defaults filled from the environment, so Ray workers (other
         processes, other working directories) see the same storage and MLflow store."""
         base = Path(base or os.getcwd())
@@ -165,19 +184,21 @@ class ExperimentConfig(BaseModel):
         init = self.train.init_weights
         if init and ":/" not in init:  # a local checkpoint folder, not an MLflow URI
             init = str((base / Path(init).expanduser()).resolve())
-        return self.model_copy(update={
-            "train": self.train.model_copy(update={"init_weights": init}),
-            "task": self.task.with_absolute_paths(base),
-            "mlflow": self.mlflow.model_copy(update={"tracking_uri": tracking}),
-            "ray": self.ray.model_copy(update={"storage_path": storage}),
-        })
+        return self.model_copy(
+            update={
+                "train": self.train.model_copy(update={"init_weights": init}),
+                "task": self.task.with_absolute_paths(base),
+                "mlflow": self.mlflow.model_copy(update={"tracking_uri": tracking}),
+                "ray": self.ray.model_copy(update={"storage_path": storage}),
+            }
+        )
 
 
 def absolute_sqlite_uri(uri: str, base: Path) -> str:
     """``sqlite:///relative.db`` -> ``sqlite:////abs/base/relative.db``; other URIs unchanged."""
     prefix = "sqlite:///"
-    if uri.startswith(prefix) and not uri[len(prefix):].startswith("/"):
-        return prefix + str((base / uri[len(prefix):]).resolve())
+    if uri.startswith(prefix) and not uri[len(prefix) :].startswith("/"):
+        return prefix + str((base / uri[len(prefix) :]).resolve())
     return uri
 
 
@@ -225,8 +246,9 @@ def require_file(path: str | Path) -> Path:
         return path
     what = "is a folder, not a file" if path.is_dir() else "does not exist"
     where = "" if path.is_absolute() else f" (looked in {Path.cwd()})"
-    raise ConfigError(f"config file {str(path)!r} {what}{where}. Fix: give the path of a YAML file, "
-                      "e.g. experiments/digits_vit.yaml")
+    raise ConfigError(
+        f"config file {str(path)!r} {what}{where}. Fix: give the path of a YAML file, e.g. experiments/digits_vit.yaml"
+    )
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -236,7 +258,9 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of sections (name, task, train, selection, ...) at the top level")
+        raise ConfigError(
+            f"{path}: expected a mapping of sections (name, task, train, selection, ...) at the top level"
+        )
     return data
 
 

@@ -9,14 +9,15 @@ NCCL on a GPU) in a one-process group; Ray's resources (the cluster at $RAY_ADDR
 Ray started for the check); the tracking store reachable and writable (a run created, written,
 read back and deleted); the storage path writable; the offline data and model present.
 """
+
 from __future__ import annotations
 
 import os
 import socket
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from .extras import missing_extra
 
@@ -62,17 +63,22 @@ def cpu_model() -> str:
     except OSError:
         pass
     import platform
+
     return platform.processor() or platform.machine()
 
 
 def check_torch() -> str:
     import torch
-    return f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}, " \
-           f"{torch.get_num_threads()} threads, {cpu_model()}"
+
+    return (
+        f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}, "
+        f"{torch.get_num_threads()} threads, {cpu_model()}"
+    )
 
 
 def check_cuda() -> str:
     import torch
+
     if not torch.cuda.is_available():
         raise Skip("no CUDA device visible: training runs on the CPU (ray.use_gpu=false)")
     names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
@@ -87,6 +93,7 @@ def check_cuda() -> str:
 
 def check_cpu_bf16() -> str:
     import torch
+
     x = torch.randn(64, 64)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         y = x @ x
@@ -99,6 +106,7 @@ def check_cpu_bf16() -> str:
 def check_collectives() -> str:
     import torch
     import torch.distributed as dist
+
     backends = ["gloo"] + (["nccl"] if torch.cuda.is_available() and dist.is_nccl_available() else [])
     for backend in backends:
         with socket.socket() as free:
@@ -118,9 +126,11 @@ def check_collectives() -> str:
 
 def check_ray() -> str:
     import ray
+
     address = os.environ.get("RAY_ADDRESS")
     if address:
         from .engine.preflight.resources import probe_ray_address
+
         probe_ray_address(address)
     started = not ray.is_initialized()
     if started:
@@ -132,14 +142,17 @@ def check_ray() -> str:
         if started:
             ray.shutdown()
     where = f"cluster at {address}" if address else "a local Ray"
-    shown = ", ".join(f"{k} {v:g}" for k, v in sorted(resources.items())
-                      if k in ("CPU", "GPU") or k.startswith("accelerator_type"))
+    shown = ", ".join(
+        f"{k} {v:g}" for k, v in sorted(resources.items()) if k in ("CPU", "GPU") or k.startswith("accelerator_type")
+    )
     return f"{where}: {nodes} node(s), {shown}"
 
 
 def check_tracking_store(uri: str) -> str:
     from mlflow import MlflowClient
+
     from .engine.preflight.store import check_tracking
+
     check_tracking(uri)
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("attent-doctor")
@@ -166,7 +179,9 @@ def check_storage(path: Path) -> str:
 
 def check_offline_data() -> str:
     import importlib.util
+
     from .tasks.vision.files import find_fashion_mnist
+
     found, missing = [], []
     try:
         found.append(f"Fashion-MNIST ({find_fashion_mnist()})")
@@ -180,7 +195,8 @@ def check_offline_data() -> str:
     (found if shared.is_file() else missing).append("GSM8K JSONL" + ("" if shared.is_file() else f" ({shared})"))
     scenes = Path("data/scenes")
     (found if scenes.is_dir() else missing).append(
-        "offline scenes" + ("" if scenes.is_dir() else " (attent data scenes --out data/scenes)"))
+        "offline scenes" + ("" if scenes.is_dir() else " (attent data scenes --out data/scenes)")
+    )
     if missing:
         raise Skip(f"found {', '.join(found) or 'nothing'}; missing {', '.join(missing)}")
     return ", ".join(found)

@@ -3,6 +3,7 @@ Errors a user causes (bad input, unreachable services, data or checkpoints that 
 carry their fix in their message; any other error is reduced to its root cause (a worker's
 exception inside Ray Train's, the last line of a remote traceback), and its traceback is written
 to a log file."""
+
 from __future__ import annotations
 
 import os
@@ -16,6 +17,7 @@ def describe(exc: BaseException) -> tuple[str, bool]:
     """(one line, whether the user can mend it by changing what they gave)."""
     from .config import ConfigError
     from .engine.faults import RunFault
+
     if isinstance(exc, (ConfigError, FileNotFoundError, ValueError, RunFault)):
         return one_line(str(exc)), True
     root = root_cause(exc)
@@ -29,8 +31,12 @@ def root_cause(exc: BaseException) -> BaseException:
     while id(exc) not in seen:
         seen.add(id(exc))
         failures = getattr(exc, "worker_failures", None)  # ray.train's WorkerGroupError
-        inner = (next(iter(failures.values())) if failures else None) \
-            or getattr(exc, "controller_failure", None) or exc.__cause__ or getattr(exc, "cause", None)
+        inner = (
+            (next(iter(failures.values())) if failures else None)
+            or getattr(exc, "controller_failure", None)
+            or exc.__cause__
+            or getattr(exc, "cause", None)
+        )
         if not isinstance(inner, BaseException):
             return exc
         exc = inner

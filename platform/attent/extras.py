@@ -5,22 +5,40 @@ are absent.
 
 ``pip install attent`` is the selection library alone (torch, numpy, pydantic); the command, the
 engine, the tasks and the report (attent.analysis) need the ``platform`` extra (pyproject.toml). tests/test_packaging.py
-checks that every third-party module imported under platform/ is named here and
+checks that every third-party module imported under platform/ and analysis/ is named here and
 that its distribution is declared in that extra.
 """
+
 from __future__ import annotations
 
 # top-level module -> the extra that installs it (its distribution in brackets where the names differ)
 PLATFORM_MODULES = (
-    "ray", "mlflow", "timm", "torchvision", "datasets", "safetensors", "gguf", "pandas", "pyarrow",
-    "matplotlib", "PIL",  # pillow
+    "ray",
+    "mlflow",
+    "timm",
+    "torchvision",
+    "datasets",
+    "safetensors",
+    "gguf",
+    "pandas",
+    "pyarrow",
+    "matplotlib",
+    "PIL",  # pillow
     "sklearn",  # scikit-learn
-    "scipy", "statsmodels",
+    "scipy",
+    "statsmodels",
     "yaml",  # pyyaml
-    "filelock", "tqdm", "tabulate", "torchmetrics",
+    "filelock",
+    "tqdm",
+    "tabulate",
+    "torchmetrics",
     "pynvml",  # nvidia-ml-py
-    "psutil", "transformers", "accelerate", "peft",
-    "trimesh", "embreex",  # also the extra `scenes` alone
+    "psutil",
+    "transformers",
+    "accelerate",
+    "peft",
+    "trimesh",
+    "embreex",  # also the extra `scenes` alone
 )
 EXTRA_OF = {
     **dict.fromkeys(PLATFORM_MODULES, "platform"),
@@ -40,6 +58,7 @@ def version() -> str:
     """This install's version (its metadata), or where none is installed (a bare PYTHONPATH) a word saying so."""
     from importlib.metadata import PackageNotFoundError
     from importlib.metadata import version as installed
+
     try:
         return installed("attent")
     except PackageNotFoundError:
@@ -55,7 +74,9 @@ def missing_extra(exc: BaseException) -> str | None:
         if isinstance(exc, ModuleNotFoundError) and exc.name:
             extra = EXTRA_OF.get(exc.name.partition(".")[0])
             if extra is not None:
-                return (f"this needs the package {exc.name.partition('.')[0]!r}, which is not installed. "
-                        f"Fix: pip install 'attent[{extra}]'")
+                return (
+                    f"this needs the package {exc.name.partition('.')[0]!r}, which is not installed. "
+                    f"Fix: pip install 'attent[{extra}]'"
+                )
         exc = exc.__cause__ or exc.__context__
     return None

@@ -6,6 +6,7 @@ uploads over HTTP (``--serve-artifacts``, MLflow's default, proxies them into
 ``--artifacts-destination``), so workers on other machines need no shared file system and no
 database driver, and MLflow's client retries a refused or failed request instead of dropping it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -19,17 +20,17 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Optional
 from urllib.parse import urlsplit
 
 DEFAULT_BACKEND = "sqlite:///mlflow.db"
 DEFAULT_ARTIFACTS = "mlartifacts"
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 5000
-DEFAULT_WORKERS = 4             # MLflow's own default: requests of concurrent trials in parallel
+DEFAULT_WORKERS = 4  # MLflow's own default: requests of concurrent trials in parallel
 SQL_DIALECTS = ("sqlite", "postgresql", "mysql", "mssql")  # what MLflow's SQLAlchemy store takes
-READY_TIMEOUT_S = 120.0         # a first start migrates a fresh database (PostgreSQL: ~10 s)
+READY_TIMEOUT_S = 120.0  # a first start migrates a fresh database (PostgreSQL: ~10 s)
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 # MLflow 3's job runner: a runner and 7 huey consumer processes per server, for GenAI jobs (LLM
 # judges, prompt optimisation, issue detection) that attent never submits. Off unless set.
@@ -38,12 +39,12 @@ JOB_EXECUTION_ENV = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
 
 @dataclass(frozen=True)
 class ServerSpec:
-    backend_store_uri: str      # SQL database URI (absolute sqlite:////… path, postgresql+psycopg2://…)
+    backend_store_uri: str  # SQL database URI (absolute sqlite:////… path, postgresql+psycopg2://…)
     artifacts_destination: str  # where proxied artifact uploads land (directory or s3://…)
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     workers: int = DEFAULT_WORKERS
-    allowed_hosts: Optional[str] = None  # None: allowed_hosts_for(host)
+    allowed_hosts: str | None = None  # None: allowed_hosts_for(host)
 
     @property
     def url(self) -> str:
@@ -59,7 +60,7 @@ def local_url(host: str, port: int) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 
 
-def is_sql_uri(uri: Optional[str]) -> bool:
+def is_sql_uri(uri: str | None) -> bool:
     """A SQLAlchemy database URI (``postgresql+psycopg2://`` counts as ``postgresql``)."""
     scheme = urlsplit(uri or "").scheme.lower()
     return scheme.split("+", 1)[0] in SQL_DIALECTS
@@ -69,9 +70,11 @@ def check_backend(uri: str) -> None:
     """Refuse a backend that is no SQL database: MLflow's file store (``./mlruns``, ``file:``)
     has no transactions, so concurrent writers can overwrite each other's files."""
     if not is_sql_uri(uri):
-        raise ValueError(f"--backend-store-uri {uri} is a file store, not a SQL database: concurrent "
-                         f"trials would write it without transactions. Give sqlite:///mlflow.db (one "
-                         f"machine) or postgresql+psycopg2://user@host/db (a cluster)")
+        raise ValueError(
+            f"--backend-store-uri {uri} is a file store, not a SQL database: concurrent "
+            f"trials would write it without transactions. Give sqlite:///mlflow.db (one "
+            f"machine) or postgresql+psycopg2://user@host/db (a cluster)"
+        )
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -83,10 +86,14 @@ def check_port_free(host: str, port: int) -> None:
             probe.bind((host, port))
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
-                raise ValueError(f"port {port} on {host} is taken (another `attent server`/`attent ui` "
-                                 f"or MLflow?); stop it or pass --port N") from None
-            raise ValueError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); pass --host with "
-                             f"an address of this machine, 127.0.0.1 or 0.0.0.0") from None
+                raise ValueError(
+                    f"port {port} on {host} is taken (another `attent server`/`attent ui` "
+                    f"or MLflow?); stop it or pass --port N"
+                ) from None
+            raise ValueError(
+                f"cannot listen on {host}:{port} ({exc.strerror or exc}); pass --host with "
+                f"an address of this machine, 127.0.0.1 or 0.0.0.0"
+            ) from None
 
 
 def allowed_hosts_for(host: str) -> list[str]:
@@ -94,6 +101,7 @@ def allowed_hosts_for(host: str) -> list[str]:
     plus, when it listens beyond loopback, this machine's names and the bound address itself,
     so workers that reach it as http://<hostname>:PORT or a public IP are not answered 403."""
     from mlflow.server.security_utils import get_default_allowed_hosts
+
     allowed = list(get_default_allowed_hosts())
     if _is_loopback(host):
         return allowed
@@ -117,11 +125,25 @@ def _is_loopback(host: str) -> bool:
 def server_command(spec: ServerSpec) -> list[str]:
     """The `mlflow server` command line; artifacts are proxied (clients upload over HTTP)."""
     allowed = spec.allowed_hosts or ",".join(allowed_hosts_for(spec.host))
-    return [sys.executable, "-m", "mlflow", "server",
-            "--backend-store-uri", spec.backend_store_uri,
-            "--serve-artifacts", "--artifacts-destination", spec.artifacts_destination,
-            "--host", spec.host, "--port", str(spec.port), "--workers", str(spec.workers),
-            "--allowed-hosts", allowed]
+    return [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--backend-store-uri",
+        spec.backend_store_uri,
+        "--serve-artifacts",
+        "--artifacts-destination",
+        spec.artifacts_destination,
+        "--host",
+        spec.host,
+        "--port",
+        str(spec.port),
+        "--workers",
+        str(spec.workers),
+        "--allowed-hosts",
+        allowed,
+    ]
 
 
 def server_env() -> dict[str, str]:
@@ -170,12 +192,19 @@ def launch(command: list[str], output=None, *, die_with_parent: bool = False) ->
     # In the child before exec: SIGTERM when the parent dies (PR_SET_PDEATHSIG = 1 survives exec);
     # prctl is looked up here, so the child only makes the call (no import after fork).
     on_start = (lambda: prctl(1, signal.SIGTERM)) if prctl else None
-    return subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT if output else None,
-                            env=server_env(), start_new_session=True, preexec_fn=on_start)
+    return subprocess.Popen(
+        command,
+        stdout=output,
+        stderr=subprocess.STDOUT if output else None,
+        env=server_env(),
+        start_new_session=True,
+        preexec_fn=on_start,
+    )
 
 
-def serve_in_foreground(command: list[str], url: str, on_ready: Callable[[], None],
-                        log_path: Optional[Path] = None) -> int:
+def serve_in_foreground(
+    command: list[str], url: str, on_ready: Callable[[], None], log_path: Path | None = None
+) -> int:
     """Run an MLflow server until it exits, Ctrl-C or SIGTERM: its output goes to ``log_path``
     (its access log is no news to a person; None: this terminal), and ``on_ready`` (printing its
     links) runs once ``<url>/health`` answers, so a link printed is a link that opens. Returns
@@ -213,6 +242,7 @@ def _prctl():
     """libc's prctl, or None where there is none (not Linux: the caller's finally still stops it)."""
     try:
         import ctypes
+
         return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
@@ -242,8 +272,7 @@ def serving(spec: ServerSpec, log_path: Path) -> Iterator[str]:
         stop(process)
 
 
-def wait_ready(url: str, process: Optional[subprocess.Popen] = None,
-               timeout: float = READY_TIMEOUT_S) -> None:
+def wait_ready(url: str, process: subprocess.Popen | None = None, timeout: float = READY_TIMEOUT_S) -> None:
     """Return once ``<url>/health`` answers; raise if ``process`` exits or ``timeout`` passes."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -1,8 +1,9 @@
 """What a benchmark decides from finished runs: the selection stage's choice (validation metrics
-only) and the methods calibrated at run time from other runs of the same seed (InfoBatch at
+only) and the arms calibrated at run time from other runs of the same seed (InfoBatch at
 AtteNT's budget, full data and Random at AtteNT's measured cost); and when two runs are the same
 computation, so that the runner records the earlier run's result rather than training it twice.
 MLflow is imported only by the functions that read it."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -11,13 +12,23 @@ from .. import contract
 from ..config import ConfigError, ExperimentConfig
 from .spec import BenchmarkRun, TuneSpec, WorkloadSpec
 
-def choice_record(workload: WorkloadSpec, tune: TuneSpec, value: Any, scores: dict[str, float],
-                  seeds: list[int]) -> dict[str, Any]:
+
+def choice_record(
+    workload: WorkloadSpec, tune: TuneSpec, value: Any, scores: dict[str, float], seeds: list[int]
+) -> dict[str, Any]:
     """One choice of the selection stage as ``choices.json`` records it; a best value at an end of
     the candidates may not be the best (``at_edge``: the report says so too)."""
-    return {"workload": workload.name, "method": tune.method, "key": tune.key, "value": value,
-            "metric": workload.selection_metric(), "scores": scores,
-            "at_edge": value in (tune.values[0], tune.values[-1]), "seeds": sorted(set(seeds))}
+    # "method": the arm, under the key the reports read in choices.json
+    return {
+        "workload": workload.name,
+        "method": tune.arm,
+        "key": tune.key,
+        "value": value,
+        "metric": workload.selection_metric(),
+        "scores": scores,
+        "at_edge": value in (tune.values[0], tune.values[-1]),
+        "seeds": sorted(set(seeds)),
+    }
 
 
 def choose(tune: TuneSpec, finals: dict[Any, list[float]], lower_is_better: bool) -> tuple[Any, dict[str, float]]:
@@ -37,6 +48,7 @@ def calibrate_infobatch(run: BenchmarkRun, reference: ExperimentConfig, budget: 
     ``reference`` (the same seed's InfoBatch run at its defaults, finished)."""
     from ..engine.tracking import client_for
     from ..selection.baselines import infobatch_prune_for_budget
+
     done = finished_source(run, reference, "the InfoBatch run")
     history = client_for(reference.mlflow.tracking_uri).get_metric_history(done.info.run_id, contract.SELECTED_RATIO)
     kept = [m.value for m in sorted(history, key=lambda m: m.step)]
@@ -47,15 +59,20 @@ def calibrate_infobatch(run: BenchmarkRun, reference: ExperimentConfig, budget: 
 
 
 def calibrate_equal_cost(run: BenchmarkRun, reference: ExperimentConfig, attent: ExperimentConfig) -> ExperimentConfig:
-    """``reference``'s method (full data, or Random under AtteNT's schedules) for the epochs whose
+    """``reference``'s arm (full data, or Random under AtteNT's schedules) for the epochs whose
     method cost matches AtteNT's, both measured in the same seed's finished runs. Neither scores,
     so their cost goes with the samples they train: the epochs whose planned samples come nearest
     to the reference run's times AtteNT's cost / its cost (for full data E x that ratio, rounded;
     under the cycles reading the added epochs are full-data ones, dearer than the run's mean)."""
-    attent_cost, reference_cost = (contract.method_cost(finished_source(run, source, "the run").data.metrics)
-                                   for source in (attent, reference))
-    epochs = equal_cost_epochs(reference.train.epochs, attent_cost, reference_cost,
-                               samples=lambda e: reference.selection.mean_planned_ratio(e) * e)
+    attent_cost, reference_cost = (
+        contract.method_cost(finished_source(run, source, "the run").data.metrics) for source in (attent, reference)
+    )
+    epochs = equal_cost_epochs(
+        reference.train.epochs,
+        attent_cost,
+        reference_cost,
+        samples=lambda e: reference.selection.mean_planned_ratio(e) * e,
+    )
     return with_epochs(run.experiment, epochs)
 
 
@@ -90,6 +107,7 @@ def finished_source(run: BenchmarkRun, source: ExperimentConfig, what: str):
 
 def latest_run(cfg: ExperimentConfig):
     from ..engine.tracking import latest_run as latest
+
     return latest(cfg)
 
 
@@ -103,8 +121,9 @@ def validation_finals(runs: list[BenchmarkRun], metric: str) -> dict[Any, list[f
         done = latest_run(run.experiment)
         value = None if done is None else done.data.metrics.get(metric)
         if value is None:
-            raise ConfigError(f"{run.experiment.name} logged no {metric}: give the workload a validation split "
-                              f"(task.val_limit)")
+            raise ConfigError(
+                f"{run.experiment.name} logged no {metric}: give the workload a validation split (task.val_limit)"
+            )
         finals.setdefault(run.candidate[1], []).append(float(value))
     return finals
 

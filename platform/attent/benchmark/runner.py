@@ -20,19 +20,34 @@ earlier run's id. ``budget_s``: a seed starts only when it would end within the 
 since the command started, plus the longest seed of its workload so far); running the command
 again goes on from there.
 """
+
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from .. import contract
 from ..config import ExperimentConfig
 from ..contract import base_method
-from .calibration import (calibrate_equal_cost, calibrate_infobatch, choice_record, choose, computation,
-                          latest_run, validation_finals)
-from .spec import (CALIBRATED_FROM, EQUAL_COST_METHODS, BenchmarkRun, BenchmarkSpec, describe, load_benchmark,
-                   selection_runs)
+from .calibration import (
+    calibrate_equal_cost,
+    calibrate_infobatch,
+    choice_record,
+    choose,
+    computation,
+    latest_run,
+    validation_finals,
+)
+from .spec import (
+    CALIBRATED_FROM,
+    EQUAL_COST_ARMS,
+    BenchmarkRun,
+    BenchmarkSpec,
+    describe,
+    load_benchmark,
+    selection_runs,
+)
 
 EXECUTORS = ("ray", "local")
 
@@ -47,6 +62,7 @@ def executor_overrides(executor: str, overrides: list[str] | None) -> list[str]:
         return overrides
     if not any(o.split("=", 1)[0].strip() == "ray.use_gpu" for o in overrides):
         import torch
+
         overrides.append(f"ray.use_gpu={str(torch.cuda.is_available()).lower()}")
     return [*overrides, "ray.num_workers=0"]
 
@@ -65,14 +81,16 @@ class SeedBudget:
             key = (run.workload.name, run.experiment.seed)
             self.seconds[key] = self.seconds.get(key, 0.0) + seconds
 
-    def refusal(self, workload: str, seed: int) -> Optional[str]:
+    def refusal(self, workload: str, seed: int) -> str | None:
         """Why ``seed`` of ``workload`` may not start now, or None."""
         longest = max((s for (w, _), s in self.seconds.items() if w == workload), default=0.0)
         spent = time.perf_counter() - self.started
         if spent + longest <= self.budget_s:
             return None
-        return (f"seed {seed} of {workload} would end past the budget of {self.budget_s:.0f} s ({spent:.0f} s "
-                f"spent, the longest seed took {longest:.0f} s)")
+        return (
+            f"seed {seed} of {workload} would end past the budget of {self.budget_s:.0f} s ({spent:.0f} s "
+            f"spent, the longest seed took {longest:.0f} s)"
+        )
 
 
 class Session:
@@ -84,7 +102,7 @@ class Session:
         self.made: list[tuple[BenchmarkRun, ExperimentConfig]] = []  # runs done, with their final configuration
 
     def train(self, run: BenchmarkRun, counter: str, runs: list[BenchmarkRun]) -> None:
-        """``run``, unless it finished earlier; a calibrated method is calibrated first from the
+        """``run``, unless it finished earlier; a calibrated arm is calibrated first from the
         runs of its seed; the same computation as an earlier run is recorded, not trained."""
         done = latest_run(run.experiment)
         if done is not None and done.info.status == contract.STATUS_FINISHED:
@@ -94,24 +112,37 @@ class Session:
                 self.budget.add(run, done.data.metrics.get(contract.TIME_WALLCLOCK, 0.0))
             return
         cfg = calibrated(run, runs)
-        tags = {contract.TAG_BENCH_WORKLOAD: run.workload.name, contract.TAG_BENCH_METHOD: run.method,
-                contract.TAG_BENCH_METRIC: run.workload.metric, contract.TAG_BENCH_STAGE: run.stage,
-                # the experiment names the benchmark: the run, what tells it apart
-                contract.TAG_RUN_NAME: f"{run.method if run.candidate is None else f'select {run.method}'} "
-                                       f"s{cfg.seed} {run.workload.name}"}
+        tags = {
+            contract.TAG_BENCH_WORKLOAD: run.workload.name,
+            contract.TAG_BENCH_METHOD: run.arm,
+            contract.TAG_BENCH_METRIC: run.workload.metric,
+            contract.TAG_BENCH_STAGE: run.stage,
+            # the experiment names the benchmark: the run, what tells it apart
+            contract.TAG_RUN_NAME: f"{run.arm if run.candidate is None else f'select {run.arm}'} "
+            f"s{cfg.seed} {run.workload.name}",
+        }
         earlier = None if done is not None else self.same_computation(run, cfg)  # an unfinished run trains on
         if earlier is not None:
             same, source = earlier
-            print(f"[bench] {counter} {cfg.name}: the same computation as {same.method} "
-                  f"(run {source.info.run_id}), recorded again, not trained", flush=True)
+            print(
+                f"[bench] {counter} {cfg.name}: the same computation as {same.arm} "
+                f"(run {source.info.run_id}), recorded again, not trained",
+                flush=True,
+            )
             record_same_run(cfg, source, self.parent, tags)
             self.made.append((run, cfg))
             return
         print(f"[bench] {counter} {cfg.name}", flush=True)
         from ..engine.driver import run_pipeline
+
         started = time.perf_counter()
-        run_pipeline(cfg, parent_run_id=self.parent, role=contract.ROLE_TRIAL, extra_tags=tags,
-                     **({"console": self.console} if self.console is not None else {}))
+        run_pipeline(
+            cfg,
+            parent_run_id=self.parent,
+            role=contract.ROLE_TRIAL,
+            extra_tags=tags,
+            **({"console": self.console} if self.console is not None else {}),
+        )
         self.budget.add(run, time.perf_counter() - started)
         self.made.append((run, cfg))
 
@@ -120,8 +151,9 @@ class Session:
         what ``cfg`` computes, or None."""
         mine = computation(cfg)
         for earlier, earlier_cfg in self.made:
-            if (earlier.stage, earlier.workload.name) == (run.stage, run.workload.name) \
-                    and computation(earlier_cfg) == mine:
+            if (earlier.stage, earlier.workload.name) == (run.stage, run.workload.name) and computation(
+                earlier_cfg
+            ) == mine:
                 found = latest_run(earlier_cfg)
                 if found is not None and found.info.status == contract.STATUS_FINISHED:
                     return earlier, found
@@ -129,17 +161,19 @@ class Session:
 
 
 def calibrated(run: BenchmarkRun, runs: list[BenchmarkRun], quiet: bool = False) -> ExperimentConfig:
-    """The run's configuration, calibrated from the finished runs of its seed where its method is."""
-    cfg, method = run.experiment, base_method(run.method)
+    """The run's configuration, calibrated from the finished runs of its seed where its arm is."""
+    cfg, arm = run.experiment, base_method(run.arm)
 
     def same_seed(name: str) -> ExperimentConfig:
-        return next(r.experiment for r in runs if r.workload is run.workload and r.method == name
-                    and r.experiment.seed == cfg.seed)
-    if method == contract.METHOD_INFOBATCH_BUDGET:
+        return next(
+            r.experiment for r in runs if r.workload is run.workload and r.arm == name and r.experiment.seed == cfg.seed
+        )
+
+    if arm == contract.METHOD_INFOBATCH_BUDGET:
         cfg = calibrate_infobatch(run, same_seed("infobatch"), run.attent_budget)
         said = f"InfoBatch prune {cfg.selection.infobatch_prune:g} for AtteNT's budget {run.attent_budget:.3f}"
-    elif method in EQUAL_COST_METHODS:
-        reference, attent = CALIBRATED_FROM[method]
+    elif arm in EQUAL_COST_ARMS:
+        reference, attent = CALIBRATED_FROM[arm]
         cfg = calibrate_equal_cost(run, same_seed(reference), same_seed(attent))
         what = "full data" if reference == contract.METHOD_FULL else "Random"
         said = f"{cfg.train.epochs} epochs of {what} for AtteNT's measured method cost"
@@ -156,25 +190,41 @@ def record_same_run(cfg: ExperimentConfig, source, parent: str, tags: dict[str, 
     from mlflow.entities import Metric
 
     from ..engine.tracking import client_for, finish_run, start_or_resume_run
+
     uri = cfg.mlflow.tracking_uri
     client = client_for(uri)
-    run_id, _ = start_or_resume_run(cfg, role=contract.ROLE_TRIAL, parent_run_id=parent,
-                                    extra_tags={**tags, contract.TAG_SAME_RUN_AS: source.info.run_id})
+    run_id, _ = start_or_resume_run(
+        cfg,
+        role=contract.ROLE_TRIAL,
+        parent_run_id=parent,
+        extra_tags={**tags, contract.TAG_SAME_RUN_AS: source.info.run_id},
+    )
     ok = False
     try:
-        points = [Metric(m.key, m.value, m.timestamp, m.step) for key in source.data.metrics
-                  for m in client.get_metric_history(source.info.run_id, key)]
+        points = [
+            Metric(m.key, m.value, m.timestamp, m.step)
+            for key in source.data.metrics
+            for m in client.get_metric_history(source.info.run_id, key)
+        ]
         for start in range(0, len(points), 1000):  # MLflow takes at most 1,000 metrics per batch
-            client.log_batch(run_id, metrics=points[start:start + 1000])
+            client.log_batch(run_id, metrics=points[start : start + 1000])
         ok = True
     finally:
         finish_run(uri, run_id, ok)
     return run_id
 
 
-def run_benchmark(path: str | Path, overrides: list[str] | None = None, *, out_dir: str | Path = "reports",
-                  name: str | None = None, console=None, workloads: list[str] | None = None,
-                  executor: str = "ray", budget_s: float = float("inf")) -> Optional[Path]:
+def run_benchmark(
+    path: str | Path,
+    overrides: list[str] | None = None,
+    *,
+    out_dir: str | Path = "reports",
+    name: str | None = None,
+    console=None,
+    workloads: list[str] | None = None,
+    executor: str = "ray",
+    budget_s: float = float("inf"),
+) -> Path | None:
     """The selection stage, then every verdict run, one at a time, then the report; returns the
     report folder, or None when ``budget_s`` stopped it (or the report's libraries are missing
     here). ``console``: the driver's (``engine.progress.Console``; default: everything Ray prints).
@@ -182,12 +232,18 @@ def run_benchmark(path: str | Path, overrides: list[str] | None = None, *, out_d
     workloads the store holds). ``executor``: ``ray`` or ``local`` (the module's docstring)."""
     overrides = executor_overrides(executor, overrides)
     spec, runs = load_benchmark(path, overrides, name=name, workloads=workloads)
-    candidates = [run for workload in spec.workloads for tune in workload.tune
-                  for run in selection_runs(path, workload, tune, [], overrides, name=name)]
+    candidates = [
+        run
+        for workload in spec.workloads
+        for tune in workload.tune
+        for run in selection_runs(path, workload, tune, [], overrides, name=name)
+    ]
     from ..engine.preflight import check_experiment
+
     check_experiment(*[run.experiment for run in resolved(candidates + runs)])  # every refusal before any run starts
     uri = resolved(runs[:1])[0].experiment.mlflow.tracking_uri
     from ..engine.tracking import client_for
+
     parent = _parent_run(spec, uri)
     session = Session(parent, console, SeedBudget(budget_s))
     stopped = None
@@ -216,7 +272,8 @@ def run_benchmark(path: str | Path, overrides: list[str] | None = None, *, out_d
         print(f"[bench] {stopped}: not started. Run the command again to go on; the report: {how}", flush=True)
         return None
     try:
-        from attent.analysis.report import benchmark_report  # the report `attent report` rebuilds, by the same rules
+        # the report `attent report` rebuilds, by the same rules
+        from attent.analysis.time_to_accuracy.report import benchmark_report
     except ModuleNotFoundError as missing:  # a bare GPU node: the store travels, the report is made elsewhere
         if (missing.name or "attent").split(".")[0] == "attent":
             raise
@@ -230,27 +287,37 @@ def resolved(runs: list[BenchmarkRun]) -> list[BenchmarkRun]:
     return [r.model_copy(update={"experiment": r.experiment.resolved()}) for r in runs]
 
 
-def select(path, workload, overrides: list[str], name: str | None, session: Session, uri: str,
-           records: list[dict[str, Any]]) -> list:
+def select(
+    path, workload, overrides: list[str], name: str | None, session: Session, uri: str, records: list[dict[str, Any]]
+) -> list:
     """The workload's selection stage: each choice in turn, its candidates trained on the
     selection seeds and judged on validation, added to ``records`` (every workload's so far) and
     recorded on the parent run; returns the workload's choices."""
     from ..engine.tracking import client_for
+
     chosen = []
     for tune in workload.tune:
         tried = resolved(selection_runs(path, workload, tune, chosen, overrides, name=name))
-        print(f"[bench] {workload.name}: choosing {tune.key} among {tune.values} by {tune.method}'s "
-              f"{workload.selection_metric()} ({len(tried)} runs)", flush=True)
+        print(
+            f"[bench] {workload.name}: choosing {tune.key} among {tune.values} by {tune.arm}'s "
+            f"{workload.selection_metric()} ({len(tried)} runs)",
+            flush=True,
+        )
         for number, run in enumerate(tried, 1):
             session.train(run, f"select {number}/{len(tried)}", tried)
-        value, scores = choose(tune, validation_finals(tried, workload.selection_metric()),
-                               contract.lower_is_better(workload.selection_metric()))
+        value, scores = choose(
+            tune,
+            validation_finals(tried, workload.selection_metric()),
+            contract.lower_is_better(workload.selection_metric()),
+        )
         chosen.append((tune, value))
         records.append(choice_record(workload, tune, value, scores, seeds=[r.experiment.seed for r in tried]))
-        print(f"[bench] {workload.name}: {tune.key} = {value} chosen on validation "
-              f"({', '.join(f'{k}: {v:.4f}' for k, v in scores.items())})"
-              + ("; it is an end of the candidates: a value beyond it may do better" if records[-1]["at_edge"] else ""),
-              flush=True)
+        print(
+            f"[bench] {workload.name}: {tune.key} = {value} chosen on validation "
+            f"({', '.join(f'{k}: {v:.4f}' for k, v in scores.items())})"
+            + ("; it is an end of the candidates: a value beyond it may do better" if records[-1]["at_edge"] else ""),
+            flush=True,
+        )
         client_for(uri).log_dict(session.parent, records, contract.BENCH_CHOICES_FILE)
     return chosen
 
@@ -258,14 +325,20 @@ def select(path, workload, overrides: list[str], name: str | None, session: Sess
 def _parent_run(spec: BenchmarkSpec, tracking_uri: str) -> str:
     """The benchmark's MLflow parent run (reused when the command runs again)."""
     from ..engine.tracking import client_for, driver_tags, open_experiment, reopen_run
+
     client = client_for(tracking_uri)
     experiment_id = open_experiment(client, spec.name, tracking_uri)
-    found = client.search_runs([experiment_id], f"tags.`{contract.TAG_ROLE}` = '{contract.ROLE_BENCHMARK}'",
-                               max_results=1, order_by=["attributes.start_time DESC"])
+    found = client.search_runs(
+        [experiment_id],
+        f"tags.`{contract.TAG_ROLE}` = '{contract.ROLE_BENCHMARK}'",
+        max_results=1,
+        order_by=["attributes.start_time DESC"],
+    )
     if found:
         reopen_run(client, found[0].info.run_id)
         return found[0].info.run_id
-    run = client.create_run(experiment_id, run_name=spec.name,
-                            tags={contract.TAG_ROLE: contract.ROLE_BENCHMARK, **driver_tags()})
+    run = client.create_run(
+        experiment_id, run_name=spec.name, tags={contract.TAG_ROLE: contract.ROLE_BENCHMARK, **driver_tags()}
+    )
     client.log_dict(run.info.run_id, spec.model_dump(mode="json"), contract.BENCH_SPEC_FILE)
     return run.info.run_id

@@ -9,10 +9,10 @@ model's trainable parameters θ (the LoRA adapters only, for the LLM task), f be
 ``kernel_output``: vision, the true class's logit; MAE / MultiMAE, the reconstruction loss under
 one seeded mask; LLM, the mean log-likelihood of the response tokens.
 
-The kernel is ``engine.kernel.empirical_kernel`` (torch.func: vmap over samples of jacrev,
-``sample_chunk`` samples per call), summed over blocks of at most ``param_chunk`` parameters, so
-memory holds probe x block Jacobian entries, not probe x all parameters (each block re-runs the
-probe's forward and backward: time grows with the number of blocks).
+The kernel is ``attent.tangent_kernel.empirical_kernel`` (torch.func: vmap over samples of
+jacrev, ``sample_chunk`` samples per call), summed over blocks of at most ``param_chunk``
+parameters, so memory holds probe x block Jacobian entries, not probe x all parameters (each block
+re-runs the probe's forward and backward: time grows with the number of blocks).
 
 It changes nothing trained: the unwrapped model in eval mode, gradient buffers untouched, the
 random generators forked, no collective op (the other ranks wait at the epoch's report). Its time
@@ -20,6 +20,7 @@ is ``time_antk_s``, outside the epochs' time split. Logged: per tracked epoch th
 previous kernel; at the end each kernel's drift to the final one and alignment with it, the
 kernels (``antk/kernels.npz``) and figures (heatmaps, drift).
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -34,8 +35,8 @@ from torch import nn
 
 from .. import contract
 from ..config import AntkConfig
+from ..tangent_kernel import empirical_kernel, kernel_drift, relative_distance
 from ..tasks.task import Batch, Task
-from .kernel import empirical_kernel, kernel_drift, relative_distance
 
 if TYPE_CHECKING:
     from .tracking import RunLogger
@@ -48,7 +49,7 @@ STATE_KEY = "antk"  # the tracker's entry in the run's Ray Train checkpoints
 def probe_indices(num_samples: int, size: int, seed: int) -> torch.Tensor:
     """``size`` distinct training indices, ascending, from a generator of their own."""
     generator = torch.Generator().manual_seed(seed)
-    return torch.randperm(num_samples, generator=generator)[:min(size, num_samples)].sort().values
+    return torch.randperm(num_samples, generator=generator)[: min(size, num_samples)].sort().values
 
 
 def trainable_named(task: Task, model: nn.Module) -> dict[str, torch.Tensor]:
@@ -82,8 +83,7 @@ class TaskOutput(nn.Module):
         return self.task.kernel_output(self.model, dict(zip(self.batch_keys, tensors)))
 
 
-def probe_kernel(task: Task, model: nn.Module, batch: Batch, *, sample_chunk: int,
-                 param_chunk: int) -> torch.Tensor:
+def probe_kernel(task: Task, model: nn.Module, batch: Batch, *, sample_chunk: int, param_chunk: int) -> torch.Tensor:
     """K [N, N] (float64, CPU) of ``task.kernel_output`` over the model's trainable parameters,
     block by block of at most ``param_chunk`` parameters. The model should be in eval mode."""
     if not all(isinstance(value, torch.Tensor) for value in batch.values()):
@@ -104,13 +104,12 @@ def probe_kernel(task: Task, model: nn.Module, batch: Batch, *, sample_chunk: in
 class KernelTracker:
     """Rank 0's kernels of one run: the probe set, which epochs, the kernels so far."""
 
-    def __init__(self, config: AntkConfig, epochs: int, task: Task, model: nn.Module,
-                 device: torch.device):
+    def __init__(self, config: AntkConfig, epochs: int, task: Task, model: nn.Module, device: torch.device):
         self.config, self.epochs, self.task, self.model, self.device = config, epochs, task, model, device
         self.indices = probe_indices(len(task.scoring_dataset()), config.probe_size, config.seed)
         self.parameters = sum(p.numel() for p in trainable_named(task, model).values())
         self.kernels: dict[int, torch.Tensor] = {}  # epoch (0-based) after which it was taken -> K
-        self.seconds: dict[int, float] = {}         # its computation time
+        self.seconds: dict[int, float] = {}  # its computation time
         self._probe: Batch | None = None
 
     def heatmap_epochs(self) -> list[int]:
@@ -120,8 +119,7 @@ class KernelTracker:
         return sorted({0, (self.epochs - 1) // 2, self.epochs - 1})
 
     def due(self, epoch: int) -> bool:
-        return (epoch in (0, self.epochs - 1) or (epoch + 1) % self.config.every == 0
-                or epoch in self.heatmap_epochs())
+        return epoch in (0, self.epochs - 1) or (epoch + 1) % self.config.every == 0 or epoch in self.heatmap_epochs()
 
     def probe(self) -> Batch:
         """The probe samples as one batch on the device, read once."""
@@ -138,8 +136,13 @@ class KernelTracker:
         with torch.random.fork_rng(devices=devices):
             self.model.eval()
             try:
-                return probe_kernel(self.task, self.model, self.probe(),
-                                    sample_chunk=self.config.sample_chunk, param_chunk=self.config.param_chunk)
+                return probe_kernel(
+                    self.task,
+                    self.model,
+                    self.probe(),
+                    sample_chunk=self.config.sample_chunk,
+                    param_chunk=self.config.param_chunk,
+                )
             finally:
                 self.model.train(was_training)
 
@@ -171,17 +174,24 @@ class KernelTracker:
         """Each kernel's drift to the final one and alignment with it (step = its epoch), the
         kernels as ``antk/kernels.npz``, the heatmap and drift figures."""
         from . import figures
+
         epochs = sorted(self.kernels)
         kernels = [self.kernels[e] for e in epochs]
         drift = kernel_drift(kernels)
         for epoch, to_final, aligned in zip(epochs, drift["to_final"], drift["alignment_to_final"]):
-            logger.log_metrics({contract.ANTK_DRIFT_TO_FINAL: to_final,
-                                contract.ANTK_ALIGNMENT_TO_FINAL: aligned}, step=epoch)
+            logger.log_metrics(
+                {contract.ANTK_DRIFT_TO_FINAL: to_final, contract.ANTK_ALIGNMENT_TO_FINAL: aligned}, step=epoch
+            )
         logger.log_metrics({contract.ANTK_PARAMETERS: self.parameters}, step=self.epochs)
         with tempfile.TemporaryDirectory(prefix="attent-antk-") as tmp:
             path = Path(tmp) / Path(contract.ANTK_KERNELS_ARTIFACT).name
-            np.savez(path, epochs=np.array(epochs), kernels=torch.stack(kernels).numpy(),
-                     probe_indices=self.indices.numpy(), seconds=np.array([self.seconds[e] for e in epochs]))
+            np.savez(
+                path,
+                epochs=np.array(epochs),
+                kernels=torch.stack(kernels).numpy(),
+                probe_indices=self.indices.numpy(),
+                seconds=np.array([self.seconds[e] for e in epochs]),
+            )
             logger.log_files([path], str(Path(contract.ANTK_KERNELS_ARTIFACT).parent))
         shown = [e for e in self.heatmap_epochs() if e in self.kernels]
         for name, figure in figures.antk_figures(epochs, kernels, drift, shown).items():

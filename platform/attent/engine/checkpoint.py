@@ -1,5 +1,6 @@
 """Epoch checkpoints through Ray Train: model (trainable tensors and buffers only, so a LoRA
 run stores its adapters, not the frozen base), optimiser, teacher, counters and history."""
+
 from __future__ import annotations
 
 import hashlib
@@ -28,8 +29,9 @@ def load_trainable_state(model: nn.Module, state: dict[str, torch.Tensor]) -> No
     frozen = {name for name, p in model.named_parameters(remove_duplicate=False) if not p.requires_grad}
     really_missing = [k for k in missing if k not in frozen]
     if unexpected or really_missing:
-        raise RuntimeError(f"checkpoint does not match the model: missing {really_missing[:5]}, "
-                           f"unexpected {unexpected[:5]}")
+        raise RuntimeError(
+            f"checkpoint does not match the model: missing {really_missing[:5]}, unexpected {unexpected[:5]}"
+        )
 
 
 DIGEST_SUFFIX = ".sha256"  # beside the state file: a checkpoint is checked when it is read
@@ -77,10 +79,16 @@ def load_newest_intact(filesystem, folder: str) -> tuple[dict[str, Any] | None, 
     registered it, and restoring the registered one would lose that epoch."""
     import pyarrow.fs
     from ray.train import Checkpoint
+
     listed = filesystem.get_file_info(pyarrow.fs.FileSelector(folder, allow_not_found=True))
-    candidates = sorted((info.path for info in listed if info.type == pyarrow.fs.FileType.Directory
-                         and posixpath.basename(info.path).startswith("checkpoint_")),
-                        reverse=True)  # Ray names them checkpoint_<timestamp>: newest first
+    candidates = sorted(
+        (
+            info.path
+            for info in listed
+            if info.type == pyarrow.fs.FileType.Directory and posixpath.basename(info.path).startswith("checkpoint_")
+        ),
+        reverse=True,
+    )  # Ray names them checkpoint_<timestamp>: newest first
     if not candidates:
         return None, []
     skipped = []
@@ -92,7 +100,8 @@ def load_newest_intact(filesystem, folder: str) -> tuple[dict[str, Any] | None, 
             skipped.append((path, str(exc)))
     raise CheckpointError(
         f"no checkpoint of this run can be read: {'; '.join(f'{p}: {why}' for p, why in skipped)}. Fix: restore "
-        f"them from a copy, or delete {folder} to train the run from the start")
+        f"them from a copy, or delete {folder} to train the run from the start"
+    )
 
 
 # --- Ray Train's local mode -----------------------------------------------------------------------
@@ -101,9 +110,11 @@ def load_newest_intact(filesystem, folder: str) -> tuple[dict[str, Any] | None, 
 # where and as Ray Train would (``<storage_path>/<name>/checkpoint_<timestamp>``), so that a re-run
 # resumes the same way whichever mode wrote the newest one.
 
+
 def run_storage(storage_path: str, name: str):
     """(pyarrow filesystem, folder) of the run's checkpoints: a local path or a storage URI."""
     import pyarrow.fs
+
     if "://" in storage_path:
         filesystem, root = pyarrow.fs.FileSystem.from_uri(storage_path)
     else:
@@ -115,14 +126,19 @@ def persist(directory: str, filesystem, folder: str, keep: int) -> str:
     """Copy a saved checkpoint ``directory`` into the run's folder under Ray Train's name for it,
     then delete all but the newest ``keep`` (Ray Train's ``CheckpointConfig.num_to_keep``)."""
     import pyarrow.fs
+
     # Ray Train's stamp (local time to the microsecond), so both modes' checkpoints sort together
     target = posixpath.join(folder, f"checkpoint_{datetime.now().strftime('%Y-%m-%d_%H-%M-%S.%f')}")
     filesystem.create_dir(target, recursive=True)
-    pyarrow.fs.copy_files(directory, target, source_filesystem=pyarrow.fs.LocalFileSystem(),
-                          destination_filesystem=filesystem)
+    pyarrow.fs.copy_files(
+        directory, target, source_filesystem=pyarrow.fs.LocalFileSystem(), destination_filesystem=filesystem
+    )
     listed = filesystem.get_file_info(pyarrow.fs.FileSelector(folder))
-    saved = sorted(info.path for info in listed if info.type == pyarrow.fs.FileType.Directory
-                   and posixpath.basename(info.path).startswith("checkpoint_"))
+    saved = sorted(
+        info.path
+        for info in listed
+        if info.type == pyarrow.fs.FileType.Directory and posixpath.basename(info.path).startswith("checkpoint_")
+    )
     for old in saved[:-keep]:
         filesystem.delete_dir(old)
     return target

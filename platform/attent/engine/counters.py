@@ -1,11 +1,12 @@
 """The run's counters and time split: one small object, stored in every checkpoint so a resumed
 run continues its totals."""
+
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from .. import contract
 
@@ -26,11 +27,11 @@ def _zero_seconds() -> dict[str, float]:
 
 @dataclass
 class RunCounters:
-    next_epoch: int = 0                                   # first epoch still to train
+    next_epoch: int = 0  # first epoch still to train
     seconds: dict[str, float] = field(default_factory=_zero_seconds)  # cumulative, per part
-    samples_forwarded: int = 0                            # training + scoring forwards, all ranks
-    samples_backpropagated: int = 0                       # training forwards, all ranks
-    optimizer_steps: int = 0                              # this rank's (equal on every rank)
+    samples_forwarded: int = 0  # training + scoring forwards, all ranks
+    samples_backpropagated: int = 0  # training forwards, all ranks
+    optimizer_steps: int = 0  # this rank's (equal on every rank)
     history: list[dict[str, float]] = field(default_factory=list)  # one row per epoch
 
     def timed(self, part: str):

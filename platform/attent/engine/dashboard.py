@@ -5,13 +5,15 @@ sweeps' and benchmarks' parent runs (rows of dashes among their trials), with th
 and logged models as columns and charts, and the link turns on its Model training mode.
 (MLflow's shared views leave out which parents are expanded, so nesting would hide every
 trial's metrics behind a click.)"""
+
 from __future__ import annotations
 
 import base64
 import json
 import time
 import zlib
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 from urllib.parse import quote, urlencode
 
 from mlflow.tracking import MlflowClient
@@ -54,22 +56,42 @@ def training_view_state(metric_names: Iterable[str]) -> dict[str, Any]:
     names = set(metric_names)
     evals = sorted(n for n in names if n.startswith(contract.EVAL_PREFIX))
     key = sorted(n for n in names if contract.is_downstream_metric(n)) + list(contract.KEY_METRICS)
-    system = sorted((n for n in names if n.startswith(contract.SYSTEM_METRICS_PREFIX)),
-                    key=lambda n: (not n.endswith(contract.SYSTEM_METRICS_FIRST), n))
-    columns = [_column("tags", contract.TAG_LABEL), *(_column("metrics", n) for n in key),
-               _column("params", contract.PARAM_SEED), _column("attributes", "Models"),
-               _column("attributes", "Dataset"), _column("attributes", "Duration")]
-    charts = [*(_chart("BAR", n, KEY_SECTION) for n in key),
-              *(_line_chart(n, CURVE_SECTION) for n in [*contract.CURVE_METRICS, *evals]),
-              *(_line_chart(n, SYSTEM_SECTION, xAxisKey="time", useGlobalXaxisKey=False) for n in system)]
-    return {"searchFilter": RUNS_SHOWN, "orderByKey": f"tags.`{contract.TAG_RUN_NAME}`", "orderByAsc": True,
-            "startTime": "ALL", "lifecycleFilter": "Active", "datasetsFilter": [],
-            "modelVersionFilter": "All Runs", "runsHiddenMode": "SHOW_ALL",
-            "selectedColumns": columns, "columnOrder": columns,
-            "columnWidths": {c: COLUMN_WIDTHS[c.split(".")[0]] for c in columns},
-            "compareRunSections": [_section(KEY_SECTION, "Key metrics"), _section(CURVE_SECTION, "Per epoch"),
-                                   _section(SYSTEM_SECTION, "System metrics")],
-            "compareRunCharts": charts}
+    system = sorted(
+        (n for n in names if n.startswith(contract.SYSTEM_METRICS_PREFIX)),
+        key=lambda n: (not n.endswith(contract.SYSTEM_METRICS_FIRST), n),
+    )
+    columns = [
+        _column("tags", contract.TAG_LABEL),
+        *(_column("metrics", n) for n in key),
+        _column("params", contract.PARAM_SEED),
+        _column("attributes", "Models"),
+        _column("attributes", "Dataset"),
+        _column("attributes", "Duration"),
+    ]
+    charts = [
+        *(_chart("BAR", n, KEY_SECTION) for n in key),
+        *(_line_chart(n, CURVE_SECTION) for n in [*contract.CURVE_METRICS, *evals]),
+        *(_line_chart(n, SYSTEM_SECTION, xAxisKey="time", useGlobalXaxisKey=False) for n in system),
+    ]
+    return {
+        "searchFilter": RUNS_SHOWN,
+        "orderByKey": f"tags.`{contract.TAG_RUN_NAME}`",
+        "orderByAsc": True,
+        "startTime": "ALL",
+        "lifecycleFilter": "Active",
+        "datasetsFilter": [],
+        "modelVersionFilter": "All Runs",
+        "runsHiddenMode": "SHOW_ALL",
+        "selectedColumns": columns,
+        "columnOrder": columns,
+        "columnWidths": {c: COLUMN_WIDTHS[c.split(".")[0]] for c in columns},
+        "compareRunSections": [
+            _section(KEY_SECTION, "Key metrics"),
+            _section(CURVE_SECTION, "Per epoch"),
+            _section(SYSTEM_SECTION, "System metrics"),
+        ],
+        "compareRunCharts": charts,
+    }
 
 
 def _column(kind: str, name: str) -> str:
@@ -77,23 +99,45 @@ def _column(kind: str, name: str) -> str:
 
 
 def _section(uuid: str, name: str) -> dict[str, Any]:
-    return {"uuid": uuid, "name": name, "display": True, "isReordered": False, "deleted": False,
-            "isGenerated": False}
+    return {"uuid": uuid, "name": name, "display": True, "isReordered": False, "deleted": False, "isGenerated": False}
 
 
 def _chart(kind: str, metric: str, section: str, **fields: Any) -> dict[str, Any]:
-    return {"type": kind, "uuid": f"attent-{section}-{metric}", "metricSectionId": section,
-            "metricKey": metric, "displayName": metric, "isGenerated": False, "deleted": False,
-            "runsCountToCompare": 100, **fields}
+    return {
+        "type": kind,
+        "uuid": f"attent-{section}-{metric}",
+        "metricSectionId": section,
+        "metricKey": metric,
+        "displayName": metric,
+        "isGenerated": False,
+        "deleted": False,
+        "runsCountToCompare": 100,
+        **fields,
+    }
 
 
 def _line_chart(metric: str, section: str, **fields: Any) -> dict[str, Any]:
     """A line chart with the defaults of MLflow's UI (the fields its chart class sets)."""
-    return _chart("LINE", metric, section, **{
-        "selectedMetricKeys": [metric], "lineSmoothness": 0, "xAxisScaleType": "linear",
-        "scaleType": "linear", "range": {}, "xAxisKey": "step", "selectedXAxisMetricKey": "",
-        "yAxisKey": "metric", "yAxisExpressions": [], "ignoreOutliers": False,
-        "useGlobalXaxisKey": True, "useGlobalLineSmoothing": True, **fields})
+    return _chart(
+        "LINE",
+        metric,
+        section,
+        **{
+            "selectedMetricKeys": [metric],
+            "lineSmoothness": 0,
+            "xAxisScaleType": "linear",
+            "scaleType": "linear",
+            "range": {},
+            "xAxisKey": "step",
+            "selectedXAxisMetricKey": "",
+            "yAxisKey": "metric",
+            "yAxisExpressions": [],
+            "ignoreOutliers": False,
+            "useGlobalXaxisKey": True,
+            "useGlobalLineSmoothing": True,
+            **fields,
+        },
+    )
 
 
 def write_training_view(client: MlflowClient, experiment_id: str, metric_names: Iterable[str]) -> None:
@@ -101,19 +145,23 @@ def write_training_view(client: MlflowClient, experiment_id: str, metric_names: 
     names it around the deflated state), if the state changed: the UI lists it under "Views"
     and loads it from the link's ``viewStateShareKey``."""
     from mlflow.utils.validation import MAX_EXPERIMENT_TAG_VAL_LENGTH
+
     tag = contract.TAG_SHARED_VIEW_PREFIX + contract.TRAINING_VIEW_KEY
     names = list(metric_names)
     state = _deflated(training_view_state(names))
     if len(state) > MAX_EXPERIMENT_TAG_VAL_LENGTH - 200:  # the envelope must fit in the tag
         # hundreds of GPUs' system charts: the UI draws charts for the metrics a view lacks itself
-        state = _deflated(training_view_state(
-            n for n in names if not n.startswith(contract.SYSTEM_METRICS_PREFIX)))
+        state = _deflated(training_view_state(n for n in names if not n.startswith(contract.SYSTEM_METRICS_PREFIX)))
     previous = _saved_view(client.get_experiment(experiment_id).tags.get(tag))
     if previous.get("state") == state:
         return
     now = int(time.time() * 1000)
-    envelope = {"name": TRAINING_VIEW_NAME, "createdAt": previous.get("createdAt", now), "updatedAt": now,
-                "state": state}
+    envelope = {
+        "name": TRAINING_VIEW_NAME,
+        "createdAt": previous.get("createdAt", now),
+        "updatedAt": now,
+        "state": state,
+    }
     client.set_experiment_tag(experiment_id, tag, json.dumps(envelope))
 
 
@@ -123,7 +171,7 @@ def saved_training_view(client: MlflowClient, experiment_id: str) -> dict[str, A
     state = _saved_view(client.get_experiment(experiment_id).tags.get(tag)).get("state", "")
     if not state.startswith(DEFLATED):
         return {}
-    return json.loads(zlib.decompress(base64.b64decode(state[len(DEFLATED):])))
+    return json.loads(zlib.decompress(base64.b64decode(state[len(DEFLATED) :])))
 
 
 def _deflated(state: dict[str, Any]) -> str:
@@ -153,8 +201,10 @@ def refresh_training_view(client: MlflowClient, experiment_id: str) -> None:
     """The training view over the metrics all the experiment's runs logged so far (the downstream
     metrics' names are known only once runs logged them)."""
     from mlflow.utils import get_results_from_paginated_fn
+
     runs = get_results_from_paginated_fn(
-        lambda count, token: client.search_runs([experiment_id], max_results=count, page_token=token), 1000)
+        lambda count, token: client.search_runs([experiment_id], max_results=count, page_token=token), 1000
+    )
     write_training_view(client, experiment_id, set().union(*(run.data.metrics for run in runs)))
 
 

@@ -13,14 +13,16 @@ sweep or benchmark trial's own process), with the same ``ray.train`` API but no 
 placement group, worker actor or process group, and no Ray cluster needed. What local mode lacks
 is done here: checkpoints (``worker``), and ``ray.max_failures`` restarts from the latest one.
 """
+
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import ray
 import torch
@@ -32,7 +34,8 @@ from .. import contract
 from ..config import DownstreamJob, ExperimentConfig, flatten
 from . import faults, progress, ray_process
 from .dashboard import add_to_training_view
-from .preflight.resources import check_cluster_resources, worker_bundle
+from .preflight.cluster import check_cluster_resources
+from .preflight.resources import worker_bundle
 from .tracking import RunLogger, client_for, close_runs_of_dead_drivers_in, latest_run, start_or_resume_run
 from .worker import EPOCHS_ENDED_UNIX, LOCAL_MODE, ON_EPOCH, train_loop_per_worker
 
@@ -45,8 +48,8 @@ PREEMPTION_WATCHER_ENV = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"
 @dataclass
 class TrainResult:
     run_id: str
-    metrics: dict[str, Any]     # rank 0's last report (final epoch)
-    wallclock_s: float          # driver's view: Ray scheduling, worker start-up and training
+    metrics: dict[str, Any]  # rank 0's last report (final epoch)
+    wallclock_s: float  # driver's view: Ray scheduling, worker start-up and training
     resumed: bool
 
 
@@ -58,19 +61,26 @@ class PipelineResult:
 
 # --- the driver ---------------------------------------------------------------------------------
 
+
 def run_pipeline(cfg: ExperimentConfig, **train_options) -> PipelineResult:
     """``train(cfg)``, then ``cfg.downstream`` on its weights."""
     training = train(cfg, **train_options)
     result = PipelineResult(training)
     if cfg.downstream:
-        result.downstream = run_downstream(cfg, training.run_id, train_options.get("console", progress.Console()))
+        result.downstream = run_downstream(cfg, training.run_id, train_options.get("console", progress.DEFAULT_CONSOLE))
     return result
 
 
-def train(cfg: ExperimentConfig, *, parent_run_id: str | None = None, role: str = contract.ROLE_RUN,
-          extra_tags: dict[str, str] | None = None, callbacks: list | None = None,
-          on_epoch: Callable[[dict[str, Any]], None] | None = None,
-          console: progress.Console = progress.Console()) -> TrainResult:
+def train(
+    cfg: ExperimentConfig,
+    *,
+    parent_run_id: str | None = None,
+    role: str = contract.ROLE_RUN,
+    extra_tags: dict[str, str] | None = None,
+    callbacks: list | None = None,
+    on_epoch: Callable[[dict[str, Any]], None] | None = None,
+    console: progress.Console = progress.DEFAULT_CONSOLE,
+) -> TrainResult:
     """One training run on Ray Train, recorded as one MLflow run. Re-running with the same name
     and storage path resumes from the latest checkpoint into the same MLflow run. ``callbacks``:
     Ray Train's (a sweep trial's ``TuneReportCallback``), which run for real workers only;
@@ -84,8 +94,14 @@ def train(cfg: ExperimentConfig, *, parent_run_id: str | None = None, role: str 
         log_file = progress.log_path(cfg.ray.storage_path, cfg.name)
         with progress.captured_output(console, log_file) as terminal:
             name = (extra_tags or {}).get(contract.TAG_RUN_NAME, cfg.name)
-            line = progress.RunProgress(console, terminal, name, cfg.train.epochs, log_file,
-                                        phase="setting up" if cfg.ray.num_workers == 0 else "starting Ray workers")
+            line = progress.RunProgress(
+                console,
+                terminal,
+                name,
+                cfg.train.epochs,
+                log_file,
+                phase="setting up" if cfg.ray.num_workers == 0 else "starting Ray workers",
+            )
             return _train(cfg, parent_run_id, role, extra_tags, callbacks, on_epoch, line)
 
 
@@ -99,8 +115,15 @@ def worker_env_vars(console: progress.Console) -> dict[str, str]:
     return env
 
 
-def _train(cfg: ExperimentConfig, parent_run_id: str | None, role: str, extra_tags: dict[str, str] | None,
-           callbacks: list | None, on_epoch: Callable | None, line: progress.RunProgress) -> TrainResult:
+def _train(
+    cfg: ExperimentConfig,
+    parent_run_id: str | None,
+    role: str,
+    extra_tags: dict[str, str] | None,
+    callbacks: list | None,
+    on_epoch: Callable | None,
+    line: progress.RunProgress,
+) -> TrainResult:
     local = cfg.ray.num_workers == 0
     try:
         ray_init_s = 0.0 if local else ensure_ray(cfg)  # before the MLflow run: the cluster check needs Ray
@@ -116,26 +139,38 @@ def _train(cfg: ExperimentConfig, parent_run_id: str | None, role: str, extra_ta
     start = time.perf_counter() - ray_init_s  # the wall-clock still counts Ray's start-up
     try:
         line.follow(run)
-        payload = {"config": cfg.model_dump(mode="json"), "run_id": run_id, "tracking_uri": cfg.mlflow.tracking_uri,
-                   "fit_started_unix": time.time(), "driver": faults.driver_identity()}
+        payload = {
+            "config": cfg.model_dump(mode="json"),
+            "run_id": run_id,
+            "tracking_uri": cfg.mlflow.tracking_uri,
+            "fit_started_unix": time.time(),
+            "driver": faults.driver_identity(),
+        }
         if local:  # in-process: a callable travels as it is
             payload |= {LOCAL_MODE: True, ON_EPOCH: on_epoch}
             # the level LoggingConfig gives workers, here Train's loggers in this process: no INFO
             # lines per report nor "Running in local mode" per run
             logging.getLogger("ray.train").setLevel(logging.WARNING)
         trainer = TorchTrainer(
-            train_loop_per_worker, train_loop_config=payload,
-            scaling_config=ScalingConfig(num_workers=cfg.ray.num_workers, use_gpu=cfg.ray.use_gpu,
-                                         resources_per_worker=None if local else worker_bundle(cfg),
-                                         placement_strategy=cfg.ray.placement_strategy),
+            train_loop_per_worker,
+            train_loop_config=payload,
+            scaling_config=ScalingConfig(
+                num_workers=cfg.ray.num_workers,
+                use_gpu=cfg.ray.use_gpu,
+                resources_per_worker=None if local else worker_bundle(cfg),
+                placement_strategy=cfg.ray.placement_strategy,
+            ),
             run_config=RunConfig(
-                name=cfg.name, storage_path=cfg.ray.storage_path, callbacks=None if local else callbacks,
+                name=cfg.name,
+                storage_path=cfg.ray.storage_path,
+                callbacks=None if local else callbacks,
                 failure_config=FailureConfig(max_failures=cfg.ray.max_failures),
                 checkpoint_config=CheckpointConfig(num_to_keep=cfg.ray.checkpoints_to_keep),
                 # Train's per-report INFO lines would drown the epoch summaries; Train V2's print
                 # patch would echo every worker print twice.
                 logging_config=LoggingConfig(log_level="WARNING"),
-                worker_runtime_env={"env_vars": worker_env_vars(line.console)}),
+                worker_runtime_env={"env_vars": worker_env_vars(line.console)},
+            ),
         )
         try:
             result = fit_locally(trainer, cfg, line) if local else trainer.fit()
@@ -175,13 +210,18 @@ def fit_locally(trainer: TorchTrainer, cfg: ExperimentConfig, line: progress.Run
             try:
                 return trainer.fit()
             except Exception as error:
-                if (isinstance(error, faults.NOT_RETRYABLE) or faults.recorded_fatal(cfg)
-                        or restarts == cfg.ray.max_failures):
+                if (
+                    isinstance(error, faults.NOT_RETRYABLE)
+                    or faults.recorded_fatal(cfg)
+                    or restarts == cfg.ray.max_failures
+                ):
                     raise
                 restarts += 1
                 limit = "no limit" if cfg.ray.max_failures < 0 else f"of {cfg.ray.max_failures}"
-                line.event(f"{cfg.name} failed ({type(error).__name__}: {error}); restarting from its latest "
-                           f"checkpoint in this process (restart {restarts} {limit}, ray.max_failures)")
+                line.event(
+                    f"{cfg.name} failed ({type(error).__name__}: {error}); restarting from its latest "
+                    f"checkpoint in this process (restart {restarts} {limit}, ray.max_failures)"
+                )
     finally:
         torch.set_num_threads(threads)
 
@@ -214,25 +254,30 @@ def use_cluster_token() -> None:
     connects with ray.init(address=...) only sends it with RAY_AUTH_MODE=token; Ray's helper
     sets that (and refreshes Ray's cached config) when a token exists and no mode was chosen."""
     try:
-        from ray._private.authentication.authentication_token_setup import (
-            maybe_enable_token_auth_if_token_available)
+        from ray._private.authentication.authentication_token_setup import maybe_enable_token_auth_if_token_available
     except ImportError:  # a Ray without token auth
         return
     maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
-def driver_metrics(run: RunLogger, wallclock: float, ray_init_s: float,
-                   teardown_s: float, metrics: dict[str, Any]) -> list[Metric]:
+def driver_metrics(
+    run: RunLogger, wallclock: float, ray_init_s: float, teardown_s: float, metrics: dict[str, Any]
+) -> list[Metric]:
     """The run's fixed cost, split: before the first epoch (Ray init, worker start, the worker's
     set-up) and after the last (final logs and checkpoint, worker shutdown)."""
     logged = run.get().data.metrics
     startup = ray_init_s + logged.get(contract.TIME_WORKER_START, 0.0) + logged.get(contract.TIME_SETUP, 0.0)
     now = int(time.time() * 1000)
-    values = {contract.TIME_WALLCLOCK: wallclock, contract.TIME_RAY_INIT: ray_init_s,
-              contract.TIME_STARTUP: startup, contract.TIME_TEARDOWN: teardown_s,
-              # Ray's fixed cost: everything the driver waited for that was not an epoch (nor a kernel)
-              contract.TIME_RAY_OVERHEAD: wallclock - float(metrics.get(contract.TIME_TOTAL, 0.0))
-              - float(metrics.get(contract.TIME_ANTK, 0.0))}
+    values = {
+        contract.TIME_WALLCLOCK: wallclock,
+        contract.TIME_RAY_INIT: ray_init_s,
+        contract.TIME_STARTUP: startup,
+        contract.TIME_TEARDOWN: teardown_s,
+        # Ray's fixed cost: everything the driver waited for that was not an epoch (nor a kernel)
+        contract.TIME_RAY_OVERHEAD: wallclock
+        - float(metrics.get(contract.TIME_TOTAL, 0.0))
+        - float(metrics.get(contract.TIME_ANTK, 0.0)),
+    }
     return [Metric(k, v, now, 0) for k, v in values.items()]
 
 
@@ -242,25 +287,39 @@ def driver_metrics(run: RunLogger, wallclock: float, ray_init_s: float,
 # receives each job's final metrics as ``downstream.<job>.<metric>``, so a table reads one row per
 # pretraining configuration. Jobs that already finished (a resumed sweep, a re-run) are read back.
 
-def run_downstream(cfg: ExperimentConfig, pretraining_run_id: str,
-                   console: progress.Console = progress.Console()) -> dict[str, float]:
+
+def run_downstream(
+    cfg: ExperimentConfig, pretraining_run_id: str, console: progress.Console = progress.DEFAULT_CONSOLE
+) -> dict[str, float]:
     """Every downstream job of ``cfg`` on the weights of ``pretraining_run_id``; their final
     metrics, also logged on the pretraining run."""
     check_exported(cfg.mlflow.tracking_uri, pretraining_run_id)
     finals: dict[str, float] = {}
     for job in cfg.downstream:
         job_cfg = job_experiment(cfg, job, pretraining_run_id)
-        print(f"[attent] downstream job {job.name}: {job_cfg.task.name}, {job_cfg.train.epochs} epochs, "
-              f"on run {pretraining_run_id}", flush=True)
+        print(
+            f"[attent] downstream job {job.name}: {job_cfg.task.name}, {job_cfg.train.epochs} epochs, "
+            f"on run {pretraining_run_id}",
+            flush=True,
+        )
         done = latest_run(job_cfg)
         if done is not None and done.info.status == "FINISHED":
             metrics = dict(done.data.metrics)
         else:
-            metrics = train(job_cfg, parent_run_id=pretraining_run_id, role=contract.ROLE_DOWNSTREAM,
-                            extra_tags={contract.TAG_PRETRAINING_RUN: pretraining_run_id,
-                                        contract.TAG_DOWNSTREAM_JOB: job.name}, console=console).metrics
-        finals.update({contract.downstream_metric(job.name, k[len(contract.EVAL_PREFIX):]): float(v)
-                       for k, v in metrics.items() if k.startswith(contract.EVAL_PREFIX)})
+            metrics = train(
+                job_cfg,
+                parent_run_id=pretraining_run_id,
+                role=contract.ROLE_DOWNSTREAM,
+                extra_tags={contract.TAG_PRETRAINING_RUN: pretraining_run_id, contract.TAG_DOWNSTREAM_JOB: job.name},
+                console=console,
+            ).metrics
+        finals.update(
+            {
+                contract.downstream_metric(job.name, k[len(contract.EVAL_PREFIX) :]): float(v)
+                for k, v in metrics.items()
+                if k.startswith(contract.EVAL_PREFIX)
+            }
+        )
     now = int(time.time() * 1000)
     client = client_for(cfg.mlflow.tracking_uri)
     client.log_batch(pretraining_run_id, metrics=[Metric(k, v, now, cfg.train.epochs) for k, v in finals.items()])
@@ -282,12 +341,17 @@ def job_experiment(cfg: ExperimentConfig, job: DownstreamJob, pretraining_run_id
 def check_exported(tracking_uri: str, run_id: str) -> None:
     """Refuse, before any worker starts, a run that does not exist or exported no weights."""
     from mlflow.exceptions import MlflowException
+
     client = client_for(tracking_uri)
     try:
         client.get_run(run_id)
     except MlflowException:
-        raise ValueError(f"no MLflow run {run_id!r} in {tracking_uri}: give the pretraining run's id "
-                         "(attent train prints it; the MLflow UI shows it)") from None
+        raise ValueError(
+            f"no MLflow run {run_id!r} in {tracking_uri}: give the pretraining run's id "
+            "(attent train prints it; the MLflow UI shows it)"
+        ) from None
     if not client.list_artifacts(run_id, contract.PRETRAINED_ARTIFACT):
-        raise FileNotFoundError(f"run {run_id} has no {contract.PRETRAINED_ARTIFACT}/ artifact: it did "
-                                "not finish, or its task exports no weights for downstream jobs")
+        raise FileNotFoundError(
+            f"run {run_id} has no {contract.PRETRAINED_ARTIFACT}/ artifact: it did "
+            "not finish, or its task exports no weights for downstream jobs"
+        )

@@ -9,6 +9,7 @@
   driver of the same run refuses while one is alive (``run_lock``);
 - **injected failures** (``fault:`` in a config) to exercise restarts.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -18,8 +19,8 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from ..config import ExperimentConfig
 from ..tasks.config import DataError
@@ -83,20 +84,26 @@ def process_identity() -> dict[str, object]:
     start time (a pid the system hands out again belongs to a process started later), and its
     process table (Linux: the boot and pid namespace, so two containers sharing a host name, as
     Docker's --network host gives them, never take each other's pids for their own)."""
-    return {"host": socket.gethostname(), "pid": os.getpid(), "started": process_start_time(os.getpid()),
-            "process_table": process_table()}
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "started": process_start_time(os.getpid()),
+        "process_table": process_table(),
+    }
 
 
 def driver_identity() -> dict[str, object]:
     """Who the driver is, for its workers' watchdog, a second driver's refusal and the MLflow
     run's tag (``contract.TAG_DRIVER``)."""
     import ray.util
+
     return {**process_identity(), "node_ip": ray.util.get_node_ip_address()}
 
 
 def process_start_time(pid: int) -> float | None:
     """When the process started (seconds since the epoch), None if there is no such process."""
     import psutil
+
     try:
         return psutil.Process(pid).create_time()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -140,6 +147,7 @@ def watch_driver(driver: dict[str, object] | None) -> None:
     is gone: Ray tears a dead driver's actors down only after its own timeouts, and until then
     the workers would go on training and logging into the run. Workers on other nodes rely on Ray."""
     import ray.util
+
     if not driver or driver.get("node_ip") != ray.util.get_node_ip_address():
         return
     pid = int(driver["pid"])
@@ -179,9 +187,11 @@ def run_lock(cfg: ExperimentConfig) -> Iterator[None]:
         except BlockingIOError:
             handle.seek(0)
             holder = handle.read().strip() or "another process"
-            raise RunFault(f"run {cfg.name} is being trained by another `attent train` ({holder}) into the same "
-                           f"checkpoints ({folder}) and MLflow run; nothing was started. Fix: wait for it to end, "
-                           "stop it, or give this run another name") from None
+            raise RunFault(
+                f"run {cfg.name} is being trained by another `attent train` ({holder}) into the same "
+                f"checkpoints ({folder}) and MLflow run; nothing was started. Fix: wait for it to end, "
+                "stop it, or give this run another name"
+            ) from None
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}")

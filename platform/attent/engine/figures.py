@@ -1,6 +1,7 @@
 """Figures of one training run, logged to MLflow as PNG artifacts. Built with matplotlib's object
 API, as the reports' are: no pyplot, so no backend to select and no global figure registry that a
 long-lived process (a local-mode sweep's trial, a user's notebook) must remember to close."""
+
 from __future__ import annotations
 
 from matplotlib.figure import Figure
@@ -38,8 +39,12 @@ def training_figures(history: list[dict[str, float]], selections, label: str) ->
     ax.step(epochs, [row["selected_ratio"] for row in history], where="mid", marker="o", label="selected ratio")
     for record in selections:
         ax.axvline(record.epoch + 1, color="grey", alpha=0.3, linewidth=1)
-    ax.set(xlabel="epoch (grey: re-selection)", ylabel="fraction of training set", ylim=(0, 1.05),
-           title=f"Selected ratio — {label}")
+    ax.set(
+        xlabel="epoch (grey: re-selection)",
+        ylabel="fraction of training set",
+        ylim=(0, 1.05),
+        title=f"Selected ratio — {label}",
+    )
     figs["selected_ratio"] = fig
 
     fig = Figure(figsize=(6, 4))
@@ -52,11 +57,13 @@ def training_figures(history: list[dict[str, float]], selections, label: str) ->
     return figs
 
 
-def antk_figures(epochs: list[int], kernels: list, drift: dict[str, list[float]],
-                 heatmap_epochs: list[int]) -> dict[str, Figure]:
+def antk_figures(
+    epochs: list[int], kernels: list, drift: dict[str, list[float]], heatmap_epochs: list[int]
+) -> dict[str, Figure]:
     """The probe-set kernels at ``heatmap_epochs`` (0-based, each with its own colour scale: the
     kernel's scale grows as it settles) and the drift per tracked epoch, keyed by artifact file."""
     from .. import contract
+
     figs = {}
     shown = [(e, k) for e, k in zip(epochs, kernels) if e in heatmap_epochs]
     fig = Figure(figsize=(4 * len(shown), 3.6))

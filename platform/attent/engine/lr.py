@@ -6,6 +6,7 @@ decay over epoch progress keeps the learning-rate curve of a selection run the s
 the full-data run it is compared with; only the number of updates per epoch differs. It also
 makes the schedule stateless: a resumed run recomputes it exactly.
 """
+
 from __future__ import annotations
 
 import math

@@ -9,6 +9,7 @@ that the run resumed from a checkpoint and which checkpoints it skipped (the wor
 about them go to the log). ``Console.stream()`` (the library's default, and ``attent --verbose``)
 changes nothing: every line as Ray forwards it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -18,9 +19,10 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 from .. import contract
 
@@ -34,7 +36,7 @@ class Console:
     mode: str = STREAM  # live | plain | stream
 
     @classmethod
-    def for_cli(cls, verbose: bool) -> "Console":
+    def for_cli(cls, verbose: bool) -> Console:
         """live on a terminal, plain lines otherwise; --verbose streams everything as before."""
         if verbose:
             return cls(STREAM)
@@ -43,6 +45,9 @@ class Console:
     @property
     def quiet(self) -> bool:
         return self.mode != STREAM
+
+
+DEFAULT_CONSOLE = Console()  # a run's lines as they come (what a caller in-process gets)
 
 
 def log_path(storage_path: str, name: str) -> Path:
@@ -89,8 +94,15 @@ class RunProgress:
     training loss and evaluation metrics of the latest one, elapsed time and the ETA. ``phase``:
     what the line says until the first epoch (in Ray Train's local mode no worker starts)."""
 
-    def __init__(self, console: Console, terminal: IO[str] | None, name: str, epochs: int,
-                 log_file: Path | None = None, phase: str = "starting Ray workers"):
+    def __init__(
+        self,
+        console: Console,
+        terminal: IO[str] | None,
+        name: str,
+        epochs: int,
+        log_file: Path | None = None,
+        phase: str = "starting Ray workers",
+    ):
         self.console, self.terminal, self.name, self.epochs = console, terminal, name, epochs
         self.log_file = log_file if terminal is not None else None  # where the libraries' output went
         self.started = time.perf_counter()
@@ -105,9 +117,16 @@ class RunProgress:
         self._skipped_seen: str | None = None
         if terminal is not None and console.mode == LIVE:
             from tqdm import tqdm
-            self._bar = tqdm(total=epochs, desc=name, unit="epoch", file=terminal, ncols=width(terminal),
-                             # the ETA is the epochs' own pace (postfix), not one that counts Ray's start-up
-                             bar_format="{desc} {n_fmt}/{total_fmt} epochs |{bar:12}| {elapsed}{postfix}")
+
+            self._bar = tqdm(
+                total=epochs,
+                desc=name,
+                unit="epoch",
+                file=terminal,
+                ncols=width(terminal),
+                # the ETA is the epochs' own pace (postfix), not one that counts Ray's start-up
+                bar_format="{desc} {n_fmt}/{total_fmt} epochs |{bar:12}| {elapsed}{postfix}",
+            )
             self._bar.set_postfix_str(phase)  # until set-up ends
 
     def follow(self, handle) -> None:
@@ -130,6 +149,7 @@ class RunProgress:
                     run = handle.get()
                     self.notice(client, run)
                     self.update(run.data.metrics)
+
         self._thread = threading.Thread(target=poll, name=f"progress-{handle.run_id[:8]}", daemon=True)
         self._thread.start()
 
@@ -149,8 +169,11 @@ class RunProgress:
             self._bar.update(epoch - self.epoch_seen)
             self._bar.set_postfix_str(shown)
         else:
-            print(f"{self.name} epoch {epoch}/{self.epochs}: {shown}, elapsed {clock(now - self.started)}",
-                  file=self.terminal, flush=True)
+            print(
+                f"{self.name} epoch {epoch}/{self.epochs}: {shown}, elapsed {clock(now - self.started)}",
+                file=self.terminal,
+                flush=True,
+            )
         self.epoch_seen = epoch
 
     def notice(self, client, run) -> None:
@@ -165,7 +188,7 @@ class RunProgress:
             self._skipped_seen = skipped
             for path, why in skipped_checkpoints(skipped):
                 self.event(f"skipped checkpoint {path}: {why}" if why else f"skipped checkpoint {path}")
-        new = restores(client, run)[self._restores_seen:]
+        new = restores(client, run)[self._restores_seen :]
         self._restores_seen += len(new)
         for epoch in new:
             self.event(f"resumed {self.name} from its epoch-{epoch} checkpoint")
@@ -222,8 +245,11 @@ def summary(metrics: dict[str, float]) -> str:
     parts = []
     if contract.TRAIN_LOSS in metrics:
         parts.append(f"loss {metrics[contract.TRAIN_LOSS]:.4f}")
-    parts += [f"{k[len(contract.EVAL_PREFIX):]} {v:.4f}" for k, v in sorted(metrics.items())
-              if k.startswith(contract.EVAL_PREFIX) and not math.isnan(v)]
+    parts += [
+        f"{k[len(contract.EVAL_PREFIX) :]} {v:.4f}"
+        for k, v in sorted(metrics.items())
+        if k.startswith(contract.EVAL_PREFIX) and not math.isnan(v)
+    ]
     return ", ".join(parts)
 
 

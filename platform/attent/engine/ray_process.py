@@ -2,6 +2,7 @@
 (``runtime_env.worker_process_setup_hook``). Ray imports this module in each of them — Train's
 controller and helper actors as well as the training workers — so it imports nothing but Ray:
 the engine's modules (torch, MLflow) there cost every such process seconds of CPU per run."""
+
 from __future__ import annotations
 
 import os

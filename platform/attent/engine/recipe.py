@@ -7,14 +7,16 @@ and logs it):
 ``train_one_epoch`` feeds the teacher the per-sample losses of its own forwards; ``record`` sums
 the epoch over ranks into the run's counters. The recipe knows nothing about any particular task.
 """
+
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import itertools
 import math
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -42,6 +44,7 @@ SCORING_BATCH_FACTOR = {"cpu": 2, "cuda": 4}
 @dataclass(frozen=True)
 class WorkerContext:
     """Where this copy of the recipe runs."""
+
     rank: int = 0
     world_size: int = 1
     device: torch.device = torch.device("cpu")
@@ -58,19 +61,25 @@ class WorkerContext:
 @dataclass
 class EpochStats:
     """One epoch's training, summed over this rank (``all_reduce`` sums over ranks)."""
+
     loss_sum: float = 0.0
-    seen: int = 0        # samples back-propagated
-    scored: int = 0      # samples forwarded by scoring passes
-    steps: int = 0       # optimiser steps
+    seen: int = 0  # samples back-propagated
+    scored: int = 0  # samples forwarded by scoring passes
+    steps: int = 0  # optimiser steps
     component_sums: list[float] = dataclasses.field(default_factory=list)  # per loss component
 
 
 def resolve_optimizer(spec: OptimizerSpec, cfg: ExperimentConfig) -> OptimizerSpec:
     """The task's defaults with every ``train:`` field the user set on top."""
     train = cfg.train
-    chosen = {"lr": train.lr, "weight_decay": train.weight_decay, "betas": train.betas,
-              "schedule": train.schedule, "warmup_ratio": train.warmup_ratio,
-              "global_batch_size": train.global_batch_size}
+    chosen = {
+        "lr": train.lr,
+        "weight_decay": train.weight_decay,
+        "betas": train.betas,
+        "schedule": train.schedule,
+        "warmup_ratio": train.warmup_ratio,
+        "global_batch_size": train.global_batch_size,
+    }
     return dataclasses.replace(spec, **{k: v for k, v in chosen.items() if v is not None})
 
 
@@ -100,25 +109,41 @@ class TrainingRecipe:
         self.raw_model = getattr(self.model, "module", self.model)
         self.optim = resolve_optimizer(self.task.optimizer_spec(), cfg)
         per_step = cfg.train.batch_size * ctx.world_size
-        self.accumulation = max(1, math.ceil(self.optim.global_batch_size / per_step)) \
-            if self.optim.global_batch_size else 1
+        self.accumulation = (
+            max(1, math.ceil(self.optim.global_batch_size / per_step)) if self.optim.global_batch_size else 1
+        )
         groups = self.task.parameter_groups(self.raw_model, self.optim.weight_decay)
         # Gathered once, not per step: a walk of the LoRA model takes 2 ms, ~1 % of an H100 step
         self.trainable = self.task.trainable_parameters(self.raw_model)
-        self.optimizer = torch.optim.AdamW(groups, lr=self.optim.lr, betas=self.optim.betas,
-                                           eps=self.optim.eps)
-        self.teacher = Teacher(len(self.train_set), cfg.selection, cfg.train.epochs, seed=cfg.seed,
-                               groups=self.task.group_labels(), components=len(self.task.loss_components))
-        self.loader = DataLoader(self.train_set, batch_size=cfg.train.batch_size,
-                                 collate_fn=self.task.collate, num_workers=cfg.train.loader_workers,
-                                 sampler=SubsetSampler(self.teacher, ctx.rank, ctx.world_size, seed=cfg.seed))
-        self.antk = antk.tracker_for(cfg, self.task, self.raw_model, ctx.rank, ctx.device)  # None unless antk.enabled, rank 0
+        self.optimizer = torch.optim.AdamW(groups, lr=self.optim.lr, betas=self.optim.betas, eps=self.optim.eps)
+        self.teacher = Teacher(
+            len(self.train_set),
+            cfg.selection,
+            cfg.train.epochs,
+            seed=cfg.seed,
+            groups=self.task.group_labels(),
+            components=len(self.task.loss_components),
+        )
+        self.loader = DataLoader(
+            self.train_set,
+            batch_size=cfg.train.batch_size,
+            collate_fn=self.task.collate,
+            num_workers=cfg.train.loader_workers,
+            sampler=SubsetSampler(self.teacher, ctx.rank, ctx.world_size, seed=cfg.seed),
+        )
+        self.antk = antk.tracker_for(
+            cfg, self.task, self.raw_model, ctx.rank, ctx.device
+        )  # None unless antk.enabled, rank 0
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint holds: trainable weights, optimiser, teacher, counters (and kernels)."""
-        return {"model": checkpoint.trainable_state(self.raw_model), "optimizer": self.optimizer.state_dict(),
-                "teacher": self.teacher.state_dict(), "progress": asdict(self.counters),
-                **({antk.STATE_KEY: self.antk.state_dict()} if self.antk else {})}
+        return {
+            "model": checkpoint.trainable_state(self.raw_model),
+            "optimizer": self.optimizer.state_dict(),
+            "teacher": self.teacher.state_dict(),
+            "progress": asdict(self.counters),
+            **({antk.STATE_KEY: self.antk.state_dict()} if self.antk else {}),
+        }
 
     def restore(self, saved: dict[str, Any]) -> None:
         checkpoint.load_trainable_state(self.raw_model, saved["model"])
@@ -185,7 +210,10 @@ class TrainingRecipe:
                 if losses.ndim == 2:  # components: summed into the score, weighed by the teacher into the loss
                     sums = losses.detach().float().sum(dim=0).tolist()
                     stats.component_sums = [a + b for a, b in zip(stats.component_sums or [0.0] * len(sums), sums)]
-                    losses, scores = losses @ teacher.component_weights.to(losses.device, losses.dtype), losses.sum(dim=1)
+                    losses, scores = (
+                        losses @ teacher.component_weights.to(losses.device, losses.dtype),
+                        losses.sum(dim=1),
+                    )
                 weights = teacher.loss_weights[batch["index"].cpu()].to(losses.device, losses.dtype)
                 last = position == len(window) - 1  # DDP all-reduces the gradients there only
                 with contextlib.nullcontext() if last or not ctx.distributed else self.model.no_sync():
@@ -203,8 +231,10 @@ class TrainingRecipe:
             stats.seen += in_window
             stats.steps += 1
             if steps >= 8 and step % max(1, steps // 4) == 0 and step < steps:
-                ctx.log(f"  epoch {epoch + 1}/{cfg.train.epochs}: {step}/{steps} steps, "
-                        f"loss {stats.loss_sum / max(stats.seen, 1):.4f}")
+                ctx.log(
+                    f"  epoch {epoch + 1}/{cfg.train.epochs}: {step}/{steps} steps, "
+                    f"loss {stats.loss_sum / max(stats.seen, 1):.4f}"
+                )
         teacher.end_epoch()
         return stats
 
@@ -213,25 +243,35 @@ class TrainingRecipe:
             return {}
         self.raw_model.eval()
         with torch.no_grad(), self.amp():
-            metrics = self.task.evaluate(self.raw_model, rank=self.ctx.rank, world_size=self.ctx.world_size,
-                                         progress=self.ctx.log)
+            metrics = self.task.evaluate(
+                self.raw_model, rank=self.ctx.rank, world_size=self.ctx.world_size, progress=self.ctx.log
+            )
         return {contract.EVAL_PREFIX + k: v for k, v in metrics.items()}
 
     def record(self, epoch: int, stats: EpochStats, evals: dict[str, float], checksum: float) -> dict[str, float]:
         """Sum the epoch over ranks into the counters; the epoch's metrics row."""
         loss_sum, seen, scored, *component_sums = all_reduce(
-            [stats.loss_sum, stats.seen, stats.scored, *stats.component_sums], self.ctx)
+            [stats.loss_sum, stats.seen, stats.scored, *stats.component_sums], self.ctx
+        )
         counters = self.counters
-        counters.samples_backpropagated += self.teacher.subset.numel()  # distinct: the padding that evens out ranks is not counted
+        counters.samples_backpropagated += (
+            self.teacher.subset.numel()
+        )  # distinct: the padding that evens out ranks is not counted
         counters.samples_forwarded += int(seen + scored)
         counters.optimizer_steps += stats.steps
         counters.next_epoch = epoch + 1
-        row = {"epoch": epoch + 1, contract.TRAIN_LOSS: loss_sum / max(seen, 1),
-               contract.SELECTED_RATIO: self.teacher.selected_ratio,
-               contract.SAMPLES_FORWARDED: counters.samples_forwarded,
-               contract.SAMPLES_BACKPROPAGATED: counters.samples_backpropagated,
-               contract.SUBSET_CHECKSUM: checksum, **counters.time_metrics(), **evals,
-               **self.component_metrics(component_sums, seen), **self.pick_metrics()}
+        row = {
+            "epoch": epoch + 1,
+            contract.TRAIN_LOSS: loss_sum / max(seen, 1),
+            contract.SELECTED_RATIO: self.teacher.selected_ratio,
+            contract.SAMPLES_FORWARDED: counters.samples_forwarded,
+            contract.SAMPLES_BACKPROPAGATED: counters.samples_backpropagated,
+            contract.SUBSET_CHECKSUM: checksum,
+            **counters.time_metrics(),
+            **evals,
+            **self.component_metrics(component_sums, seen),
+            **self.pick_metrics(),
+        }
         counters.history.append(row)
         return row
 
@@ -240,14 +280,16 @@ class TrainingRecipe:
         savings, selected ratios, optimiser steps and the last epoch's evaluation."""
         counters, epochs = self.counters, self.cfg.train.epochs
         ratios = [row[contract.SELECTED_RATIO] for row in counters.history]
-        return {**counters.time_metrics(),
-                contract.SAMPLES_FORWARDED: counters.samples_forwarded,
-                contract.SAMPLES_BACKPROPAGATED: counters.samples_backpropagated,
-                contract.SAMPLE_SAVING: 1.0 - counters.samples_backpropagated / (len(self.train_set) * epochs),
-                contract.MEAN_SELECTED_RATIO: sum(ratios) / len(ratios),
-                contract.MAX_SELECTED_RATIO: max(ratios),
-                contract.OPTIMIZER_STEPS: counters.optimizer_steps,
-                **{k: v for k, v in counters.history[-1].items() if k.startswith(contract.EVAL_PREFIX)}}
+        return {
+            **counters.time_metrics(),
+            contract.SAMPLES_FORWARDED: counters.samples_forwarded,
+            contract.SAMPLES_BACKPROPAGATED: counters.samples_backpropagated,
+            contract.SAMPLE_SAVING: 1.0 - counters.samples_backpropagated / (len(self.train_set) * epochs),
+            contract.MEAN_SELECTED_RATIO: sum(ratios) / len(ratios),
+            contract.MAX_SELECTED_RATIO: max(ratios),
+            contract.OPTIMIZER_STEPS: counters.optimizer_steps,
+            **{k: v for k, v in counters.history[-1].items() if k.startswith(contract.EVAL_PREFIX)},
+        }
 
     def pick_metrics(self) -> dict[str, float]:
         """How hard the pick in force is and how much it shares with the one before (absent
@@ -255,9 +297,15 @@ class TrainingRecipe:
         if not self.teacher.history:
             return {}
         last = self.teacher.history[-1]
-        return {name: value for name, value in ((contract.SELECTION_HARDNESS, last.hardness),
-                                                (contract.SELECTION_OVERLAP, last.overlap),
-                                                (contract.SCORE_AGREEMENT, last.score_agreement)) if value == value}
+        return {
+            name: value
+            for name, value in (
+                (contract.SELECTION_HARDNESS, last.hardness),
+                (contract.SELECTION_OVERLAP, last.overlap),
+                (contract.SCORE_AGREEMENT, last.score_agreement),
+            )
+            if value == value
+        }
 
     def component_metrics(self, sums: list[float], seen: float) -> dict[str, float]:
         """Each loss component's mean training loss this epoch, and its weight in the loss."""
@@ -265,8 +313,10 @@ class TrainingRecipe:
         if not names or not sums:
             return {}
         weights = self.teacher.component_weights.tolist()
-        return {**{contract.component_loss_metric(n): s / max(seen, 1) for n, s in zip(names, sums)},
-                **{contract.component_weight_metric(n): w for n, w in zip(names, weights)}}
+        return {
+            **{contract.component_loss_metric(n): s / max(seen, 1) for n, s in zip(names, sums)},
+            **{contract.component_weight_metric(n): w for n, w in zip(names, weights)},
+        }
 
 
 class ScoringPass:
@@ -282,8 +332,13 @@ class ScoringPass:
         dataset = r.task.scoring_dataset()
         shard = shard_indices(indices, r.ctx.rank, r.ctx.world_size, shuffle=False)
         factor = SCORING_BATCH_FACTOR.get(r.ctx.device.type, 2)
-        loader = DataLoader(dataset, batch_size=r.cfg.train.scoring_batch_size or factor * r.cfg.train.batch_size,
-                            sampler=shard.tolist(), collate_fn=r.task.collate, num_workers=r.cfg.train.loader_workers)
+        loader = DataLoader(
+            dataset,
+            batch_size=r.cfg.train.scoring_batch_size or factor * r.cfg.train.batch_size,
+            sampler=shard.tolist(),
+            collate_fn=r.task.collate,
+            num_workers=r.cfg.train.loader_workers,
+        )
         was_training = r.raw_model.training
         r.raw_model.eval()
         with torch.inference_mode(), r.amp(r.cfg.train.scoring_precision):
@@ -297,12 +352,15 @@ class ScoringPass:
 
 def format_row(row: dict[str, float], epochs: int) -> str:
     """An epoch's metrics row as the one line a run prints per epoch."""
-    evals = "".join(f"{k[len(contract.EVAL_PREFIX):]} {v:.4f}, " for k, v in row.items()
-                    if k.startswith(contract.EVAL_PREFIX))
-    return (f"epoch {int(row['epoch'])}/{epochs}: selected {row[contract.SELECTED_RATIO]:.0%}, "
-            f"train loss {row[contract.TRAIN_LOSS]:.4f}, {evals}method cost {row[contract.TIME_METHOD]:.1f}s "
-            f"(train {row[contract.time_metric('train')]:.1f}s, scoring {row[contract.time_metric('scoring')]:.1f}s), "
-            f"eval {row[contract.time_metric('eval')]:.1f}s")
+    evals = "".join(
+        f"{k[len(contract.EVAL_PREFIX) :]} {v:.4f}, " for k, v in row.items() if k.startswith(contract.EVAL_PREFIX)
+    )
+    return (
+        f"epoch {int(row['epoch'])}/{epochs}: selected {row[contract.SELECTED_RATIO]:.0%}, "
+        f"train loss {row[contract.TRAIN_LOSS]:.4f}, {evals}method cost {row[contract.TIME_METHOD]:.1f}s "
+        f"(train {row[contract.time_metric('train')]:.1f}s, scoring {row[contract.time_metric('scoring')]:.1f}s), "
+        f"eval {row[contract.time_metric('eval')]:.1f}s"
+    )
 
 
 def to_device(batch: Batch, device: torch.device) -> Batch:

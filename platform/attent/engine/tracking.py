@@ -1,6 +1,7 @@
 """MLflow bookkeeping. The driver owns the run's life (create or resume, params, tags, final
 status); rank 0 of the workers writes metrics and artifacts into it by run id, which works
 across Ray processes and machines."""
+
 from __future__ import annotations
 
 import functools
@@ -10,11 +11,11 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
-
 from mlflow.entities import Metric, Param, RunStatus
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
@@ -32,12 +33,13 @@ def client_for(tracking_uri: str) -> MlflowClient:
     return MlflowClient(tracking_uri=tracking_uri)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def open_sqlite_store(tracking_uri: str) -> None:
     """This process's first use of a SQLite store, under a file lock beside it: MLflow creates and
     migrates the schema on first use, and two processes doing so at once into a new file left it
     unreadable. Later uses in the process skip the lock."""
     from filelock import FileLock
+
     path = sqlite_file(tracking_uri)
     if path is None:
         return
@@ -58,8 +60,9 @@ def ensure_experiment(client: MlflowClient, name: str, tracking_uri: str) -> str
     try:
         # The kind tag opened the experiment on its training runs in earlier MLflow 3 UIs; 3.17's
         # asks its GenAI / Model training switch instead (training_view_url sets that).
-        experiment_id = client.create_experiment(name, artifact_location=location, tags={
-            contract.TAG_EXPERIMENT_KIND: contract.EXPERIMENT_KIND_TRAINING})
+        experiment_id = client.create_experiment(
+            name, artifact_location=location, tags={contract.TAG_EXPERIMENT_KIND: contract.EXPERIMENT_KIND_TRAINING}
+        )
     except Exception:  # another process created it first
         experiment = client.get_experiment_by_name(name)
         if experiment is None:
@@ -97,24 +100,34 @@ def close_runs_of_dead_drivers(client: MlflowClient, experiment_ids: list[str]) 
     another machine is left as it is: only that machine can see its process (and the run's lock
     file may lie on storage this one does not share)."""
     closed = []
-    for run in search_runs_paged(client, experiment_ids, f"attributes.status = '{contract.STATUS_RUNNING}'",
-                                 order_by=["attributes.start_time ASC"]):
+    for run in search_runs_paged(
+        client,
+        experiment_ids,
+        f"attributes.status = '{contract.STATUS_RUNNING}'",
+        order_by=["attributes.start_time ASC"],
+    ):
         identity = run_driver(run)
         if identity is None or faults.driver_alive(identity) is not False:
             continue
         if run_driver(client.get_run(run.info.run_id)) != identity:  # a new driver reopened it meanwhile
             continue
         driver = faults.describe_driver(identity)
-        client.set_tag(run.info.run_id, contract.TAG_CLOSED_AS_KILLED,
-                       f"its driver ({driver}) was gone at {time.strftime('%Y-%m-%d %H:%M:%S')}")
+        client.set_tag(
+            run.info.run_id,
+            contract.TAG_CLOSED_AS_KILLED,
+            f"its driver ({driver}) was gone at {time.strftime('%Y-%m-%d %H:%M:%S')}",
+        )
         client.set_terminated(run.info.run_id, status=contract.STATUS_KILLED)
         closed.append((run.info.run_name, driver))
     if len(closed) == 1:
-        (name, driver), = closed
+        ((name, driver),) = closed
         print(f"[attent] closed 1 run left RUNNING by a dead driver ({driver}): {name} → KILLED", file=sys.stderr)
     elif closed:
-        print(f"[attent] closed {len(closed)} runs left RUNNING by dead drivers: "
-              + ", ".join(f"{name} ({driver}) → KILLED" for name, driver in closed), file=sys.stderr)
+        print(
+            f"[attent] closed {len(closed)} runs left RUNNING by dead drivers: "
+            + ", ".join(f"{name} ({driver}) → KILLED" for name, driver in closed),
+            file=sys.stderr,
+        )
     return [name for name, _ in closed]
 
 
@@ -143,18 +156,28 @@ def run_driver(run) -> dict[str, object] | None:
     return identity if isinstance(identity, dict) and "pid" in identity else None
 
 
-def search_runs_paged(client: MlflowClient, experiment_ids: list[str], filter_string: str,
-                      order_by: list[str] | None = None) -> list:
+def search_runs_paged(
+    client: MlflowClient, experiment_ids: list[str], filter_string: str, order_by: list[str] | None = None
+) -> list:
     from mlflow.utils import get_results_from_paginated_fn
+
     return get_results_from_paginated_fn(
-        lambda count, token: client.search_runs(experiment_ids, filter_string, max_results=count, order_by=order_by,
-                                                page_token=token), 1000)
+        lambda count, token: client.search_runs(
+            experiment_ids, filter_string, max_results=count, order_by=order_by, page_token=token
+        ),
+        1000,
+    )
 
 
 def git_commit() -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
-                             timeout=5, cwd=Path(__file__).resolve().parent)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            cwd=Path(__file__).resolve().parent,
+        )
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -186,13 +209,22 @@ def latest_run(cfg: ExperimentConfig):
     if experiment is None:
         return None
     key = f"{cfg.ray.storage_path}/{cfg.name}"
-    found = client.search_runs([experiment.experiment_id], filter_string=f"tags.`{contract.TAG_RUN_KEY}` = '{key}'",
-                               order_by=["attribute.start_time DESC"], max_results=1)
+    found = client.search_runs(
+        [experiment.experiment_id],
+        filter_string=f"tags.`{contract.TAG_RUN_KEY}` = '{key}'",
+        order_by=["attribute.start_time DESC"],
+        max_results=1,
+    )
     return found[0] if found else None
 
 
-def start_or_resume_run(cfg: ExperimentConfig, *, role: str = "run", parent_run_id: str | None = None,
-                        extra_tags: dict[str, str] | None = None) -> tuple[str, bool]:
+def start_or_resume_run(
+    cfg: ExperimentConfig,
+    *,
+    role: str = "run",
+    parent_run_id: str | None = None,
+    extra_tags: dict[str, str] | None = None,
+) -> tuple[str, bool]:
     """(run id, resumed). A run with the same storage path and name that did not finish is
     reopened, so re-running a crashed experiment adds to the same MLflow run."""
     client = client_for(cfg.mlflow.tracking_uri)
@@ -201,14 +233,18 @@ def start_or_resume_run(cfg: ExperimentConfig, *, role: str = "run", parent_run_
     if previous and previous.info.status != contract.STATUS_FINISHED:
         reopen_run(client, previous.info.run_id)
         return previous.info.run_id, True
-    tags = {**run_tags(cfg, role), **driver_tags(), **(extra_tags or {})}  # extra_tags may name the run (a benchmark's method-seed)
+    tags = {
+        **run_tags(cfg, role),
+        **driver_tags(),
+        **(extra_tags or {}),
+    }  # extra_tags may name the run (a benchmark's arm and seed)
     if parent_run_id:
         tags[contract.TAG_PARENT_RUN_ID] = parent_run_id
     run = client.create_run(experiment_id, run_name=tags[contract.TAG_RUN_NAME], tags=tags)
     params = {k: _param(v) for k, v in flatten(cfg).items()}
     items = list(params.items())
     for i in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
-        client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in items[i:i + 100]])
+        client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in items[i : i + 100]])
     client.log_text(run.info.run_id, yaml_dump(cfg), "config.yaml")
     return run.info.run_id, False
 
@@ -235,7 +271,9 @@ class RunLogger:
 
     def finish(self, ok: bool) -> None:
         """End the run; the dashboard's training view then shows its metrics too."""
-        self.client.set_terminated(self.run_id, status=RunStatus.to_string(RunStatus.FINISHED if ok else RunStatus.FAILED))
+        self.client.set_terminated(
+            self.run_id, status=RunStatus.to_string(RunStatus.FINISHED if ok else RunStatus.FAILED)
+        )
         try:
             run = self.get()
             add_to_training_view(self.client, run.info.experiment_id, run.data.metrics)
@@ -246,7 +284,7 @@ class RunLogger:
         now = int(time.time() * 1000)
         batch = [Metric(metric_name(k), float(v), now, step or 0) for k, v in metrics.items() if _is_number(v)]
         for i in range(0, len(batch), 1000):
-            self.client.log_batch(self.run_id, metrics=batch[i:i + 1000])
+            self.client.log_batch(self.run_id, metrics=batch[i : i + 1000])
 
     def set_tag(self, key: str, value: str) -> None:
         self.client.set_tag(self.run_id, key, value[:5000])  # MLflow's tag value limit
@@ -284,55 +322,25 @@ def dataset_input(described: contract.DatasetDescription):
     of the description), source (an ``mlflow.data`` source), the sample count as its profile,
     and what the run used it for as the input's context tag."""
     from mlflow.entities import Dataset, DatasetInput, InputTag
+
     if described.source_type == contract.DATASET_SOURCE_HUB:
         from mlflow.data.huggingface_dataset_source import HuggingFaceDatasetSource
+
         source = HuggingFaceDatasetSource(described.source)
     else:  # MLflow's local-file source (a generated class, found by its type)
         from mlflow.data.dataset_source_registry import get_dataset_source_from_json
+
         source = get_dataset_source_from_json(json.dumps({"uri": described.source}), "local")
     identity = [described.name, described.source, described.num_samples, described.fingerprint]
     digest = hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:8]  # 8 digits, as MLflow's own
-    dataset = Dataset(name=described.name, digest=digest, source_type=described.source_type,
-                      source=source.to_json(), profile=json.dumps({"num_samples": described.num_samples}))
+    dataset = Dataset(
+        name=described.name,
+        digest=digest,
+        source_type=described.source_type,
+        source=source.to_json(),
+        profile=json.dumps({"num_samples": described.num_samples}),
+    )
     return DatasetInput(dataset, tags=[InputTag(contract.DATASET_CONTEXT_TAG, described.context)])
-
-
-# --- system metrics ---------------------------------------------------------------------------
-# Short runs take tens of seconds: sample every 2 s (MLflow's default, 10 s, would give a few
-# points). $MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL overrides it, as MLflow documents.
-SYSTEM_METRICS_INTERVAL_S = 2.0
-
-
-def start_system_metrics(tracking_uri: str, run_id: str, node_rank: int):
-    """MLflow's system metrics monitor (CPU, memory, disk, network; GPUs when nvidia-ml-py is
-    installed) sampling this node into the run as ``system/node_<rank>/...``, in a thread, until
-    ``finish()`` or the run ends. A resumed run continues its steps. None when
-    $MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING is set false."""
-    import logging
-
-    from mlflow.environment_variables import MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING
-    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
-    if MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING.is_set() and not MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING.get():
-        return None
-    # its start/stop and "no GPU" lines are INFO, once per run and node: the epochs say more
-    logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
-    monitor = SystemMetricsMonitor(run_id, sampling_interval=SYSTEM_METRICS_INTERVAL_S,
-                                   samples_before_logging=1, resume_logging=True,
-                                   node_id=contract.system_node_id(node_rank), tracking_uri=tracking_uri)
-    monitor.start()
-    return monitor
-
-
-def stop_system_metrics(monitor) -> None:
-    """Stop the monitor and log one last sample: MLflow's ``finish()`` drops the sample it was
-    collecting, so a run shorter than the interval would have none."""
-    try:
-        monitor.finish()
-        monitor.collect_metrics()
-        monitor.publish_metrics(monitor.aggregate_metrics())
-        monitor.mlflow_logger.flush()
-    except Exception as error:  # best effort, as MLflow's monitor itself: never fails a run
-        print(f"[attent] system metrics: the last sample was not logged ({error})", flush=True)
 
 
 def metric_name(name: str) -> str:

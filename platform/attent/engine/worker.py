@@ -7,6 +7,7 @@ process as the only rank: Ray Train persists no checkpoint there, so this module
 itself where Ray Train would (``checkpoint.run_storage``), and a sweep trial's Tune reports, which
 Train's callbacks make for real workers, are made here (``on_epoch``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -14,8 +15,9 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import ray.train
 import ray.train.torch
@@ -23,14 +25,15 @@ import torch
 
 from .. import contract
 from ..config import ExperimentConfig
-from . import checkpoint, faults, models
+from . import checkpoint, faults, logged_models
 from .counters import timed
 from .recipe import TrainingRecipe, WorkerContext, format_row
-from .tracking import RunLogger, start_system_metrics, stop_system_metrics
+from .system_metrics import start_system_metrics, stop_system_metrics
+from .tracking import RunLogger
 
 EPOCHS_ENDED_UNIX = "epochs_ended_unix"  # last report only: when the last epoch ended (driver's teardown)
-LOCAL_MODE = "local_mode"      # payload key: the run is Ray Train's local mode (this process)
-ON_EPOCH = "on_epoch"          # payload key, local mode: called with each epoch's reported metrics
+LOCAL_MODE = "local_mode"  # payload key: the run is Ray Train's local mode (this process)
+ON_EPOCH = "on_epoch"  # payload key, local mode: called with each epoch's reported metrics
 
 
 def train_loop_per_worker(payload: dict[str, Any]) -> None:
@@ -71,8 +74,11 @@ def train_run(payload: dict[str, Any], cfg: ExperimentConfig, started: float, en
     local = bool(payload.get(LOCAL_MODE))
     if local:
         context, train_report = local_train_api()
-        device = torch.device("cuda", torch.cuda.current_device()) if cfg.ray.use_gpu and torch.cuda.is_available() \
-            else torch.device("cpu")  # one rank: what prepare_model does for it is a move to the device
+        device = (
+            torch.device("cuda", torch.cuda.current_device())
+            if cfg.ray.use_gpu and torch.cuda.is_available()
+            else torch.device("cpu")
+        )  # one rank: what prepare_model does for it is a move to the device
         wrap_model = lambda model: model.to(device)  # noqa: E731
     else:
         context, train_report = ray.train.get_context(), ray.train.report
@@ -82,6 +88,7 @@ def train_run(payload: dict[str, Any], cfg: ExperimentConfig, started: float, en
     # 'ray.train' hierarchy that LoggingConfig controls; our epoch lines say it better.
     # (Local mode's per-report INFO lines are under 'ray.train', which the driver quiets.)
     from ray.train.v2._internal.execution import context as train_context
+
     logging.getLogger(train_context.__file__).setLevel(logging.WARNING)
     if local:  # the run's own folder, where Ray Train would persist its checkpoints
         storage = checkpoint.run_storage(cfg.ray.storage_path, cfg.name)
@@ -100,23 +107,31 @@ def train_run(payload: dict[str, Any], cfg: ExperimentConfig, started: float, en
                 ctx.log(f"skipped checkpoint {path}: {why}")
             recipe.restore(state)
             if logger:  # a restart after a failure, or a re-run resuming: visible on the run
-                logger.log_metrics({contract.RESTORED_AT_EPOCH: recipe.counters.next_epoch},
-                                   step=recipe.counters.next_epoch)
+                logger.log_metrics(
+                    {contract.RESTORED_AT_EPOCH: recipe.counters.next_epoch}, step=recipe.counters.next_epoch
+                )
                 if skipped:
                     logger.set_tag(contract.TAG_SKIPPED_CHECKPOINTS, "; ".join(f"{p}: {why}" for p, why in skipped))
         elif logger:
             setup = time.perf_counter() - started
             parts = {**tracking, **recipe.setup_seconds}
             parts["other"] = setup - sum(parts.values())
-            logger.log_metrics({contract.TIME_SETUP: setup, **{contract.setup_metric(k): v for k, v in parts.items()},
-                                # the driver's clock: one machine, or nodes kept in sync by NTP
-                                contract.TIME_WORKER_START: max(0.0, entered - payload["fit_started_unix"]),
-                                contract.NUM_TRAIN_SAMPLES: len(recipe.train_set),
-                                contract.GRAD_ACCUMULATION: recipe.accumulation})
+            logger.log_metrics(
+                {
+                    contract.TIME_SETUP: setup,
+                    **{contract.setup_metric(k): v for k, v in parts.items()},
+                    # the driver's clock: one machine, or nodes kept in sync by NTP
+                    contract.TIME_WORKER_START: max(0.0, entered - payload["fit_started_unix"]),
+                    contract.NUM_TRAIN_SAMPLES: len(recipe.train_set),
+                    contract.GRAD_ACCUMULATION: recipe.accumulation,
+                }
+            )
             logger.log_datasets(recipe.task.describe_data())  # once per run: a restart restores instead
         mode = "Ray Train's local mode" if local else f"{ctx.world_size} worker(s)"
-        ctx.log(f"{cfg.name}: {len(recipe.train_set)} samples, {mode} on {ctx.device}, "
-                f"selection {cfg.selection.label(cfg.train.epochs)}, {cfg.train.epochs} epochs")
+        ctx.log(
+            f"{cfg.name}: {len(recipe.train_set)} samples, {mode} on {ctx.device}, "
+            f"selection {cfg.selection.label(cfg.train.epochs)}, {cfg.train.epochs} epochs"
+        )
         for epoch in range(recipe.counters.next_epoch, cfg.train.epochs):
             row = recipe.run_epoch(epoch)
             if recipe.antk:  # after the epoch's time split: the kernel's time is its own (time_antk_s)
@@ -153,13 +168,20 @@ def local_train_api():
     running in a function passed to Ray Tune"), which is where a sweep trial's local-mode run
     trains; they are these same utilities behind that check."""
     from ray.train.v2._internal.execution.train_fn_utils import get_train_fn_utils
+
     utils = get_train_fn_utils()
     return utils.get_context(), utils.report
 
 
-def report(recipe: TrainingRecipe, epoch: int, row: dict[str, float], epochs_ended: float,
-           train_report: Callable = ray.train.report, local_storage: tuple | None = None,
-           on_epoch: Callable[[dict], None] | None = None) -> None:
+def report(
+    recipe: TrainingRecipe,
+    epoch: int,
+    row: dict[str, float],
+    epochs_ended: float,
+    train_report: Callable = ray.train.report,
+    local_storage: tuple | None = None,
+    on_epoch: Callable[[dict], None] | None = None,
+) -> None:
     """Report the epoch through Ray Train (a barrier: every rank reports), with a checkpoint
     every ``ray.checkpoint_every`` epochs and after the last one. The last report carries the
     time the epochs ended, from which the driver measures the run's teardown. In local mode
@@ -189,11 +211,14 @@ def log_final(logger: RunLogger, recipe: TrainingRecipe) -> None:
     num_samples = len(recipe.train_set)
     logger.log_metrics(recipe.final_metrics(), step=cfg.train.epochs)
     log_model(logger, recipe)  # after the final metrics: MLflow links those of the model's step to it
-    selections = [dict(r.summary(), indices=r.indices.tolist() if cfg.mlflow.log_selected_indices else None)
-                  for r in teacher.history]
+    selections = [
+        dict(r.summary(), indices=r.indices.tolist() if cfg.mlflow.log_selected_indices else None)
+        for r in teacher.history
+    ]
     logger.log_json({"num_samples": num_samples, "selections": selections}, "selection_history.json")
     logger.log_json(counters.history, "epoch_history.json")
     from . import figures  # matplotlib: only here, not in the driver nor at a worker's start
+
     label = cfg.selection.label(cfg.train.epochs)
     for name, figure in figures.training_figures(counters.history, teacher.history, label).items():
         logger.log_figure(figure, f"figures/{name}.png")
@@ -208,14 +233,19 @@ def log_final(logger: RunLogger, recipe: TrainingRecipe) -> None:
 
 
 def log_model(logger: RunLogger, recipe: TrainingRecipe) -> None:
-    """The trained model as the run's MLflow logged model (``models``), its cost logged as
+    """The trained model as the run's MLflow logged model (``logged_models``), its cost logged as
     ``time_model_log_s``. A model that fails to log does not fail the finished run (its weights
     are in the run's last checkpoint): the reason is printed and tagged."""
     cfg = recipe.cfg
     started = time.perf_counter()
     try:
-        model_id = models.log_trained_model(recipe.task, recipe.raw_model, run_id=logger.run_id,
-                                            step=cfg.train.epochs, registered_model=cfg.mlflow.registered_model)
+        model_id = logged_models.log_trained_model(
+            recipe.task,
+            recipe.raw_model,
+            run_id=logger.run_id,
+            step=cfg.train.epochs,
+            registered_model=cfg.mlflow.registered_model,
+        )
     except Exception as error:  # noqa: BLE001 -- export, flavour and store errors alike
         reason = f"{type(error).__name__}: {error}"
         recipe.ctx.log(f"the trained model was not logged in MLflow ({reason})")

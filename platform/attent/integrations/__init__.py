@@ -1,4 +1,4 @@
-"""AtteNT in the training code users already have (issue 28). Each integration sits on
+"""AtteNT in the training code users already have. Each integration sits on
 ``attent.selection`` only (never on the engine) and imports its framework when it is imported:
 
     pytorch          Selector: a plain PyTorch loop in three lines (sampler, scoring pass, weighted loss)

@@ -17,6 +17,7 @@ transformers 5's Trainer loop, each change an override of a Trainer method read 
                                  Trainer reduces
     _save_checkpoint, _init_training_state   the selection's state saved per rank with each
                                  checkpoint and restored on resume_from_checkpoint
+                                 (huggingface_checkpoints)
 
 and one callback of its own, whose on_epoch_end logs the epoch's selection before Trainer's
 epoch-end evaluation and save, so that the checkpoint's log history (and what Ray's
@@ -37,113 +38,81 @@ selection is its own mean S_i / n_i, so a long answer is not hard for being long
 ``compute_per_sample_loss=fn(model, inputs)`` gives each sample's loss (or S and n), and the batch
 loss is their weighted micro-batch mean, which Trainer divides by the accumulation steps.
 """
+
 from __future__ import annotations
 
 import math
-import os
 import sys
 from functools import partial
-from typing import Any, Optional
+from typing import Any
 
 import torch
-import torch.distributed as dist
 from accelerate.data_loader import prepare_data_loader
-from torch.utils.data import DataLoader, IterableDataset
-from transformers import DataCollatorWithFlattening, Trainer, TrainerCallback
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, has_length, seed_worker
+from torch.utils.data import DataLoader
+from transformers import Trainer, TrainerCallback
+from transformers.trainer_utils import seed_worker
 
 from ..selection import metric_names as names
 from ..selection.config import SelectionConfig
+from .huggingface_checkpoints import STATE_FILE, SelectionCheckpoints  # noqa: F401 -- STATE_FILE: public here, beside the trainer
 from .huggingface_loss import PerSampleLossHook, Reduction, as_sums_and_counts, own_loss_split
+from .huggingface_settings import setting_problem
 from .pytorch import Selector, planned_subset_sizes
 
 # The Trainer methods overridden here, as transformers 5 (read in 5.24) has them: an older Trainer
 # lacks some, and would silently skip the override.
-TRAINER_HOOKS = ("get_train_dataloader", "set_initial_training_values", "_run_epoch", "compute_loss",
-                 "_save_checkpoint", "_init_training_state")
+TRAINER_HOOKS = (
+    "get_train_dataloader",
+    "set_initial_training_values",
+    "_run_epoch",
+    "compute_loss",
+    "_save_checkpoint",
+    "_init_training_state",
+)
 _missing = [name for name in TRAINER_HOOKS if not hasattr(Trainer, name)]
 if _missing:
-    raise ImportError(f"attent.AtteNTTrainer needs transformers' Trainer of version 5 (>= 5.24): this one lacks "
-                      f"{', '.join(_missing)}")
-
-# This rank's selection state in a checkpoint folder (ranks differ inside an epoch: each holds
-# the losses of its own shard that are not merged yet).
-STATE_FILE = "attent_selection_rank{rank}.pt"
+    raise ImportError(
+        f"attent.AtteNTTrainer needs transformers' Trainer of version 5 (>= 5.24): this one lacks {', '.join(_missing)}"
+    )
 
 
-class AtteNTTrainerMixin:
+class AtteNTTrainerMixin(SelectionCheckpoints):
     """The selection, for ``Trainer`` and its subclasses (TRL's ``SFTTrainer``): put it first
     among the bases. Keyword arguments: ``selection`` (a ``SelectionConfig``), ``seed`` (of the
     selection's draws and shuffles; ``args.seed`` if None) and ``compute_per_sample_loss`` (for a
     model whose own loss is no per-sample cross-entropy: ``fn(model, inputs)`` returning each
     sample's loss [B], or its summed loss terms [B] and their count [B])."""
 
-    def __init__(self, *args, selection: SelectionConfig, seed: Optional[int] = None,
-                 compute_per_sample_loss: Optional[PerSampleLossHook] = None, **kwargs):
+    def __init__(
+        self,
+        *args,
+        selection: SelectionConfig,
+        seed: int | None = None,
+        compute_per_sample_loss: PerSampleLossHook | None = None,
+        **kwargs,
+    ):
         # The class as built, for messages: Ray's prepare_trainer swaps in a subclass of its own name.
         self.trainer_name = type(self).__name__
         super().__init__(*args, **kwargs)
         self.selection = selection
         self.compute_per_sample_loss = compute_per_sample_loss
         # How the model reduces its own loss, learnt from its first forward (huggingface_loss)
-        self.loss_reduction: Optional[Reduction] = None
+        self.loss_reduction: Reduction | None = None
         if compute_per_sample_loss is not None:  # a micro-batch mean: Trainer divides it by the accumulation steps
             self.loss_is_scaled_for_ga = False
         self.selection_seed = self.args.seed if seed is None else seed
-        self.selector: Optional[Selector] = None  # built with the train dataloader
-        self.planned_batches: list[int] = []      # this rank's batches in each epoch
-        self._epoch_start: dict[str, Any] = {}    # the selection as the current epoch began
+        self.selector: Selector | None = None  # built with the train dataloader
+        self.planned_batches: list[int] = []  # this rank's batches in each epoch
+        self._epoch_start: dict[str, Any] = {}  # the selection as the current epoch began
         self._observed: list[tuple[torch.Tensor, torch.Tensor]] = []  # this rank's (indices, scores) this epoch
-        self._batches_left = 0                    # of this rank's current epoch
-        self._resume_observed: Optional[list] = None  # a mid-epoch checkpoint's observations, replayed on resume
+        self._batches_left = 0  # of this rank's current epoch
+        self._resume_observed: list | None = None  # a mid-epoch checkpoint's observations, replayed on resume
         self.refuse_settings()
         self.add_callback(_EpochEnd(self))
 
-    # --- settings that would break the selection, refused in one line naming the fix -------------
+    # --- settings that would break the selection (huggingface_settings), refused in one line naming the fix
     def refuse_settings(self) -> None:
-        args, problem = self.args, None
-        if type(self.train_dataset).__module__.startswith("ray.data"):
-            problem = ("a Ray Data iterable (get_dataset_shard(...).iter_torch_batches()) arrives split and streamed, "
-                       "and AtteNT picks samples by their index: pass the whole map-style dataset on every worker "
-                       "(AtteNTTrainer shards each epoch's subset itself)")
-        elif self.train_dataset is None or isinstance(self.train_dataset, IterableDataset) \
-                or not has_length(self.train_dataset):
-            problem = ("AtteNT picks samples by their index: pass a map-style train_dataset with a length, "
-                       "not an IterableDataset")
-        elif self.selection.method == "infobatch":
-            problem = ("InfoBatch's subset sizes depend on the losses, so Trainer's step-based LR schedule "
-                       "cannot be sized for them: use attent.Selector in your own loop with an epoch-based schedule")
-        elif args.max_steps > 0:
-            problem = ("AtteNT plans its subsets by epoch and sets max_steps from them: set num_train_epochs "
-                       "and leave max_steps at -1")
-        elif args.num_train_epochs != int(args.num_train_epochs) or args.num_train_epochs < 1:
-            problem = (f"num_train_epochs={args.num_train_epochs}: the ratio and interval schedules count whole "
-                       "epochs, set a whole number")
-        elif args.train_sampling_strategy in ("group_by_length", "batch_rebalance"):
-            problem = (f"train_sampling_strategy={args.train_sampling_strategy!r} would replace AtteNT's sampler: "
-                       "use 'random' or 'sequential'")
-        elif args.auto_find_batch_size:
-            problem = ("auto_find_batch_size changes the batch size mid-run, which the planned steps and the "
-                       "selection state do not follow: set per_device_train_batch_size")
-        elif self.compute_loss_func is not None:
-            problem = ("compute_loss_func returns one loss per batch and AtteNT needs one per sample: drop it, and "
-                       "pass compute_per_sample_loss=fn(model, inputs) returning each sample's loss [B] instead")
-        elif args.label_smoothing_factor:
-            problem = "label smoothing is not built into AtteNT's per-sample loss: set label_smoothing_factor=0"
-        elif dist.is_available() and dist.is_initialized() and dist.get_world_size() != args.world_size:
-            problem = (f"torch.distributed holds {dist.get_world_size()} processes but the TrainingArguments see "
-                       f"{args.world_size}: each process would train alone on all of every subset (accelerate "
-                       "runs CPU processes as one job only with use_cpu=True, e.g. under Ray Train without GPUs): "
-                       "set use_cpu=True, or give each process a GPU")
-        elif args.n_gpu > 1:
-            problem = ("nn.DataParallel (several GPUs in one process) is not supported: launch one process per "
-                       "GPU with torchrun or accelerate launch")
-        elif isinstance(self.data_collator, DataCollatorWithFlattening):
-            problem = ("DataCollatorWithFlattening puts a batch in one row, losing which sample each loss belongs "
-                       "to: use a padding collator (DataCollatorForSeq2Seq, DataCollatorWithPadding)")
-        elif not args.dataloader_in_order and args.dataloader_num_workers > 0:
-            problem = ("dataloader_in_order=False lets batches overtake each other, and AtteNT knows a batch's "
-                       "samples from the sampler's order: keep dataloader_in_order=True")
+        problem = setting_problem(self)
         if problem:
             raise ValueError(f"{self.trainer_name}: {problem}")
 
@@ -154,17 +123,32 @@ class AtteNTTrainerMixin:
         dataset, collator = self._training_data()
         args = self.args
         self.selector = Selector(
-            dataset, selection=self.selection, epochs=int(args.num_train_epochs), seed=self.selection_seed,
-            model=self.model, loss_fn=self._scoring_losses, collate_fn=collator,
-            score_batch_size=args.per_device_eval_batch_size, rank=args.process_index, world_size=args.world_size,
-            shuffle=args.train_sampling_strategy != "sequential")
+            dataset,
+            selection=self.selection,
+            epochs=int(args.num_train_epochs),
+            seed=self.selection_seed,
+            model=self.model,
+            loss_fn=self._scoring_losses,
+            collate_fn=collator,
+            score_batch_size=args.per_device_eval_batch_size,
+            rank=args.process_index,
+            world_size=args.world_size,
+            shuffle=args.train_sampling_strategy != "sequential",
+        )
         loader = DataLoader(
-            dataset, batch_size=self._train_batch_size, sampler=self.selector.sampler, collate_fn=collator,
-            drop_last=args.dataloader_drop_last, num_workers=args.dataloader_num_workers,
-            pin_memory=args.dataloader_pin_memory, persistent_workers=args.dataloader_persistent_workers,
+            dataset,
+            batch_size=self._train_batch_size,
+            sampler=self.selector.sampler,
+            collate_fn=collator,
+            drop_last=args.dataloader_drop_last,
+            num_workers=args.dataloader_num_workers,
+            pin_memory=args.dataloader_pin_memory,
+            persistent_workers=args.dataloader_persistent_workers,
             multiprocessing_context=args.dataloader_multiprocessing_context,
-            prefetch_factor=args.dataloader_prefetch_factor, in_order=args.dataloader_in_order,
-            worker_init_fn=partial(seed_worker, num_workers=args.dataloader_num_workers, rank=args.process_index))
+            prefetch_factor=args.dataloader_prefetch_factor,
+            in_order=args.dataloader_in_order,
+            worker_init_fn=partial(seed_worker, num_workers=args.dataloader_num_workers, rank=args.process_index),
+        )
         # Trainer hands its loader to accelerator.prepare, which under several processes wraps the
         # batches in a BatchSamplerShard that gives rank r every W-th batch: of a shard that is
         # already rank r's, that keeps 1/W of it (accelerate #4075, transformers #34365). Trainer's
@@ -174,9 +158,15 @@ class AtteNTTrainerMixin:
         # prepare_data_loader wraps no BatchSamplerShard: device placement and RNG sync stay, the
         # sharding is the sampler's alone.
         return prepare_data_loader(
-            loader, self.accelerator.device, num_processes=1, process_index=0,
-            put_on_device=self.accelerator.device_placement, rng_types=list(self.accelerator.rng_types),
-            non_blocking=self.accelerator.non_blocking, use_stateful_dataloader=self.accelerator.use_stateful_dataloader)
+            loader,
+            self.accelerator.device,
+            num_processes=1,
+            process_index=0,
+            put_on_device=self.accelerator.device_placement,
+            rng_types=list(self.accelerator.rng_types),
+            non_blocking=self.accelerator.non_blocking,
+            use_stateful_dataloader=self.accelerator.use_stateful_dataloader,
+        )
 
     def _training_data(self):
         """(dataset, collator) as Trainer's own training loader has them: a ``datasets.Dataset``
@@ -192,13 +182,16 @@ class AtteNTTrainerMixin:
     def set_initial_training_values(self, args, dataloader):
         """Trainer's values with max_steps, which sizes the LR schedule, from the planned subsets."""
         epochs, per_epoch, examples, _, total_batch, steps_in_epoch, _ = super().set_initial_training_values(
-            args, dataloader)
+            args, dataloader
+        )
         self.planned_batches = self.selector.planned_batches(self._train_batch_size, args.dataloader_drop_last)
         if 0 in self.planned_batches:
             epoch = self.planned_batches.index(0)
-            raise ValueError(f"{self.trainer_name}: epoch {epoch}'s subset fills no batch of "
-                             f"{self._train_batch_size} on each of {args.world_size} rank(s) with "
-                             "dataloader_drop_last=True: lower per_device_train_batch_size or set it False")
+            raise ValueError(
+                f"{self.trainer_name}: epoch {epoch}'s subset fills no batch of "
+                f"{self._train_batch_size} on each of {args.world_size} rank(s) with "
+                "dataloader_drop_last=True: lower per_device_train_batch_size or set it False"
+            )
         max_steps = sum(self._steps(batches) for batches in self.planned_batches)
         samples = sum(planned_subset_sizes(self.selection, len(self.selector.dataset), int(args.num_train_epochs)))
         return epochs, per_epoch, examples, samples, total_batch, steps_in_epoch, max_steps
@@ -213,10 +206,15 @@ class AtteNTTrainerMixin:
         self._begin_selection_epoch(epoch)
         batches = self.planned_batches[epoch]
         if len(train_dataloader) != batches:  # the plan and the Teacher disagree: a bug, not a setting
-            raise RuntimeError(f"epoch {epoch}: the loader holds {len(train_dataloader)} batches, "
-                               f"the plan {batches}")
-        super()._run_epoch(model=model, epoch=epoch, train_dataloader=train_dataloader, steps_in_epoch=batches,
-                           num_update_steps_per_epoch=self._steps(batches), **rest)  # ends in _EpochEnd
+            raise RuntimeError(f"epoch {epoch}: the loader holds {len(train_dataloader)} batches, the plan {batches}")
+        super()._run_epoch(
+            model=model,
+            epoch=epoch,
+            train_dataloader=train_dataloader,
+            steps_in_epoch=batches,
+            num_update_steps_per_epoch=self._steps(batches),
+            **rest,
+        )  # ends in _EpochEnd
 
     def _end_selection_epoch(self) -> None:
         """The epoch's end (its on_epoch_end): the scores merged and the selection logged."""
@@ -231,8 +229,10 @@ class AtteNTTrainerMixin:
         # On a resume inside the epoch the teacher is already in the epoch's state: begin_epoch
         # neither scores nor re-selects again (the re-selection moved its next one past this epoch).
         self.selector.begin_epoch(epoch)
-        self._epoch_start = {"teacher": self.selector.teacher.state_dict(),
-                             "samples_backpropagated": backpropagated_before}
+        self._epoch_start = {
+            "teacher": self.selector.teacher.state_dict(),
+            "samples_backpropagated": backpropagated_before,
+        }
         self._observed, self._batches_left = [], self.planned_batches[epoch]
         if self._resume_observed is not None:
             for indices, scores in self._resume_observed:
@@ -245,8 +245,9 @@ class AtteNTTrainerMixin:
         (``attent.selection.metric_names``). Without ``epoch`` (Trainer logs its own) and without
         ``train_loss``: in Trainer's logs that name is the run's mean loss, logged once at its end
         (and W&B or trackio keep it as a summary, not a curve); Trainer's ``loss`` is the training loss."""
-        return {key: value for key, value in self.selector.metrics().items()
-                if key not in (names.EPOCH, names.TRAIN_LOSS)}
+        return {
+            key: value for key, value in self.selector.metrics().items() if key not in (names.EPOCH, names.TRAIN_LOSS)
+        }
 
     # --- the loss -----------------------------------------------------------------------------------
     def per_sample_loss(self, model, inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -256,16 +257,18 @@ class AtteNTTrainerMixin:
             labels = inputs.get("labels")
             rows = len(labels) if labels is not None else len(next(iter(inputs.values())))
             return as_sums_and_counts(self.compute_per_sample_loss(model, inputs), rows, self.trainer_name)
-        sums, counts, self.loss_reduction = own_loss_split(self.trainer_name, model, inputs, self.loss_reduction,
-                                                           self.model_accepts_loss_kwargs)
+        sums, counts, self.loss_reduction = own_loss_split(
+            self.trainer_name, model, inputs, self.loss_reduction, self.model_accepts_loss_kwargs
+        )
         return sums, counts
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """Training: per-sample losses recorded as the samples' scores, and the weighted loss
         reduced as the model reduces its own (module docstring). Evaluation: Trainer's own loss."""
         if not model.training or return_outputs:
-            return super().compute_loss(model, inputs, return_outputs=return_outputs,
-                                        num_items_in_batch=num_items_in_batch)
+            return super().compute_loss(
+                model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+            )
         sums, counts = self.per_sample_loss(model, inputs)
         weights = self._record(sums / counts.clamp(min=1))
         weighted = (sums * weights).sum()
@@ -286,7 +289,7 @@ class AtteNTTrainerMixin:
         """Whether the model's own loss divides by the num_items_in_batch it is passed."""
         return self.loss_reduction is None or self.loss_reduction.num_items
 
-    def _record(self, scores: torch.Tensor, indices: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def _record(self, scores: torch.Tensor, indices: torch.Tensor | None = None) -> torch.Tensor:
         """Record a batch's per-sample scores; its loss weights [B]. Ends the Selector's epoch at
         the epoch's last batch (also where the loader drops a short one), so that a checkpoint
         after it holds the merged scores."""
@@ -303,9 +306,11 @@ class AtteNTTrainerMixin:
         sampler = self.selector.sampler
         samples = min(self._train_batch_size, sampler.order.numel() - sampler.cursor)
         if rows != samples:
-            raise ValueError(f"{self.trainer_name}: a batch of {rows} rows holds {samples} samples: the collator "
-                             "merges samples (packing, padding-free), losing which sample each loss belongs to; "
-                             "use a padding collator")
+            raise ValueError(
+                f"{self.trainer_name}: a batch of {rows} rows holds {samples} samples: the collator "
+                "merges samples (packing, padding-free), losing which sample each loss belongs to; "
+                "use a padding collator"
+            )
 
     def _scoring_losses(self, model, batch) -> torch.Tensor:
         """A scoring pass's per-sample scores (the Selector runs it under no_grad, in eval mode)."""
@@ -313,68 +318,6 @@ class AtteNTTrainerMixin:
         with self.compute_loss_context_manager():
             sums, counts = self.per_sample_loss(model, inputs)
         return sums / counts.clamp(min=1)
-
-    # --- checkpoints --------------------------------------------------------------------------------
-    def selection_state(self) -> dict[str, Any]:
-        """This rank's selection state. Between epochs: the Selector's. Inside one: the Selector's
-        state as the epoch began, and this rank's observations since (replayed on resume)."""
-        if not self.selector.in_epoch:
-            return {"selector": self.selector.state_dict(), "observed": None}
-        start = {"teacher": self._epoch_start["teacher"], "next_epoch": self.selector.next_epoch - 1,
-                 "samples_backpropagated": self._epoch_start["samples_backpropagated"]}
-        return {"selector": start, "observed": list(self._observed)}
-
-    def _save_checkpoint(self, model, trial) -> None:
-        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-        os.makedirs(folder, exist_ok=True)
-        state = {**self.selection_state(), "plan": self._plan()}
-        torch.save(state, os.path.join(folder, STATE_FILE.format(rank=self.args.process_index)))
-        super()._save_checkpoint(model, trial)
-
-    def _init_training_state(self, max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint,
-                             trial):
-        """Trainer's, with the epoch and the batches to skip in it found from the planned epochs
-        (Trainer divides by the first epoch's steps), and the selection's state restored."""
-        super()._init_training_state(max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint,
-                                     trial)
-        if resume_from_checkpoint is None:
-            return 0, 0
-        epoch, steps = self._planned_position(self.state.global_step)
-        self._load_selection_state(resume_from_checkpoint, epoch, steps)
-        return epoch, steps * self.args.gradient_accumulation_steps
-
-    def _plan(self) -> dict[str, Any]:
-        """What a checkpoint's selection state holds for: each epoch's batches on each rank."""
-        return {"batches": list(self.planned_batches), "accumulation": self.args.gradient_accumulation_steps,
-                "world_size": self.args.world_size}
-
-    def _planned_position(self, global_step: int) -> tuple[int, int]:
-        """(epoch, optimiser steps taken in it) after ``global_step`` steps of the plan."""
-        for epoch, batches in enumerate(self.planned_batches):
-            if global_step < self._steps(batches):
-                return epoch, global_step
-            global_step -= self._steps(batches)
-        return len(self.planned_batches), 0
-
-    def _load_selection_state(self, checkpoint: str, epoch: int, steps: int) -> None:
-        name = self.trainer_name
-        path = os.path.join(checkpoint, STATE_FILE.format(rank=self.args.process_index))
-        if not os.path.isfile(path):
-            raise ValueError(f"{name}: {checkpoint} holds no AtteNT selection state for rank "
-                             f"{self.args.process_index}: resume from a checkpoint {name} wrote, on as many ranks")
-        state = torch.load(path, weights_only=True)
-        resumes_at = state["selector"]["next_epoch"]
-        mid_epoch = state["observed"] is not None
-        if state["plan"] != self._plan() or resumes_at != epoch or mid_epoch != (steps > 0):
-            raise ValueError(f"{name}: the checkpoint was trained on another plan ({state['plan']}, resuming at "
-                             f"epoch {resumes_at}) than this run's ({self._plan()}, step {self.state.global_step} "
-                             f"in epoch {epoch}): resume with the settings the checkpoint was trained with (batch "
-                             "size, accumulation, epochs, selection, drop_last, ranks)")
-        if mid_epoch and self.args.ignore_data_skip:
-            raise ValueError(f"{name}: resuming inside an epoch with ignore_data_skip=True would train the epoch's "
-                             "first batches twice: set ignore_data_skip=False")
-        self.selector.load_state_dict(state["selector"])
-        self._resume_observed = state["observed"]
 
 
 class _EpochEnd(TrainerCallback):

@@ -22,21 +22,25 @@ loss term, no loss at all) is refused there, before the first optimiser step, in
 the hook that takes over: ``compute_per_sample_loss(model, inputs)``, returning each sample's
 loss [B] or (summed loss terms [B], their count [B]).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 IGNORE_INDEX = -100  # Trainer's label of tokens that carry no loss
 ALIGNMENTS = ("next_token", "token", "sequence")
-HOOK = ("pass compute_per_sample_loss=fn(model, inputs) returning each sample's loss [B] "
-        "(or its summed loss terms [B] and their count [B])")
+HOOK = (
+    "pass compute_per_sample_loss=fn(model, inputs) returning each sample's loss [B] "
+    "(or its summed loss terms [B] and their count [B])"
+)
 
 # compute_per_sample_loss(model, inputs) -> FloatTensor[B], or (sums [B], counts [B])
-PerSampleLossHook = Callable[[torch.nn.Module, dict], Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]]
+PerSampleLossHook = Callable[[torch.nn.Module, dict], torch.Tensor | tuple[torch.Tensor, torch.Tensor]]
 
 
 def split_loss(logits: torch.Tensor, labels: torch.Tensor, alignment: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -44,16 +48,21 @@ def split_loss(logits: torch.Tensor, labels: torch.Tensor, alignment: str) -> tu
     ``alignment``, in float32 whatever the logits' dtype (as transformers' losses upcast)."""
     if alignment == "sequence":
         if labels.ndim != 1 or logits.ndim != 2 or labels.is_floating_point():
-            raise ValueError(f"one class label per sample needs labels [B] and logits [B, C], got labels "
-                             f"{labels.dtype} {tuple(labels.shape)} and logits {tuple(logits.shape)}")
+            raise ValueError(
+                f"one class label per sample needs labels [B] and logits [B, C], got labels "
+                f"{labels.dtype} {tuple(labels.shape)} and logits {tuple(logits.shape)}"
+            )
         return F.cross_entropy(logits.float(), labels, reduction="none"), torch.ones_like(labels)
     if labels.is_floating_point() or logits.ndim != labels.ndim + 1 or logits.shape[:2] != labels.shape:
-        raise ValueError(f"token labels [B, T] need logits [B, T, V], got labels {labels.dtype} "
-                         f"{tuple(labels.shape)} and logits {tuple(logits.shape)}")
+        raise ValueError(
+            f"token labels [B, T] need logits [B, T, V], got labels {labels.dtype} "
+            f"{tuple(labels.shape)} and logits {tuple(logits.shape)}"
+        )
     if alignment == "next_token":
         logits, labels = logits[:, :-1], labels[:, 1:]
-    token_loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX,
-                                 reduction="none").view_as(labels)
+    token_loss = F.cross_entropy(
+        logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="none"
+    ).view_as(labels)
     return token_loss.sum(dim=1), (labels != IGNORE_INDEX).sum(dim=1)
 
 
@@ -61,8 +70,10 @@ def as_sums_and_counts(value: Any, rows: int, owner: str) -> tuple[torch.Tensor,
     """A ``compute_per_sample_loss`` result as (S, n): a loss per sample counts as one term."""
     sums, counts = value if isinstance(value, (tuple, list)) else (value, None)
     if not torch.is_tensor(sums) or sums.shape != (rows,):
-        raise ValueError(f"{owner}: compute_per_sample_loss must return a loss per sample [{rows}] (or sums and "
-                         f"counts, each [{rows}]), got {getattr(sums, 'shape', type(sums).__name__)}")
+        raise ValueError(
+            f"{owner}: compute_per_sample_loss must return a loss per sample [{rows}] (or sums and "
+            f"counts, each [{rows}]), got {getattr(sums, 'shape', type(sums).__name__)}"
+        )
     if counts is None:
         counts = torch.ones(rows, dtype=torch.long, device=sums.device)
     return sums, counts
@@ -71,6 +82,7 @@ def as_sums_and_counts(value: Any, rows: int, owner: str) -> tuple[torch.Tensor,
 @dataclass(frozen=True)
 class Reduction:
     """How a model reduces its loss (module docstring)."""
+
     alignment: str
     num_items: bool
 
@@ -81,26 +93,29 @@ def unwrapped(model: torch.nn.Module) -> torch.nn.Module:
     return inner.get_base_model() if hasattr(inner, "get_base_model") else inner
 
 
-def likely_alignment(model: torch.nn.Module, labels: torch.Tensor) -> Optional[str]:
+def likely_alignment(model: torch.nn.Module, labels: torch.Tensor) -> str | None:
     """What the model's kind suggests, to break a tie between splits that give the same total
     (only where the first batch cannot tell them apart)."""
     from transformers.models.auto.modeling_auto import (
         MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
         MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES,
     )
+
     inner = unwrapped(model)
     name = type(inner).__name__
     if labels.ndim == 1:
         return "sequence"
-    if getattr(getattr(inner, "config", None), "is_encoder_decoder", False) \
-            or name in MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES.values():
+    if (
+        getattr(getattr(inner, "config", None), "is_encoder_decoder", False)
+        or name in MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES.values()
+    ):
         return "token"
     if name in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values():
         return "next_token"
     return None
 
 
-def model_outputs(outputs: Any, with_labels: bool) -> tuple[Optional[torch.Tensor], torch.Tensor]:
+def model_outputs(outputs: Any, with_labels: bool) -> tuple[torch.Tensor | None, torch.Tensor]:
     """(the model's own loss or None, logits) from a ModelOutput, a dict or a tuple."""
     if isinstance(outputs, dict):  # ModelOutput is a dict
         return outputs.get("loss"), outputs["logits"]
@@ -118,28 +133,38 @@ def tolerance(model_loss: torch.Tensor, logits: torch.Tensor) -> float:
     return relative * max(1.0, abs(float(model_loss.detach())))
 
 
-def decide_reduction(owner: str, model: torch.nn.Module, model_loss: Optional[torch.Tensor],
-                     logits: torch.Tensor, labels: torch.Tensor, probe: Optional[int]) -> Optional[Reduction]:
+def decide_reduction(
+    owner: str,
+    model: torch.nn.Module,
+    model_loss: torch.Tensor | None,
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    probe: int | None,
+) -> Reduction | None:
     """The reduction whose total is the model's own loss on this batch (``probe``: the
     num_items_in_batch the model was passed, None if none); None if this batch cannot tell the
     candidates apart (no labelled token). Refuses, in one line naming the hook, a model whose loss
     is no split of its logits."""
     name = type(unwrapped(model)).__name__
     if model_loss is None:
-        raise ValueError(f"{owner}: {name} returns no loss when given labels, so AtteNT cannot check how its loss "
-                         f"splits by sample: {HOOK}")
+        raise ValueError(
+            f"{owner}: {name} returns no loss when given labels, so AtteNT cannot check how its loss "
+            f"splits by sample: {HOOK}"
+        )
     if not torch.is_tensor(model_loss) or model_loss.numel() != 1:
-        raise ValueError(f"{owner}: {name}'s loss is not one number ({tuple(getattr(model_loss, 'shape', ()))}): "
-                         f"{HOOK}")
+        raise ValueError(
+            f"{owner}: {name}'s loss is not one number ({tuple(getattr(model_loss, 'shape', ()))}): {HOOK}"
+        )
     target = float(model_loss.detach())
     totals: dict[Reduction, float] = {}
     with torch.no_grad():
-        for alignment in (("sequence",) if labels.ndim == 1 else ("next_token", "token")):
+        for alignment in ("sequence",) if labels.ndim == 1 else ("next_token", "token"):
             try:
                 sums, counts = split_loss(logits.detach(), labels, alignment)
             except ValueError as error:
-                raise ValueError(f"{owner}: {name}'s labels do not split into per-sample cross-entropies ({error}): "
-                                 f"{HOOK}") from None
+                raise ValueError(
+                    f"{owner}: {name}'s labels do not split into per-sample cross-entropies ({error}): {HOOK}"
+                ) from None
             if counts.sum() == 0:
                 return None  # nothing labelled: every candidate is 0
             total = float(sums.sum())
@@ -153,21 +178,28 @@ def decide_reduction(owner: str, model: torch.nn.Module, model_loss: Optional[to
         matches = [reduction for reduction in matches if reduction.alignment == likely] or matches[:1]
     if not matches:
         passed = f" (passed num_items_in_batch={probe})" if probe is not None else ""
-        splits = ", ".join(f"{r.alignment.replace('_', '-')} {'/ num_items' if r.num_items else 'mean'} {value:.6g}"
-                           for r, value in totals.items())
-        raise ValueError(f"{owner}: {name}'s own loss on the first batch is {target:.6g}, and no per-sample split of "
-                         f"its logits gives it ({splits}): its loss is no cross-entropy over its labels that AtteNT "
-                         f"can split by sample; {HOOK}")
+        splits = ", ".join(
+            f"{r.alignment.replace('_', '-')} {'/ num_items' if r.num_items else 'mean'} {value:.6g}"
+            for r, value in totals.items()
+        )
+        raise ValueError(
+            f"{owner}: {name}'s own loss on the first batch is {target:.6g}{passed}, and no per-sample split of "
+            f"its logits gives it ({splits}): its loss is no cross-entropy over its labels that AtteNT "
+            f"can split by sample; {HOOK}"
+        )
     return matches[0]
 
 
-def check_split(owner: str, model: torch.nn.Module, model_loss: torch.Tensor, split_total: torch.Tensor,
-                what: str) -> None:
+def check_split(
+    owner: str, model: torch.nn.Module, model_loss: torch.Tensor, split_total: torch.Tensor, what: str
+) -> None:
     """Refuses, in one line naming the hook, a split whose total is not ``what``'s own loss."""
     model_loss, split_total = model_loss.detach(), split_total.detach()
     if abs(float(split_total) - float(model_loss)) > tolerance(model_loss, split_total):
-        raise ValueError(f"{owner}: {what}'s own loss on the first batch of {type(unwrapped(model)).__name__} is "
-                         f"{float(model_loss):.6g}, its per-sample split sums to {float(split_total):.6g}: {HOOK}")
+        raise ValueError(
+            f"{owner}: {what}'s own loss on the first batch of {type(unwrapped(model)).__name__} is "
+            f"{float(model_loss):.6g}, its per-sample split sums to {float(split_total):.6g}: {HOOK}"
+        )
 
 
 def loss_probe(labels: torch.Tensor) -> int:
@@ -176,21 +208,26 @@ def loss_probe(labels: torch.Tensor) -> int:
     return 2 * labels.numel() + 1
 
 
-def own_loss_split(owner: str, model: torch.nn.Module, inputs: dict[str, Any], reduction: Optional[Reduction],
-                   accepts_loss_kwargs: bool) -> tuple[torch.Tensor, torch.Tensor, Optional[Reduction]]:
+def own_loss_split(
+    owner: str, model: torch.nn.Module, inputs: dict[str, Any], reduction: Reduction | None, accepts_loss_kwargs: bool
+) -> tuple[torch.Tensor, torch.Tensor, Reduction | None]:
     """(S, n, reduction): each sample's summed loss terms and their count [B] from one forward of
     ``model``, split as the model's own loss splits; ``reduction`` None (not known yet) has the
     model compute its own loss on this batch and learns it (``decide_reduction``)."""
     labels = inputs.get("labels")
     if labels is None:
-        raise ValueError(f"{owner}: a batch without 'labels': per-sample losses need them "
-                         "(labels -100 where a token carries no loss)")
+        raise ValueError(
+            f"{owner}: a batch without 'labels': per-sample losses need them "
+            "(labels -100 where a token carries no loss)"
+        )
     checking = reduction is None
     # The labels reach the model where it computes its own loss to be checked against, and where
     # it makes its decoder's inputs from them (seq2seq); otherwise they would only cost a second
     # cross-entropy.
-    with_labels = checking or (getattr(getattr(unwrapped(model), "config", None), "is_encoder_decoder", False)
-                               and "decoder_input_ids" not in inputs)
+    with_labels = checking or (
+        getattr(getattr(unwrapped(model), "config", None), "is_encoder_decoder", False)
+        and "decoder_input_ids" not in inputs
+    )
     forward = dict(inputs) if with_labels else {key: value for key, value in inputs.items() if key != "labels"}
     probe = loss_probe(labels) if checking and accepts_loss_kwargs else None
     if probe is not None:  # a count no split has: the model's loss shows whether it divides by it

@@ -14,6 +14,7 @@ num_items_in_batch Trainer counts, as ``AtteNTTrainer``'s (its module docstring)
 ``method="full"``, TRL's own loss. Packing and padding-free batches put several samples in one
 row and are refused.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -34,15 +35,19 @@ class AtteNTSFTTrainer(AtteNTTrainerMixin, SFTTrainer):
         # Refused before SFTTrainer packs or flattens the dataset, which may take long.
         if getattr(config, "packing", False) or getattr(config, "padding_free", False):
             knob = "packing" if config.packing else "padding_free"
-            raise ValueError(f"{type(self).__name__}: {knob}=True puts several samples in one row, losing which "
-                             f"sample each loss belongs to: set {knob}=False")
+            raise ValueError(
+                f"{type(self).__name__}: {knob}=True puts several samples in one row, losing which "
+                f"sample each loss belongs to: set {knob}=False"
+            )
         super().__init__(*args, selection=selection, seed=seed, **kwargs)
 
     def refuse_settings(self) -> None:
         super().refuse_settings()
         if self.aux_loss_enabled:
-            raise ValueError(f"{self.trainer_name}: the MoE router's auxiliary loss is one per batch, not per "
-                             "sample: set router_aux_loss_coef=0.0 in the SFTConfig")
+            raise ValueError(
+                f"{self.trainer_name}: the MoE router's auxiliary loss is one per batch, not per "
+                "sample: set router_aux_loss_coef=0.0 in the SFTConfig"
+            )
 
     def per_sample_loss(self, model, inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """(S, n) [B] from TRL's fused forward: the completion tokens' negative log-likelihoods

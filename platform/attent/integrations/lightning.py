@@ -39,9 +39,11 @@ Lightning's hooks. The choices, from Lightning 2.6's source:
   draws the subsets the uninterrupted run draws. A checkpoint from inside an epoch resumes into
   that epoch's subset again, without the scores of the batches trained before it.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
@@ -53,8 +55,14 @@ from ..selection.deprecation import deprecated_arguments, warn_renamed
 from .pytorch import PerSampleLoss, RecordingSampler, Selector
 
 # the selection metrics logged at each epoch end, under the engine's names (equal on every rank)
-LOGGED_METRICS = (names.SELECTED_RATIO, names.SELECTED, names.SELECTION_HARDNESS, names.SELECTION_OVERLAP,
-                  names.SAMPLES_BACKPROPAGATED, names.SUBSET_CHECKSUM)
+LOGGED_METRICS = (
+    names.SELECTED_RATIO,
+    names.SELECTED,
+    names.SELECTION_HARDNESS,
+    names.SELECTION_OVERLAP,
+    names.SAMPLES_BACKPROPAGATED,
+    names.SUBSET_CHECKSUM,
+)
 
 
 class AtteNTCallback(pl.Callback):
@@ -67,33 +75,45 @@ class AtteNTCallback(pl.Callback):
     ``full`` do not); the scoring pass
     gives it batches moved to the device as training batches are, under the Trainer's precision.
     The sampler, ``loader``, ``update`` and ``planned_steps`` exist from the Trainer's ``setup`` on:
-    use them in ``train_dataloader``, ``training_step`` and ``configure_optimizers``. (Before
-    issue 46: ``config=``, and the config and seed by position; these still work for one release,
-    with a FutureWarning.)
+    use them in ``train_dataloader``, ``training_step`` and ``configure_optimizers``.
+    (``config=``, and the config and seed by position, still work with a FutureWarning until
+    0.3.0: CHANGELOG.md.)
     """
 
     @deprecated_arguments(positional=2, by_position=("selection", "seed"), renamed={"config": "selection"})
-    def __init__(self, dataset: Dataset, *, selection: SelectionConfig, seed: int = 0,
-                 loss_fn: Optional[PerSampleLoss] = None,
-                 collate_fn: Optional[Callable] = None,     # the scoring pass's and loader()'s
-                 score_dataset: Optional[Dataset] = None,   # the scoring pass's items (e.g. without augmentation)
-                 score_batch_size: int = 256,               # samples per scoring-pass batch
-                 groups: Optional[torch.Tensor] = None,     # class per sample: stratify, class_weight
-                 shuffle: bool = True, drop_last: bool = False):  # the sampler's, as DistributedSampler's
+    def __init__(
+        self,
+        dataset: Dataset,
+        *,
+        selection: SelectionConfig,
+        seed: int = 0,
+        loss_fn: PerSampleLoss | None = None,
+        collate_fn: Callable | None = None,  # the scoring pass's and loader()'s
+        score_dataset: Dataset | None = None,  # the scoring pass's items (e.g. without augmentation)
+        score_batch_size: int = 256,  # samples per scoring-pass batch
+        groups: torch.Tensor | None = None,  # class per sample: stratify, class_weight
+        shuffle: bool = True,
+        drop_last: bool = False,
+    ):  # the sampler's, as DistributedSampler's
         self.dataset, self.selection, self.seed, self.loss_fn = dataset, selection, seed, loss_fn
-        self.selector_kwargs = dict(collate_fn=collate_fn, score_dataset=score_dataset,
-                                    score_batch_size=score_batch_size, groups=groups, shuffle=shuffle,
-                                    drop_last=drop_last)
-        self.selector: Optional[Selector] = None       # built at setup, when epochs and ranks are known
-        self.prepared_epoch: Optional[int] = None      # the epoch whose subset the sampler holds
-        self._epoch_end_state: Optional[dict] = None   # the selector's state at the latest epoch end
+        self.selector_kwargs = dict(
+            collate_fn=collate_fn,
+            score_dataset=score_dataset,
+            score_batch_size=score_batch_size,
+            groups=groups,
+            shuffle=shuffle,
+            drop_last=drop_last,
+        )
+        self.selector: Selector | None = None  # built at setup, when epochs and ranks are known
+        self.prepared_epoch: int | None = None  # the epoch whose subset the sampler holds
+        self._epoch_end_state: dict | None = None  # the selector's state at the latest epoch end
         self._epoch_end_metrics: dict[str, float] = {}  # and its metrics
-        self._accumulation = 1                         # the Trainer's accumulate_grad_batches
+        self._accumulation = 1  # the Trainer's accumulate_grad_batches
 
     # --- the user's side -------------------------------------------------------------------------
     @property
     def config(self) -> SelectionConfig:
-        """Deprecated spelling of ``selection`` (issue 46)."""
+        """Deprecated spelling of ``selection``, removed in 0.3.0."""
         warn_renamed("AtteNTCallback.config", "AtteNTCallback.selection")
         return self.selection
 
@@ -105,13 +125,13 @@ class AtteNTCallback(pl.Callback):
         """``DataLoader(dataset, batch_size, sampler=callback.sampler, **kwargs)``."""
         return self._built().loader(batch_size, **kwargs)
 
-    def update(self, losses: torch.Tensor, indices: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def update(self, losses: torch.Tensor, indices: torch.Tensor | None = None) -> torch.Tensor:
         """``Selector.update``: record the batch's per-sample losses as scores, return the loss to
         back-propagate (the mean weighed by the selection's loss weights). Return it from
         ``training_step``."""
         return self._built().update(losses, indices)
 
-    def planned_steps(self, batch_size: int, drop_last: bool = False, accumulation: Optional[int] = None) -> int:
+    def planned_steps(self, batch_size: int, drop_last: bool = False, accumulation: int | None = None) -> int:
         """Optimiser steps of the run on the planned subsets, for a step-based LR schedule in
         ``configure_optimizers`` (``trainer.estimated_stepping_batches`` knows only the first
         epoch's loader). ``accumulation``: the Trainer's ``accumulate_grad_batches`` unless given."""
@@ -126,8 +146,10 @@ class AtteNTCallback(pl.Callback):
 
     def _built(self) -> Selector:
         if self.selector is None:
-            raise RuntimeError("AtteNTCallback is set up by Trainer.fit: pass it in Trainer(callbacks=[...]) and "
-                               "use it from train_dataloader(), training_step() or configure_optimizers()")
+            raise RuntimeError(
+                "AtteNTCallback is set up by Trainer.fit: pass it in Trainer(callbacks=[...]) and "
+                "use it from train_dataloader(), training_step() or configure_optimizers()"
+            )
         return self.selector
 
     # --- Lightning's side ------------------------------------------------------------------------
@@ -136,12 +158,22 @@ class AtteNTCallback(pl.Callback):
             return
         check_trainer(trainer)
         if self.selector is None:
-            self.selector = Selector(self.dataset, selection=self.selection, epochs=trainer.max_epochs, seed=self.seed,
-                                     model=pl_module, loss_fn=self._scoring_loss, rank=trainer.global_rank,
-                                     world_size=trainer.world_size, **self.selector_kwargs)
+            self.selector = Selector(
+                self.dataset,
+                selection=self.selection,
+                epochs=trainer.max_epochs,
+                seed=self.seed,
+                model=pl_module,
+                loss_fn=self._scoring_loss,
+                rank=trainer.global_rank,
+                world_size=trainer.world_size,
+                **self.selector_kwargs,
+            )
         elif self.selector.epochs != trainer.max_epochs:
-            raise ValueError(f"this AtteNTCallback planned {self.selector.epochs} epochs, the Trainer runs "
-                             f"{trainer.max_epochs}: build a new callback for another run length")
+            raise ValueError(
+                f"this AtteNTCallback planned {self.selector.epochs} epochs, the Trainer runs "
+                f"{trainer.max_epochs}: build a new callback for another run length"
+            )
         self.prepared_epoch = None  # chosen at on_fit_start, after a checkpoint's state is loaded
         self._accumulation = trainer.accumulate_grad_batches
 
@@ -153,12 +185,15 @@ class AtteNTCallback(pl.Callback):
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.current_epoch != self.prepared_epoch:
-            raise RuntimeError(f"AtteNTCallback chose the subset of epoch {self.prepared_epoch} but the Trainer "
-                               f"starts epoch {trainer.current_epoch}: resume from a checkpoint saved with this "
-                               "callback (its state holds the selection), not a weights-only one")
+            raise RuntimeError(
+                f"AtteNTCallback chose the subset of epoch {self.prepared_epoch} but the Trainer "
+                f"starts epoch {trainer.current_epoch}: resume from a checkpoint saved with this "
+                "callback (its state holds the selection), not a weights-only one"
+            )
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if trainer.is_last_batch:  # before validation and its checkpoints
             self._end_epoch()
 
@@ -169,8 +204,12 @@ class AtteNTCallback(pl.Callback):
             return
         self._end_epoch()  # where the last batch was not reached (limits, max_steps)
         # equal on every rank: sync_dist only keeps Lightning from asking for it
-        pl_module.log_dict({name: float(self._epoch_end_metrics[name]) for name in LOGGED_METRICS},
-                           on_step=False, on_epoch=True, sync_dist=True)
+        pl_module.log_dict(
+            {name: float(self._epoch_end_metrics[name]) for name in LOGGED_METRICS},
+            on_step=False,
+            on_epoch=True,
+            sync_dist=True,
+        )
         self._prepare(self.selector.next_epoch)
 
     def state_dict(self) -> dict[str, Any]:
@@ -180,9 +219,11 @@ class AtteNTCallback(pl.Callback):
         if "selector" not in state_dict:
             return
         if self.prepared_epoch is not None:
-            raise RuntimeError("AtteNTCallback's state arrived after the first epoch's subset was chosen (a strategy "
-                               "that restores checkpoints after setup, e.g. FSDP or DeepSpeed): resuming under "
-                               "it is not supported; resume under DDP or a single device")
+            raise RuntimeError(
+                "AtteNTCallback's state arrived after the first epoch's subset was chosen (a strategy "
+                "that restores checkpoints after setup, e.g. FSDP or DeepSpeed): resuming under "
+                "it is not supported; resume under DDP or a single device"
+            )
         self._built().load_state_dict(state_dict["selector"])
         self._epoch_end_state = state_dict["selector"]
 
@@ -204,8 +245,10 @@ class AtteNTCallback(pl.Callback):
         """``loss_fn`` for the scoring pass: the batch moved as Lightning moves training batches
         (the module's transfer hooks included), the forward under the Trainer's precision."""
         if self.loss_fn is None:
-            raise ValueError(f"selection '{self.selection.label(self.selector.epochs)}' runs scoring passes: pass "
-                             "AtteNTCallback(loss_fn=...), the per-sample loss training_step hands to update()")
+            raise ValueError(
+                f"selection '{self.selection.label(self.selector.epochs)}' runs scoring passes: pass "
+                "AtteNTCallback(loss_fn=...), the per-sample loss training_step hands to update()"
+            )
         trainer = module.trainer
         with trainer.precision_plugin.forward_context():
             return self.loss_fn(module, trainer.strategy.batch_to_device(batch))
@@ -214,22 +257,29 @@ class AtteNTCallback(pl.Callback):
 def check_trainer(trainer: pl.Trainer) -> None:
     """The Trainer settings the callback needs, each refused in one line that names the fix."""
     if trainer.reload_dataloaders_every_n_epochs != 1:
-        raise ValueError("AtteNTCallback needs Trainer(reload_dataloaders_every_n_epochs=1): each epoch's subset has "
-                         "its own size, and Lightning otherwise reads the train loader's length once")
+        raise ValueError(
+            "AtteNTCallback needs Trainer(reload_dataloaders_every_n_epochs=1): each epoch's subset has "
+            "its own size, and Lightning otherwise reads the train loader's length once"
+        )
     if trainer.max_epochs is None or trainer.max_epochs < 1:
-        raise ValueError("AtteNTCallback needs Trainer(max_epochs=E): its ratio and interval schedules follow the "
-                         "run's epochs")
+        raise ValueError(
+            "AtteNTCallback needs Trainer(max_epochs=E): its ratio and interval schedules follow the run's epochs"
+        )
     # Lightning 2.6 keeps this flag only on its private accelerator connector; where it is gone,
     # check_loader still finds the wrapped sampler at on_train_start
     if trainer.world_size > 1 and getattr(trainer._accelerator_connector, "use_distributed_sampler", False):
-        raise ValueError("AtteNTCallback needs Trainer(use_distributed_sampler=False) under DDP: its sampler already "
-                         "gives each rank its shard of the subset")
+        raise ValueError(
+            "AtteNTCallback needs Trainer(use_distributed_sampler=False) under DDP: its sampler already "
+            "gives each rank its shard of the subset"
+        )
 
 
 def check_loader(loader: Any, sampler: RecordingSampler) -> None:
     """The train loader draws from the callback's sampler (not a copy, not a wrapper)."""
     drawn_from = (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None), "sampler", None))
     if not any(s is sampler for s in drawn_from):
-        raise ValueError("AtteNTCallback: the train DataLoader does not draw from callback.sampler: build it with "
-                         "sampler=callback.sampler or callback.loader(batch_size) (under DDP with "
-                         "Trainer(use_distributed_sampler=False))")
+        raise ValueError(
+            "AtteNTCallback: the train DataLoader does not draw from callback.sampler: build it with "
+            "sampler=callback.sampler or callback.loader(batch_size) (under DDP with "
+            "Trainer(use_distributed_sampler=False))"
+        )

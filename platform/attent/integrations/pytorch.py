@@ -22,10 +22,12 @@ The selection itself is ``attent.selection``'s: a ``Teacher`` (score table, sche
 agreement of ranks) and ``SubsetSampler`` (this rank's shard). This module only wires them to a
 user's loop.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, Iterator, Optional
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -51,8 +53,8 @@ class RecordingSampler(SubsetSampler):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.order = torch.empty(0, dtype=torch.long)  # this rank's indices of the current pass
-        self.cursor = 0                                # how many of them update() has consumed
-        self.passes = 0                                # times iterated, for a missing-sampler check
+        self.cursor = 0  # how many of them update() has consumed
+        self.passes = 0  # times iterated, for a missing-sampler check
         # Samples of the next pass trained on before a mid-epoch checkpoint: the pass still hands
         # out its whole order (a loader that skips batches iterates them too), update() goes on
         # after them.
@@ -66,13 +68,17 @@ class RecordingSampler(SubsetSampler):
     def take(self, count: int) -> torch.Tensor:
         """The next ``count`` indices of the pass."""
         if self.passes == 0:
-            raise RuntimeError("update() before the sampler was iterated: build the DataLoader with "
-                               "sampler=selector.sampler (or use selector.loader(...))")
+            raise RuntimeError(
+                "update() before the sampler was iterated: build the DataLoader with "
+                "sampler=selector.sampler (or use selector.loader(...))"
+            )
         if self.cursor + count > self.order.numel():
-            raise RuntimeError(f"update() got {count} losses but only {self.order.numel() - self.cursor} of this "
-                               "epoch's samples are left: one call per batch, losses per sample (no packing), "
-                               "and a DataLoader drawing from selector.sampler")
-        taken = self.order[self.cursor:self.cursor + count]
+            raise RuntimeError(
+                f"update() got {count} losses but only {self.order.numel() - self.cursor} of this "
+                "epoch's samples are left: one call per batch, losses per sample (no packing), "
+                "and a DataLoader drawing from selector.sampler"
+            )
+        taken = self.order[self.cursor : self.cursor + count]
         self.cursor += count
         return taken
 
@@ -86,19 +92,29 @@ class Selector:
     selection's draws and shuffles. ``model`` and ``loss_fn``: needed only where the selection runs
     scoring passes (the ``vit`` preset does, ``llm`` and ``full`` do not). Under torch.distributed
     every rank builds its Selector with the same arguments; rank and world size are read from the
-    process group unless given. (Before issue 46: ``config=``, and the config, epochs and seed by
-    position; these still work for one release, with a FutureWarning.)
+    process group unless given. (``config=``, and the config, epochs and seed by position, still
+    work with a FutureWarning until 0.3.0: CHANGELOG.md.)
     """
 
     @deprecated_arguments(positional=2, by_position=("selection", "epochs", "seed"), renamed={"config": "selection"})
-    def __init__(self, dataset: Dataset, *, selection: SelectionConfig, epochs: int, seed: int = 0,
-                 model: Optional[torch.nn.Module] = None, loss_fn: Optional[PerSampleLoss] = None,
-                 collate_fn: Optional[Callable] = None,     # the scoring pass's; DataLoader's default if None
-                 score_dataset: Optional[Dataset] = None,   # the scoring pass's items (e.g. without augmentation)
-                 score_batch_size: int = 256,               # samples per scoring-pass batch
-                 groups: Optional[torch.Tensor] = None,     # class per sample: stratify, class_weight
-                 rank: Optional[int] = None, world_size: Optional[int] = None,
-                 shuffle: bool = True, drop_last: bool = False):  # the sampler's, as DistributedSampler's
+    def __init__(
+        self,
+        dataset: Dataset,
+        *,
+        selection: SelectionConfig,
+        epochs: int,
+        seed: int = 0,
+        model: torch.nn.Module | None = None,
+        loss_fn: PerSampleLoss | None = None,
+        collate_fn: Callable | None = None,  # the scoring pass's; DataLoader's default if None
+        score_dataset: Dataset | None = None,  # the scoring pass's items (e.g. without augmentation)
+        score_batch_size: int = 256,  # samples per scoring-pass batch
+        groups: torch.Tensor | None = None,  # class per sample: stratify, class_weight
+        rank: int | None = None,
+        world_size: int | None = None,
+        shuffle: bool = True,
+        drop_last: bool = False,
+    ):  # the sampler's, as DistributedSampler's
         distributed = dist.is_available() and dist.is_initialized()
         self.rank = rank if rank is not None else (dist.get_rank() if distributed else 0)
         self.world_size = world_size if world_size is not None else (dist.get_world_size() if distributed else 1)
@@ -107,20 +123,23 @@ class Selector:
         self.collate_fn, self.score_batch_size = collate_fn, score_batch_size
         self.score_dataset = dataset if score_dataset is None else score_dataset
         if len(self.score_dataset) != len(dataset):
-            raise ValueError(f"score_dataset has {len(self.score_dataset)} items, the training set {len(dataset)}: "
-                             "item i of both must be the same sample")
+            raise ValueError(
+                f"score_dataset has {len(self.score_dataset)} items, the training set {len(dataset)}: "
+                "item i of both must be the same sample"
+            )
         self.teacher = Teacher(len(dataset), selection, epochs, seed=seed, groups=groups)
-        self.sampler = RecordingSampler(self.teacher, self.rank, self.world_size, seed=seed,
-                                        shuffle=shuffle, drop_last=drop_last)
-        self.next_epoch = 0                 # the epoch a (resumed) loop starts from
-        self.samples_backpropagated = 0     # distinct samples trained on, summed over epochs and ranks
+        self.sampler = RecordingSampler(
+            self.teacher, self.rank, self.world_size, seed=seed, shuffle=shuffle, drop_last=drop_last
+        )
+        self.next_epoch = 0  # the epoch a (resumed) loop starts from
+        self.samples_backpropagated = 0  # distinct samples trained on, summed over epochs and ranks
         self._epoch_metrics: dict[str, float] = {}
         self._loss_sum, self._seen, self._scored = 0.0, 0, 0  # this rank, this epoch
         self._ended = True
 
     @property
     def config(self) -> SelectionConfig:
-        """Deprecated spelling of ``selection`` (issue 46)."""
+        """Deprecated spelling of ``selection``, removed in 0.3.0."""
         warn_renamed("Selector.config", "Selector.selection")
         return self.selection
 
@@ -128,12 +147,14 @@ class Selector:
         """``DataLoader(dataset, batch_size, sampler=selector.sampler, **kwargs)``, with the
         Selector's ``collate_fn`` unless one is given."""
         if "sampler" in kwargs or kwargs.get("shuffle"):
-            raise ValueError("the selector's sampler chooses and shuffles the samples: pass neither sampler nor shuffle")
+            raise ValueError(
+                "the selector's sampler chooses and shuffles the samples: pass neither sampler nor shuffle"
+            )
         kwargs.setdefault("collate_fn", self.collate_fn)
         return DataLoader(self.dataset, batch_size=batch_size, sampler=self.sampler, **kwargs)
 
     # --- the epoch -------------------------------------------------------------------------------
-    def begin_epoch(self, epoch: int, score_fn: Optional[ScoreFn] = None) -> torch.Tensor:
+    def begin_epoch(self, epoch: int, score_fn: ScoreFn | None = None) -> torch.Tensor:
         """Prepare epoch ``epoch``: a scoring pass and a re-selection where the schedules say so;
         returns the epoch's subset (global indices, identical on every rank). Every rank calls it.
         ``score_fn(indices)`` overrides the scoring pass built from ``model`` and ``loss_fn``: it
@@ -143,15 +164,17 @@ class Selector:
         self._loss_sum, self._seen, self._scored = 0.0, 0, 0
         if score_fn is None and self.teacher.needs_scoring(epoch):
             if self.model is None or self.loss_fn is None:
-                raise ValueError(f"epoch {epoch} needs a scoring pass (selection {self.selection.label(self.epochs)}): "
-                                 "pass model= and loss_fn= to Selector, or score_fn= to begin_epoch")
+                raise ValueError(
+                    f"epoch {epoch} needs a scoring pass (selection {self.selection.label(self.epochs)}): "
+                    "pass model= and loss_fn= to Selector, or score_fn= to begin_epoch"
+                )
             score_fn = self.scoring_pass
         subset = self.teacher.begin_epoch(epoch, score_fn)
         self.samples_backpropagated += subset.numel()
         self.next_epoch, self._ended = epoch + 1, False
         return subset
 
-    def update(self, losses: torch.Tensor, indices: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def update(self, losses: torch.Tensor, indices: torch.Tensor | None = None) -> torch.Tensor:
         """Record a batch's per-sample losses ([B], with their graph) as the samples' scores, and
         return the loss to back-propagate: the mean of the losses weighed by the selection's loss
         weights (all 1 unless the method reweighs; the plain mean for ``method="full"``).
@@ -160,8 +183,7 @@ class Selector:
         _, weights = self.record(losses, indices)
         return (losses * weights).mean()
 
-    def record(self, losses: torch.Tensor,
-               indices: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def record(self, losses: torch.Tensor, indices: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``update`` without the reduction, for a loop that reduces the losses its own way (e.g.
         weighing token sums, as the Hugging Face integration does): records the losses as the
         samples' scores and returns (the batch's indices in the dataset, their loss weights [B] on
@@ -169,8 +191,10 @@ class Selector:
         if self._ended:
             raise RuntimeError("update() outside an epoch: call begin_epoch(epoch) before the epoch's batches")
         if losses.ndim != 1:
-            raise ValueError(f"update() wants one loss per sample, shape [B], got {tuple(losses.shape)}: "
-                             "compute the loss with reduction='none' (and average over tokens per sample)")
+            raise ValueError(
+                f"update() wants one loss per sample, shape [B], got {tuple(losses.shape)}: "
+                "compute the loss with reduction='none' (and average over tokens per sample)"
+            )
         if indices is None:
             indices = self.sampler.take(losses.numel())
         else:  # the caller knows better; the cursor still counts the epoch's samples
@@ -204,8 +228,9 @@ class Selector:
         """Per-sample losses of this rank's share of ``indices`` from ``loss_fn(model, batch)``,
         under no_grad and in eval mode (dropout off), the model's mode restored after."""
         shard = shard_indices(indices, self.rank, self.world_size, shuffle=False)
-        loader = DataLoader(self.score_dataset, batch_size=self.score_batch_size, sampler=shard.tolist(),
-                            collate_fn=self.collate_fn)
+        loader = DataLoader(
+            self.score_dataset, batch_size=self.score_batch_size, sampler=shard.tolist(), collate_fn=self.collate_fn
+        )
         was_training = self.model.training
         self.model.eval()
         try:
@@ -241,29 +266,36 @@ class Selector:
         (distinct, summed over epochs and ranks), ``subset_checksum``, ``train_loss`` (the mean
         per-sample loss over every rank once the epoch ended, this rank's so far inside it), and
         the integrations' own ``epoch``, ``selected`` (subset size) and ``samples_scored`` (this
-        rank, this epoch). (Before issue 46 hardness and overlap were ``hardness`` and ``overlap``.)"""
+        rank, this epoch)."""
         return self._metrics(self._loss_sum, self._seen) if not self._ended else dict(self._epoch_metrics)
 
     def _metrics(self, loss_sum: float, seen: float) -> dict[str, float]:
         last = self.teacher.history[-1] if self.teacher.history else None
         return {
-            names.EPOCH: self.next_epoch, names.SELECTED_RATIO: self.teacher.selected_ratio,
+            names.EPOCH: self.next_epoch,
+            names.SELECTED_RATIO: self.teacher.selected_ratio,
             names.SELECTED: self.teacher.subset.numel(),
             names.SELECTION_HARDNESS: last.hardness if last else math.nan,
             names.SELECTION_OVERLAP: last.overlap if last else math.nan,
-            names.SAMPLES_BACKPROPAGATED: self.samples_backpropagated, names.SAMPLES_SCORED: self._scored,
+            names.SAMPLES_BACKPROPAGATED: self.samples_backpropagated,
+            names.SAMPLES_SCORED: self._scored,
             names.TRAIN_LOSS: loss_sum / seen if seen else math.nan,
-            names.SUBSET_CHECKSUM: subset_checksum(self.teacher.subset)}
+            names.SUBSET_CHECKSUM: subset_checksum(self.teacher.subset),
+        }
 
     def state_dict(self) -> dict[str, Any]:
         """The teacher's state and the epoch reached: a Selector loaded from it draws the same
         subsets as the uninterrupted run. Take it between epochs (after the epoch's last update
         or ``end_epoch()``)."""
         if not self._ended:
-            raise RuntimeError("state_dict() inside an epoch: take it after the epoch's last update() "
-                               "or after end_epoch()")
-        return {"teacher": self.teacher.state_dict(), "next_epoch": self.next_epoch,
-                "samples_backpropagated": self.samples_backpropagated}
+            raise RuntimeError(
+                "state_dict() inside an epoch: take it after the epoch's last update() or after end_epoch()"
+            )
+        return {
+            "teacher": self.teacher.state_dict(),
+            "next_epoch": self.next_epoch,
+            "samples_backpropagated": self.samples_backpropagated,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.teacher.load_state_dict(state["teacher"])
@@ -278,7 +310,11 @@ def planned_subset_sizes(selection: SelectionConfig, num_samples: int, epochs: i
     (interval kind cycles), ``budget(N, ratio)`` from each re-selection on. InfoBatch's sizes
     depend on the losses and cannot be planned."""
     if selection.method == "infobatch":
-        raise ValueError("InfoBatch's subset sizes depend on the losses: planned_steps cannot size a "
-                         "schedule for it; use an epoch-based schedule")
-    return [num_samples if planned.all_data else budget(num_samples, planned.ratio)
-            for planned in selection.epoch_plan(epochs)]
+        raise ValueError(
+            "InfoBatch's subset sizes depend on the losses: planned_steps cannot size a "
+            "schedule for it; use an epoch-based schedule"
+        )
+    return [
+        num_samples if planned.all_data else budget(num_samples, planned.ratio)
+        for planned in selection.epoch_plan(epochs)
+    ]

@@ -1,6 +1,6 @@
 """Pure functions behind the baseline sampling methods the paper compares AtteNT with."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import torch
 
@@ -33,8 +33,9 @@ def group_mean_losses(scores: torch.Tensor, groups: torch.Tensor, num_groups: in
     return sums / counts
 
 
-def gradnorm_update(weights: torch.Tensor, group_losses: torch.Tensor, initial_losses: torch.Tensor,
-                    *, alpha: float, step: float) -> torch.Tensor:
+def gradnorm_update(
+    weights: torch.Tensor, group_losses: torch.Tensor, initial_losses: torch.Tensor, *, alpha: float, step: float
+) -> torch.Tensor:
     """One GradNorm-style update of per-group weights (Chen et al., 2018).
 
     GradNorm wants each group's weighted gradient norm w_g G_g to equal mean(G) * r_g^alpha, where
@@ -56,8 +57,9 @@ def gradnorm_update(weights: torch.Tensor, group_losses: torch.Tensor, initial_l
     return new * (weights.numel() / new.sum())
 
 
-def infobatch_prune(scores: torch.Tensor, prune: float, *,
-                    generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def infobatch_prune(
+    scores: torch.Tensor, prune: float, *, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """InfoBatch (Qin et al., 2024): randomly drop a fraction ``prune`` of the samples whose loss
     is below the mean, and up-weight the kept ones by 1/(1-prune) so the expected gradient is
     unchanged. Unscored (NaN) samples are always kept. Returns (subset, per-sample loss weights)."""

@@ -1,4 +1,5 @@
 """All-gather of (index, loss) observations so every rank holds the same score table."""
+
 from __future__ import annotations
 
 import torch
@@ -47,5 +48,7 @@ def all_gather_observations(indices: torch.Tensor, losses: torch.Tensor) -> tupl
     all_loss = [torch.empty_like(padded_loss) for _ in range(world)]
     dist.all_gather(all_idx, padded_idx)
     dist.all_gather(all_loss, padded_loss)
-    return (torch.cat([t[:c] for t, c in zip(all_idx, counts)]).cpu(),
-            torch.cat([t[:c] for t, c in zip(all_loss, counts)]).cpu())
+    return (
+        torch.cat([t[:c] for t, c in zip(all_idx, counts)]).cpu(),
+        torch.cat([t[:c] for t, c in zip(all_loss, counts)]).cpu(),
+    )

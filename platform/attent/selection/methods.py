@@ -2,9 +2,10 @@
 
 Each method answers ``pick(pool, epoch, k)`` with a ``Pick``; the Teacher owns everything around
 it (the score table, the ratio and interval schedules, the random generator, checkpoints and the
-agreement of ranks). A new method is a class here and one line in ``METHODS``; its name goes in
-``config.METHODS`` and its knobs in ``SelectionConfig``.
+agreement of ranks). A new method is a class here and one line in ``METHODS``, the registry of
+methods by name; its name goes in ``config.METHOD_NAMES`` and its knobs in ``SelectionConfig``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,17 +14,17 @@ from typing import ClassVar
 import torch
 
 from . import baselines
-from .config import METHODS as METHOD_NAMES, SelectionConfig
-from .strategies import (inclusion_probabilities, select, soft_logits, soft_weights, systematic_sample,
-                         weighted_sample)
+from .config import METHOD_NAMES, SelectionConfig
+from .strategies import inclusion_probabilities, select, soft_logits, soft_weights, systematic_sample, weighted_sample
 
 
 @dataclass
 class Pool:
     """What a method sees at a re-selection (shared tensors: read, never write)."""
-    scores: torch.Tensor             # [N] latest loss of every sample; NaN: never scored
-    component_scores: torch.Tensor   # [N, C] the same per loss component (C = 1 without components)
-    generator: torch.Generator       # the teacher's: every rank draws the same subset
+
+    scores: torch.Tensor  # [N] latest loss of every sample; NaN: never scored
+    component_scores: torch.Tensor  # [N, C] the same per loss component (C = 1 without components)
+    generator: torch.Generator  # the teacher's: every rank draws the same subset
 
     def filled_scores(self) -> torch.Tensor:
         """Scores with never-scored samples ranked at the highest observed loss (unseen data is
@@ -37,21 +38,24 @@ class Pool:
 @dataclass
 class Pick:
     """A re-selection's outcome."""
-    subset: torch.Tensor                      # ascending indices of the samples trained on
+
+    subset: torch.Tensor  # ascending indices of the samples trained on
     loss_weights: torch.Tensor | None = None  # [N] per-sample loss weights; None: all 1
-    ratio: float | None = None                # the ratio recorded; None: the scheduled one
-    interval: int | None = None               # epochs it holds; None: the interval schedule's
+    ratio: float | None = None  # the ratio recorded; None: the scheduled one
+    interval: int | None = None  # epochs it holds; None: the interval schedule's
 
 
 class SelectionMethod:
     """A method's decision at each re-selection. ``components``: loss components of the task
     (modalities), 0 or 1 when it has none."""
+
     name: ClassVar[str]
     needs_scores = False  # re-selecting reads fresh losses: a scoring pass is due
-    selects = True        # False: trains on all data, never re-selects
+    selects = True  # False: trains on all data, never re-selects
 
-    def __init__(self, config: SelectionConfig, *, num_samples: int, epochs: int,
-                 groups: torch.Tensor | None, components: int):
+    def __init__(
+        self, config: SelectionConfig, *, num_samples: int, epochs: int, groups: torch.Tensor | None, components: int
+    ):
         self.config, self.num_samples, self.epochs = config, num_samples, epochs
         self.components = max(components, 1)
 
@@ -71,6 +75,7 @@ class SelectionMethod:
 
 class FullData(SelectionMethod):
     """Every sample, every epoch: the baseline without selection."""
+
     name = "full"
     selects = False
 
@@ -82,11 +87,11 @@ class AtteNT(SelectionMethod):
     Beyond the paper: ``stratify`` picks within each class (its share of k), ``reweight`` draws
     with known inclusion probabilities pi_i and weighs each pick k / (N pi_i), so that the
     expected gradient of the subset's mean loss is the full data's."""
+
     name = "attent"
 
     def __init__(self, config, *, num_samples, epochs, groups, components):
-        super().__init__(config, num_samples=num_samples, epochs=epochs, groups=groups,
-                         components=components)
+        super().__init__(config, num_samples=num_samples, epochs=epochs, groups=groups, components=components)
         self.groups = require_groups(config, groups, num_samples) if config.stratify else None
 
     @property
@@ -107,25 +112,29 @@ class AtteNT(SelectionMethod):
         chosen = []
         for members, quota in strata:
             if cfg.reweight:  # a draw whose inclusion probabilities are known exactly
-                size = soft_weights(keys[members], cfg.temperature) if cfg.strategy == "soft" \
+                size = (
+                    soft_weights(keys[members], cfg.temperature)
+                    if cfg.strategy == "soft"
                     else torch.ones(members.numel(), dtype=torch.float64)
+                )
                 pi = inclusion_probabilities(size, quota)
                 local = systematic_sample(pi, pool.generator)
                 weights[members[local]] = (k / (self.num_samples * pi[local])).float()
             else:
-                local = select(keys[members], quota, cfg.strategy, temperature=cfg.temperature,
-                               generator=pool.generator)
+                local = select(
+                    keys[members], quota, cfg.strategy, temperature=cfg.temperature, generator=pool.generator
+                )
             chosen.append(members[local])
         return Pick(torch.cat(chosen).sort().values, weights)
 
 
 class ClassWeight(SelectionMethod):
     """k samples drawn with probability 1 / their class's frequency: every class gets equal mass."""
+
     name = "class_weight"
 
     def __init__(self, config, *, num_samples, epochs, groups, components):
-        super().__init__(config, num_samples=num_samples, epochs=epochs, groups=groups,
-                         components=components)
+        super().__init__(config, num_samples=num_samples, epochs=epochs, groups=groups, components=components)
         self.groups = require_groups(config, groups, num_samples)
 
     def pick(self, pool: Pool, epoch: int, k: int) -> Pick:
@@ -138,8 +147,7 @@ class GroupWeighted(SelectionMethod):
     else each group of samples (class) receives its weight's share of the budget."""
 
     def __init__(self, config, *, num_samples, epochs, groups, components):
-        super().__init__(config, num_samples=num_samples, epochs=epochs, groups=groups,
-                         components=components)
+        super().__init__(config, num_samples=num_samples, epochs=epochs, groups=groups, components=components)
         self.per_component = components > 1
         self.groups = None if self.per_component else require_groups(config, groups, num_samples)
         num_groups = components if self.per_component else int(self.groups.max()) + 1
@@ -157,14 +165,15 @@ class GroupWeighted(SelectionMethod):
 
 class GroupWeight(GroupWeighted):
     """Fixed weights per group, e.g. modalities 1:2:2 (``selection.group_weights``)."""
+
     name = "group_weight"
 
     def __init__(self, config, *, num_samples, epochs, groups, components):
-        super().__init__(config, num_samples=num_samples, epochs=epochs, groups=groups,
-                         components=components)
+        super().__init__(config, num_samples=num_samples, epochs=epochs, groups=groups, components=components)
         if self.per_component and len(config.group_weights) != components:
-            raise ValueError(f"group_weights has {len(config.group_weights)} entries for {components} "
-                             f"loss components (modalities)")
+            raise ValueError(
+                f"group_weights has {len(config.group_weights)} entries for {components} loss components (modalities)"
+            )
 
     def pick(self, pool: Pool, epoch: int, k: int) -> Pick:
         weights = torch.tensor(self.config.group_weights, dtype=torch.float64)
@@ -176,12 +185,12 @@ class GroupWeight(GroupWeighted):
 class GradNorm(GroupWeighted):
     """GradNorm-style group weights (Chen et al., 2018), updated at each re-selection from the
     groups' mean losses against their first ones (``baselines.gradnorm_update``)."""
+
     name = "gradnorm"
     needs_scores = True
 
     def __init__(self, config, *, num_samples, epochs, groups, components):
-        super().__init__(config, num_samples=num_samples, epochs=epochs, groups=groups,
-                         components=components)
+        super().__init__(config, num_samples=num_samples, epochs=epochs, groups=groups, components=components)
         self.initial_losses = torch.full_like(self.weights, float("nan"))
 
     def pick(self, pool: Pool, epoch: int, k: int) -> Pick:
@@ -190,8 +199,9 @@ class GradNorm(GroupWeighted):
         else:
             losses = baselines.group_mean_losses(pool.scores, self.groups, self.weights.numel())
         self.initial_losses = torch.where(torch.isnan(self.initial_losses), losses, self.initial_losses)
-        self.weights = baselines.gradnorm_update(self.weights, losses, self.initial_losses,
-                                                 alpha=self.config.gradnorm_alpha, step=self.config.gradnorm_step)
+        self.weights = baselines.gradnorm_update(
+            self.weights, losses, self.initial_losses, alpha=self.config.gradnorm_alpha, step=self.config.gradnorm_step
+        )
         return Pick(group_budget(self.weights, self.groups, self.num_samples, k, pool.generator))
 
     def state_dict(self) -> dict:
@@ -206,6 +216,7 @@ class InfoBatch(SelectionMethod):
     """InfoBatch (Qin et al., 2024): each epoch, drop a random share of the below-mean-loss
     samples and up-weight the kept ones; the epochs after the first floor(δ·E), δ = 1 − final,
     train on all data (as its official code does)."""
+
     name = "infobatch"
 
     def pick(self, pool: Pool, epoch: int, k: int) -> Pick:
@@ -219,8 +230,10 @@ class InfoBatch(SelectionMethod):
 
 def require_groups(config: SelectionConfig, groups: torch.Tensor | None, num_samples: int) -> torch.Tensor:
     if groups is None or groups.numel() != num_samples:
-        raise ValueError(f"method {config.method} needs one group label (class) per sample, "
-                         "or a task with several loss components (modalities)")
+        raise ValueError(
+            f"method {config.method} needs one group label (class) per sample, "
+            "or a task with several loss components (modalities)"
+        )
     return groups.long().cpu()
 
 
@@ -231,13 +244,14 @@ def class_quotas(groups: torch.Tensor, k: int) -> list[tuple[torch.Tensor, int]]
     exact = counts * k / counts.sum()
     quotas = exact.floor().long()
     remainders = (exact - quotas).tolist()
-    for c in sorted(range(len(remainders)), key=lambda c: (-remainders[c], c))[:k - int(quotas.sum())]:
+    for c in sorted(range(len(remainders)), key=lambda c: (-remainders[c], c))[: k - int(quotas.sum())]:
         quotas[c] += 1
     return [((groups == c).nonzero().squeeze(1), int(q)) for c, q in enumerate(quotas.tolist()) if q > 0]
 
 
-def group_budget(group_weights: torch.Tensor, groups: torch.Tensor | None, num_samples: int, k: int,
-                 generator: torch.Generator) -> torch.Tensor:
+def group_budget(
+    group_weights: torch.Tensor, groups: torch.Tensor | None, num_samples: int, k: int, generator: torch.Generator
+) -> torch.Tensor:
     """k samples, each group its share ``group_weights`` of them; uniform without groups (loss
     components: every sample holds every component)."""
     weights = torch.ones(num_samples) if groups is None else baselines.group_sample_weights(groups, group_weights)
@@ -245,6 +259,7 @@ def group_budget(group_weights: torch.Tensor, groups: torch.Tensor | None, num_s
 
 
 METHODS: dict[str, type[SelectionMethod]] = {
-    method.name: method for method in (AtteNT, FullData, ClassWeight, GroupWeight, GradNorm, InfoBatch)}
+    method.name: method for method in (AtteNT, FullData, ClassWeight, GroupWeight, GradNorm, InfoBatch)
+}
 if set(METHODS) != set(METHOD_NAMES):
-    raise ImportError(f"selection methods {sorted(METHODS)} differ from config.METHODS {sorted(METHOD_NAMES)}")
+    raise ImportError(f"selection methods {sorted(METHODS)} differ from config.METHOD_NAMES {sorted(METHOD_NAMES)}")

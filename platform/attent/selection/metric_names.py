@@ -1,19 +1,20 @@
 """The selection's metric names, defined once for every framework: the engine's MLflow runs
 (``attent.contract`` re-exports them, and ``analysis`` reads them there), ``Selector.metrics()``,
 ``AtteNTTrainer``'s logs and the Lightning callback's. Constants only."""
+
 from __future__ import annotations
 
 # Per epoch, as the engine logs them and the integrations report them:
-TRAIN_LOSS = "train_loss"                       # mean per-sample loss of the epoch's subset, all ranks
-SELECTED_RATIO = "selected_ratio"               # share of the training set trained on
+TRAIN_LOSS = "train_loss"  # mean per-sample loss of the epoch's subset, all ranks
+SELECTED_RATIO = "selected_ratio"  # share of the training set trained on
 SAMPLES_BACKPROPAGATED = "samples_backpropagated"  # distinct samples trained on, summed over epochs (padding excluded)
-SUBSET_CHECKSUM = "subset_checksum"             # strategies.subset_checksum of the epoch's subset
+SUBSET_CHECKSUM = "subset_checksum"  # strategies.subset_checksum of the epoch's subset
 # From the epoch's re-selection (carried over while a pick holds):
-SELECTION_HARDNESS = "selection_hardness"       # share of the pick in the hard top-k; uniform 0, hard 1
-SELECTION_OVERLAP = "selection_overlap"         # share of the pick that was in the previous pick
-SCORE_AGREEMENT = "selection_score_agreement"   # Spearman of training-forward vs scoring-pass losses
+SELECTION_HARDNESS = "selection_hardness"  # share of the pick in the hard top-k; uniform 0, hard 1
+SELECTION_OVERLAP = "selection_overlap"  # share of the pick that was in the previous pick
+SCORE_AGREEMENT = "selection_score_agreement"  # Spearman of training-forward vs scoring-pass losses
 
 # The integrations' own (the engine logs samples_forwarded and num_train_samples instead):
-EPOCH = "epoch"                                 # epochs begun so far (1 during the first)
-SELECTED = "selected"                           # the epoch's subset size
-SAMPLES_SCORED = "samples_scored"               # this rank's scoring-pass samples of the epoch
+EPOCH = "epoch"  # epochs begun so far (1 during the first)
+SELECTED = "selected"  # the epoch's subset size
+SAMPLES_SCORED = "samples_scored"  # this rank's scoring-pass samples of the epoch

@@ -1,15 +1,25 @@
 """Sharding the selected subset across ranks, the way DistributedSampler shards a dataset."""
+
 from __future__ import annotations
 
 import math
-from typing import Iterator, Protocol
+from collections.abc import Iterator
+from typing import Protocol
 
 import torch
 from torch.utils.data import Sampler
 
 
-def shard_indices(subset: torch.Tensor, rank: int, world_size: int, *, epoch: int = 0, seed: int = 0,
-                  shuffle: bool = True, drop_last: bool = False) -> torch.Tensor:
+def shard_indices(
+    subset: torch.Tensor,
+    rank: int,
+    world_size: int,
+    *,
+    epoch: int = 0,
+    seed: int = 0,
+    shuffle: bool = True,
+    drop_last: bool = False,
+) -> torch.Tensor:
     """This rank's share of ``subset``: shuffled by (seed, epoch), identical order on every rank,
     padded by wrapping around (or trimmed with drop_last) so all ranks get the same count."""
     if not 0 <= rank < world_size:
@@ -41,14 +51,29 @@ class SubsetSampler(Sampler[int]):
     DistributedSampler (``add_dist_sampler=False``): this sampler already shards.
     """
 
-    def __init__(self, source: SubsetSource, rank: int = 0, world_size: int = 1, *, seed: int = 0,
-                 shuffle: bool = True, drop_last: bool = False):
+    def __init__(
+        self,
+        source: SubsetSource,
+        rank: int = 0,
+        world_size: int = 1,
+        *,
+        seed: int = 0,
+        shuffle: bool = True,
+        drop_last: bool = False,
+    ):
         self.source, self.rank, self.world_size = source, rank, world_size
         self.seed, self.shuffle, self.drop_last = seed, shuffle, drop_last
 
     def _indices(self) -> torch.Tensor:
-        return shard_indices(self.source.subset, self.rank, self.world_size, epoch=self.source.epoch,
-                             seed=self.seed, shuffle=self.shuffle, drop_last=self.drop_last)
+        return shard_indices(
+            self.source.subset,
+            self.rank,
+            self.world_size,
+            epoch=self.source.epoch,
+            seed=self.seed,
+            shuffle=self.shuffle,
+            drop_last=self.drop_last,
+        )
 
     def __iter__(self) -> Iterator[int]:
         return iter(self._indices().tolist())

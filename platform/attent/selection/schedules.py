@@ -14,11 +14,11 @@ A second reading of "interval", the authors' released code's, is ``CycleSchedule
 (the "interval") and ending on all data, the ratio stepping once per cycle. Both readings give a
 per-epoch plan (``PlannedEpoch``) through ``SelectionConfig.epoch_plan``.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
 
 from .deprecation import deprecated_arguments
 
@@ -32,9 +32,10 @@ def check_ratio(ratio: float) -> float:
 @dataclass(frozen=True)
 class RatioSchedule:
     """r(p): the fraction of the training set selected at progress p."""
-    kind: str = "fixed"   # fixed | incremental (linear r0->r1) | cosine (r0 + (r1-r0)(1-cos(pi p))/2)
-    start: float = 0.2    # r0 (fixed: the ratio itself)
-    end: float = 0.8      # r1 (ignored by fixed)
+
+    kind: str = "fixed"  # fixed | incremental (linear r0->r1) | cosine (r0 + (r1-r0)(1-cos(pi p))/2)
+    start: float = 0.2  # r0 (fixed: the ratio itself)
+    end: float = 0.8  # r1 (ignored by fixed)
 
     def __post_init__(self):
         if self.kind not in ("fixed", "incremental", "cosine"):
@@ -57,9 +58,10 @@ class RatioSchedule:
 @dataclass(frozen=True)
 class IntervalSchedule:
     """I(p): how many epochs (or steps) a selection is kept before the next one."""
-    kind: str = "fixed"   # fixed | incremental (linear I0->Imax, rounded)
-    start: int = 1        # I0 (fixed: the interval itself)
-    end: int = 1          # Imax (ignored by fixed)
+
+    kind: str = "fixed"  # fixed | incremental (linear I0->Imax, rounded)
+    start: int = 1  # I0 (fixed: the interval itself)
+    end: int = 1  # Imax (ignored by fixed)
 
     def __post_init__(self):
         if self.kind not in ("fixed", "incremental"):
@@ -88,9 +90,10 @@ class CycleSchedule:
     ``start == end`` is the fixed kind. ``redraw``: re-select (re-scoring first where
     ``rescore`` says so) at every subset epoch, as the code does for Soft, or keep the cycle's
     first pick for all its subset epochs, as it does for Hard and Random."""
-    cycles: int          # K
-    start: int = 1       # subset epochs of the first cycle
-    end: int = 1         # of the last
+
+    cycles: int  # K
+    start: int = 1  # subset epochs of the first cycle
+    end: int = 1  # of the last
     redraw: bool = False
 
     def __post_init__(self):
@@ -124,10 +127,11 @@ class CycleSchedule:
 @dataclass(frozen=True)
 class PlannedEpoch:
     """What one epoch of a run trains on, as planned before it starts."""
+
     epoch: int
-    ratio: float                  # share of the training set trained on (1.0: all data)
-    selects: bool                 # opens with a re-selection (after a scoring pass where one is due)
-    cycle: Optional[int] = None   # cycles reading: the cycle (from 0); None in warm-up and otherwise
+    ratio: float  # share of the training set trained on (1.0: all data)
+    selects: bool  # opens with a re-selection (after a scoring pass where one is due)
+    cycle: int | None = None  # cycles reading: the cycle (from 0); None in warm-up and otherwise
 
     @property
     def all_data(self) -> bool:
@@ -143,21 +147,26 @@ def cycle_plan(epochs: int, warmup: int, cycles: CycleSchedule, ratio: RatioSche
     or at each with ``redraw``; then the rest of the cycle on all data, with no scoring pass.
     Refuses, in one line, a plan that cannot be run."""
     if not 0 <= warmup < epochs:
-        raise ValueError(f"interval kind cycles: {warmup} warm-up epoch(s) leave no epoch for the cycles "
-                         f"of a {epochs}-epoch run")
+        raise ValueError(
+            f"interval kind cycles: {warmup} warm-up epoch(s) leave no epoch for the cycles of a {epochs}-epoch run"
+        )
     if cycles.cycles > epochs - warmup:
-        raise ValueError(f"interval kind cycles: {cycles.cycles} cycles need at least {cycles.cycles} epochs "
-                         f"after the {warmup} warm-up epoch(s); the run has {epochs - warmup} "
-                         f"(train.epochs = {epochs}): use fewer cycles or more epochs")
+        raise ValueError(
+            f"interval kind cycles: {cycles.cycles} cycles need at least {cycles.cycles} epochs "
+            f"after the {warmup} warm-up epoch(s); the run has {epochs - warmup} "
+            f"(train.epochs = {epochs}): use fewer cycles or more epochs"
+        )
     bounds = cycles.bounds(epochs, warmup)
     plan = [PlannedEpoch(epoch, 1.0, False) for epoch in range(warmup)]
     for c, (first, after) in enumerate(zip(bounds, bounds[1:])):
         subset = cycles.subset_epochs(c)
         if subset > after - first:
-            raise ValueError(f"interval kind cycles: cycle {c + 1} of {cycles.cycles} has {after - first} epochs "
-                             f"({epochs - warmup} epochs after {warmup} warm-up in {cycles.cycles} cycles) and "
-                             f"cannot hold {subset} subset epochs: lower interval.start/end, use fewer cycles "
-                             "or more epochs")
+            raise ValueError(
+                f"interval kind cycles: cycle {c + 1} of {cycles.cycles} has {after - first} epochs "
+                f"({epochs - warmup} epochs after {warmup} warm-up in {cycles.cycles} cycles) and "
+                f"cannot hold {subset} subset epochs: lower interval.start/end, use fewer cycles "
+                "or more epochs"
+            )
         r = ratio(cycles.progress(c))
         plan += [PlannedEpoch(first + i, r, i == 0 or cycles.redraw, c) for i in range(subset)]
         plan += [PlannedEpoch(epoch, 1.0, False, c) for epoch in range(first + subset, after)]

@@ -1,5 +1,6 @@
 """Which k of N samples the learner sees next: AtteNT's three strategies, and weighted draws for
 the baselines. Pure functions; the exact top-k and the noise streams are ``topk``'s."""
+
 from __future__ import annotations
 
 import math
@@ -19,8 +20,9 @@ def budget(num_samples: int, ratio: float) -> int:
     return max(1, min(num_samples, round(ratio * num_samples)))
 
 
-def select(scores: torch.Tensor, k: int, strategy: str, *, temperature: float = 1.0,
-           generator: torch.Generator | None = None) -> torch.Tensor:
+def select(
+    scores: torch.Tensor, k: int, strategy: str, *, temperature: float = 1.0, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """k distinct indices of ``scores`` (1-D, finite), ascending.
 
     - ``hard``: exactly the k largest scores; ties broken towards the lower index.
@@ -93,7 +95,7 @@ def overlap(subset: torch.Tensor, previous: torch.Tensor | None, num_samples: in
 def subset_checksum(subset: torch.Tensor) -> float:
     """A number that tells subsets apart (the ``subset_checksum`` metric of the engine and of
     every integration): equal subsets give equal sums, whatever their order."""
-    return float((subset.double() * 2.0 ** -20).sin().sum() + subset.numel())
+    return float((subset.double() * 2.0**-20).sin().sum() + subset.numel())
 
 
 def soft_weights(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -145,8 +147,7 @@ def rank_correlation(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((ranks[0] * ranks[1]).sum()) / spread if spread > 0 else math.nan
 
 
-def weighted_sample(weights: torch.Tensor, k: int, *,
-                    generator: torch.Generator | None = None) -> torch.Tensor:
+def weighted_sample(weights: torch.Tensor, k: int, *, generator: torch.Generator | None = None) -> torch.Tensor:
     """k distinct indices drawn without replacement with probability proportional to ``weights``
     (successive draws, the Efraimidis-Spirakis / Gumbel-top-k scheme). Zero weights are never drawn."""
     if weights.ndim != 1 or not torch.isfinite(weights).all() or (weights < 0).any():
@@ -166,5 +167,7 @@ def check_scores(scores: torch.Tensor) -> None:
     lowest, highest = torch.aminmax(scores.detach())  # one pass; NaN propagates, inf shows at an end
     if not (math.isfinite(lowest) and math.isfinite(highest)):
         bad = (~torch.isfinite(scores)).nonzero().squeeze(1)
-        raise ValueError(f"{bad.numel()} scores are NaN or infinite (first at indices "
-                         f"{bad[:5].tolist()}); check the per-sample losses")
+        raise ValueError(
+            f"{bad.numel()} scores are NaN or infinite (first at indices "
+            f"{bad[:5].tolist()}); check the per-sample losses"
+        )

@@ -2,13 +2,14 @@
 boundaries, of which samples the learner sees next. Stateful but thin: each method's choice is
 its unit in ``methods``; the teacher keeps the table, the schedules, the generator, the state
 and the agreement of ranks."""
+
 from __future__ import annotations
 
 import hashlib
 import math
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterable
 
 import torch
 
@@ -26,19 +27,20 @@ ScoreFn = Callable[[torch.Tensor], Iterable[tuple[torch.Tensor, torch.Tensor]]]
 @dataclass
 class SelectionRecord:
     """One re-selection, as logged to MLflow's selection history."""
+
     epoch: int
     method: str
     strategy: str
-    ratio: float            # scheduled ratio r(p)
-    selected: int           # subset size (may differ from ratio*N for infobatch)
-    score_mean: float       # over all scored samples
+    ratio: float  # scheduled ratio r(p)
+    selected: int  # subset size (may differ from ratio*N for infobatch)
+    score_mean: float  # over all scored samples
     score_std: float
     score_min: float
     score_max: float
     selected_score_mean: float
     seconds: float
-    hardness: float = math.nan   # share of the pick in the hard top-k of the scores: uniform 0, hard 1
-    overlap: float = math.nan    # share of the pick that was in the previous pick
+    hardness: float = math.nan  # share of the pick in the hard top-k of the scores: uniform 0, hard 1
+    overlap: float = math.nan  # share of the pick that was in the previous pick
     # rank correlation of training-forward and scoring-pass losses over the samples both gave
     # (trained on in the interval before, then re-scored): whether mixing the two is sound
     score_agreement: float = math.nan
@@ -68,15 +70,24 @@ class Teacher:
     """
 
     @deprecated_arguments(positional=4, renamed={"total_epochs": "epochs"})
-    def __init__(self, num_samples: int, config: SelectionConfig, epochs: int, *, seed: int = 0,
-                 groups: torch.Tensor | None = None, components: int = 0):
+    def __init__(
+        self,
+        num_samples: int,
+        config: SelectionConfig,
+        epochs: int,
+        *,
+        seed: int = 0,
+        groups: torch.Tensor | None = None,
+        components: int = 0,
+    ):
         if num_samples < 1:
             raise ValueError("the training set is empty: nothing to select from")
         if epochs < 1:
             raise ValueError(f"epochs must be >= 1, got {epochs}")
         self.config, self.num_samples, self.epochs = config, num_samples, epochs
-        self.method = METHODS[config.method](config, num_samples=num_samples, epochs=epochs,
-                                             groups=groups, components=components)
+        self.method = METHODS[config.method](
+            config, num_samples=num_samples, epochs=epochs, groups=groups, components=components
+        )
         self.scores = torch.full((num_samples,), float("nan"))
         self.trained = torch.zeros(num_samples, dtype=torch.bool)  # observed in training since the last selection
         self._scoring = False  # inside a scoring pass: its observations are not training forwards
@@ -88,8 +99,13 @@ class Teacher:
         # The released code's reading of "interval" (cycles): the plan, epoch by epoch, fixed
         # up front (it refuses an impossible one here, before training starts).
         self.plan = config.epoch_plan(epochs) if config.uses_cycles and self.method.selects else None
-        self.next_selection = self._next_planned(-1) if self.plan is not None else \
-            config.warmup_epochs if self.method.selects else math.inf
+        self.next_selection = (
+            self._next_planned(-1)
+            if self.plan is not None
+            else config.warmup_epochs
+            if self.method.selects
+            else math.inf
+        )
         self.selecting_epochs = config.selecting_epochs(epochs)  # then annealing: all data
         self.score_agreement = math.nan  # of the latest scoring pass
         self.history: list[SelectionRecord] = []
@@ -98,7 +114,7 @@ class Teacher:
 
     @property
     def total_epochs(self) -> int:
-        """Deprecated spelling of ``epochs`` (issue 46)."""
+        """Deprecated spelling of ``epochs``, removed in 0.3.0."""
         warn_renamed("Teacher.total_epochs", "Teacher.epochs", stacklevel=3)
         return self.epochs
 
@@ -109,24 +125,30 @@ class Teacher:
         losses = losses.detach().float().cpu().reshape(-1, self.component_scores.shape[1])
         indices = indices.detach().long().reshape(-1).cpu()
         if indices.numel() != losses.shape[0] or losses.shape[1] != self.component_scores.shape[1]:
-            raise ValueError(f"{indices.numel()} indices but losses of shape {tuple(losses.shape)} "
-                             f"({self.component_scores.shape[1]} component(s) expected)")
+            raise ValueError(
+                f"{indices.numel()} indices but losses of shape {tuple(losses.shape)} "
+                f"({self.component_scores.shape[1]} component(s) expected)"
+            )
         finite = torch.isfinite(losses)
         if not finite.all():
-            raise ValueError(f"non-finite per-sample loss for samples {indices[~finite.all(1)][:8].tolist()}: "
-                             "the model diverged or the data holds invalid values")
+            raise ValueError(
+                f"non-finite per-sample loss for samples {indices[~finite.all(1)][:8].tolist()}: "
+                "the model diverged or the data holds invalid values"
+            )
         if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= self.num_samples):
             # a negative index would silently overwrite another sample's score
-            raise ValueError(f"sample indices must lie in [0, {self.num_samples}), got "
-                             f"[{int(indices.min())}, {int(indices.max())}]: batches must carry "
-                             "their position in the training set")
+            raise ValueError(
+                f"sample indices must lie in [0, {self.num_samples}), got "
+                f"[{int(indices.min())}, {int(indices.max())}]: batches must carry "
+                "their position in the training set"
+            )
         self._pending.append((indices, losses))
 
     def sync(self) -> None:
         """Merge every rank's pending observations into the table (a collective under DDP)."""
         if self._pending:
             indices = torch.cat([i for i, _ in self._pending])
-            losses = torch.cat([l for _, l in self._pending])
+            losses = torch.cat([loss for _, loss in self._pending])
         else:
             indices, losses = torch.empty(0, dtype=torch.long), torch.empty(0, self.component_scores.shape[1])
         self._pending = []
@@ -157,13 +179,16 @@ class Teacher:
 
     def _next_planned(self, epoch: int) -> float:
         """The first planned re-selection after ``epoch`` (cycles), inf if none."""
-        return next((p.epoch for p in self.plan[epoch + 1:] if p.selects), math.inf)
+        return next((p.epoch for p in self.plan[epoch + 1 :] if p.selects), math.inf)
 
     def needs_scoring(self, epoch: int) -> bool:
         """A full scoring pass is due: a loss-driven re-selection with rescoring on, or with
         samples never scored yet."""
-        return self.method.needs_scores and self.is_selection_epoch(epoch) and (
-            self.config.rescore or bool(torch.isnan(self.scores).any()))
+        return (
+            self.method.needs_scores
+            and self.is_selection_epoch(epoch)
+            and (self.config.rescore or bool(torch.isnan(self.scores).any()))
+        )
 
     def begin_epoch(self, epoch: int, score_fn: ScoreFn | None = None) -> torch.Tensor:
         """Prepare epoch ``epoch``: score and re-select if due; returns the (global) subset.
@@ -207,7 +232,11 @@ class Teacher:
         - with ``rescore_fraction`` < 1, a random share of those due (never-scored samples
           always): the others keep their latest score."""
         cfg = self.config
-        due = (~self.trained | torch.isnan(self.scores)) if cfg.rescore_stale else torch.ones(self.num_samples, dtype=torch.bool)
+        due = (
+            (~self.trained | torch.isnan(self.scores))
+            if cfg.rescore_stale
+            else torch.ones(self.num_samples, dtype=torch.bool)
+        )
         if cfg.rescore_fraction < 1:
             known = (due & ~torch.isnan(self.scores)).nonzero().squeeze(1)
             keep = round(cfg.rescore_fraction * known.numel())
@@ -230,8 +259,9 @@ class Teacher:
         if self.plan is not None:
             self.next_selection = self._next_planned(epoch)
         else:
-            self.next_selection = epoch + (pick.interval or
-                                           self.config.interval_schedule(training_progress(epoch, self.epochs)))
+            self.next_selection = epoch + (
+                pick.interval or self.config.interval_schedule(training_progress(epoch, self.epochs))
+            )
         self.trained.zero_()  # a new interval begins
         self.seconds["selection"] += time.perf_counter() - start
         ratio = ratio if pick.ratio is None else pick.ratio
@@ -257,16 +287,27 @@ class Teacher:
         ranked = Pool(self.scores, self.component_scores, self.generator).filled_scores()
         chosen = self.scores[self.subset]
         chosen = chosen[~torch.isnan(chosen)]
-        stat = (lambda t, f: float(f(t)) if t.numel() else float("nan"))
+
+        def stat(values: torch.Tensor, statistic) -> float:
+            return float(statistic(values)) if values.numel() else float("nan")
+
         return SelectionRecord(
-            epoch=epoch, method=self.config.method, strategy=self.config.strategy, ratio=ratio,
-            selected=self.subset.numel(), score_mean=stat(scored, torch.mean),
+            epoch=epoch,
+            method=self.config.method,
+            strategy=self.config.strategy,
+            ratio=ratio,
+            selected=self.subset.numel(),
+            score_mean=stat(scored, torch.mean),
             score_std=stat(scored, torch.std) if scored.numel() > 1 else 0.0,
-            score_min=stat(scored, torch.min), score_max=stat(scored, torch.max),
-            selected_score_mean=stat(chosen, torch.mean), seconds=seconds,
+            score_min=stat(scored, torch.min),
+            score_max=stat(scored, torch.max),
+            selected_score_mean=stat(chosen, torch.mean),
+            seconds=seconds,
             hardness=hardness(self.subset, ranked) if scored.numel() else math.nan,
-            overlap=overlap(self.subset, previous, self.num_samples), score_agreement=self.score_agreement,
-            indices=self.subset.clone())
+            overlap=overlap(self.subset, previous, self.num_samples),
+            score_agreement=self.score_agreement,
+            indices=self.subset.clone(),
+        )
 
     # --- checkpointing ----------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -275,11 +316,15 @@ class Teacher:
         if self._pending:
             raise RuntimeError("unmerged observations: call sync() or end_epoch() before state_dict()")
         return {
-            "num_samples": self.num_samples, "scores": self.scores.clone(),
+            "num_samples": self.num_samples,
+            "scores": self.scores.clone(),
             "component_scores": self.component_scores.clone(),
-            "generator": self.generator.get_state(), "subset": self.subset.clone(),
-            "loss_weights": self.loss_weights.clone(), "epoch": self.epoch,
-            "next_selection": self.next_selection, "seconds": dict(self.seconds),
+            "generator": self.generator.get_state(),
+            "subset": self.subset.clone(),
+            "loss_weights": self.loss_weights.clone(),
+            "epoch": self.epoch,
+            "next_selection": self.next_selection,
+            "seconds": dict(self.seconds),
             "trained": self.trained.clone(),
             **self.method.state_dict(),
             "history": [(r.summary(), r.indices) for r in self.history],

@@ -9,12 +9,13 @@ sample and gathers the band around it, an exact search runs in that band, one pa
 indices. Above 16 * SAMPLE keys on CPU both passes stream over cache-sized blocks.
 
 Cost on one core (1 torch thread, k = N/2, a 2-vCPU AMD EPYC VM shared with other work; median
-of 3 calls, ``benchmarks/results/selection_scaling.md``): 10M scores take 0.04 s hard, 0.08 s
+of 3 calls, ``benchmarks/results/selection_scaling/selection_scaling.md``): 10M scores take 0.04 s hard, 0.08 s
 random, 0.11 s soft; 100M take 0.34 s, 0.72 s and 1.8 s (fastest call 0.95 s). At 100M soft
 needs ~1.0 s of user CPU, most of it the noise: ~0.29 s for the Mersenne-Twister draws, ~0.24 s
 for the logs; the rest of its wall-clock is first-touch page faults of two fresh 400 MB buffers
 (noise, indices) and waiting for the core.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,8 +28,12 @@ def gumbel_top_k(scores: torch.Tensor, k: int, temperature: float, generator) ->
     """The k largest keys scores + T * Gumbel noise (finite scores, T > 0). Large float32 CPU
     scores stream (``gumbel_top_k_blocks``: the same keys bit for bit)."""
     n = scores.numel()
-    if (streams(n, scores) and scores.dtype == torch.float32 and uniform_bits_match()
-            and temperature <= torch.finfo(torch.float32).max):
+    if (
+        streams(n, scores)
+        and scores.dtype == torch.float32
+        and uniform_bits_match()
+        and temperature <= torch.finfo(torch.float32).max
+    ):
         return gumbel_top_k_blocks(scores, k, temperature, generator)
     noise = gumbel(n, generator, scores.dtype, scores.device)
     return top_k(noise.mul_(temperature).add_(scores), k)  # scores + T*G, in place
@@ -124,7 +129,7 @@ def aligned_empty(n: int, dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     raw = np.empty(n * dtype.itemsize + 64, np.uint8)
     start = -raw.ctypes.data % 64
-    return raw[start:start + n * dtype.itemsize].view(dtype)
+    return raw[start : start + n * dtype.itemsize].view(dtype)
 
 
 BITS = 24  # float32 digits: torch.rand(float32) on CPU is (32-bit draw mod 2**24) * 2**-24
@@ -142,8 +147,9 @@ def uniform_bits_match() -> bool:
         reference, candidate = (torch.Generator().manual_seed(20240229) for _ in range(2))
         expected = torch.rand(n, generator=reference)
         bits = torch.empty(n, dtype=torch.int32).random_(0, 1 << BITS, generator=candidate)
-        BITS_MATCH = (torch.equal(bits.float() * 2.0 ** -BITS, expected)
-                       and torch.equal(reference.get_state(), candidate.get_state()))
+        BITS_MATCH = torch.equal(bits.float() * 2.0**-BITS, expected) and torch.equal(
+            reference.get_state(), candidate.get_state()
+        )
     return BITS_MATCH
 
 
@@ -164,9 +170,9 @@ def uniform_f32(n: int, generator, low: float) -> np.ndarray:
     source, target = torch.from_numpy(bits), torch.from_numpy(values)
     buffer = torch.empty(min(BLOCK, n))
     for start in range(0, n, BLOCK):
-        block = buffer[:min(BLOCK, n - start)]
-        block.copy_(source[start:start + BLOCK])
-        torch.clamp(block.mul_(2.0 ** -BITS), min=low, out=target[start:start + BLOCK])
+        block = buffer[: min(BLOCK, n - start)]
+        block.copy_(source[start : start + BLOCK])
+        torch.clamp(block.mul_(2.0**-BITS), min=low, out=target[start : start + BLOCK])
     return values
 
 
@@ -192,14 +198,14 @@ def top_k_blocks(keys: np.ndarray, k: int, scores: np.ndarray | None = None) -> 
     mask = np.empty(min(BLOCK, keys.size), bool)
     missing, pos = k - greater, 0
     for start in range(0, keys.size, BLOCK):
-        block = keys[start:start + BLOCK]
-        m = np.greater(block, t, out=mask[:block.size])
+        block = keys[start : start + BLOCK]
+        m = np.greater(block, t, out=mask[: block.size])
         if missing and (tie_blocks is None or start in tie_blocks):
             take = np.flatnonzero(block == t)[:missing]  # the lowest-index keys equal to t
             m[take] = True
             missing -= take.size
         found = np.flatnonzero(m)
-        np.add(found, start, out=out[pos:pos + found.size])
+        np.add(found, start, out=out[pos : pos + found.size])
         pos += found.size
     assert pos == k and not missing, (pos, k, missing)
     return torch.from_numpy(out)
@@ -232,10 +238,10 @@ def threshold_blocks(keys: np.ndarray, k: int, scores: np.ndarray | None = None)
     size = min(BLOCK, n)
     over, inside = np.empty(size, bool), np.empty(size, bool)
     for start in range(0, n, BLOCK):
-        block = keys[start:start + BLOCK]
+        block = keys[start : start + BLOCK]
         if scores is not None:
-            np.subtract(scores[start:start + BLOCK], block, out=block)
-        a, b = over[:block.size], inside[:block.size]
+            np.subtract(scores[start : start + BLOCK], block, out=block)
+        a, b = over[: block.size], inside[: block.size]
         above += np.count_nonzero(np.greater(block, hi, out=a))
         np.greater_equal(block, lo, out=b)
         np.greater(b, a, out=b)  # lo <= key and not key > hi
@@ -246,7 +252,7 @@ def threshold_blocks(keys: np.ndarray, k: int, scores: np.ndarray | None = None)
     if not 1 <= needed <= band.numel():  # the bracket missed: search everything
         threshold = torch.kthvalue(torch.from_numpy(keys), n - k + 1).values
         t = keys.dtype.type(threshold.item())
-        greater = sum(np.count_nonzero(keys[s:s + BLOCK] > t) for s in range(0, n, BLOCK))
+        greater = sum(np.count_nonzero(keys[s : s + BLOCK] > t) for s in range(0, n, BLOCK))
         return threshold, greater, None
     threshold = torch.kthvalue(band, band.numel() - needed + 1).values
     t = keys.dtype.type(threshold.item())

@@ -1,5 +1,6 @@
 """What every task's ``task:`` config section has in common (pydantic only: the CLI validates
 configs without importing torch, Ray or any task's libraries)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,8 +16,10 @@ class DataError(ValueError):
 
 def unreadable(path: Path | str, what: str, cause: BaseException) -> DataError:
     """The error for a file that does not decode, naming it and the fix."""
-    return DataError(f"{path}: cannot read this {what} ({type(cause).__name__}: {cause}). Fix: replace or "
-                     "delete the file; `attent validate <experiment> --decode` lists every unreadable one")
+    return DataError(
+        f"{path}: cannot read this {what} ({type(cause).__name__}: {cause}). Fix: replace or "
+        "delete the file; `attent validate <experiment> --decode` lists every unreadable one"
+    )
 
 
 def is_relative_path(value: object) -> bool:
@@ -27,6 +30,7 @@ def is_relative_path(value: object) -> bool:
 class TaskConfig(BaseModel):
     """Base of each task's config. A subclass declares ``name: Literal["<task>"]`` (the
     discriminator), its own fields, the fields holding local paths, and its data checks."""
+
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
     name: str
@@ -43,9 +47,12 @@ class TaskConfig(BaseModel):
         to open each (empty: nothing stored as files, e.g. a packed or hub data set)."""
         return []
 
-    def with_absolute_paths(self, base: Path) -> "TaskConfig":
-        local = {key: str((base / value).resolve()) for key in self.path_fields
-                 if is_relative_path(value := getattr(self, key, None))}
+    def with_absolute_paths(self, base: Path) -> TaskConfig:
+        local = {
+            key: str((base / value).resolve())
+            for key in self.path_fields
+            if is_relative_path(value := getattr(self, key, None))
+        }
         return self.model_copy(update=local)
 
     def downstream_task(self, job: dict[str, Any], *, pretrained: str | None) -> dict[str, Any]:

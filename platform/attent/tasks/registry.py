@@ -1,6 +1,7 @@
 """The one place tasks are registered. Adding a task: a package under ``attent.tasks`` with a
 light config module (pydantic only) and a task module, plus one line here; no engine or config
 code changes."""
+
 from __future__ import annotations
 
 import importlib
@@ -17,18 +18,17 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class TaskEntry:
     config: str  # "module:Class" of the task's config (imported to validate any experiment)
-    task: str    # "module:Class" of the Task (imported only inside the workers that train it)
+    task: str  # "module:Class" of the Task (imported only inside the workers that train it)
 
 
 TASKS: dict[str, TaskEntry] = {
-    "vision": TaskEntry("attent.tasks.vision.config:VisionTaskConfig",
-                        "attent.tasks.vision.task:VisionTask"),
+    "vision": TaskEntry("attent.tasks.vision.config:VisionTaskConfig", "attent.tasks.vision.task:VisionTask"),
     "llm": TaskEntry("attent.tasks.llm.config:LLMTaskConfig", "attent.tasks.llm.task:LLMTask"),
     "mae": TaskEntry("attent.tasks.mae.config:MAETaskConfig", "attent.tasks.mae.task:MaskedPretrainingTask"),
-    "multimae": TaskEntry("attent.tasks.mae.config:MultiMAETaskConfig",
-                          "attent.tasks.mae.task:MaskedPretrainingTask"),
-    "mae_downstream": TaskEntry("attent.tasks.mae.config:DownstreamTaskConfig",
-                                "attent.tasks.mae.downstream:DownstreamTask"),
+    "multimae": TaskEntry("attent.tasks.mae.config:MultiMAETaskConfig", "attent.tasks.mae.task:MaskedPretrainingTask"),
+    "mae_downstream": TaskEntry(
+        "attent.tasks.mae.config:DownstreamTaskConfig", "attent.tasks.mae.downstream:DownstreamTask"
+    ),
 }
 
 
@@ -46,7 +46,7 @@ def config_classes() -> tuple[type[TaskConfig], ...]:
     return classes
 
 
-def build_task(task_config: TaskConfig, seed: int) -> "Task":
+def build_task(task_config: TaskConfig, seed: int) -> Task:
     """The Task for a validated ``task:`` section (imports only what that task needs)."""
     if task_config.name not in TASKS:
         raise ValueError(f"unknown task {task_config.name!r}; registered: {', '.join(TASKS)}")

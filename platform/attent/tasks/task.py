@@ -5,11 +5,13 @@ the loop (sampling, optimisation, timing, checkpoints, MLflow); a task owns data
 per-sample loss and evaluation. Batches are dicts of tensors that always carry ``"index"``: the
 position of each sample in ``train_dataset`` (the AtteNT teacher keys its score table on it).
 """
+
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -24,13 +26,14 @@ ParamGroup = dict[str, Any]  # a torch.optim parameter group: {"params": [...], 
 @dataclass(frozen=True)
 class OptimizerSpec:
     """A task's AdamW and learning-rate defaults; ``train:`` fields override any of them."""
+
     lr: float = 1e-3
-    weight_decay: float = 0.0                      # applied to the decayed group only
+    weight_decay: float = 0.0  # applied to the decayed group only
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
     schedule: Literal["cosine", "linear", "constant"] = "cosine"  # over training progress
-    warmup_ratio: float = 0.0                      # share of training progress
-    global_batch_size: int | None = None           # reached by gradient accumulation; None: none
+    warmup_ratio: float = 0.0  # share of training progress
+    global_batch_size: int | None = None  # reached by gradient accumulation; None: none
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class TorchModel:
     """A run's trained model as MLflow's PyTorch flavour logs it (``Task.model_to_log``): a module
     called as ``module(*inputs.values())``, and a few real inputs by name, from which the engine
     makes its input example and signature."""
+
     module: nn.Module
     inputs: dict[str, torch.Tensor]
     metadata: dict[str, Any] = field(default_factory=dict)  # kept in the model's MLmodel file
@@ -47,27 +51,26 @@ class TorchModel:
 class AdapterModel:
     """A LoRA adapter as MLflow's transformers flavour logs it (through peft): the adapter and the
     tokenizer are stored, the frozen base model is only referenced."""
-    model: nn.Module                # the peft model
+
+    model: nn.Module  # the peft model
     tokenizer: Any
-    base_model_path: str | None     # the base checkpoint's local folder; None: its hub name is recorded
+    base_model_path: str | None  # the base checkpoint's local folder; None: its hub name is recorded
 
 
-def decay_groups(model: nn.Module, weight_decay: float,
-                 parameters: list[tuple[str, nn.Parameter]] | None = None) -> list[ParamGroup]:
+def decay_groups(
+    model: nn.Module, weight_decay: float, parameters: list[tuple[str, nn.Parameter]] | None = None
+) -> list[ParamGroup]:
     """Trainable parameters split into a decayed group and one without weight decay: biases,
     norm scales (every tensor of < 2 dims), embeddings, and the names the model's
     ``no_weight_decay()`` lists (timm: position embedding, class token)."""
-    named = parameters if parameters is not None else [
-        (n, p) for n, p in model.named_parameters() if p.requires_grad]
+    named = parameters if parameters is not None else [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     listed = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
     embeddings = {id(p) for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
     decay, no_decay = [], []
     for name, param in named:
-        exempt = param.ndim < 2 or id(param) in embeddings or name in listed or \
-            name.split(".")[-1] in listed
+        exempt = param.ndim < 2 or id(param) in embeddings or name in listed or name.split(".")[-1] in listed
         (no_decay if exempt else decay).append(param)
-    groups = [{"params": decay, "weight_decay": weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return [g for g in groups if g["params"]]
 
 
@@ -104,8 +107,12 @@ class Task(abc.ABC):
         By default the training set, named after the task, its source the task's code; tasks
         that read files or hub datasets say which."""
         import inspect
-        return [DatasetDescription(f"{self.name}-train", inspect.getfile(type(self)), DATASET_TRAIN,
-                                   len(self.train_dataset()))]
+
+        return [
+            DatasetDescription(
+                f"{self.name}-train", inspect.getfile(type(self)), DATASET_TRAIN, len(self.train_dataset())
+            )
+        ]
 
     # --- model ------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -168,13 +175,16 @@ class Task(abc.ABC):
         frozen = {name for name, p in model.named_parameters(remove_duplicate=False) if not p.requires_grad}
         trainable_missing = [name for name in missing if name not in frozen]
         if trainable_missing or unexpected:
-            raise ValueError(f"the initial weights do not fit this {self.name} model: missing "
-                             f"{trainable_missing[:4]}, unexpected {unexpected[:4]}; give weights of a run "
-                             "of the same task and model shape")
+            raise ValueError(
+                f"the initial weights do not fit this {self.name} model: missing "
+                f"{trainable_missing[:4]}, unexpected {unexpected[:4]}; give weights of a run "
+                "of the same task and model shape"
+            )
 
     @abc.abstractmethod
-    def evaluate(self, model: nn.Module, *, rank: int, world_size: int,
-                 progress: Callable[[str], None] | None = None) -> dict[str, float]:
+    def evaluate(
+        self, model: nn.Module, *, rank: int, world_size: int, progress: Callable[[str], None] | None = None
+    ) -> dict[str, float]:
         """Downstream metrics, identical on every rank (shard the work and all-reduce, or
         compute on every rank). Called with the unwrapped model in eval mode."""
 
@@ -183,16 +193,19 @@ def evaluation_chunks(num_items: int, *, rank: int, world_size: int, batch_size:
     """This rank's share of an evaluation set (every world_size-th item), in chunks of item
     indices; evaluate each chunk and sum the totals over ranks (``sum_over_ranks``)."""
     shard = range(rank, num_items, world_size)
-    return [list(shard[i:i + batch_size]) for i in range(0, len(shard), batch_size)]
+    return [list(shard[i : i + batch_size]) for i in range(0, len(shard), batch_size)]
 
 
 def sum_over_ranks(totals: torch.Tensor, world_size: int) -> torch.Tensor:
     """All-reduce (sum) of per-rank totals; refuses a multi-rank call without a process group."""
     if world_size > 1:
         import torch.distributed as dist
+
         if not (dist.is_available() and dist.is_initialized()):
-            raise RuntimeError(f"evaluate(world_size={world_size}) needs an initialised "
-                               "torch.distributed process group to sum the shards")
+            raise RuntimeError(
+                f"evaluate(world_size={world_size}) needs an initialised "
+                "torch.distributed process group to sum the shards"
+            )
         dist.all_reduce(totals)
     return totals
 
@@ -234,8 +247,10 @@ def stratified_subset(labels: torch.Tensor, n: int, seed: int, what: str = "n") 
     """Sorted indices of n samples drawn at random, every class within one of its share (the
     start of ``stratified_order``)."""
     if not 0 < n <= len(labels):
-        raise ValueError(f"{what}={n} must be between 1 and the {len(labels)} available images; "
-                         f"lower it, or set it to null to use them all")
+        raise ValueError(
+            f"{what}={n} must be between 1 and the {len(labels)} available images; "
+            f"lower it, or set it to null to use them all"
+        )
     return stratified_order(labels, seed)[:n].sort().values
 
 
@@ -245,19 +260,24 @@ def holdout_sizes(pool: int, val_limit: int, train_limit: int | None, unit: str)
     numbers and the fix, when they do not fit."""
     if train_limit is None:
         if not 0 < val_limit < pool:
-            raise ValueError(f"val_limit={val_limit} must leave some of the {pool} training {unit} "
-                             f"to train on; lower it below {pool}")
+            raise ValueError(
+                f"val_limit={val_limit} must leave some of the {pool} training {unit} "
+                f"to train on; lower it below {pool}"
+            )
         return pool - val_limit, val_limit
     if val_limit + train_limit > pool:
         rest = f", or set train_limit to null to train on the other {pool - val_limit}" if val_limit < pool else ""
-        raise ValueError(f"val_limit={val_limit} + train_limit={train_limit} = {val_limit + train_limit} "
-                         f"exceed the {pool} training {unit} both are drawn from (disjoint); lower one "
-                         f"of them{rest}")
+        raise ValueError(
+            f"val_limit={val_limit} + train_limit={train_limit} = {val_limit + train_limit} "
+            f"exceed the {pool} training {unit} both are drawn from (disjoint); lower one "
+            f"of them{rest}"
+        )
     return train_limit, val_limit
 
 
-def stratified_holdout(labels: torch.Tensor, val_limit: int, train_limit: int | None,
-                       seed: int, unit: str = "images") -> tuple[torch.Tensor, torch.Tensor]:
+def stratified_holdout(
+    labels: torch.Tensor, val_limit: int, train_limit: int | None, seed: int, unit: str = "images"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(training, validation): sorted, disjoint, each class-stratified indices of a training
     pool, ``val_limit`` set aside for validation and ``train_limit`` others (None: all of them)
     to train on. Validation is the end of ``stratified_order``, training its start: the
@@ -265,4 +285,4 @@ def stratified_holdout(labels: torch.Tensor, val_limit: int, train_limit: int | 
     validation, so setting validation aside changes no training set that fits beside it."""
     train, val = holdout_sizes(len(labels), val_limit, train_limit, unit)
     order = stratified_order(labels, seed)
-    return order[:train].sort().values, order[len(labels) - val:].sort().values
+    return order[:train].sort().values, order[len(labels) - val :].sort().values

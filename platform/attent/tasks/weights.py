@@ -9,6 +9,7 @@ encoder), wherever they are:
 A logged model loads through its flavour: PyTorch's (pt2, no pickle) gives back the module and so
 its state dict; a transformers model holding a peft adapter gives the adapter's tensors.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -23,13 +24,13 @@ import torch
 from attent import contract
 
 MLFLOW_SCHEMES = ("runs:/", "models:/", "mlflow-artifacts:/")
-MLMODEL_FILE = "MLmodel"                  # what makes a folder an MLflow model
+MLMODEL_FILE = "MLmodel"  # what makes a folder an MLflow model
 PEFT_WEIGHTS_FILE = "adapter_model.safetensors"
 
 
 @dataclass(frozen=True)
 class SavedWeights:
-    state: dict[str, torch.Tensor]        # tensor name -> tensor, as the saved model names them
+    state: dict[str, torch.Tensor]  # tensor name -> tensor, as the saved model names them
     metadata: dict[str, Any] = field(default_factory=dict)  # a logged model's metadata (MLmodel file)
 
 
@@ -57,8 +58,10 @@ def local_copy(source: str) -> Path:
     which the engine sets in its workers), local paths are taken as they are."""
     if is_mlflow_uri(source):
         import mlflow.artifacts
-        source = mlflow.artifacts.download_artifacts(artifact_uri=source,
-                                                     tracking_uri=os.environ.get("MLFLOW_TRACKING_URI"))
+
+        source = mlflow.artifacts.download_artifacts(
+            artifact_uri=source, tracking_uri=os.environ.get("MLFLOW_TRACKING_URI")
+        )
     return Path(source).expanduser()
 
 
@@ -67,6 +70,7 @@ def logged_model_weights(folder: Path) -> SavedWeights | None:
     if not (folder / MLMODEL_FILE).is_file():
         return None
     from mlflow.models import Model
+
     model = Model.load(str(folder))
     metadata = dict(model.metadata or {})
     if "pytorch" in model.flavors:
@@ -75,9 +79,12 @@ def logged_model_weights(folder: Path) -> SavedWeights | None:
     adapter = model.flavors.get("transformers", {}).get("peft_adaptor")
     if adapter:
         from safetensors.torch import load_file
+
         return SavedWeights(load_file(folder / adapter / PEFT_WEIGHTS_FILE), metadata)
-    raise ValueError(f"{folder}: an MLflow model with flavours {sorted(model.flavors)}; weights load from a "
-                     "pytorch model or a transformers model holding a peft adapter")
+    raise ValueError(
+        f"{folder}: an MLflow model with flavours {sorted(model.flavors)}; weights load from a "
+        "pytorch model or a transformers model holding a peft adapter"
+    )
 
 
 def load_weights(source: str) -> SavedWeights:
@@ -92,6 +99,8 @@ def load_weights(source: str) -> SavedWeights:
         saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
         if isinstance(saved, dict) and "model" in saved:
             return SavedWeights(saved["model"])
-    raise FileNotFoundError(f"no weights at {source!r}: give a logged model (models:/<model_id>, "
-                            f"models:/<name>/<version>, runs:/<run_id>/{contract.MODEL_NAME}) or a Ray "
-                            f"checkpoint folder ({contract.CHECKPOINT_STATE_FILE})")
+    raise FileNotFoundError(
+        f"no weights at {source!r}: give a logged model (models:/<model_id>, "
+        f"models:/<name>/<version>, runs:/<run_id>/{contract.MODEL_NAME}) or a Ray "
+        f"checkpoint folder ({contract.CHECKPOINT_STATE_FILE})"
+    )

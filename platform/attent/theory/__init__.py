@@ -3,11 +3,12 @@ attention neural tangent kernel (ANTK), and the teaching experiment of Algorithm
 
     learner.py    f_θ(S) = softmax(Q Kᵀ/√d) V, with the masked and cross-attention variants
     gradients.py  ∂f/∂W^V, ∂f/∂W^Q_(:,i), ∂f/∂W^K_(:,i) with the importance scalars ω, vs autograd
-    teaching.py   greedy (Algorithm 1) vs random vs full teaching of a random target attention layer
+    teaching.py   the teaching rules compared: greedy (Algorithm 1) vs random vs full teaching of
+                  a random target attention layer
     report.py     summary tables and figures;  experiment.py  MLflow logging;  config.py  settings
 
-The empirical ANTK of any model, and its drift, is ``attent.engine.kernel`` (the engine tracks it
-during training too).
+The empirical ANTK of any model, and its drift, is ``attent.tangent_kernel``, which the engine's
+``antk`` tracking uses during training too.
 
 Run it: ``python -m attent.theory experiments/theory_teaching.yaml [key.path=value ...]``.
 """

@@ -1,5 +1,6 @@
 """``python -m attent.theory experiments/theory_teaching.yaml [key.path=value ...] [--out DIR]``:
 the gradient check and the teaching experiment, into MLflow (and DIR, if given)."""
+
 from __future__ import annotations
 
 import argparse
@@ -18,16 +19,20 @@ def main(argv: list[str] | None = None) -> int:
 def run_cli(config: str, overrides: list[str], out: str | None = None) -> int:
     from ..config import ConfigError
     from .config import load
+
     try:
         cfg = load(config, overrides)
     except ConfigError as exc:
         print(f"attent theory: error: {exc}", file=sys.stderr)
         return 2
     from .experiment import run_experiment
+
     result = run_experiment(cfg, out=out)
     print("\n" + result.markdown)
-    print(f"MLflow parent run {result.run_id} in {result.tracking_uri} (experiment {cfg.mlflow.experiment!r})"
-          + (f"; summary and figures in {out}/" if out else ""))
+    print(
+        f"MLflow parent run {result.run_id} in {result.tracking_uri} (experiment {cfg.mlflow.experiment!r})"
+        + (f"; summary and figures in {out}/" if out else "")
+    )
     return 0
 
 

@@ -1,5 +1,6 @@
 """The teaching experiment's settings: dataclasses filled from a YAML file plus key.path=value
 overrides (``python -m attent.theory experiments/theory_teaching.yaml teach.lr=0.5``)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -9,43 +10,52 @@ from typing import Any
 
 from ..config import ConfigError, parse_overrides, read_yaml
 from ..selection.config import deep_merge
+from ..selection.deprecation import moved_names, renamed_config_keys, warn_renamed
 
-METHODS = ("greedy", "random", "full")
+# The teachers the experiment compares (its arms): Algorithm 1's greedy rule (the m sequences of
+# largest discrepancy), m sequences drawn uniformly, and the whole dense set at every iteration.
+TEACHING_RULES = ("greedy", "random", "full")
+__getattr__ = moved_names(__name__, {"METHODS": "attent.theory.config.TEACHING_RULES"})
 
 
 @dataclass
 class ProblemConfig:
-    kind: str = "self"            # learner and target f*: self | masked | cross attention
-    num_sequences: int = 512      # N: sequences in the dense set
-    seq_len: int = 8              # n: elements per sequence (and per context, for cross)
-    dim: int = 8                  # d: features per element
-    key_dim: int = 8              # d_k: query/key columns
-    value_dim: int = 8            # d_v: output features per element
-    target_scale: float = 2.0     # f*'s weights ~ N(0, scale²/d): larger = sharper target attention
-    init_scale: float = 1.0       # the learner's initial weights, drawn independently of f*'s
+    kind: str = "self"  # learner and target f*: self | masked | cross attention
+    num_sequences: int = 512  # N: sequences in the dense set
+    seq_len: int = 8  # n: elements per sequence (and per context, for cross)
+    dim: int = 8  # d: features per element
+    key_dim: int = 8  # d_k: query/key columns
+    value_dim: int = 8  # d_v: output features per element
+    target_scale: float = 2.0  # f*'s weights ~ N(0, scale²/d): larger = sharper target attention
+    init_scale: float = 1.0  # the learner's initial weights, drawn independently of f*'s
 
 
 @dataclass
 class TeachConfig:
-    methods: list[str] = field(default_factory=lambda: list(METHODS))  # greedy | random | full
-    subset: int = 64              # m: sequences per iteration for greedy and random
-    lr: float = 1.0               # SGD step size on the mean squared error, the same for every method
-    max_iterations: int = 400     # T: parameter updates at most
-    epsilon: float = 0.0          # stop once the full-set loss is below it (0: always run T)
+    rules: list[str] = field(default_factory=lambda: list(TEACHING_RULES))  # greedy | random | full
+    subset: int = 64  # m: sequences per iteration for greedy and random
+    lr: float = 1.0  # SGD step size on the mean squared error, the same for every rule
+    max_iterations: int = 400  # T: parameter updates at most
+    epsilon: float = 0.0  # stop once the full-set loss is below it (0: always run T)
     target_losses: list[float] = field(default_factory=lambda: [0.1, 0.01])  # report iterations and
-                                  # wall-clock to reach each of these full-set losses
-    threads: int = 1              # torch threads (1: stable timings on a shared machine)
+    # wall-clock to reach each of these full-set losses
+    threads: int = 1  # torch threads (1: stable timings on a shared machine)
+
+    @property
+    def methods(self) -> list[str]:
+        warn_renamed("TeachConfig.methods", "TeachConfig.rules")
+        return self.rules
 
 
 @dataclass
 class KernelConfig:
-    probe: int = 10               # probe sequences (apart from the dense set) for the ANTK
-    every: int = 20               # iterations between ANTK checkpoints (and the last iteration)
+    probe: int = 10  # probe sequences (apart from the dense set) for the ANTK
+    every: int = 20  # iterations between ANTK checkpoints (and the last iteration)
 
 
 @dataclass
 class TrackingConfig:
-    experiment: str = "theory-teaching"        # MLflow experiment
+    experiment: str = "theory-teaching"  # MLflow experiment
     tracking_uri: str = "sqlite:///mlflow.db"  # relative SQLite paths are taken from the working directory
 
 
@@ -58,12 +68,12 @@ class TheoryConfig:
     kernel: KernelConfig = field(default_factory=KernelConfig)
     mlflow: TrackingConfig = field(default_factory=TrackingConfig)
 
-    def check(self) -> "TheoryConfig":
+    def check(self) -> TheoryConfig:
         p, t = self.problem, self.teach
         if p.kind not in ("self", "masked", "cross"):
             raise ConfigError(f"problem.kind must be self, masked or cross, got {p.kind!r}")
-        if unknown := [m for m in t.methods if m not in METHODS]:
-            raise ConfigError(f"teach.methods: unknown {unknown}; choose from {', '.join(METHODS)}")
+        if unknown := [m for m in t.rules if m not in TEACHING_RULES]:
+            raise ConfigError(f"teach.rules: unknown {unknown}; choose from {', '.join(TEACHING_RULES)}")
         if not 1 <= t.subset <= p.num_sequences:
             raise ConfigError(f"teach.subset must be in [1, problem.num_sequences={p.num_sequences}]")
         if not self.seeds or t.max_iterations < 1 or t.lr <= 0 or self.kernel.every < 1:
@@ -73,6 +83,10 @@ class TheoryConfig:
 
 def build(data: dict[str, Any], source: str = "config") -> TheoryConfig:
     """A TheoryConfig from nested dicts; unknown keys are refused with their path."""
+    try:
+        data = renamed_config_keys(data, stacklevel=4)
+    except ValueError as error:
+        raise ConfigError(f"{source}: {error}") from None
     return _build(TheoryConfig, data, source).check()
 
 
@@ -113,5 +127,6 @@ def flatten(cfg: TheoryConfig) -> dict[str, Any]:
                 walk(value, f"{prefix}{key}.")
             else:
                 flat[f"{prefix}{key}"] = value
+
     walk(dataclasses.asdict(cfg), "")
     return flat

@@ -5,10 +5,11 @@ MLflow layout, in the experiment ``mlflow.experiment``:
 
 * one parent run (tag ``attent.role`` = ``theory``): the flattened config as params,
   ``config.json``, ``gradient_check.md``, ``summary.md``, ``summary.json``, ``figures/*.png``
-  (loss vs iterations, loss vs wall-clock, ANTK drift, kernel heatmaps), and per method and
-  target ``<method>.iterations_to_<target>``, ``.seconds_to_<target>``, ``.cpu_seconds_to_<target>``
-  (means over the seeds that reached it), ``<method>.final_loss``, ``<method>.ms_per_iteration``;
-* one child run per method × seed (``attent.role`` = ``theory_run``, ``attent.theory.method``,
+  (loss vs iterations, loss vs wall-clock, ANTK drift, kernel heatmaps), and per teaching rule and
+  target ``<rule>.iterations_to_<target>``, ``.seconds_to_<target>``, ``.cpu_seconds_to_<target>``
+  (means over the seeds that reached it), ``<rule>.final_loss``, ``<rule>.ms_per_iteration``;
+* one child run per teaching rule × seed (``attent.role`` = ``theory_run``, the rule in the tag
+  ``attent.theory.method`` and the param ``method``,
   ``attent.theory.seed``, ``mlflow.parentRunId``) with per-iteration metrics (step = iteration)
   ``loss``, ``max_discrepancy``, ``time_method_s`` (wall-clock), ``cpu_method_s``; at the ANTK
   checkpoints ``antk_drift_to_final``, ``antk_drift_to_initial``, ``antk_drift_step``,
@@ -19,6 +20,7 @@ MLflow layout, in the experiment ``mlflow.experiment``:
 The roles are not training roles, so ``attent report`` and the time-to-accuracy analysis leave
 these runs alone.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,13 +35,13 @@ from mlflow.entities import Metric, Param, RunStatus
 from .. import contract
 from ..config import absolute_sqlite_uri
 from ..engine.tracking import client_for, driver_tags, git_commit, open_experiment
+from ..tangent_kernel import kernel_drift
 from . import report
 from .config import TheoryConfig, flatten
 from .gradients import gradient_check, gradient_table
-from ..engine.kernel import kernel_drift
 from .teaching import RunRecord, run_all
 
-TASK_THEORY = "theory"              # attent.task of the lab's runs
+TASK_THEORY = "theory"  # attent.task of the lab's runs
 
 
 @dataclass
@@ -47,7 +49,7 @@ class TheoryResult:
     run_id: str
     tracking_uri: str
     summary: dict
-    markdown: str          # gradient check + teaching and ANTK tables, as written to summary.md
+    markdown: str  # gradient check + teaching and ANTK tables, as written to summary.md
     records: list[RunRecord]
 
 
@@ -56,9 +58,16 @@ def run_experiment(cfg: TheoryConfig, *, out: str | Path | None = None, progress
     uri = absolute_sqlite_uri(cfg.mlflow.tracking_uri, Path.cwd())
     client = client_for(uri)
     experiment_id = open_experiment(client, cfg.mlflow.experiment, uri)
-    parent = client.create_run(experiment_id, run_name=cfg.name, tags={
-        contract.TAG_ROLE: contract.ROLE_THEORY, contract.TAG_TASK: TASK_THEORY, contract.TAG_GIT_COMMIT: git_commit(),
-        **driver_tags()})
+    parent = client.create_run(
+        experiment_id,
+        run_name=cfg.name,
+        tags={
+            contract.TAG_ROLE: contract.ROLE_THEORY,
+            contract.TAG_TASK: TASK_THEORY,
+            contract.TAG_GIT_COMMIT: git_commit(),
+            **driver_tags(),
+        },
+    )
     run_id = parent.info.run_id
     try:
         _log_params(client, run_id, cfg)
@@ -69,8 +78,10 @@ def run_experiment(cfg: TheoryConfig, *, out: str | Path | None = None, progress
         records = run_all(cfg, progress)
         seconds = time.perf_counter() - started
         summary = report.summarize(records, cfg)
-        context = (f"{len(cfg.seeds)} seeds, {seconds:.0f}s for all runs; 1-minute load average "
-                   f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after, on {os.cpu_count()} CPUs")
+        context = (
+            f"{len(cfg.seeds)} seeds, {seconds:.0f}s for all runs; 1-minute load average "
+            f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after, on {os.cpu_count()} CPUs"
+        )
         markdown = _markdown(cfg, summary, grad_md, context)
         for record in records:
             _log_child(client, experiment_id, run_id, record, cfg)
@@ -84,25 +95,27 @@ def run_experiment(cfg: TheoryConfig, *, out: str | Path | None = None, progress
 
 def _markdown(cfg: TheoryConfig, summary: dict, grad_md: str, context: str) -> str:
     p, t = cfg.problem, cfg.teach
-    return "\n".join([
-        f"# {cfg.name}",
-        "",
-        f"{p.kind}-attention learner, N={p.num_sequences} sequences of n={p.seq_len} elements, d={p.dim}, "
-        f"d_k={p.key_dim}, d_v={p.value_dim}; f* weight scale {p.target_scale:g}, learner init scale "
-        f"{p.init_scale:g}; SGD lr={t.lr:g}, m={t.subset}, T={t.max_iterations}, ε={t.epsilon:g}; "
-        f"ANTK on {cfg.kernel.probe} probe sequences every {cfg.kernel.every} iterations. {context}.",
-        "",
-        "Cells: mean ± std over the seeds (and how many seeds reached the target); wall-clock and CPU "
-        "time are the method's own work (greedy: scoring the dense set + selection + update), evaluation "
-        "excluded; CPU time (one torch thread) is what the wall-clock would be on an idle core.",
-        "",
-        report.summary_markdown(summary, cfg),
-        "",
-        "## Gradient check (closed form vs autograd, float64, max over 3 draws)",
-        "",
-        grad_md,
-        "",
-    ])
+    return "\n".join(
+        [
+            f"# {cfg.name}",
+            "",
+            f"{p.kind}-attention learner, N={p.num_sequences} sequences of n={p.seq_len} elements, d={p.dim}, "
+            f"d_k={p.key_dim}, d_v={p.value_dim}; f* weight scale {p.target_scale:g}, learner init scale "
+            f"{p.init_scale:g}; SGD lr={t.lr:g}, m={t.subset}, T={t.max_iterations}, ε={t.epsilon:g}; "
+            f"ANTK on {cfg.kernel.probe} probe sequences every {cfg.kernel.every} iterations. {context}.",
+            "",
+            "Cells: mean ± std over the seeds (and how many seeds reached the target); wall-clock and CPU "
+            "time are the teaching rule's own work (greedy: scoring the dense set + selection + update), evaluation "
+            "excluded; CPU time (one torch thread) is what the wall-clock would be on an idle core.",
+            "",
+            report.summary_markdown(summary, cfg),
+            "",
+            "## Gradient check (closed form vs autograd, float64, max over 3 draws)",
+            "",
+            grad_md,
+            "",
+        ]
+    )
 
 
 def _log_params(client, run_id: str, cfg: TheoryConfig) -> None:
@@ -122,38 +135,74 @@ def _target_metrics(record: RunRecord, cfg: TheoryConfig) -> dict[str, float]:
 
 
 def _log_child(client, experiment_id: str, parent_id: str, record: RunRecord, cfg: TheoryConfig) -> None:
-    run = client.create_run(experiment_id, run_name=f"{record.method}-seed{record.seed}", tags={
-        contract.TAG_ROLE: contract.ROLE_THEORY_RUN, contract.TAG_TASK: TASK_THEORY, contract.TAG_PARENT_RUN_ID: parent_id,
-        contract.TAG_THEORY_METHOD: record.method, contract.TAG_THEORY_SEED: str(record.seed)})
+    run = client.create_run(
+        experiment_id,
+        run_name=f"{record.rule}-seed{record.seed}",
+        tags={
+            contract.TAG_ROLE: contract.ROLE_THEORY_RUN,
+            contract.TAG_TASK: TASK_THEORY,
+            contract.TAG_PARENT_RUN_ID: parent_id,
+            contract.TAG_THEORY_METHOD: record.rule,
+            contract.TAG_THEORY_SEED: str(record.seed),
+        },
+    )
     now = int(time.time() * 1000)
-    metrics = [Metric(name, value, now, step) for step in range(len(record.loss))
-               for name, value in (("loss", record.loss[step]), ("max_discrepancy", record.max_discrepancy[step]),
-                                   ("time_method_s", record.time_s[step]), ("cpu_method_s", record.cpu_s[step]))]
+    metrics = [
+        Metric(name, value, now, step)
+        for step in range(len(record.loss))
+        for name, value in (
+            ("loss", record.loss[step]),
+            ("max_discrepancy", record.max_discrepancy[step]),
+            ("time_method_s", record.time_s[step]),
+            ("cpu_method_s", record.cpu_s[step]),
+        )
+    ]
     drift = kernel_drift(record.kernels)
-    metrics += [Metric(f"antk_drift_{kind}", values[k], now, step)
-                for kind, values in drift.items() for k, step in enumerate(record.kernel_iterations)]
-    final = {"iterations": record.iterations, "final_loss": record.loss[-1],
-             "samples_backpropagated": record.samples_backpropagated, **_target_metrics(record, cfg)}
+    metrics += [
+        Metric(f"antk_drift_{kind}", values[k], now, step)
+        for kind, values in drift.items()
+        for k, step in enumerate(record.kernel_iterations)
+    ]
+    final = {
+        "iterations": record.iterations,
+        "final_loss": record.loss[-1],
+        "samples_backpropagated": record.samples_backpropagated,
+        **_target_metrics(record, cfg),
+    }
     metrics += [Metric(name, float(value), now, record.iterations) for name, value in final.items()]
-    params = [Param("method", record.method), Param("seed", str(record.seed))]
+    params = [Param("method", record.rule), Param("seed", str(record.seed))]
     for start in range(0, len(metrics), 1000):  # MLflow takes at most 1000 metrics per batch
-        client.log_batch(run.info.run_id, metrics=metrics[start:start + 1000], params=params if not start else [])
-    client.log_dict(run.info.run_id, {"iterations": record.kernel_iterations,
-                                      "kernels": [k.tolist() for k in record.kernels]}, "antk.json")
+        client.log_batch(run.info.run_id, metrics=metrics[start : start + 1000], params=params if not start else [])
+    client.log_dict(
+        run.info.run_id,
+        {"iterations": record.kernel_iterations, "kernels": [k.tolist() for k in record.kernels]},
+        "antk.json",
+    )
     client.set_terminated(run.info.run_id, RunStatus.to_string(RunStatus.FINISHED))
 
 
-def _log_parent(client, run_id: str, cfg: TheoryConfig, summary: dict, markdown: str, grad_md: str,
-                records: list[RunRecord], out: str | Path | None) -> None:
+def _log_parent(
+    client,
+    run_id: str,
+    cfg: TheoryConfig,
+    summary: dict,
+    markdown: str,
+    grad_md: str,
+    records: list[RunRecord],
+    out: str | Path | None,
+) -> None:
     now, metrics = int(time.time() * 1000), []
-    for method, row in summary.items():
-        values = {"final_loss": row["final_loss"]["mean"], "ms_per_iteration": row["ms_per_iteration"]["mean"],
-                  "cpu_ms_per_iteration": row["cpu_ms_per_iteration"]["mean"]}
+    for rule, row in summary.items():
+        values = {
+            "final_loss": row["final_loss"]["mean"],
+            "ms_per_iteration": row["ms_per_iteration"]["mean"],
+            "cpu_ms_per_iteration": row["cpu_ms_per_iteration"]["mean"],
+        }
         for target, hit in row["targets"].items():
             values[f"iterations_to_{float(target):g}"] = hit["iterations"]["mean"]
             values[f"seconds_to_{float(target):g}"] = hit["seconds"]["mean"]
             values[f"cpu_seconds_to_{float(target):g}"] = hit["cpu_seconds"]["mean"]
-        metrics += [Metric(f"{method}.{name}", float(v), now, 0) for name, v in values.items() if v is not None]
+        metrics += [Metric(f"{rule}.{name}", float(v), now, 0) for name, v in values.items() if v is not None]
     client.log_batch(run_id, metrics=metrics)
     client.log_text(run_id, markdown, "summary.md")
     client.log_text(run_id, grad_md, "gradient_check.md")

@@ -29,6 +29,7 @@ Two readings of the per-column formula (``reading``):
   A^(i) = softmax(Q_(:,i) K_(:,i)ᵀ / √d). The same as ``full`` when d_k = 1, wrong otherwise;
   ``gradient_check`` measures by how much. (The value gradient has no ω and no column index.)
 """
+
 from __future__ import annotations
 
 import math
@@ -42,8 +43,14 @@ from .learner import attend, attention_weights, init_weights
 READINGS = ("full", "column")
 
 
-def importances(weights: dict[str, torch.Tensor], S: torch.Tensor, context: torch.Tensor | None = None, *,
-                causal: bool = False, reading: str = "full") -> tuple[torch.Tensor, torch.Tensor]:
+def importances(
+    weights: dict[str, torch.Tensor],
+    S: torch.Tensor,
+    context: torch.Tensor | None = None,
+    *,
+    causal: bool = False,
+    reading: str = "full",
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(ω^Q [n_q, d_k, d_v] indexed (j, i, c), ω^K [n_q, n_k, d_k, d_v] indexed (j, l, i, c)) for one
     sequence S [n_q, d] (and context [n_k, d])."""
     if reading not in READINGS:
@@ -55,17 +62,23 @@ def importances(weights: dict[str, torch.Tensor], S: torch.Tensor, context: torc
         A = attention_weights(Q, K, dim, causal).expand(key_dim, -1, -1)
     else:  # A_(i) = softmax(Q_(:,i) K_(:,i)ᵀ / √d), column by column
         A = attention_weights(Q.T.unsqueeze(-1), K.T.unsqueeze(-1), dim, causal)
-    key_mean = torch.einsum("ijl,li->ij", A, K)                  # Σ_l A_jl K_li      [i, j]
-    centered = K.T.unsqueeze(1) - key_mean.unsqueeze(-1)          # K_ki − Σ_l A_jl K_li [i, j, k]
+    key_mean = torch.einsum("ijl,li->ij", A, K)  # Σ_l A_jl K_li      [i, j]
+    centered = K.T.unsqueeze(1) - key_mean.unsqueeze(-1)  # K_ki − Σ_l A_jl K_li [i, j, k]
     omega_q = torch.einsum("ijk,ijk,kc->jic", A, centered, V)
-    outputs = torch.einsum("ijl,lc->ijc", A, V)                   # f_(j,c) under A_(i)  [i, j, c]
+    outputs = torch.einsum("ijl,lc->ijc", A, V)  # f_(j,c) under A_(i)  [i, j, c]
     deviation = V.unsqueeze(0).unsqueeze(0) - outputs.unsqueeze(2)  # V_lc − f_(j,c)    [i, j, l, c]
     omega_k = torch.einsum("ijl,ji,ijlc->jlic", A, Q, deviation)
     return omega_q, omega_k
 
 
-def closed_form_jacobians(weights: dict[str, torch.Tensor], S: torch.Tensor, context: torch.Tensor | None = None, *,
-                          causal: bool = False, reading: str = "full") -> dict[str, torch.Tensor]:
+def closed_form_jacobians(
+    weights: dict[str, torch.Tensor],
+    S: torch.Tensor,
+    context: torch.Tensor | None = None,
+    *,
+    causal: bool = False,
+    reading: str = "full",
+) -> dict[str, torch.Tensor]:
     """∂f_(j,c)/∂W_(a,b) from the formulas above, per weight as [n_q, d_v, d, cols] (the layout of
     ``torch.func.jacrev`` for f [n_q, d_v] and W [d, cols])."""
     source = S if context is None else context
@@ -82,21 +95,22 @@ def closed_form_jacobians(weights: dict[str, torch.Tensor], S: torch.Tensor, con
     }
 
 
-def autograd_jacobians(weights: dict[str, torch.Tensor], S: torch.Tensor, context: torch.Tensor | None = None, *,
-                       causal: bool = False) -> dict[str, torch.Tensor]:
+def autograd_jacobians(
+    weights: dict[str, torch.Tensor], S: torch.Tensor, context: torch.Tensor | None = None, *, causal: bool = False
+) -> dict[str, torch.Tensor]:
     """The same Jacobians by reverse-mode autograd (torch.func.jacrev)."""
     return jacrev(lambda w: attend(w, S, context, causal=causal))(weights)
 
 
 @dataclass(frozen=True)
 class GradientCase:
-    kind: str = "self"        # self | masked | cross
-    key_dim: int = 1          # d_k: query/key columns (1 = the single-column case)
-    dim: int = 6              # d: token dimension
-    value_dim: int = 5        # d_v
-    seq_len: int = 7          # n (queries)
-    context_len: int = 4      # n_k for cross-attention
-    scale: float = 2.0        # weight scale: peaked attention, so errors are not hidden by uniform A
+    kind: str = "self"  # self | masked | cross
+    key_dim: int = 1  # d_k: query/key columns (1 = the single-column case)
+    dim: int = 6  # d: token dimension
+    value_dim: int = 5  # d_v
+    seq_len: int = 7  # n (queries)
+    context_len: int = 4  # n_k for cross-attention
+    scale: float = 2.0  # weight scale: peaked attention, so errors are not hidden by uniform A
 
     @property
     def name(self) -> str:
@@ -115,11 +129,15 @@ def gradient_check(cases=DEFAULT_CASES, *, seed: int = 0, draws: int = 3) -> lis
         generator = torch.Generator().manual_seed(seed)
         worst: dict[tuple[str, str], list[float]] = {}
         for _ in range(draws):
-            weights = init_weights(case.dim, case.key_dim, case.value_dim, scale=case.scale,
-                                   generator=generator, dtype=torch.float64)
+            weights = init_weights(
+                case.dim, case.key_dim, case.value_dim, scale=case.scale, generator=generator, dtype=torch.float64
+            )
             S = torch.randn(case.seq_len, case.dim, generator=generator, dtype=torch.float64)
-            context = (torch.randn(case.context_len, case.dim, generator=generator, dtype=torch.float64)
-                       if case.kind == "cross" else None)
+            context = (
+                torch.randn(case.context_len, case.dim, generator=generator, dtype=torch.float64)
+                if case.kind == "cross"
+                else None
+            )
             causal = case.kind == "masked"
             exact = autograd_jacobians(weights, S, context, causal=causal)
             for reading in READINGS:
@@ -130,15 +148,26 @@ def gradient_check(cases=DEFAULT_CASES, *, seed: int = 0, draws: int = 3) -> lis
                     old = worst.setdefault((reading, block), [0.0, 0.0])
                     worst[(reading, block)] = [max(old[0], err), max(old[1], rel)]
         for (reading, block), (err, rel) in worst.items():
-            rows.append({"case": case.name, "kind": case.kind, "key_dim": case.key_dim, "reading": reading,
-                         "block": block, "max_abs": err, "max_rel": rel})
+            rows.append(
+                {
+                    "case": case.name,
+                    "kind": case.kind,
+                    "key_dim": case.key_dim,
+                    "reading": reading,
+                    "block": block,
+                    "max_abs": err,
+                    "max_rel": rel,
+                }
+            )
     return rows
 
 
 def gradient_table(rows: list[dict]) -> str:
     """The check as a Markdown table: one row per case × reading, one column per weight."""
-    lines = ["| case | reading of ω | W^V max abs (rel) | W^Q max abs (rel) | W^K max abs (rel) |",
-             "|---|---|---:|---:|---:|"]
+    lines = [
+        "| case | reading of ω | W^V max abs (rel) | W^Q max abs (rel) | W^K max abs (rel) |",
+        "|---|---|---:|---:|---:|",
+    ]
     grouped: dict[tuple[str, str], dict[str, dict]] = {}
     for row in rows:
         grouped.setdefault((row["case"], row["reading"]), {})[row["block"]] = row

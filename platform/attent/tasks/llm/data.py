@@ -4,11 +4,13 @@ tokenisation with response-only labels, right-padded batches.
 The light parts (``SOURCES``, file readers, the mirror folder) live in
 ``attent.tasks.llm.sources`` and are re-exported here.
 """
+
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch.utils.data import Dataset
@@ -21,20 +23,23 @@ IGNORE_INDEX = -100  # label of tokens that carry no loss (prompt, padding)
 
 
 # --- named training sets --------------------------------------------------------------------
-def hub_records(hub_path: str | Path, hub_config: str | None,
-                splits: tuple[str, ...] | list[str]) -> list[dict[str, Any]]:
+def hub_records(
+    hub_path: str | Path, hub_config: str | None, splits: tuple[str, ...] | list[str]
+) -> list[dict[str, Any]]:
     """The rows of the given splits of a Hugging Face hub dataset, concatenated in order.
 
     ``hub_path`` is a hub name, or a local folder laid out like the hub repository (a
     ``git clone`` of it: the same data files, and the README whose ``configs`` name them).
     """
     import datasets  # here, not at the top: the loss and the collator need no `datasets` (nor a GPU node)
+
     parts = [datasets.load_dataset(str(hub_path), hub_config, split=split) for split in splits]
     return datasets.concatenate_datasets(parts).to_list()
 
 
-def load_source_records(source: DataSource, folder: Path | None,
-                        hub_repo: str | Path | None = None) -> list[dict[str, Any]]:
+def load_source_records(
+    source: DataSource, folder: Path | None, hub_repo: str | Path | None = None
+) -> list[dict[str, Any]]:
     """All records of a named set that it ``keep``s, from the local mirror file
     ``<folder>/<local_stem>.*`` when there is one, else from the hub (or ``hub_repo``, a local
     copy of the hub repository)."""
@@ -46,9 +51,9 @@ def load_source_records(source: DataSource, folder: Path | None,
     return [r for r in records if source.keep(r)]
 
 
-def example_source(dataset: str, *, folder: Path | None, prompt_field: str, response_field: str,
-                   hub_repo: str | Path | None = None
-                   ) -> tuple[list[dict[str, Any]], Callable[[dict[str, Any]], Example]]:
+def example_source(
+    dataset: str, *, folder: Path | None, prompt_field: str, response_field: str, hub_repo: str | Path | None = None
+) -> tuple[list[dict[str, Any]], Callable[[dict[str, Any]], Example]]:
     """The records of a named set (see ``SOURCES``; those it keeps) or of a local file, and how
     one becomes an Example (converted only once chosen: MetaMathQA holds 395k records)."""
     if dataset in SOURCES:
@@ -57,12 +62,20 @@ def example_source(dataset: str, *, folder: Path | None, prompt_field: str, resp
     return read_records(dataset), lambda r: Example(str(r[prompt_field]), str(r[response_field]))
 
 
-def load_examples(dataset: str, *, folder: Path | None, prompt_field: str, response_field: str,
-                  limit: int | None, hub_repo: str | Path | None = None) -> list[Example]:
+def load_examples(
+    dataset: str,
+    *,
+    folder: Path | None,
+    prompt_field: str,
+    response_field: str,
+    limit: int | None,
+    hub_repo: str | Path | None = None,
+) -> list[Example]:
     """The first ``limit`` examples (None: all) of a named set or of a local file with the
     given fields."""
-    records, to_example = example_source(dataset, folder=folder, prompt_field=prompt_field,
-                                         response_field=response_field, hub_repo=hub_repo)
+    records, to_example = example_source(
+        dataset, folder=folder, prompt_field=prompt_field, response_field=response_field, hub_repo=hub_repo
+    )
     return [to_example(r) for r in records[:limit]]
 
 
@@ -72,8 +85,9 @@ def seeded_sample(count: int, n: int, seed: int) -> list[int]:
     return sorted(order[:n].tolist())
 
 
-def draw_problems(count: int, *, train_limit: int | None, val_limit: int | None, seed: int,
-                  keep_first: bool) -> tuple[list[int], list[int]]:
+def draw_problems(
+    count: int, *, train_limit: int | None, val_limit: int | None, seed: int, keep_first: bool
+) -> tuple[list[int], list[int]]:
     """(training, validation): sorted, disjoint indices into a training set of ``count``
     problems. Validation: ``val_limit`` problems drawn at random (None: none). Training:
     ``train_limit`` of the others (None: all of them), drawn at random too, unless ``keep_first``:
@@ -88,7 +102,7 @@ def draw_problems(count: int, *, train_limit: int | None, val_limit: int | None,
     order = torch.randperm(count, generator=torch.Generator().manual_seed(seed)).tolist()
     if keep_first and train_limit is not None:
         return list(range(train)), sorted([i for i in order if i >= train][:val])
-    return sorted(order[:train]), sorted(order[count - val:])
+    return sorted(order[:train]), sorted(order[count - val :])
 
 
 def training_source(dataset: str, folder: Path | None) -> tuple[str, str]:
@@ -111,13 +125,12 @@ def fingerprint(examples: list[Example]) -> str:
 
 
 # --- tokenisation ---------------------------------------------------------------------------
-def truncate(prompt_ids: list[int], response_ids: list[int],
-             max_length: int) -> tuple[list[int], list[int]]:
+def truncate(prompt_ids: list[int], response_ids: list[int], max_length: int) -> tuple[list[int], list[int]]:
     """Fit a pair into ``max_length`` tokens: cut the response's end first; cut the prompt's
     start only as far as needed to keep ``min(len(response), max_length // 4)`` reply tokens."""
     keep_response = min(len(response_ids), max_length // 4)
-    prompt_ids = prompt_ids[max(0, len(prompt_ids) - (max_length - keep_response)):]
-    return prompt_ids, response_ids[:max_length - len(prompt_ids)]
+    prompt_ids = prompt_ids[max(0, len(prompt_ids) - (max_length - keep_response)) :]
+    return prompt_ids, response_ids[: max_length - len(prompt_ids)]
 
 
 def build_labels(prompt_ids: list[int], response_ids: list[int]) -> tuple[list[int], list[int]]:
@@ -129,8 +142,9 @@ def build_labels(prompt_ids: list[int], response_ids: list[int]) -> tuple[list[i
 class SFTDataset(Dataset):
     """Examples tokenised on access: item i -> {"index": i, "input_ids": [...], "labels": [...]}."""
 
-    def __init__(self, examples: list[Example],
-                 encode: Callable[[Example], tuple[list[int], list[int]]], max_length: int):
+    def __init__(
+        self, examples: list[Example], encode: Callable[[Example], tuple[list[int], list[int]]], max_length: int
+    ):
         self.examples = examples
         self.encode = encode  # Example -> (prompt ids, response ids)
         self.max_length = max_length

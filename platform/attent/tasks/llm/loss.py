@@ -10,6 +10,7 @@ backward recomputes one chunk's at a time, so the loss's peak memory scales with
 chunk_tokens x V instead of B x T x V. On CUDA, cut-cross-entropy's fused linear + cross-entropy
 kernel serves instead when it is installed (``fused="auto"``, bf16/fp16 weights, plain head).
 """
+
 from __future__ import annotations
 
 import functools
@@ -33,8 +34,9 @@ def response_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Ten
     The reference implementation (full logits); training uses ``response_loss``.
     """
     targets = labels[:, 1:]
-    token_loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), targets.flatten(),
-                                 ignore_index=IGNORE_INDEX, reduction="none").view_as(targets)
+    token_loss = F.cross_entropy(
+        logits[:, :-1].flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="none"
+    ).view_as(targets)
     return token_loss.sum(dim=1) / (targets != IGNORE_INDEX).sum(dim=1).clamp(min=1)
 
 
@@ -46,15 +48,13 @@ def causal_lm(model: nn.Module) -> nn.Module:
     return inner.get_base_model() if hasattr(inner, "get_base_model") else inner
 
 
-def final_hidden_states(model: nn.Module, input_ids: torch.Tensor,
-                        attention_mask: torch.Tensor) -> torch.Tensor:
+def final_hidden_states(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """FloatTensor[B, T, H]: the decoder's output (what the LM head projects), LoRA applied."""
     decoder = causal_lm(model).get_decoder()
     captured: list[torch.Tensor] = []
 
     def keep(module: nn.Module, args: tuple, output) -> None:
-        captured.append(output.last_hidden_state if hasattr(output, "last_hidden_state")
-                        else output[0])
+        captured.append(output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0])
 
     # Called through the top-level forward, so a DDP wrapper's forward runs and its gradient
     # sync stays armed (calling the inner decoder would silently skip the all-reduce); the head
@@ -62,8 +62,7 @@ def final_hidden_states(model: nn.Module, input_ids: torch.Tensor,
     # takes its output.
     handle = decoder.register_forward_hook(keep)
     try:
-        model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
-              logits_to_keep=1)
+        model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, logits_to_keep=1)
     finally:
         handle.remove()
     if len(captured) != 1:
@@ -72,8 +71,7 @@ def final_hidden_states(model: nn.Module, input_ids: torch.Tensor,
 
 
 # --- per-token losses from hidden states ---------------------------------------------------------
-def _token_losses(hidden: torch.Tensor, targets: torch.Tensor, head: nn.Module,
-                  softcap: float | None) -> torch.Tensor:
+def _token_losses(hidden: torch.Tensor, targets: torch.Tensor, head: nn.Module, softcap: float | None) -> torch.Tensor:
     logits = head(hidden).float()
     if softcap:  # Gemma-2/3 cap their logits after the head
         logits = torch.tanh(logits / softcap) * softcap
@@ -99,9 +97,15 @@ def _fused_kernel(hidden: torch.Tensor, head: nn.Module, fused: FusedLoss):
     return _cut_cross_entropy()
 
 
-def response_token_losses(hidden: torch.Tensor, labels: torch.Tensor, head: nn.Module, *,
-                          chunk_tokens: int = 256, softcap: float | None = None,
-                          fused: FusedLoss = "off") -> tuple[torch.Tensor, torch.Tensor]:
+def response_token_losses(
+    hidden: torch.Tensor,
+    labels: torch.Tensor,
+    head: nn.Module,
+    *,
+    chunk_tokens: int = 256,
+    softcap: float | None = None,
+    fused: FusedLoss = "off",
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(FloatTensor[N] cross-entropy of each response token, LongTensor[N] its sample's row)
     for the N positions whose next label is not IGNORE_INDEX, ``chunk_tokens`` at a time."""
     if chunk_tokens < 1:
@@ -112,13 +116,12 @@ def response_token_losses(hidden: torch.Tensor, labels: torch.Tensor, head: nn.M
     kernel = _fused_kernel(states, head, fused)
     if kernel is not None:
         bias = {} if head.bias is None else {"bias": head.bias}  # older releases lack bias
-        token_loss = kernel(states, head.weight, targets, softcap=softcap, reduction="none",
-                            **bias).float()
+        token_loss = kernel(states, head.weight, targets, softcap=softcap, reduction="none", **bias).float()
         return token_loss, rows
     one_chunk = functools.partial(_token_losses, head=head, softcap=softcap)
     pieces = []
     for start in range(0, len(targets), chunk_tokens):
-        chunk = (states[start:start + chunk_tokens], targets[start:start + chunk_tokens])
+        chunk = (states[start : start + chunk_tokens], targets[start : start + chunk_tokens])
         if torch.is_grad_enabled():  # backward recomputes this chunk's logits, none kept
             pieces.append(checkpoint(one_chunk, *chunk, use_reentrant=False))
         else:
@@ -127,26 +130,27 @@ def response_token_losses(hidden: torch.Tensor, labels: torch.Tensor, head: nn.M
     return token_loss, rows
 
 
-def response_loss_sums(model: nn.Module, batch: dict[str, torch.Tensor], *,
-                       chunk_tokens: int = 256,
-                       fused: FusedLoss = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+def response_loss_sums(
+    model: nn.Module, batch: dict[str, torch.Tensor], *, chunk_tokens: int = 256, fused: FusedLoss = "auto"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(FloatTensor[B] summed response-token cross-entropy, LongTensor[B] response tokens) of
     each sample, the model (DDP/peft-wrapped or not) run on the batch."""
     labels = batch["labels"]
     hidden = final_hidden_states(model, batch["input_ids"], batch["attention_mask"])
     lm = causal_lm(model)
     softcap = getattr(lm.config, "final_logit_softcapping", None)
-    token_loss, rows = response_token_losses(hidden, labels, lm.get_output_embeddings(),
-                                             chunk_tokens=chunk_tokens, softcap=softcap,
-                                             fused=fused)
+    token_loss, rows = response_token_losses(
+        hidden, labels, lm.get_output_embeddings(), chunk_tokens=chunk_tokens, softcap=softcap, fused=fused
+    )
     sums = token_loss.new_zeros(len(labels)).index_add(0, rows, token_loss)
     if not len(token_loss):  # still a graph through the model (DDP expects every gradient)
         sums = sums + 0.0 * hidden.float().sum(dim=(1, 2))
     return sums, (labels[:, 1:] != IGNORE_INDEX).sum(dim=1)
 
 
-def response_loss(model: nn.Module, batch: dict[str, torch.Tensor], *, chunk_tokens: int = 256,
-                  fused: FusedLoss = "auto") -> torch.Tensor:
+def response_loss(
+    model: nn.Module, batch: dict[str, torch.Tensor], *, chunk_tokens: int = 256, fused: FusedLoss = "auto"
+) -> torch.Tensor:
     """FloatTensor[B]: what ``response_token_loss`` gives from full logits, computed chunk by
     chunk from the final hidden states (differentiable; 0 for a sample with no response)."""
     sums, counts = response_loss_sums(model, batch, chunk_tokens=chunk_tokens, fused=fused)

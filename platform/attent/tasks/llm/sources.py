@@ -8,14 +8,16 @@ mirror, e.g. ``ATTENT_DATA_DIR=/data`` with ``/data/gsm8k/train.jsonl``) and fro
 Face hub otherwise (see ``attent.tasks.llm.data``). Any .json / .jsonl / .parquet file is
 accepted as a custom dataset.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 from attent.tasks.llm.prompts import mbpp_instruction
 
@@ -58,6 +60,7 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
         return rows
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq  # heavy: only when a parquet file is read
+
         return pq.read_table(path).to_pylist()
     raise ValueError(f"{path}: unsupported file type (use one of {LOCAL_SUFFIXES})")
 
@@ -86,7 +89,7 @@ def _mbpp_example(record: dict[str, Any]) -> Example:
 
 
 def is_mbpp_test_task(task_id: int) -> bool:
-    """MBPP tasks 11-510 are the benchmark; the rest (1-10, 511-974) are for training."""
+    """MBPP tasks 11-510 are the test split; the rest (1-10, 511-974) are for training."""
     return 11 <= task_id <= 510
 
 
@@ -116,22 +119,43 @@ def _wizardlm_keep(record: dict[str, Any]) -> bool:
 SOURCES: dict[str, DataSource] = {
     # MetaMathQA-395K.json: {query, response, type (GSM_Rephrased, MATH_SV, ...), original_question}
     "metamathqa": DataSource(
-        "meta-math/MetaMathQA", None, ("train",), "metamathqa/train",
-        lambda r: Example(r["query"], r["response"], r["type"])),
+        "meta-math/MetaMathQA",
+        None,
+        ("train",),
+        "metamathqa/train",
+        lambda r: Example(r["query"], r["response"], r["type"]),
+    ),
     # CodeFeedback-Filtered-Instruction.jsonl: {query, answer, resource, lang}; Python rows only
     "codefeedback": DataSource(
-        "m-a-p/CodeFeedback-Filtered-Instruction", None, ("train",), "codefeedback/train",
+        "m-a-p/CodeFeedback-Filtered-Instruction",
+        None,
+        ("train",),
+        "codefeedback/train",
         lambda r: Example(r["query"], r["answer"]),
-        keep=lambda r: (r.get("lang") or "").strip().lower() == "python"),
+        keep=lambda r: (r.get("lang") or "").strip().lower() == "python",
+    ),
     # alpaca_evol_instruct_70k.json: {instruction, output}
     "wizardlm": DataSource(
-        "WizardLMTeam/WizardLM_evol_instruct_70k", None, ("train",), "wizardlm/train",
-        _wizardlm_example, keep=_wizardlm_keep),
+        "WizardLMTeam/WizardLM_evol_instruct_70k",
+        None,
+        ("train",),
+        "wizardlm/train",
+        _wizardlm_example,
+        keep=_wizardlm_keep,
+    ),
     "gsm8k": DataSource(
-        "openai/gsm8k", "main", ("train",), "gsm8k/train",
-        lambda r: Example(r["question"], _strip_calculator(r["answer"]))),
+        "openai/gsm8k",
+        "main",
+        ("train",),
+        "gsm8k/train",
+        lambda r: Example(r["question"], _strip_calculator(r["answer"])),
+    ),
     "mbpp": DataSource(
-        "google-research-datasets/mbpp", "full", ("train", "validation", "prompt"),
-        "mbpp/mbpp", _mbpp_example,
-        keep=lambda r: not is_mbpp_test_task(r["task_id"])),
+        "google-research-datasets/mbpp",
+        "full",
+        ("train", "validation", "prompt"),
+        "mbpp/mbpp",
+        _mbpp_example,
+        keep=lambda r: not is_mbpp_test_task(r["task_id"]),
+    ),
 }

@@ -1,15 +1,16 @@
 """LoRA instruction fine-tuning of a causal LM, scored per sample for AtteNT."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.data import Dataset
 
 from attent.contract import DATASET_TRAIN, DATASET_VALIDATION, DatasetDescription
-from attent.tasks.task import AdapterModel, Batch, OptimizerSpec, Task, data_seed
 from attent.tasks.llm.config import LLMTaskConfig
 from attent.tasks.llm.data import (
     SOURCES,
@@ -22,23 +23,13 @@ from attent.tasks.llm.data import (
     seeded_sample,
     training_source,
 )
-from attent.tasks.llm.evaluation.benchmarks import (
-    Benchmark,
-    build_benchmark,
-    load_gsm8k_test,
-    run_benchmark,
-)
-from attent.tasks.llm.evaluation.mt_bench import (
-    HFJudge,
-    Judge,
-    Question,
-    load_mt_bench_questions,
-    run_mt_bench,
-)
+from attent.tasks.llm.evaluation.mt_bench import HFJudge, Judge, Question, load_mt_bench_questions, run_mt_bench
 from attent.tasks.llm.evaluation.response_loss import run_response_loss
+from attent.tasks.llm.evaluation.suites import EvalSuite, build_suite, load_gsm8k_test, run_suite
 from attent.tasks.llm.loss import response_loss, response_token_loss
 from attent.tasks.llm.model import add_lora, load_causal_lm, load_tokenizer, resolve_checkpoint
 from attent.tasks.llm.prompts import encode_prompt, encode_response, resolve_style
+from attent.tasks.task import AdapterModel, Batch, OptimizerSpec, Task, data_seed
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -64,7 +55,7 @@ class LLMTask(Task):
         self.data_seed = data_seed(config.split_seed, seed)
         self._train: SFTDataset | None = None
         self._val: SFTDataset | None = None
-        self._benchmarks: dict[str, Benchmark] = {}
+        self._suites: dict[str, EvalSuite] = {}
         self._mt_bench_questions: list[Question] | None = None
         self._gsm8k_test: SFTDataset | None = None
 
@@ -72,8 +63,7 @@ class LLMTask(Task):
     def _templated(self, conversation: list[str]) -> list[str]:
         """User turns (even positions) put through ``instruction_template``."""
         template = self.config.instruction_template
-        return [template.replace("{prompt}", text) if i % 2 == 0 else text
-                for i, text in enumerate(conversation)]
+        return [template.replace("{prompt}", text) if i % 2 == 0 else text for i, text in enumerate(conversation)]
 
     def encode_prompt(self, conversation: list[str]) -> list[int]:
         """Prompt ids for a conversation ending with a user turn; training and evaluation
@@ -83,8 +73,10 @@ class LLMTask(Task):
     def encode_example(self, example: Example) -> tuple[list[int], list[int]]:
         """(prompt ids, response ids) of one training example."""
         conversation = self._templated([example.prompt])
-        return (encode_prompt(self.tokenizer, self.style, conversation),
-                encode_response(self.tokenizer, self.style, conversation, example.response))
+        return (
+            encode_prompt(self.tokenizer, self.style, conversation),
+            encode_response(self.tokenizer, self.style, conversation, example.response),
+        )
 
     # --- data -------------------------------------------------------------------------------
     def train_dataset(self) -> Dataset:
@@ -101,10 +93,16 @@ class LLMTask(Task):
     def _load_problems(self) -> None:
         """The training set's problems split into training and validation (``draw_problems``)."""
         cfg = self.config
-        records, to_example = example_source(cfg.dataset, folder=self.data_dir, prompt_field=cfg.prompt_field,
-                                             response_field=cfg.response_field)
-        train, val = draw_problems(len(records), train_limit=cfg.train_limit, val_limit=cfg.val_limit,
-                                   seed=self.data_seed, keep_first=cfg.split_seed is not None)
+        records, to_example = example_source(
+            cfg.dataset, folder=self.data_dir, prompt_field=cfg.prompt_field, response_field=cfg.response_field
+        )
+        train, val = draw_problems(
+            len(records),
+            train_limit=cfg.train_limit,
+            val_limit=cfg.val_limit,
+            seed=self.data_seed,
+            keep_first=cfg.split_seed is not None,
+        )
         self._train = SFTDataset([to_example(records[i]) for i in train], self.encode_example, cfg.max_length)
         if val:
             self._val = SFTDataset([to_example(records[i]) for i in val], self.encode_example, cfg.max_length)
@@ -118,11 +116,17 @@ class LLMTask(Task):
         dataset = self.config.dataset
         source, source_type = training_source(dataset, self.data_dir)
         name = dataset if dataset in SOURCES else Path(dataset).stem
-        splits = (("train", DATASET_TRAIN, self.train_dataset()),
-                  ("val", DATASET_VALIDATION, self.validation_dataset()))
-        return [DatasetDescription(f"{name}-{split}", source, context, len(examples.examples),
-                                   fingerprint(examples.examples), source_type)
-                for split, context, examples in splits if examples is not None]
+        splits = (
+            ("train", DATASET_TRAIN, self.train_dataset()),
+            ("val", DATASET_VALIDATION, self.validation_dataset()),
+        )
+        return [
+            DatasetDescription(
+                f"{name}-{split}", source, context, len(examples.examples), fingerprint(examples.examples), source_type
+            )
+            for split, context, examples in splits
+            if examples is not None
+        ]
 
     def group_labels(self) -> torch.Tensor | None:
         """MetaMathQA's augmentation type (GSM_Rephrased, MATH_SV, ...) as group ids."""
@@ -140,8 +144,7 @@ class LLMTask(Task):
             torch.manual_seed(self.seed)
             model = load_causal_lm(self.config.model, DTYPES[self.config.dtype])
             if self.config.gradient_checkpointing:
-                model.gradient_checkpointing_enable(
-                    gradient_checkpointing_kwargs={"use_reentrant": False})
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             return add_lora(model, self.config.lora_r, self.config.lora_dropout)
 
     def model_to_log(self, model: nn.Module) -> AdapterModel:
@@ -156,26 +159,29 @@ class LLMTask(Task):
         if set(state) <= set(model.state_dict()):
             return super().load_weights(model, state)
         from peft import set_peft_model_state_dict
+
         loaded = set_peft_model_state_dict(model, state)
         adapters_missing = [k for k in loaded.missing_keys if "lora_" in k]
         if loaded.unexpected_keys or adapters_missing:
-            raise ValueError(f"the initial adapter does not fit this model (lora_r={self.config.lora_r}, "
-                             f"{self.config.model}): unexpected {loaded.unexpected_keys[:4]}, missing "
-                             f"{adapters_missing[:4]}")
+            raise ValueError(
+                f"the initial adapter does not fit this model (lora_r={self.config.lora_r}, "
+                f"{self.config.model}): unexpected {loaded.unexpected_keys[:4]}, missing "
+                f"{adapters_missing[:4]}"
+            )
 
     def optimizer_spec(self) -> OptimizerSpec:
         # MetaMath / the paper's LoRA recipe: AdamW 2e-5, no weight decay, cosine with 3% warmup,
         # global batch 128 (reached by gradient accumulation). The optimiser sees only the LoRA
         # adapters (the base is frozen), all of them matrices, so the default parameter groups
         # put them all in the decayed group (which decays by 0.0 unless train.weight_decay says).
-        return OptimizerSpec(lr=2e-5, weight_decay=0.0, betas=(0.9, 0.999), schedule="cosine",
-                             warmup_ratio=0.03, global_batch_size=128)
+        return OptimizerSpec(
+            lr=2e-5, weight_decay=0.0, betas=(0.9, 0.999), schedule="cosine", warmup_ratio=0.03, global_batch_size=128
+        )
 
     # --- loss and evaluation ----------------------------------------------------------------
     def per_sample_loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         # = response_token_loss(model(...).logits, labels), without full-vocabulary logits
-        return response_loss(model, batch, chunk_tokens=self.config.loss_chunk_tokens,
-                             fused=self.config.fused_loss)
+        return response_loss(model, batch, chunk_tokens=self.config.loss_chunk_tokens, fused=self.config.fused_loss)
 
     def kernel_output(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """The mean log-likelihood of the sample's response tokens (minus its loss), through
@@ -186,28 +192,34 @@ class LLMTask(Task):
         logits = model(input_ids=batch["input_ids"], use_cache=False).logits
         return -response_token_loss(logits, batch["labels"])
 
-    def evaluate(self, model: nn.Module, *, rank: int, world_size: int,
-                 progress: Callable[[str], None] | None = None) -> dict[str, float]:
+    def evaluate(
+        self, model: nn.Module, *, rank: int, world_size: int, progress: Callable[[str], None] | None = None
+    ) -> dict[str, float]:
         cfg = self.config.eval
         metrics: dict[str, float] = {}
-        for name in cfg.benchmarks:
+        for name in cfg.suites:
             if name == "mt_bench":
-                metrics.update(self.evaluate_mt_bench(model, rank=rank, world_size=world_size,
-                                                      progress=progress))
+                metrics.update(self.evaluate_mt_bench(model, rank=rank, world_size=world_size, progress=progress))
                 continue
             if name == "gsm8k_loss":
-                metrics.update(self.evaluate_response_loss(model, rank=rank,
-                                                           world_size=world_size,
-                                                           progress=progress))
+                metrics.update(self.evaluate_response_loss(model, rank=rank, world_size=world_size, progress=progress))
                 continue
-            metrics.update(run_benchmark(
-                self._benchmark(name), model, self.tokenizer, self.encode_prompt,
-                limit=cfg.eval_limit, max_new_tokens=cfg.max_new_tokens,
-                batch_size=cfg.eval_batch_size, rank=rank, world_size=world_size,
-                progress=progress))
+            metrics.update(
+                run_suite(
+                    self._suite(name),
+                    model,
+                    self.tokenizer,
+                    self.encode_prompt,
+                    limit=cfg.eval_limit,
+                    max_new_tokens=cfg.max_new_tokens,
+                    batch_size=cfg.eval_batch_size,
+                    rank=rank,
+                    world_size=world_size,
+                    progress=progress,
+                )
+            )
         if self.validation_dataset() is not None:
-            metrics.update(self.evaluate_validation_loss(model, rank=rank, world_size=world_size,
-                                                         progress=progress))
+            metrics.update(self.evaluate_validation_loss(model, rank=rank, world_size=world_size, progress=progress))
         return metrics
 
     def gsm8k_test_answers(self) -> SFTDataset:
@@ -222,53 +234,88 @@ class LLMTask(Task):
             self._gsm8k_test = SFTDataset(examples, self.encode_example, self.config.max_length)
         return self._gsm8k_test
 
-    def evaluate_response_loss(self, model: nn.Module, *, rank: int = 0, world_size: int = 1,
-                               progress: Callable[[str], None] | None = None) -> dict[str, float]:
+    def evaluate_response_loss(
+        self, model: nn.Module, *, rank: int = 0, world_size: int = 1, progress: Callable[[str], None] | None = None
+    ) -> dict[str, float]:
         """{"gsm8k_test_response_loss": mean response-token loss of the GSM8K test solutions}
         (token-weighted, lower is better), this rank scoring every world_size-th solution."""
-        return run_response_loss("gsm8k", model, self.gsm8k_test_answers(), self.collate,
-                                 batch_size=self.config.eval.eval_batch_size,
-                                 chunk_tokens=self.config.loss_chunk_tokens,
-                                 fused=self.config.fused_loss, rank=rank, world_size=world_size,
-                                 progress=progress)
+        return run_response_loss(
+            "gsm8k",
+            model,
+            self.gsm8k_test_answers(),
+            self.collate,
+            batch_size=self.config.eval.eval_batch_size,
+            chunk_tokens=self.config.loss_chunk_tokens,
+            fused=self.config.fused_loss,
+            rank=rank,
+            world_size=world_size,
+            progress=progress,
+        )
 
-    def evaluate_validation_loss(self, model: nn.Module, *, rank: int = 0, world_size: int = 1,
-                                 progress: Callable[[str], None] | None = None) -> dict[str, float]:
+    def evaluate_validation_loss(
+        self, model: nn.Module, *, rank: int = 0, world_size: int = 1, progress: Callable[[str], None] | None = None
+    ) -> dict[str, float]:
         """{"val_loss": mean response-token loss of the validation problems' responses}, computed
         as gsm8k_loss's (token-weighted, lower is better), this rank scoring every world_size-th."""
-        return run_response_loss("val", model, self.validation_dataset(), self.collate, metric="val_loss",
-                                 batch_size=self.config.eval.eval_batch_size,
-                                 chunk_tokens=self.config.loss_chunk_tokens,
-                                 fused=self.config.fused_loss, rank=rank, world_size=world_size,
-                                 progress=progress)
+        return run_response_loss(
+            "val",
+            model,
+            self.validation_dataset(),
+            self.collate,
+            metric="val_loss",
+            batch_size=self.config.eval.eval_batch_size,
+            chunk_tokens=self.config.loss_chunk_tokens,
+            fused=self.config.fused_loss,
+            rank=rank,
+            world_size=world_size,
+            progress=progress,
+        )
 
-    def _benchmark(self, name: str) -> Benchmark:
+    def _suite(self, name: str) -> EvalSuite:
         """Built once per task, so problems are loaded once across evaluations."""
-        if name not in self._benchmarks:
-            self._benchmarks[name] = build_benchmark(
-                name, folder=self.data_dir, code_timeout=self.config.eval.code_timeout,
-                code_memory_mb=self.config.eval.code_memory_mb)
-        return self._benchmarks[name]
+        if name not in self._suites:
+            self._suites[name] = build_suite(
+                name,
+                folder=self.data_dir,
+                code_timeout=self.config.eval.code_timeout,
+                code_memory_mb=self.config.eval.code_memory_mb,
+            )
+        return self._suites[name]
 
-    def evaluate_mt_bench(self, model: nn.Module, *, rank: int = 0, world_size: int = 1,
-                          progress: Callable[[str], None] | None = None,
-                          judgements: list[str] | None = None) -> dict[str, float]:
+    def evaluate_mt_bench(
+        self,
+        model: nn.Module,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        progress: Callable[[str], None] | None = None,
+        judgements: list[str] | None = None,
+    ) -> dict[str, float]:
         """MT-Bench on the first ``eval_limit`` questions, rated by ``judge`` (else by the
         ``eval.mt_bench_judge`` model, loaded once on the model's device)."""
         cfg = self.config.eval
         if self._mt_bench_questions is None:
-            self._mt_bench_questions = load_mt_bench_questions(cfg.mt_bench_questions,
-                                                               folder=self.data_dir)
+            self._mt_bench_questions = load_mt_bench_questions(cfg.mt_bench_questions, folder=self.data_dir)
         if self.judge is None:
             if cfg.mt_bench_judge is None:
-                raise ValueError("MT-Bench needs a judge: set eval.mt_bench_judge or pass "
-                                 "LLMTask(..., judge=callable)")
-            self.judge = HFJudge(cfg.mt_bench_judge, max_new_tokens=cfg.judge_max_new_tokens,
-                                 batch_size=cfg.eval_batch_size,
-                                 device=next(model.parameters()).device,
-                                 dtype=DTYPES[self.config.dtype])
-        return run_mt_bench(model, self.tokenizer, self.encode_prompt,
-                            self._mt_bench_questions[:cfg.eval_limit], self.judge,
-                            max_new_tokens=cfg.max_new_tokens, batch_size=cfg.eval_batch_size,
-                            rank=rank, world_size=world_size, progress=progress,
-                            judgements=judgements)
+                raise ValueError("MT-Bench needs a judge: set eval.mt_bench_judge or pass LLMTask(..., judge=callable)")
+            self.judge = HFJudge(
+                cfg.mt_bench_judge,
+                max_new_tokens=cfg.judge_max_new_tokens,
+                batch_size=cfg.eval_batch_size,
+                device=next(model.parameters()).device,
+                dtype=DTYPES[self.config.dtype],
+            )
+        return run_mt_bench(
+            model,
+            self.tokenizer,
+            self.encode_prompt,
+            self._mt_bench_questions[: cfg.eval_limit],
+            self.judge,
+            max_new_tokens=cfg.max_new_tokens,
+            batch_size=cfg.eval_batch_size,
+            rank=rank,
+            world_size=world_size,
+            progress=progress,
+            judgements=judgements,
+        )

@@ -7,6 +7,7 @@ configs validate without importing torch or timm).
     mae_downstream  fine-tune or linear-probe a pretrained encoder on RGB: classification,
                     semantic segmentation or depth
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -15,8 +16,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from attent.tasks.mae import files
 from attent.tasks.config import TaskConfig, is_relative_path
+from attent.tasks.mae import files
 from attent.tasks.vit import PRESETS
 
 Modality = Literal["rgb", "depth", "semseg"]
@@ -27,6 +28,7 @@ MLFLOW_ARTIFACT_SCHEMES = ("runs:/", "models:/", "mlflow-artifacts:/")
 @dataclass(frozen=True)
 class MaskedAutoencoderSpec:
     """Shape of the model (built by ``model.MaskedAutoencoder``); saved beside exported weights."""
+
     modalities: tuple[str, ...]
     img_size: int
     patch_size: int
@@ -47,7 +49,7 @@ class MaskedAutoencoderSpec:
 
     @property
     def patches(self) -> int:
-        return self.grid ** 2
+        return self.grid**2
 
     def channels(self, modality: str) -> int:
         """Values predicted per pixel: 3 for RGB, 1 for depth, one logit per class for semseg."""
@@ -59,6 +61,7 @@ class MaskedAutoencoderSpec:
 
 class MaskedModelConfig(BaseModel):
     """Encoder (a ViT preset of the vision task, with overrides) and the light decoders."""
+
     model_config = ConfigDict(extra="forbid")
 
     preset: str = "vit_tiny_cpu"  # encoder shape, a name in attent.tasks.vit.PRESETS
@@ -74,7 +77,7 @@ class MaskedModelConfig(BaseModel):
     drop_path_rate: float = Field(0.0, ge=0, lt=1)  # stochastic depth of the last encoder block
 
     @model_validator(mode="after")
-    def _fits(self) -> "MaskedModelConfig":
+    def _fits(self) -> MaskedModelConfig:
         if self.preset not in PRESETS:
             raise ValueError(f"unknown ViT preset {self.preset!r}; choose one of {sorted(PRESETS)}")
         shape = self.encoder_shape()
@@ -83,22 +86,30 @@ class MaskedModelConfig(BaseModel):
         return self
 
     def encoder_shape(self) -> dict[str, Any]:
-        overrides = self.model_dump(include={"patch_size", "embed_dim", "depth", "num_heads", "mlp_ratio"},
-                                    exclude_none=True)
+        overrides = self.model_dump(
+            include={"patch_size", "embed_dim", "depth", "num_heads", "mlp_ratio"}, exclude_none=True
+        )
         return {**PRESETS[self.preset], **overrides}
 
     def spec(self, modalities: tuple[str, ...], img_size: int, semseg_classes: int = 0) -> MaskedAutoencoderSpec:
         if img_size % self.encoder_shape()["patch_size"]:
-            raise ValueError(f"patch_size={self.encoder_shape()['patch_size']} does not divide "
-                             f"img_size={img_size}")
-        return MaskedAutoencoderSpec(modalities=tuple(modalities), img_size=img_size, **self.encoder_shape(),
-                                     decoder_dim=self.decoder_dim, decoder_depth=self.decoder_depth,
-                                     decoder_heads=self.decoder_heads, semseg_classes=semseg_classes,
-                                     class_embed_dim=self.class_embed_dim, drop_path_rate=self.drop_path_rate)
+            raise ValueError(f"patch_size={self.encoder_shape()['patch_size']} does not divide img_size={img_size}")
+        return MaskedAutoencoderSpec(
+            modalities=tuple(modalities),
+            img_size=img_size,
+            **self.encoder_shape(),
+            decoder_dim=self.decoder_dim,
+            decoder_depth=self.decoder_depth,
+            decoder_heads=self.decoder_heads,
+            semseg_classes=semseg_classes,
+            class_embed_dim=self.class_embed_dim,
+            drop_path_rate=self.drop_path_rate,
+        )
 
 
 class MultiModalDataConfig(TaskConfig):
     """Where the images are and how much of them to use (the MultiMAE folder layout)."""
+
     path_fields: ClassVar[tuple[str, ...]] = ("data_path",)
 
     data_path: str  # <root>/<split>/{rgb,depth,semseg}/<class>/<name>.png (`attent data scenes`)
@@ -117,20 +128,28 @@ class MultiModalDataConfig(TaskConfig):
 
     def data_files(self) -> list[tuple[Path, str]]:
         root = Path(self.data_path).expanduser()
-        return [(root / split / modality / relative, f"{modality} image")
-                for split, samples in files.scan_root(root, modalities=self.modalities_needed()).items()
-                for sample in samples for modality, relative in sample.items()]
+        return [
+            (root / split / modality / relative, f"{modality} image")
+            for split, samples in files.scan_root(root, modalities=self.modalities_needed()).items()
+            for sample in samples
+            for modality, relative in sample.items()
+        ]
 
     def check_data(self) -> None:
         files.check_multimodal_root(self.data_path, modalities=self.modalities_needed())
-        if self.num_semseg_classes is None and "semseg" in self.modalities_needed() and \
-                not (files.read_metadata(self.data_path) or {}).get("semseg_classes"):
-            raise ValueError(f"{self.data_path} has no dataset.json listing semseg_classes: "
-                             "set task.num_semseg_classes")
+        if (
+            self.num_semseg_classes is None
+            and "semseg" in self.modalities_needed()
+            and not (files.read_metadata(self.data_path) or {}).get("semseg_classes")
+        ):
+            raise ValueError(
+                f"{self.data_path} has no dataset.json listing semseg_classes: set task.num_semseg_classes"
+            )
 
 
 class MaskedPretrainingConfig(MultiModalDataConfig):
     """What mae and multimae share: masking, targets, and the downstream jobs they hand over to."""
+
     norm_pix_loss: bool = True  # RGB target: each patch's pixels standardised (MAE's better target)
     # k-NN probe at each evaluation: the test scenes classified by their k nearest training scenes
     # in the RGB encoder's mean-pooled features (cosine, similarity-weighted votes); 0: off
@@ -149,13 +168,15 @@ class MaskedPretrainingConfig(MultiModalDataConfig):
 
     def downstream_task(self, job: dict[str, Any], *, pretrained: str | None) -> dict[str, Any]:
         """The ``task:`` section of a downstream job: this data and encoder, the job's fields on top."""
-        inherited = self.model_dump(include={"data_path", "img_size", "num_semseg_classes", "split_seed",
-                                             "cache", "eval_batch_size", "model"})
+        inherited = self.model_dump(
+            include={"data_path", "img_size", "num_semseg_classes", "split_seed", "cache", "eval_batch_size", "model"}
+        )
         return {**inherited, "name": "mae_downstream", "pretrained": pretrained, **job}
 
 
 class MAETaskConfig(MaskedPretrainingConfig):
     """The ``task:`` section of RGB masked-autoencoder pretraining (MAE)."""
+
     name: Literal["mae"] = "mae"  # selects this task
     mask_ratio: float = Field(0.75, gt=0, lt=1)  # share of patches hidden (MAE: 0.75)
 
@@ -168,6 +189,7 @@ class MAETaskConfig(MaskedPretrainingConfig):
 
 class MultiMAETaskConfig(MaskedPretrainingConfig):
     """The ``task:`` section of Multi-Modal MAE pretraining."""
+
     name: Literal["multimae"] = "multimae"  # selects this task
     modalities: tuple[Modality, ...] = ("rgb", "depth", "semseg")  # inputs and reconstruction targets
     visible_tokens: int | None = Field(None, gt=0)  # budget over all modalities; None: 1/6 of all
@@ -175,7 +197,7 @@ class MultiMAETaskConfig(MaskedPretrainingConfig):
     alpha: float | None = Field(1.0, gt=0)  # Dirichlet concentration of the split; null: even split
 
     @model_validator(mode="after")
-    def _distinct(self) -> "MultiMAETaskConfig":
+    def _distinct(self) -> MultiMAETaskConfig:
         if len(set(self.modalities)) != len(self.modalities) or not self.modalities:
             raise ValueError(f"modalities must be distinct and not empty, got {list(self.modalities)}")
         return self
@@ -187,14 +209,17 @@ class MultiMAETaskConfig(MaskedPretrainingConfig):
         total = patches * len(self.modalities)
         budget = self.visible_tokens or max(1, round(total / 6))
         if budget > total:
-            raise ValueError(f"visible_tokens={budget} exceeds the {total} tokens of "
-                             f"{len(self.modalities)} modalities x {patches} patches")
+            raise ValueError(
+                f"visible_tokens={budget} exceeds the {total} tokens of "
+                f"{len(self.modalities)} modalities x {patches} patches"
+            )
         return budget
 
 
 class DownstreamTaskConfig(MultiModalDataConfig):
     """The ``task:`` section of a downstream job on a pretrained encoder (from RGB, as MultiMAE's
     single-modality fine-tuning)."""
+
     path_fields: ClassVar[tuple[str, ...]] = ("data_path", "pretrained")
 
     name: Literal["mae_downstream"] = "mae_downstream"  # selects this task
@@ -208,15 +233,22 @@ class DownstreamTaskConfig(MultiModalDataConfig):
     def modalities_needed(self) -> tuple[str, ...]:
         return ("rgb",) if self.target == "classification" else ("rgb", self.target)
 
-    def with_absolute_paths(self, base: Path) -> "DownstreamTaskConfig":
+    def with_absolute_paths(self, base: Path) -> DownstreamTaskConfig:
         if self.pretrained and self.pretrained.startswith(MLFLOW_ARTIFACT_SCHEMES):
-            return self.model_copy(update={"data_path": str((base / self.data_path).resolve())
-                                           if is_relative_path(self.data_path) else self.data_path})
+            return self.model_copy(
+                update={
+                    "data_path": str((base / self.data_path).resolve())
+                    if is_relative_path(self.data_path)
+                    else self.data_path
+                }
+            )
         return super().with_absolute_paths(base)
 
     def check_data(self) -> None:
         super().check_data()
         local = self.pretrained and not self.pretrained.startswith(MLFLOW_ARTIFACT_SCHEMES)
         if local and not Path(self.pretrained).expanduser().exists():
-            raise FileNotFoundError(f"pretrained weights {self.pretrained!r} do not exist: give a pretraining "
-                                    "run's model as models:/<model_id> or runs:/<run_id>/pretrained, or a weights file")
+            raise FileNotFoundError(
+                f"pretrained weights {self.pretrained!r} do not exist: give a pretraining "
+                "run's model as models:/<model_id> or runs:/<run_id>/pretrained, or a weights file"
+            )

@@ -11,6 +11,7 @@ antialias, depth and semseg nearest); training items then get MultiMAE's augment
 random resized crop and horizontal flip on every modality. Small splits are decoded once into
 uint8 / uint16 tensors; large ones are decoded per item.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -28,9 +29,8 @@ from torchvision.transforms import InterpolationMode, RandomResizedCrop
 
 from attent.contract import DATASET_EVAL, DATASET_TRAIN, DATASET_VALIDATION, DatasetDescription
 from attent.tasks.config import DataError, unreadable
-from attent.tasks.task import stratified_holdout, stratified_subset
-
 from attent.tasks.mae.files import MODALITIES, SPLITS, read_metadata, scan_root
+from attent.tasks.task import stratified_holdout, stratified_subset
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -38,14 +38,18 @@ IGNORE_INDEX = 255  # semseg id of pixels without a label
 CROP_SCALE, CROP_RATIO = (0.5, 1.0), (3 / 4, 4 / 3)  # MultiMAE's random resized crop
 CACHE_LIMIT_BYTES = 200 * 2**20  # cache=None decodes a split up front below this decoded size
 BYTES_PER_PIXEL = {"rgb": 3, "depth": 2, "semseg": 1}  # decoded and stored at img_size
-INTERPOLATION = {"rgb": InterpolationMode.BILINEAR, "depth": InterpolationMode.NEAREST_EXACT,
-                 "semseg": InterpolationMode.NEAREST_EXACT}
+INTERPOLATION = {
+    "rgb": InterpolationMode.BILINEAR,
+    "depth": InterpolationMode.NEAREST_EXACT,
+    "semseg": InterpolationMode.NEAREST_EXACT,
+}
 DEPTH_MODES = ("I;16", "I;16B", "I;16L", "I", "L")  # integer depth PNGs (values in depth units)
 
 
 @dataclass(frozen=True)
 class Format:
     """How the files of a dataset are read: which modalities, at what size, in what units."""
+
     modalities: tuple[str, ...]
     img_size: int
     depth_unit_m: float = 0.001
@@ -53,6 +57,7 @@ class Format:
 
 
 # --- decoding -------------------------------------------------------------------------------
+
 
 def _pixels(path: Path, modality: str) -> np.ndarray:
     """A file's pixels as uint8 [H, W, 3] (rgb), uint16 [H, W] (depth) or uint8 [H, W] (semseg)."""
@@ -67,8 +72,10 @@ def _pixels(path: Path, modality: str) -> np.ndarray:
         raise unreadable(path, f"{modality} image", exc) from exc
     top = 65535 if modality == "depth" else 255
     if values.ndim != 2 or values.min() < 0 or values.max() > top:
-        raise DataError(f"{path}: {modality} must be one channel of values 0..{top}, "
-                         f"got shape {values.shape} and range {values.min()}..{values.max()}")
+        raise DataError(
+            f"{path}: {modality} must be one channel of values 0..{top}, "
+            f"got shape {values.shape} and range {values.min()}..{values.max()}"
+        )
     return values.astype(np.uint16 if modality == "depth" else np.uint8)
 
 
@@ -83,8 +90,10 @@ def decode(path: Path, modality: str, fmt: Format) -> torch.Tensor:
     if modality == "semseg" and fmt.num_semseg_classes is not None:
         bad = (t >= fmt.num_semseg_classes) & (t != IGNORE_INDEX)
         if bad.any():
-            raise DataError(f"{path}: semseg ids {sorted(set(t[bad].tolist()))[:5]} are not below "
-                             f"num_semseg_classes={fmt.num_semseg_classes} (nor {IGNORE_INDEX}, ignore)")
+            raise DataError(
+                f"{path}: semseg ids {sorted(set(t[bad].tolist()))[:5]} are not below "
+                f"num_semseg_classes={fmt.num_semseg_classes} (nor {IGNORE_INDEX}, ignore)"
+            )
     return t.contiguous()
 
 
@@ -103,19 +112,26 @@ def augment_images(images: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     size = list(first.shape[-2:])
     out = {}
     for m, t in images.items():
-        t = TF.resized_crop(t, top, left, h, w, size, interpolation=INTERPOLATION[m],
-                            antialias=m == "rgb")
+        t = TF.resized_crop(t, top, left, h, w, size, interpolation=INTERPOLATION[m], antialias=m == "rgb")
         out[m] = t.flip(-1) if flip else t
     return out
 
 
 # --- datasets -------------------------------------------------------------------------------
 
+
 class MultiModalDataset(Dataset):
     """Aligned rgb / depth / semseg samples with scene labels; see the module docstring."""
 
-    def __init__(self, paths: list[dict[str, Path]], labels: torch.Tensor, fmt: Format, *,
-                 augment: bool = False, cache: dict[str, torch.Tensor] | None = None):
+    def __init__(
+        self,
+        paths: list[dict[str, Path]],
+        labels: torch.Tensor,
+        fmt: Format,
+        *,
+        augment: bool = False,
+        cache: dict[str, torch.Tensor] | None = None,
+    ):
         assert len(paths) == len(labels) and all(len(c) == len(paths) for c in (cache or {}).values())
         self.paths, self.labels, self.fmt = paths, labels.long(), fmt
         self.augment, self.cache = augment, cache
@@ -148,8 +164,9 @@ class MultiModalDataset(Dataset):
         """A new dataset of these samples, re-indexed from 0 (cache and augmentation kept)."""
         idx = torch.as_tensor(indices, dtype=torch.long)
         cache = None if self.cache is None else {m: t[idx] for m, t in self.cache.items()}
-        return MultiModalDataset([self.paths[i] for i in idx.tolist()], self.labels[idx], self.fmt,
-                                 augment=self.augment, cache=cache)
+        return MultiModalDataset(
+            [self.paths[i] for i in idx.tolist()], self.labels[idx], self.fmt, augment=self.augment, cache=cache
+        )
 
     def without_augmentation(self) -> MultiModalDataset:
         """The same files in the same order, without random transforms (deterministic scoring)."""
@@ -160,6 +177,7 @@ class MultiModalDataset(Dataset):
 class MultiModalSplits:
     """A train and a test set over the same scene and semseg classes, and a validation set drawn
     from the train split when one is held out (else None)."""
+
     train: MultiModalDataset
     test: MultiModalDataset
     scene_classes: list[str]
@@ -174,8 +192,9 @@ class MultiModalSplits:
     def num_semseg_classes(self) -> int:
         return len(self.semseg_classes)
 
-    def limited(self, train_limit: int | None, test_limit: int | None,
-                seed: int, val_limit: int | None = None) -> MultiModalSplits:
+    def limited(
+        self, train_limit: int | None, test_limit: int | None, seed: int, val_limit: int | None = None
+    ) -> MultiModalSplits:
         """Class-stratified random subsets: val_limit samples of the train split held out for
         validation (None: none; never augmented), train_limit of the others to train on, and
         test_limit of the test split (None: all); deterministic in seed, items re-indexed by
@@ -196,23 +215,26 @@ def collate(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
     batch = {}
     for key in items[0]:
         values = [item[key] for item in items]
-        batch[key] = (torch.tensor(values, dtype=torch.long) if key in ("index", "label")
-                      else torch.stack(values))
+        batch[key] = torch.tensor(values, dtype=torch.long) if key in ("index", "label") else torch.stack(values)
     return batch
 
 
 # --- loading --------------------------------------------------------------------------------
 
-def _class_names(meta: dict, found: dict[str, list[dict[str, str]]], root: Path,
-                 splits: tuple[str, str], modality: str) -> list[str]:
+
+def _class_names(
+    meta: dict, found: dict[str, list[dict[str, str]]], root: Path, splits: tuple[str, str], modality: str
+) -> list[str]:
     """Scene classes: dataset.json's, else the train split's sorted class folders."""
     folders = {s: sorted({f[modality].split("/")[0] for f in found[s]}) for s in splits}
     if meta.get("scene_classes"):
         return list(meta["scene_classes"])
     unknown = sorted(set(folders[splits[1]]) - set(folders[splits[0]]))
     if unknown:
-        raise ValueError(f"{root}/{splits[1]} has class folders {unknown} that "
-                         f"{root}/{splits[0]} lacks; give both splits the same classes")
+        raise ValueError(
+            f"{root}/{splits[1]} has class folders {unknown} that "
+            f"{root}/{splits[0]} lacks; give both splits the same classes"
+        )
     return folders[splits[0]]
 
 
@@ -221,13 +243,16 @@ def _semseg_names(meta: dict, num_semseg_classes: int | None, modalities, root: 
     names = meta.get("semseg_classes")
     if names is not None:
         if num_semseg_classes is not None and num_semseg_classes != len(names):
-            raise ValueError(f"num_semseg_classes={num_semseg_classes} but {root}/dataset.json "
-                             f"names {len(names)} semseg classes")
+            raise ValueError(
+                f"num_semseg_classes={num_semseg_classes} but {root}/dataset.json names {len(names)} semseg classes"
+            )
         return list(names)
     if num_semseg_classes is None:
         if "semseg" in modalities:
-            raise ValueError(f"{root} has no dataset.json naming its semseg classes; pass "
-                             f"num_semseg_classes (e.g. 41 for NYUv2's 40 classes + background)")
+            raise ValueError(
+                f"{root} has no dataset.json naming its semseg classes; pass "
+                f"num_semseg_classes (e.g. 41 for NYUv2's 40 classes + background)"
+            )
         return []
     return [str(i) for i in range(num_semseg_classes)]
 
@@ -236,14 +261,20 @@ def _want_cache(cache: bool | None, n: int, fmt: Format) -> bool:
     """cache=None: decode up front when the split is small once decoded at img_size."""
     if cache is not None:
         return cache
-    size = n * fmt.img_size ** 2 * sum(BYTES_PER_PIXEL[m] for m in fmt.modalities)
+    size = n * fmt.img_size**2 * sum(BYTES_PER_PIXEL[m] for m in fmt.modalities)
     return size < CACHE_LIMIT_BYTES
 
 
-def load_multimodal(root: str | os.PathLike, *, modalities: tuple[str, ...] = MODALITIES,
-                    img_size: int, augment: bool = True, cache: bool | None = None,
-                    num_semseg_classes: int | None = None,
-                    splits: tuple[str, str] = SPLITS) -> MultiModalSplits:
+def load_multimodal(
+    root: str | os.PathLike,
+    *,
+    modalities: tuple[str, ...] = MODALITIES,
+    img_size: int,
+    augment: bool = True,
+    cache: bool | None = None,
+    num_semseg_classes: int | None = None,
+    splits: tuple[str, str] = SPLITS,
+) -> MultiModalSplits:
     """The (train, test) splits of a multi-modal root; only the train split is augmented.
     Raises FileNotFoundError / ValueError (files.check_multimodal_root) for a broken layout."""
     root, modalities = Path(root).expanduser(), tuple(modalities)
@@ -251,8 +282,9 @@ def load_multimodal(root: str | os.PathLike, *, modalities: tuple[str, ...] = MO
     meta = read_metadata(root) or {}
     classes = _class_names(meta, found, root, splits, modalities[0])
     semseg = _semseg_names(meta, num_semseg_classes, modalities, root)
-    fmt = Format(modalities, img_size, float(meta.get("depth_unit_m", 0.001)),
-                 len(semseg) if "semseg" in modalities else None)
+    fmt = Format(
+        modalities, img_size, float(meta.get("depth_unit_m", 0.001)), len(semseg) if "semseg" in modalities else None
+    )
     datasets = []
     for split, augmented in zip(splits, (augment, False)):
         paths = [{m: root / split / m / f[m] for m in modalities} for f in found[split]]
@@ -264,6 +296,7 @@ def load_multimodal(root: str | os.PathLike, *, modalities: tuple[str, ...] = MO
 
 
 # --- what a run records of its data (MLflow run inputs) --------------------------------------
+
 
 def fingerprint(dataset: MultiModalDataset) -> str:
     """A hash of a split's files (each sample's path per modality, in order) and scene labels;
@@ -279,8 +312,13 @@ def describe_splits(splits: MultiModalSplits, root: str | os.PathLike) -> list[D
     """The train, validation (when held out, from the train split) and test splits, after any
     limits, as a run's inputs, named after the root."""
     root = Path(root).expanduser().resolve()
-    parts = (("train", "train", DATASET_TRAIN, splits.train), ("val", "train", DATASET_VALIDATION, splits.val),
-             ("test", "test", DATASET_EVAL, splits.test))
-    return [DatasetDescription(f"{root.name}-{split}", str(root / folder), context, len(dataset),
-                               fingerprint(dataset))
-            for split, folder, context, dataset in parts if dataset is not None]
+    parts = (
+        ("train", "train", DATASET_TRAIN, splits.train),
+        ("val", "train", DATASET_VALIDATION, splits.val),
+        ("test", "test", DATASET_EVAL, splits.test),
+    )
+    return [
+        DatasetDescription(f"{root.name}-{split}", str(root / folder), context, len(dataset), fingerprint(dataset))
+        for split, folder, context, dataset in parts
+        if dataset is not None
+    ]

@@ -5,6 +5,7 @@ The encoder comes from a pretraining run's logged model (``models:/<model_id>``,
 ``runs:/<id>/model``), its ``pretrained`` artifact (``runs:/<id>/pretrained``), a weights file it
 wrote, or a Ray checkpoint directory of the run; only its RGB input is kept.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -17,13 +18,21 @@ from torch import nn
 
 from attent import contract
 from attent.tasks import weights
-from attent.tasks.task import (Batch, OptimizerSpec, ParamGroup, Task, TorchModel, decay_groups,
-                               evaluation_chunks, seeded_init)
 from attent.tasks.mae import data
 from attent.tasks.mae.config import DownstreamTaskConfig
 from attent.tasks.mae.metrics import build_metrics
 from attent.tasks.mae.model import IGNORE_INDEX, DownstreamModel, rgb_encoder_state
 from attent.tasks.mae.task import load_splits
+from attent.tasks.task import (
+    Batch,
+    OptimizerSpec,
+    ParamGroup,
+    Task,
+    TorchModel,
+    decay_groups,
+    evaluation_chunks,
+    seeded_init,
+)
 
 
 def resolve_pretrained(path: Path, source: str) -> Path:
@@ -31,9 +40,11 @@ def resolve_pretrained(path: Path, source: str) -> Path:
     for candidate in (path, path / contract.PRETRAINED_FILE, path / contract.CHECKPOINT_STATE_FILE):
         if candidate.is_file():
             return candidate
-    raise FileNotFoundError(f"no pretrained weights at {source!r}: expected a pretraining run's logged model "
-                            f"(models:/<model_id>), {contract.PRETRAINED_FILE} (its artifact) or "
-                            f"{contract.CHECKPOINT_STATE_FILE} (its Ray checkpoint)")
+    raise FileNotFoundError(
+        f"no pretrained weights at {source!r}: expected a pretraining run's logged model "
+        f"(models:/<model_id>), {contract.PRETRAINED_FILE} (its artifact) or "
+        f"{contract.CHECKPOINT_STATE_FILE} (its Ray checkpoint)"
+    )
 
 
 def load_encoder_state(source: str) -> tuple[dict[str, torch.Tensor], tuple[str, ...] | None]:
@@ -52,7 +63,7 @@ def load_encoder_state(source: str) -> tuple[dict[str, torch.Tensor], tuple[str,
 def encoder_part(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The ``encoder.`` tensors of a model's state dict, named as the encoder names them."""
     prefix = "encoder."
-    return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
 
 
 class DownstreamTask(Task):
@@ -62,8 +73,11 @@ class DownstreamTask(Task):
         self.config, self.seed, self.target = config, seed, config.target
         self.splits = load_splits(config, config.modalities_needed(), augment=True, seed=seed)
         self.spec = config.model.spec(("rgb",), config.img_size)
-        self.outputs = {"classification": len(self.splits.scene_classes),
-                        "semseg": len(self.splits.semseg_classes), "depth": 1}[self.target]
+        self.outputs = {
+            "classification": len(self.splits.scene_classes),
+            "semseg": len(self.splits.semseg_classes),
+            "depth": 1,
+        }[self.target]
 
     def train_dataset(self) -> data.MultiModalDataset:
         return self.splits.train
@@ -79,8 +93,10 @@ class DownstreamTask(Task):
 
     def build_model(self) -> nn.Module:
         typical_depth = self._typical_depth()
-        model = seeded_init(self.seed, lambda: DownstreamModel(self.spec, self.target, self.outputs,
-                                                               self.config.head_hidden, typical_depth))
+        model = seeded_init(
+            self.seed,
+            lambda: DownstreamModel(self.spec, self.target, self.outputs, self.config.head_hidden, typical_depth),
+        )
         if self.config.pretrained:
             self._load_pretrained(model)
         if self.config.mode == "linear_probe":
@@ -100,12 +116,17 @@ class DownstreamTask(Task):
     def _load_pretrained(self, model: DownstreamModel) -> None:
         state, modalities = load_encoder_state(self.config.pretrained)
         if modalities is None:  # a checkpoint: its modalities are the embeddings it holds
-            modalities = tuple(sorted({k.split(".")[1] for k in state if k.startswith("embeds.")},
-                                      key=("rgb", "depth", "semseg").index))
+            modalities = tuple(
+                sorted(
+                    {k.split(".")[1] for k in state if k.startswith("embeds.")}, key=("rgb", "depth", "semseg").index
+                )
+            )
         missing, unexpected = model.encoder.load_state_dict(rgb_encoder_state(state, modalities), strict=False)
         if missing or unexpected:
-            raise RuntimeError(f"pretrained encoder does not fit task.model ({self.config.model.preset}): "
-                               f"missing {missing[:4]}, unexpected {unexpected[:4]}")
+            raise RuntimeError(
+                f"pretrained encoder does not fit task.model ({self.config.model.preset}): "
+                f"missing {missing[:4]}, unexpected {unexpected[:4]}"
+            )
 
     def model_to_log(self, model: nn.Module) -> TorchModel:
         """The fine-tuned model: RGB [B, 3, H, W] -> class logits, semseg logits or depth (metres)."""
@@ -113,8 +134,7 @@ class DownstreamTask(Task):
 
     def optimizer_spec(self) -> OptimizerSpec:
         # MultiMAE fine-tuning: AdamW (0.9, 0.999), wd 0.05, cosine, warm-up, layer decay 0.75.
-        return OptimizerSpec(lr=5e-4, weight_decay=0.05, betas=(0.9, 0.999), schedule="cosine",
-                             warmup_ratio=0.1)
+        return OptimizerSpec(lr=5e-4, weight_decay=0.05, betas=(0.9, 0.999), schedule="cosine", warmup_ratio=0.1)
 
     def parameter_groups(self, model: nn.Module, weight_decay: float) -> list[ParamGroup]:
         """Layer-wise lr decay (BEiT / MAE fine-tuning): block i of L gets decay^(L - i), the
@@ -143,8 +163,9 @@ class DownstreamTask(Task):
         return error.sum(dim=(1, 2, 3)) / valid.sum(dim=(1, 2, 3)).clamp_min(1)
 
     @torch.no_grad()
-    def evaluate(self, model: nn.Module, *, rank: int, world_size: int,
-                 progress: Callable[[str], None] | None = None) -> dict[str, float]:
+    def evaluate(
+        self, model: nn.Module, *, rank: int, world_size: int, progress: Callable[[str], None] | None = None
+    ) -> dict[str, float]:
         """The job's metric on the test split, and as val_<metric> on the validation set when
         one is held out (torchmetrics, summed over ranks)."""
         metrics = self.job_metrics(model, self.splits.test, rank=rank, world_size=world_size)
@@ -153,13 +174,15 @@ class DownstreamTask(Task):
             metrics.update({f"val_{name}": value for name, value in val.items()})
         return metrics
 
-    def job_metrics(self, model: nn.Module, dataset: data.MultiModalDataset, *, rank: int,
-                    world_size: int) -> dict[str, float]:
+    def job_metrics(
+        self, model: nn.Module, dataset: data.MultiModalDataset, *, rank: int, world_size: int
+    ) -> dict[str, float]:
         """The job's metric on one evaluation set, this rank scoring every world_size-th item."""
         device = next(model.parameters()).device
         metrics = build_metrics(self.target, num_classes=self.outputs).to(device)
-        chunks = evaluation_chunks(len(dataset), rank=rank, world_size=world_size,
-                                   batch_size=self.config.eval_batch_size)
+        chunks = evaluation_chunks(
+            len(dataset), rank=rank, world_size=world_size, batch_size=self.config.eval_batch_size
+        )
         target = {"classification": "label", "semseg": "semseg", "depth": "depth"}[self.target]
         for chunk in chunks:
             batch = {k: v.to(device) for k, v in data.collate([dataset[i] for i in chunk]).items()}

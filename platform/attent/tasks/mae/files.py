@@ -5,6 +5,7 @@ modality folder of a split; rgb 8-bit RGB, depth 16-bit in ``depth_unit_m`` unit
 semseg 8-bit class ids (255 = ignore); optional ``<root>/dataset.json`` names the classes.
 Standard library only: `attent validate` and the CLI check data without importing torch.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,9 @@ MODALITIES = ("rgb", "depth", "semseg")
 SPLITS = ("train", "test")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")  # rgb may be JPEG; depth and semseg are PNG
 METADATA = "dataset.json"
-HOW_TO_GET = ("generate offline scenes with `attent data scenes --out DIR`, or prepare NYUv2 / "
-              "ImageNet-S50 as MultiMAE does")
+HOW_TO_GET = (
+    "generate offline scenes with `attent data scenes --out DIR`, or prepare NYUv2 / ImageNet-S50 as MultiMAE does"
+)
 LAYOUT = "<root>/<split>/{rgb,depth,semseg}/<class>/<name>.png"
 EXAMPLES = 3  # mismatched files shown in an error
 
@@ -40,8 +42,7 @@ def _listdir(folder: Path, *, dirs: bool) -> list[str]:
     with os.scandir(folder) as entries:
         if dirs:
             return sorted(e.name for e in entries if e.is_dir())
-        return sorted(e.name for e in entries
-                      if e.is_file() and os.path.splitext(e.name)[1].lower() in IMAGE_SUFFIXES)
+        return sorted(e.name for e in entries if e.is_file() and os.path.splitext(e.name)[1].lower() in IMAGE_SUFFIXES)
 
 
 def scan_modality(folder: Path) -> dict[str, str]:
@@ -66,12 +67,13 @@ def _mismatch(root: Path, split: str, listings: dict[str, dict[str, str]]) -> st
     for modality, key in missing[:EXAMPLES]:
         has = next(m for m, files in listings.items() if key in files)
         examples.append(f"{has} has {split}/{listings[has][key]} but {modality} has no such file")
-    return (f"{root}/{split}: {len(missing)} file(s) missing from some modality folder, e.g. "
-            f"{'; '.join(examples)}. Every modality needs the same <class>/<name> files")
+    return (
+        f"{root}/{split}: {len(missing)} file(s) missing from some modality folder, e.g. "
+        f"{'; '.join(examples)}. Every modality needs the same <class>/<name> files"
+    )
 
 
-def scan_split(root: str | os.PathLike, split: str,
-               modalities: tuple[str, ...] = MODALITIES) -> list[dict[str, str]]:
+def scan_split(root: str | os.PathLike, split: str, modalities: tuple[str, ...] = MODALITIES) -> list[dict[str, str]]:
     """The samples of a split, sorted by class then name, each {modality: "<class>/<file>"};
     raises as check_multimodal_root does."""
     root = Path(root).expanduser()
@@ -79,8 +81,7 @@ def scan_split(root: str | os.PathLike, split: str,
     for modality in modalities:
         folder = root / split / modality
         if not folder.is_dir():
-            raise FileNotFoundError(f"modality folder {folder} is missing (expected {LAYOUT}); "
-                                    f"{HOW_TO_GET}")
+            raise FileNotFoundError(f"modality folder {folder} is missing (expected {LAYOUT}); {HOW_TO_GET}")
         listings[modality] = scan_modality(folder)
     problem = _mismatch(root, split, listings)
     if problem:
@@ -91,13 +92,13 @@ def scan_split(root: str | os.PathLike, split: str,
     return [{m: listings[m][k] for m in modalities} for k in keys]
 
 
-def scan_root(root: str | os.PathLike, *, splits: tuple[str, ...] = SPLITS,
-              modalities: tuple[str, ...] = MODALITIES) -> dict[str, list[dict[str, str]]]:
+def scan_root(
+    root: str | os.PathLike, *, splits: tuple[str, ...] = SPLITS, modalities: tuple[str, ...] = MODALITIES
+) -> dict[str, list[dict[str, str]]]:
     """{split: scan_split(...)} after the checks of check_multimodal_root (one listing each)."""
     root = Path(root).expanduser()
     if not root.is_dir():
-        raise FileNotFoundError(f"multi-modal data root {root} does not exist (expected {LAYOUT}); "
-                                f"{HOW_TO_GET}")
+        raise FileNotFoundError(f"multi-modal data root {root} does not exist (expected {LAYOUT}); {HOW_TO_GET}")
     unknown = [m for m in modalities if m not in MODALITIES]
     if unknown or not modalities:
         raise ValueError(f"modalities {list(modalities)} must be a non-empty subset of {MODALITIES}")
@@ -108,13 +109,16 @@ def scan_root(root: str | os.PathLike, *, splits: tuple[str, ...] = SPLITS,
             classes = {s[modalities[0]].split("/")[0] for s in found[split]}
             extra = sorted(classes - set(meta["scene_classes"]))
             if extra:
-                raise ValueError(f"{root}/{split} has class folders {extra} that {root / METADATA} "
-                                 f"does not list in scene_classes {meta['scene_classes']}")
+                raise ValueError(
+                    f"{root}/{split} has class folders {extra} that {root / METADATA} "
+                    f"does not list in scene_classes {meta['scene_classes']}"
+                )
     return found
 
 
-def check_multimodal_root(root: str | os.PathLike, *, splits: tuple[str, ...] = SPLITS,
-                          modalities: tuple[str, ...] = MODALITIES) -> None:
+def check_multimodal_root(
+    root: str | os.PathLike, *, splits: tuple[str, ...] = SPLITS, modalities: tuple[str, ...] = MODALITIES
+) -> None:
     """Refuse a root that does not hold the layout: FileNotFoundError for a missing root or
     folder, ValueError for file names differing between modalities, an empty split, or class
     folders dataset.json does not name. Directory listings only, no image is decoded."""

@@ -2,6 +2,7 @@
 cross-entropy for semseg. Each sample's loss is its own (a masked mean over its own hidden
 patches and valid pixels), never a batch mean: the score of a sample must not depend on the
 batch it sits in."""
+
 from __future__ import annotations
 
 import torch
@@ -27,8 +28,7 @@ def masked_mean(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     return (values * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1e-8)
 
 
-def rgb_loss(pred: torch.Tensor, rgb: torch.Tensor, hidden: torch.Tensor, patch: int,
-             norm_pix: bool) -> torch.Tensor:
+def rgb_loss(pred: torch.Tensor, rgb: torch.Tensor, hidden: torch.Tensor, patch: int, norm_pix: bool) -> torch.Tensor:
     target = patchify(rgb, patch)
     if norm_pix:
         mean, var = target.mean(dim=-1, keepdim=True), target.var(dim=-1, keepdim=True)
@@ -38,31 +38,37 @@ def rgb_loss(pred: torch.Tensor, rgb: torch.Tensor, hidden: torch.Tensor, patch:
 
 
 def depth_loss(pred: torch.Tensor, depth: torch.Tensor, hidden: torch.Tensor, patch: int) -> torch.Tensor:
-    valid = patchify((depth > 0).float(), patch)                     # [B, N, p*p]
+    valid = patchify((depth > 0).float(), patch)  # [B, N, p*p]
     target = patchify(standardize_depth(depth), patch)
-    error = ((pred.float() - target).abs() * valid).sum(dim=-1)      # [B, N]
+    error = ((pred.float() - target).abs() * valid).sum(dim=-1)  # [B, N]
     return (error * hidden).sum(dim=1) / (valid.sum(dim=-1) * hidden).sum(dim=1).clamp_min(1)
 
 
-def semseg_loss(pred: torch.Tensor, labels: torch.Tensor, hidden: torch.Tensor, patch: int,
-                classes: int) -> torch.Tensor:
+def semseg_loss(
+    pred: torch.Tensor, labels: torch.Tensor, hidden: torch.Tensor, patch: int, classes: int
+) -> torch.Tensor:
     b, n, _ = pred.shape
-    target = patchify(labels[:, None].float(), patch).long()          # [B, N, p*p]
+    target = patchify(labels[:, None].float(), patch).long()  # [B, N, p*p]
     logits = pred.float().reshape(b, n, patch * patch, classes)
-    ce = F.cross_entropy(logits.permute(0, 3, 1, 2), target, reduction="none",
-                         ignore_index=IGNORE_INDEX)                      # [B, N, p*p]
+    ce = F.cross_entropy(logits.permute(0, 3, 1, 2), target, reduction="none", ignore_index=IGNORE_INDEX)  # [B, N, p*p]
     valid = (target != IGNORE_INDEX).float()
     return (ce.sum(dim=-1) * hidden).sum(dim=1) / (valid.sum(dim=-1) * hidden).sum(dim=1).clamp_min(1)
 
 
-def reconstruction_losses(predictions: dict[str, torch.Tensor], batch: dict[str, torch.Tensor],
-                          hidden: torch.Tensor, *, patch: int, semseg_classes: int,
-                          norm_pix: bool) -> torch.Tensor:
+def reconstruction_losses(
+    predictions: dict[str, torch.Tensor],
+    batch: dict[str, torch.Tensor],
+    hidden: torch.Tensor,
+    *,
+    patch: int,
+    semseg_classes: int,
+    norm_pix: bool,
+) -> torch.Tensor:
     """[B, M]: each sample's loss per modality, in the order of ``predictions``."""
     patches = hidden.shape[1] // len(predictions)
     columns = []
     for i, (modality, pred) in enumerate(predictions.items()):
-        own = hidden[:, i * patches:(i + 1) * patches].float()
+        own = hidden[:, i * patches : (i + 1) * patches].float()
         if modality == "rgb":
             columns.append(rgb_loss(pred, batch["rgb"], own, patch, norm_pix))
         elif modality == "depth":

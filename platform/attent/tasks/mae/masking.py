@@ -9,6 +9,7 @@ generator seeded by (seed, sample index, round): a sample's mask is the same whi
 sits in, and every sample of one scoring round is judged on a mask of its own, fixed for that
 round, so scores compare like with like.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ import torch
 @dataclass(frozen=True)
 class Masks:
     visible: torch.Tensor  # LongTensor[B, budget]: token ids the encoder sees, ascending
-    hidden: torch.Tensor   # BoolTensor[B, M * N]: True where the decoder must reconstruct
+    hidden: torch.Tensor  # BoolTensor[B, M * N]: True where the decoder must reconstruct
 
 
 def allocate(proportions: torch.Tensor, budget: int, capacity: int) -> torch.Tensor:
@@ -29,8 +30,10 @@ def allocate(proportions: torch.Tensor, budget: int, capacity: int) -> torch.Ten
     proportions x budget; a modality's excess over capacity goes to those with room."""
     batch, modalities = proportions.shape
     if not 0 < budget <= capacity * modalities:
-        raise ValueError(f"visible budget {budget} must lie in [1, {capacity * modalities}] "
-                         f"({modalities} modalities x {capacity} patches)")
+        raise ValueError(
+            f"visible budget {budget} must lie in [1, {capacity * modalities}] "
+            f"({modalities} modalities x {capacity} patches)"
+        )
     share = proportions.double() / proportions.double().sum(dim=1, keepdim=True) * budget
     counts = share.floor().long()
     remainder = share - counts
@@ -44,8 +47,9 @@ def allocate(proportions: torch.Tensor, budget: int, capacity: int) -> torch.Ten
             break
         counts = counts.clamp_max(capacity)
         room = capacity - counts
-        give = torch.minimum(room, (room.double() / room.sum(1, keepdim=True).clamp_min(1) *
-                                    excess[:, None]).ceil().long())
+        give = torch.minimum(
+            room, (room.double() / room.sum(1, keepdim=True).clamp_min(1) * excess[:, None]).ceil().long()
+        )
         give = _trim(give, excess)
         counts += give
     return counts
@@ -72,8 +76,9 @@ def masks_from(counts: torch.Tensor, noise: torch.Tensor) -> Masks:
     return Masks(visible=visible, hidden=hidden)
 
 
-def random_masks(batch: int, modalities: int, patches: int, budget: int, *, alpha: float | None,
-                 device: torch.device | str = "cpu") -> Masks:
+def random_masks(
+    batch: int, modalities: int, patches: int, budget: int, *, alpha: float | None, device: torch.device | str = "cpu"
+) -> Masks:
     """Training masks from torch's generator. ``alpha``: Dirichlet concentration of the
     per-sample split of the budget across modalities; None splits it evenly."""
     if alpha is None or modalities == 1:
@@ -84,14 +89,26 @@ def random_masks(batch: int, modalities: int, patches: int, budget: int, *, alph
     return _to(masks_from(counts, torch.rand(batch, modalities, patches)), device)
 
 
-def seeded_masks(indices: torch.Tensor, round_: int, *, seed: int, modalities: int, patches: int,
-                 budget: int, alpha: float | None, device: torch.device | str = "cpu") -> Masks:
+def seeded_masks(
+    indices: torch.Tensor,
+    round_: int,
+    *,
+    seed: int,
+    modalities: int,
+    patches: int,
+    budget: int,
+    alpha: float | None,
+    device: torch.device | str = "cpu",
+) -> Masks:
     """Masks fixed by (seed, sample index, round): one numpy generator per sample."""
     proportions, noise = [], []
     for index in indices.tolist():
         rng = np.random.default_rng([seed, int(index), round_ + 1])  # round -1 (evaluation) is allowed
-        proportions.append(np.ones(modalities) if alpha is None or modalities == 1
-                           else rng.dirichlet(np.full(modalities, float(alpha))))
+        proportions.append(
+            np.ones(modalities)
+            if alpha is None or modalities == 1
+            else rng.dirichlet(np.full(modalities, float(alpha)))
+        )
         noise.append(rng.random((modalities, patches)))
     counts = allocate(torch.as_tensor(np.stack(proportions)), budget, patches)
     return _to(masks_from(counts, torch.as_tensor(np.stack(noise))), device)

@@ -22,17 +22,17 @@ call: every rank must call it (a rank whose shard was empty too; its states are 
   1 mm instead of giving inf/NaN. A NaN prediction stays NaN in ``abs_rel`` (and counts as a miss
   in ``delta1``): a broken model shows, rather than being dropped silently.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torchmetrics import Metric
 from torchmetrics.aggregation import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassJaccardIndex
 
-METRIC_NAMES = {"classification": ("top1_accuracy",), "semseg": ("miou",),
-                "depth": ("delta1", "abs_rel")}
+METRIC_NAMES = {"classification": ("top1_accuracy",), "semseg": ("miou",), "depth": ("delta1", "abs_rel")}
 LOWER_IS_BETTER = {"abs_rel"}
 
 MIN_DEPTH = 1e-3  # metres: predictions are clamped to at least this before ratios
@@ -66,7 +66,7 @@ class DownstreamMetrics:
         for metric in self.metrics.values():
             metric.reset()
 
-    def to(self, device: torch.device | str) -> "DownstreamMetrics":
+    def to(self, device: torch.device | str) -> DownstreamMetrics:
         for metric in self.metrics.values():
             metric.to(device)
         return self
@@ -75,8 +75,7 @@ class DownstreamMetrics:
         return f"DownstreamMetrics({self.kind!r}, {list(self.metrics)})"
 
 
-def build_metrics(kind: str, *, num_classes: int | None = None,
-                  ignore_index: int = 255) -> DownstreamMetrics:
+def build_metrics(kind: str, *, num_classes: int | None = None, ignore_index: int = 255) -> DownstreamMetrics:
     """The metrics of downstream task ``kind`` (``classification``, ``semseg`` or ``depth``).
 
     ``num_classes`` is required for classification and semseg; ``ignore_index`` applies to semseg
@@ -110,14 +109,13 @@ def build_metrics(kind: str, *, num_classes: int | None = None,
         raise ValueError(f"{kind} metrics need num_classes >= 1, got {num_classes!r}")
     if kind == "classification":
         accuracy = MulticlassAccuracy(num_classes, top_k=1, average="micro")
-        return DownstreamMetrics(kind, {"top1_accuracy": accuracy},
-                                 lambda logits, labels: {"top1_accuracy": (logits, labels)})
+        return DownstreamMetrics(
+            kind, {"top1_accuracy": accuracy}, lambda logits, labels: {"top1_accuracy": (logits, labels)}
+        )
     if 0 <= ignore_index < num_classes:
         raise ValueError(f"ignore_index {ignore_index} is a class id (num_classes={num_classes})")
-    jaccard = MulticlassJaccardIndex(num_classes, average="macro", ignore_index=ignore_index,
-                                     zero_division=0.0)
-    return DownstreamMetrics(kind, {"miou": jaccard},
-                             lambda logits, labels: {"miou": (_semseg_labels(logits), labels)})
+    jaccard = MulticlassJaccardIndex(num_classes, average="macro", ignore_index=ignore_index, zero_division=0.0)
+    return DownstreamMetrics(kind, {"miou": jaccard}, lambda logits, labels: {"miou": (_semseg_labels(logits), labels)})
 
 
 def _semseg_labels(logits: torch.Tensor) -> torch.Tensor:
@@ -126,8 +124,7 @@ def _semseg_labels(logits: torch.Tensor) -> torch.Tensor:
 
 
 def _depth_metrics() -> DownstreamMetrics:
-    metrics = {name: MeanMetric(nan_strategy="disable").set_dtype(torch.float64)
-               for name in METRIC_NAMES["depth"]}
+    metrics = {name: MeanMetric(nan_strategy="disable").set_dtype(torch.float64) for name in METRIC_NAMES["depth"]}
     return DownstreamMetrics("depth", metrics, _depth_inputs)
 
 
@@ -135,11 +132,9 @@ def _depth_inputs(prediction: torch.Tensor, target: torch.Tensor) -> dict[str, t
     """Per valid pixel (finite target > 0): whether max(pred/gt, gt/pred) < 1.25, and
     |pred - gt| / gt, with pred clamped to at least MIN_DEPTH."""
     if prediction.shape != target.shape:
-        raise ValueError(f"depth prediction {tuple(prediction.shape)} and target "
-                         f"{tuple(target.shape)} differ in shape")
+        raise ValueError(f"depth prediction {tuple(prediction.shape)} and target {tuple(target.shape)} differ in shape")
     valid = torch.isfinite(target) & (target > 0)
     gt = target[valid].double()
     pred = prediction[valid].double().clamp(min=MIN_DEPTH)
     ratio = torch.maximum(pred / gt, gt / pred)
-    return {"delta1": ((ratio < DELTA1_THRESHOLD).double(),),
-            "abs_rel": ((pred - gt).abs() / gt,)}
+    return {"delta1": ((ratio < DELTA1_THRESHOLD).double(),), "abs_rel": ((pred - gt).abs() / gt,)}

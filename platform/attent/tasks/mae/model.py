@@ -11,6 +11,7 @@
 
 MAE is the one-modality case (RGB) with a fixed mask ratio.
 """
+
 from __future__ import annotations
 
 import torch
@@ -47,15 +48,20 @@ class MultiModalEncoder(nn.Module):
     def __init__(self, spec: MaskedAutoencoderSpec):
         super().__init__()
         self.spec = spec
-        self.embeds = nn.ModuleDict({
-            m: SemSegEmbed(spec) if m == SEMSEG else
-            PatchEmbed(spec.img_size, spec.patch_size, spec.channels(m), spec.embed_dim)
-            for m in spec.modalities})
+        self.embeds = nn.ModuleDict(
+            {
+                m: SemSegEmbed(spec)
+                if m == SEMSEG
+                else PatchEmbed(spec.img_size, spec.patch_size, spec.channels(m), spec.embed_dim)
+                for m in spec.modalities
+            }
+        )
         self.modality_embed = nn.Parameter(torch.zeros(len(spec.modalities), 1, spec.embed_dim))
         self.register_buffer("pos_embed", sincos_positions(spec.grid, spec.embed_dim), persistent=False)
         rates = torch.linspace(0, spec.drop_path_rate, spec.depth).tolist()
-        self.blocks = nn.Sequential(*[Block(spec.embed_dim, spec.num_heads, spec.mlp_ratio, qkv_bias=True,
-                                           drop_path=rate) for rate in rates])
+        self.blocks = nn.Sequential(
+            *[Block(spec.embed_dim, spec.num_heads, spec.mlp_ratio, qkv_bias=True, drop_path=rate) for rate in rates]
+        )
         self.norm = nn.LayerNorm(spec.embed_dim)
         trunc_normal_(self.modality_embed, std=0.02)
 
@@ -64,8 +70,13 @@ class MultiModalEncoder(nn.Module):
 
     def tokens(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """All patch tokens, modality after modality: [B, M * N, D]."""
-        return torch.cat([self.embeds[m](inputs[m]) + self.pos_embed + self.modality_embed[i]
-                          for i, m in enumerate(self.spec.modalities)], dim=1)
+        return torch.cat(
+            [
+                self.embeds[m](inputs[m]) + self.pos_embed + self.modality_embed[i]
+                for i, m in enumerate(self.spec.modalities)
+            ],
+            dim=1,
+        )
 
     def forward(self, inputs: dict[str, torch.Tensor], visible: torch.Tensor | None = None) -> torch.Tensor:
         """Encoded tokens [B, n, D]: the ``visible`` token ids only (None: every token)."""
@@ -81,17 +92,18 @@ class ModalityDecoder(nn.Module):
         dim = spec.decoder_dim
         self.register_buffer("query_pos", sincos_positions(spec.grid, dim), persistent=False)
         self.mask_token = nn.Parameter(torch.zeros(1, 1, dim))
-        self.blocks = nn.Sequential(*[Block(dim, spec.decoder_heads, 4.0, qkv_bias=True)
-                                      for _ in range(spec.decoder_depth)])
+        self.blocks = nn.Sequential(
+            *[Block(dim, spec.decoder_heads, 4.0, qkv_bias=True) for _ in range(spec.decoder_depth)]
+        )
         self.norm = nn.LayerNorm(dim)
-        self.head = nn.Linear(dim, spec.patch_size ** 2 * spec.channels(modality))
+        self.head = nn.Linear(dim, spec.patch_size**2 * spec.channels(modality))
         trunc_normal_(self.mask_token, std=0.02)
 
     def forward(self, context: torch.Tensor, own: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         """context [B, n, d]: every visible token; own [B, N, d]: this modality's slots (its
         visible tokens in place, zeros elsewhere); hidden [B, N]. Returns [B, N, p*p*C]."""
         queries = torch.where(hidden[:, :, None], self.mask_token.to(own.dtype), own) + self.query_pos
-        x = self.blocks(torch.cat([context, queries], dim=1))[:, context.shape[1]:]
+        x = self.blocks(torch.cat([context, queries], dim=1))[:, context.shape[1] :]
         return self.head(self.norm(x))
 
 
@@ -108,12 +120,13 @@ class MaskedAutoencoder(nn.Module):
     def no_weight_decay(self) -> set[str]:
         return {"modality_embed", "decoder_modality", "mask_token"}
 
-    def forward(self, inputs: dict[str, torch.Tensor], visible: torch.Tensor,
-                hidden: torch.Tensor) -> dict[str, torch.Tensor]:
+    def forward(
+        self, inputs: dict[str, torch.Tensor], visible: torch.Tensor, hidden: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
         """Per-patch predictions of every modality, {m: [B, N, p*p*C]}."""
         spec = self.spec
-        encoded = self.to_decoder(self.encoder(inputs, visible))               # [B, n, d]
-        modality_of = visible // spec.patches                                  # [B, n]
+        encoded = self.to_decoder(self.encoder(inputs, visible))  # [B, n, d]
+        modality_of = visible // spec.patches  # [B, n]
         encoded = encoded + self.decoder_modality[modality_of, 0]
         slots = encoded.new_zeros(encoded.shape[0], len(spec.modalities) * spec.patches, encoded.shape[-1])
         slots = slots.scatter(1, visible[:, :, None].expand(-1, -1, encoded.shape[-1]), encoded)
@@ -134,7 +147,7 @@ def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
 def unpatchify(patches: torch.Tensor, patch: int, channels: int) -> torch.Tensor:
     """[B, N, p*p*C] -> [B, C, H, W], the inverse of ``patchify``."""
     b, n, _ = patches.shape
-    grid = int(round(n ** 0.5))
+    grid = int(round(n**0.5))
     x = patches.reshape(b, grid, grid, patch, patch, channels)
     return x.permute(0, 5, 1, 3, 2, 4).reshape(b, channels, grid * patch, grid * patch)
 
@@ -143,8 +156,14 @@ class DownstreamModel(nn.Module):
     """An encoder over RGB with a task head: pooled tokens -> class logits, or each token -> its
     patch's pixels (semseg logits, depth in metres), optionally refined by a 3x3 conv."""
 
-    def __init__(self, spec: MaskedAutoencoderSpec, target: str, outputs: int, head_hidden: int | None = None,
-                 typical_depth: float = 1.0):
+    def __init__(
+        self,
+        spec: MaskedAutoencoderSpec,
+        target: str,
+        outputs: int,
+        head_hidden: int | None = None,
+        typical_depth: float = 1.0,
+    ):
         super().__init__()
         self.spec, self.target, self.outputs = spec, target, outputs
         # depth = exp(head + log_depth): log_depth starts at the data's typical depth (metres),
@@ -156,9 +175,12 @@ class DownstreamModel(nn.Module):
             self.head = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, outputs))
             self.refine = None
         else:
-            self.head = nn.Linear(dim, spec.patch_size ** 2 * (head_hidden or outputs))
-            self.refine = None if head_hidden is None else nn.Sequential(
-                nn.GELU(), nn.Conv2d(head_hidden, outputs, kernel_size=3, padding=1))
+            self.head = nn.Linear(dim, spec.patch_size**2 * (head_hidden or outputs))
+            self.refine = (
+                None
+                if head_hidden is None
+                else nn.Sequential(nn.GELU(), nn.Conv2d(head_hidden, outputs, kernel_size=3, padding=1))
+            )
         self.hidden = head_hidden or outputs
 
     def no_weight_decay(self) -> set[str]:
@@ -183,5 +205,5 @@ def rgb_encoder_state(state: dict[str, torch.Tensor], modalities: tuple[str, ...
     for key, value in state.items():
         if key.startswith("embeds.") and not key.startswith("embeds.rgb."):
             continue
-        out[key] = value[modalities.index("rgb"):][:1] if key == "modality_embed" else value
+        out[key] = value[modalities.index("rgb") :][:1] if key == "modality_embed" else value
     return out

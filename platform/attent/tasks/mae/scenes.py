@@ -9,6 +9,7 @@ scenes are rendered offline and deterministically with trimesh meshes and Embree
 A scene is a tiled floor, one dominant object (its shape is the scene class) and 1-3 smaller
 distractors, lit by a directional light (Lambertian, with shadow rays) plus ambient light.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,7 @@ import zlib
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +44,7 @@ FORMAT_VERSION = 1  # bump when the renderer's output changes
 @dataclass(frozen=True)
 class Camera:
     """A pinhole camera producing size x size square images; fov_deg is the full field of view."""
+
     position: tuple[float, float, float]
     look_at: tuple[float, float, float]
     up: tuple[float, float, float] = (0.0, 1.0, 0.0)
@@ -73,6 +75,7 @@ class Camera:
 class RenderedScene:
     """One view: rgb uint8 [H, W, 3]; depth_m float32 [H, W] z-depth in metres (0 = no hit);
     semseg uint8 [H, W] ids into SEMSEG_CLASSES; label the scene class (-1 when none)."""
+
     rgb: np.ndarray
     depth_m: np.ndarray
     semseg: np.ndarray
@@ -81,20 +84,26 @@ class RenderedScene:
 
 # --- rendering ------------------------------------------------------------------------------
 
+
 def _concatenate(objects: Sequence[tuple[trimesh.Trimesh, int, object]]):
     """One mesh of all objects (faces in order) with per-face labels and albedos."""
     offsets = np.cumsum([0] + [len(m.vertices) for m, _, _ in objects])
     vertices = np.concatenate([m.vertices for m, _, _ in objects])
     faces = np.concatenate([m.faces + o for (m, _, _), o in zip(objects, offsets)])
     labels = np.concatenate([np.full(len(m.faces), lab, np.uint8) for m, lab, _ in objects])
-    albedo = np.concatenate([np.broadcast_to(np.asarray(c, np.float64), (len(m.faces), 3))
-                             for m, _, c in objects])
+    albedo = np.concatenate([np.broadcast_to(np.asarray(c, np.float64), (len(m.faces), 3)) for m, _, c in objects])
     return trimesh.Trimesh(vertices, faces, process=False), labels, albedo
 
 
-def render(objects: Sequence[tuple[trimesh.Trimesh, int, object]], camera: Camera,
-           light_dir: Sequence[float], ambient: float, *, shadows: bool = True,
-           label: int = -1) -> RenderedScene:
+def render(
+    objects: Sequence[tuple[trimesh.Trimesh, int, object]],
+    camera: Camera,
+    light_dir: Sequence[float],
+    ambient: float,
+    *,
+    shadows: bool = True,
+    label: int = -1,
+) -> RenderedScene:
     """Ray-cast objects = [(mesh, semseg id, albedo)], albedo an RGB triple in [0, 1] or one per
     face [n_faces, 3]. light_dir points from the surface towards the (directional) light.
 
@@ -120,13 +129,18 @@ def render(objects: Sequence[tuple[trimesh.Trimesh, int, object]], camera: Camer
     depth[ray] = (loc - origins[ray]) @ camera.basis()[2]
     semseg[ray] = face_label[tri]
     shape = (camera.size, camera.size)
-    return RenderedScene(np.round(np.clip(rgb, 0, 1) * 255).astype(np.uint8).reshape(*shape, 3),
-                         depth.reshape(shape), semseg.reshape(shape), label)
+    return RenderedScene(
+        np.round(np.clip(rgb, 0, 1) * 255).astype(np.uint8).reshape(*shape, 3),
+        depth.reshape(shape),
+        semseg.reshape(shape),
+        label,
+    )
 
 
 # --- random scenes --------------------------------------------------------------------------
 
-@lru_cache(maxsize=None)
+
+@cache
 def unit_shape(name: str) -> trimesh.Trimesh:
     """The shape centred on its bounding box, scaled so its farthest vertex is at distance 1
     (objects are then sized by one radius whatever their shape). Cached: built once per process."""
@@ -135,8 +149,9 @@ def unit_shape(name: str) -> trimesh.Trimesh:
         "cube": lambda: trimesh.creation.box(extents=(1, 1, 1)),
         "cylinder": lambda: trimesh.creation.cylinder(radius=0.6, height=1.6, sections=32),
         "cone": lambda: trimesh.creation.cone(radius=0.8, height=1.6, sections=32),
-        "torus": lambda: trimesh.creation.torus(major_radius=0.7, minor_radius=0.3,
-                                                major_sections=32, minor_sections=16),
+        "torus": lambda: trimesh.creation.torus(
+            major_radius=0.7, minor_radius=0.3, major_sections=32, minor_sections=16
+        ),
     }[name]
     mesh = make()
     vertices = mesh.vertices - mesh.bounds.mean(axis=0)
@@ -153,7 +168,7 @@ def place(rng: np.random.Generator, shape: str, radius: float, x: float, z: floa
     return trimesh.Trimesh(vertices + (x, lift, z), unit_shape(shape).faces, process=False)
 
 
-@lru_cache(maxsize=None)
+@cache
 def floor_grid(tiles: int = 40, tile_m: float = 1.0) -> trimesh.Trimesh:
     """A square floor at y = 0 of tiles x tiles quads (2 triangles each) in front of the camera."""
     edge = (np.arange(tiles + 1) - tiles / 2) * tile_m
@@ -177,8 +192,9 @@ def split_id(split: str) -> int:
     return zlib.crc32(split.encode())
 
 
-def _distractor_positions(rng: np.random.Generator, count: int, radii: np.ndarray,
-                          dominant: tuple[float, float, float]) -> list[tuple[float, float]]:
+def _distractor_positions(
+    rng: np.random.Generator, count: int, radii: np.ndarray, dominant: tuple[float, float, float]
+) -> list[tuple[float, float]]:
     """(x, z) of distractors in the camera's view cone, clear of the dominant object and of each
     other on the floor (rejection sampling; a distractor that finds no room is dropped)."""
     half = math.tan(math.radians(FOV_DEG) / 2) * 0.8  # keep most of each object in the frame
@@ -198,27 +214,25 @@ def _draw_scene(rng: np.random.Generator, label: int, size: int) -> RenderedScen
     radius = rng.uniform(0.9, 1.25)  # the dominant object: clearly larger than distractors
     x, z = rng.uniform(-0.6, 0.6), -rng.uniform(4.5, 6.5)
     objects = [(floor_grid(), FLOOR, floor_albedo(rng))]
-    objects.append((place(rng, SCENE_CLASSES[label], radius, x, z), 2 + label,
-                    rng.uniform(0.15, 1.0, 3)))
+    objects.append((place(rng, SCENE_CLASSES[label], radius, x, z), 2 + label, rng.uniform(0.15, 1.0, 3)))
     count = int(rng.integers(1, 4))
     shapes, radii = rng.integers(0, len(SCENE_CLASSES), 3), rng.uniform(0.25, 0.45, 3)
     for k, (dx, dz) in enumerate(_distractor_positions(rng, count, radii, (x, z, radius))):
-        objects.append((place(rng, SCENE_CLASSES[shapes[k]], radii[k], dx, dz), 2 + int(shapes[k]),
-                        rng.uniform(0.15, 1.0, 3)))
+        objects.append(
+            (place(rng, SCENE_CLASSES[shapes[k]], radii[k], dx, dz), 2 + int(shapes[k]), rng.uniform(0.15, 1.0, 3))
+        )
     height = rng.uniform(1.5, 3.0)  # camera height above the floor
     target = (x + rng.uniform(-0.4, 0.4), radius * rng.uniform(0.6, 1.2), z)
     camera = Camera((0.0, height, 0.0), target, fov_deg=FOV_DEG, size=size)
     azimuth, elevation = rng.uniform(0, 2 * math.pi), math.radians(rng.uniform(25, 75))
-    light = (math.cos(elevation) * math.sin(azimuth), math.sin(elevation),
-             math.cos(elevation) * math.cos(azimuth))
+    light = (math.cos(elevation) * math.sin(azimuth), math.sin(elevation), math.cos(elevation) * math.cos(azimuth))
     return render(objects, camera, light, ambient=rng.uniform(0.15, 0.35), label=label)
 
 
 def dominant_is_largest(scene: RenderedScene) -> bool:
     """Whether the scene's class covers the most pixels among object classes, and enough of them."""
     counts = np.bincount(scene.semseg.ravel(), minlength=len(SEMSEG_CLASSES))[2:]
-    return (int(counts.argmax()) == scene.label
-            and counts[scene.label] >= MIN_DOMINANT_FRACTION * scene.semseg.size)
+    return int(counts.argmax()) == scene.label and counts[scene.label] >= MIN_DOMINANT_FRACTION * scene.semseg.size
 
 
 def random_scene(seed: int, split: str, index: int, size: int) -> RenderedScene:
@@ -234,6 +248,7 @@ def random_scene(seed: int, split: str, index: int, size: int) -> RenderedScene:
 
 
 # --- the dataset on disk --------------------------------------------------------------------
+
 
 def depth_to_png(depth_m: np.ndarray) -> np.ndarray:
     """Metres -> uint16 millimetres; 0 stays 0 (no surface), hits are at least 1 mm."""
@@ -266,12 +281,21 @@ def _check_out(out: Path, counts: dict[str, int], size: int) -> None:
         raise ValueError(f"scene counts {counts} must be >= 0, and not all 0")
     taken = [p for p in [out / "dataset.json", *(out / s for s in counts)] if p.exists()]
     if taken:
-        raise ValueError(f"{out} already holds {', '.join(p.name for p in taken)}; "
-                         f"write to a new folder, or delete the old one first")
+        raise ValueError(
+            f"{out} already holds {', '.join(p.name for p in taken)}; "
+            f"write to a new folder, or delete the old one first"
+        )
 
 
-def write_dataset(out: str | os.PathLike, *, train: int = 10000, test: int = 2000, size: int = 32,
-                  seed: int = 0, workers: int | None = None) -> dict:
+def write_dataset(
+    out: str | os.PathLike,
+    *,
+    train: int = 10000,
+    test: int = 2000,
+    size: int = 32,
+    seed: int = 0,
+    workers: int | None = None,
+) -> dict:
     """Render and write train + test scenes and dataset.json; returns a summary.
 
     Every file depends only on (seed, split, index), so the bytes are the same whatever the
@@ -283,8 +307,7 @@ def write_dataset(out: str | os.PathLike, *, train: int = 10000, test: int = 200
         for modality in ("rgb", "depth", "semseg"):
             for cls in SCENE_CLASSES:
                 (out / split / modality / cls).mkdir(parents=True, exist_ok=True)
-    jobs = [(str(out), s, a, min(a + CHUNK, n), size, seed)
-            for s, n in counts.items() for a in range(0, n, CHUNK)]
+    jobs = [(str(out), s, a, min(a + CHUNK, n), size, seed) for s, n in counts.items() for a in range(0, n, CHUNK)]
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     started = time.perf_counter()
     if workers == 1:
@@ -296,11 +319,27 @@ def write_dataset(out: str | os.PathLike, *, train: int = 10000, test: int = 200
     for job, result in zip(jobs, results):
         for cls, n in zip(SCENE_CLASSES, result):
             per_class[job[1]][cls] += n
-    meta = {"semseg_classes": list(SEMSEG_CLASSES), "scene_classes": list(SCENE_CLASSES),
-            "depth_unit_m": DEPTH_UNIT_M, "image_size": size,
-            "generator": {"name": "attent.tasks.mae.scenes", "version": FORMAT_VERSION,
-                          "seed": seed, "fov_deg": FOV_DEG, "counts": counts,
-                          "per_class": per_class}}
+    meta = {
+        "semseg_classes": list(SEMSEG_CLASSES),
+        "scene_classes": list(SCENE_CLASSES),
+        "depth_unit_m": DEPTH_UNIT_M,
+        "image_size": size,
+        "generator": {
+            "name": "attent.tasks.mae.scenes",
+            "version": FORMAT_VERSION,
+            "seed": seed,
+            "fov_deg": FOV_DEG,
+            "counts": counts,
+            "per_class": per_class,
+        },
+    }
     (out / "dataset.json").write_text(json.dumps(meta, indent=2) + "\n")
-    return {"out": str(out), **counts, "size": size, "seed": seed, "workers": workers,
-            "per_class": per_class, "seconds": time.perf_counter() - started}
+    return {
+        "out": str(out),
+        **counts,
+        "size": size,
+        "seed": seed,
+        "workers": workers,
+        "per_class": per_class,
+        "seconds": time.perf_counter() - started,
+    }

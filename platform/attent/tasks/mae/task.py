@@ -5,6 +5,7 @@ with several modalities the task reports them as loss components (the group base
 them, the engine logs them). Training masks are fresh random draws on augmented images; scoring
 and evaluation masks are seeded by (sample index, round) on the plain images.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -14,12 +15,20 @@ import torch
 from torch import nn
 
 from attent.contract import DatasetDescription
-from attent.tasks.task import (Batch, OptimizerSpec, Task, TorchModel, data_seed, evaluation_chunks,
-                               seeded_init, sum_over_ranks)
 from attent.tasks.mae import data, masking
 from attent.tasks.mae.config import MaskedPretrainingConfig
 from attent.tasks.mae.losses import reconstruction_losses, standardize_depth
 from attent.tasks.mae.model import MaskedAutoencoder
+from attent.tasks.task import (
+    Batch,
+    OptimizerSpec,
+    Task,
+    TorchModel,
+    data_seed,
+    evaluation_chunks,
+    seeded_init,
+    sum_over_ranks,
+)
 
 EVAL_ROUND = -1  # the seeded masks of evaluation: the same for every evaluation of a run
 KERNEL_MASK_INDEX = 2**32 - 1  # kernel_output's masks: seeded by (seed, this, round 0), no real sample's
@@ -28,17 +37,26 @@ KERNEL_MASK_INDEX = 2**32 - 1  # kernel_output's masks: seeded by (seed, this, r
 def load_splits(config, modalities: tuple[str, ...], *, augment: bool, seed: int) -> data.MultiModalSplits:
     """The configured train / validation / test splits, limited as configured; ``seed`` (the
     run's, unless ``split_seed`` fixes it) draws the validation set and the limits."""
-    splits = data.load_multimodal(config.data_path, modalities=modalities, img_size=config.img_size,
-                                  augment=augment, cache=config.cache,
-                                  num_semseg_classes=config.num_semseg_classes)
-    return splits.limited(config.train_limit, config.test_limit, data_seed(config.split_seed, seed),
-                          val_limit=config.val_limit)
+    splits = data.load_multimodal(
+        config.data_path,
+        modalities=modalities,
+        img_size=config.img_size,
+        augment=augment,
+        cache=config.cache,
+        num_semseg_classes=config.num_semseg_classes,
+    )
+    return splits.limited(
+        config.train_limit, config.test_limit, data_seed(config.split_seed, seed), val_limit=config.val_limit
+    )
 
 
 def encoder_inputs(batch: Batch, modalities: tuple[str, ...]) -> dict[str, torch.Tensor]:
     """What the patch embeddings read: RGB as normalised, depth standardised per image, labels."""
-    prepare = {"rgb": lambda b: b["rgb"], "depth": lambda b: standardize_depth(b["depth"]),
-               "semseg": lambda b: b["semseg"]}
+    prepare = {
+        "rgb": lambda b: b["rgb"],
+        "depth": lambda b: standardize_depth(b["depth"]),
+        "semseg": lambda b: b["semseg"],
+    }
     return {m: prepare[m](batch) for m in modalities}
 
 
@@ -52,8 +70,9 @@ class LoggedEncoder(nn.Module):
         self.encoder, self.modalities = encoder, modalities
 
     # one parameter per modality (at most three), not ``*inputs``: torch.export traces a fixed list
-    def forward(self, first: torch.Tensor, second: torch.Tensor | None = None,
-                third: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, first: torch.Tensor, second: torch.Tensor | None = None, third: torch.Tensor | None = None
+    ) -> torch.Tensor:
         inputs = dict(zip(self.modalities, (first, second, third)))
         return self.encoder(encoder_inputs(inputs, self.modalities))
 
@@ -93,12 +112,17 @@ class MaskedPretrainingTask(Task):
 
     def optimizer_spec(self) -> OptimizerSpec:
         # MAE / MultiMAE pretraining: AdamW (0.9, 0.95), wd 0.05, cosine with a 5% warm-up.
-        return OptimizerSpec(lr=1e-4, weight_decay=0.05, betas=(0.9, 0.95), schedule="cosine",
-                             warmup_ratio=0.05)
+        return OptimizerSpec(lr=1e-4, weight_decay=0.05, betas=(0.9, 0.95), schedule="cosine", warmup_ratio=0.05)
 
     def per_sample_loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
-        masks = masking.random_masks(len(batch["index"]), len(self.modalities), self.spec.patches,
-                                     self.budget, alpha=self.alpha, device=self._device(model))
+        masks = masking.random_masks(
+            len(batch["index"]),
+            len(self.modalities),
+            self.spec.patches,
+            self.budget,
+            alpha=self.alpha,
+            device=self._device(model),
+        )
         return self._losses(model, batch, masks)
 
     def score(self, model: nn.Module, batch: Batch, round_: int) -> torch.Tensor:
@@ -113,15 +137,27 @@ class MaskedPretrainingTask(Task):
         return losses if losses.ndim == 1 else losses.sum(dim=1)
 
     def _seeded(self, indices: torch.Tensor, round_: int, model: nn.Module) -> masking.Masks:
-        return masking.seeded_masks(indices.cpu(), round_, seed=self.seed, modalities=len(self.modalities),
-                                    patches=self.spec.patches, budget=self.budget, alpha=self.alpha,
-                                    device=self._device(model))
+        return masking.seeded_masks(
+            indices.cpu(),
+            round_,
+            seed=self.seed,
+            modalities=len(self.modalities),
+            patches=self.spec.patches,
+            budget=self.budget,
+            alpha=self.alpha,
+            device=self._device(model),
+        )
 
     def _losses(self, model: nn.Module, batch: Batch, masks: masking.Masks) -> torch.Tensor:
         predictions = model(encoder_inputs(batch, self.modalities), masks.visible, masks.hidden)
-        losses = reconstruction_losses(predictions, batch, masks.hidden, patch=self.spec.patch_size,
-                                       semseg_classes=self.spec.semseg_classes,
-                                       norm_pix=self.config.norm_pix_loss)
+        losses = reconstruction_losses(
+            predictions,
+            batch,
+            masks.hidden,
+            patch=self.spec.patch_size,
+            semseg_classes=self.spec.semseg_classes,
+            norm_pix=self.config.norm_pix_loss,
+        )
         return losses if self.loss_components else losses[:, 0]
 
     @staticmethod
@@ -129,8 +165,9 @@ class MaskedPretrainingTask(Task):
         return next(model.parameters()).device
 
     @torch.no_grad()
-    def evaluate(self, model: nn.Module, *, rank: int, world_size: int,
-                 progress: Callable[[str], None] | None = None) -> dict[str, float]:
+    def evaluate(
+        self, model: nn.Module, *, rank: int, world_size: int, progress: Callable[[str], None] | None = None
+    ) -> dict[str, float]:
         """Reconstruction loss on the test split under masks fixed for the whole run, in total
         and per modality (and the k-NN probe's accuracy); the same for the validation set when
         one is held out."""
@@ -142,12 +179,14 @@ class MaskedPretrainingTask(Task):
                     metrics[f"{split}_knn_accuracy"] = self.knn_accuracy(model, dataset)
         return metrics
 
-    def reconstruction(self, model: nn.Module, dataset: data.MultiModalDataset, split: str, *,
-                       rank: int, world_size: int) -> dict[str, float]:
+    def reconstruction(
+        self, model: nn.Module, dataset: data.MultiModalDataset, split: str, *, rank: int, world_size: int
+    ) -> dict[str, float]:
         """{<split>_loss, <split>_loss_<modality>} of one evaluation set, summed over the ranks'
         shards."""
-        chunks = evaluation_chunks(len(dataset), rank=rank, world_size=world_size,
-                                   batch_size=self.config.eval_batch_size)
+        chunks = evaluation_chunks(
+            len(dataset), rank=rank, world_size=world_size, batch_size=self.config.eval_batch_size
+        )
         totals = torch.zeros(len(self.modalities) + 1, dtype=torch.float64, device=self._device(model))
         for chunk in chunks:
             batch = {k: v.to(totals.device) for k, v in data.collate([dataset[i] for i in chunk]).items()}
@@ -179,7 +218,7 @@ class MaskedPretrainingTask(Task):
         Votes weighted by exp(similarity / 0.07), as in DINO's k-NN evaluation."""
         memory_set = self.splits.train.without_augmentation()
         memory = self.rgb_features(model, memory_set, min(len(memory_set), self.config.knn_train_limit))
-        labels = memory_set.labels[:memory.shape[0]].to(memory.device)
+        labels = memory_set.labels[: memory.shape[0]].to(memory.device)
         test = self.rgb_features(model, queries, len(queries))
         similarity, neighbour = (test @ memory.T).topk(min(self.config.knn_neighbours, memory.shape[0]), dim=1)
         votes = torch.zeros(test.shape[0], int(self.splits.train.labels.max()) + 1, device=test.device)
@@ -190,8 +229,11 @@ class MaskedPretrainingTask(Task):
     def model_to_log(self, model: nn.Module) -> TorchModel:
         """The encoder (``LoggedEncoder``); its modalities, in input order, in the metadata."""
         batch = data.collate([self.splits.test[0], self.splits.test[1]])
-        return TorchModel(LoggedEncoder(model.encoder, self.modalities), {m: batch[m] for m in self.modalities},
-                          metadata={"modalities": list(self.modalities)})
+        return TorchModel(
+            LoggedEncoder(model.encoder, self.modalities),
+            {m: batch[m] for m in self.modalities},
+            metadata={"modalities": list(self.modalities)},
+        )
 
     def export(self, model: nn.Module) -> dict[str, Any]:
         """The encoder's weights and shape, for downstream jobs."""

@@ -1,5 +1,6 @@
 """The vision task's config section (pydantic and the standard library only: configs validate
 without importing torch or timm)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,13 +9,14 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from attent.tasks.config import TaskConfig
-from attent.tasks.vit import PRESETS, ViTConfig, vit_config
 from attent.tasks.vision import files
 from attent.tasks.vision.files import NATIVE_IMG_SIZE
+from attent.tasks.vit import PRESETS, ViTConfig, vit_config
 
 
 class VisionModelConfig(BaseModel):
     """A ViT preset plus optional architecture overrides."""
+
     model_config = ConfigDict(extra="forbid")
 
     preset: str = "vit_tiny_cpu"  # a name in attent.tasks.vit.PRESETS
@@ -39,6 +41,7 @@ class VisionModelConfig(BaseModel):
 
 class VisionTaskConfig(TaskConfig):
     """The ``task:`` section of an experiment config for image classification."""
+
     path_fields: ClassVar[tuple[str, ...]] = ("data_path",)
 
     name: Literal["vision"] = "vision"  # selects this task
@@ -60,16 +63,20 @@ class VisionTaskConfig(TaskConfig):
     @classmethod
     def _positive(cls, value: int | None, info: ValidationInfo) -> int | None:
         if value is not None and value <= 0:
-            raise ValueError(f"{info.field_name}={value} must be a positive number, "
-                             f"or null for the default (no validation / all images / native size)")
+            raise ValueError(
+                f"{info.field_name}={value} must be a positive number, "
+                f"or null for the default (no validation / all images / native size)"
+            )
         return value
 
     @model_validator(mode="after")
     def _consistent(self) -> VisionTaskConfig:
         if self.dataset == "image_folder":
             if self.data_path is None or self.img_size is None:
-                raise ValueError("dataset: image_folder needs data_path (the folder of class "
-                                 "subfolders) and img_size (the square size to resize to)")
+                raise ValueError(
+                    "dataset: image_folder needs data_path (the folder of class "
+                    "subfolders) and img_size (the square size to resize to)"
+                )
         elif self.color_mode == "rgb":
             raise ValueError(f"{self.dataset} is grayscale; drop color_mode: rgb")
         if self.dataset == "digits" and self.data_path is not None:
@@ -88,8 +95,13 @@ class VisionTaskConfig(TaskConfig):
         return 3 if self.dataset == "image_folder" and self.color_mode != "grayscale" else 1
 
     def vit_config(self, num_classes: int) -> ViTConfig:
-        return vit_config(self.model.preset, img_size=self.image_size, in_chans=self.in_chans,
-                          num_classes=num_classes, **self.model.overrides())
+        return vit_config(
+            self.model.preset,
+            img_size=self.image_size,
+            in_chans=self.in_chans,
+            num_classes=num_classes,
+            **self.model.overrides(),
+        )
 
     def data_files(self) -> list[tuple[Path, str]]:
         if self.dataset != "image_folder":

@@ -5,15 +5,16 @@ with ``index`` its own position (the AtteNT teacher keys its score table on it),
 new datasets (``select``) rather than ``torch.utils.data.Subset`` views. Images are stored as
 uint8 and normalised per item: 60k Fashion-MNIST images take 47 MB and load in well under a second.
 """
+
 from __future__ import annotations
 
 import gzip
 import hashlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -24,21 +25,28 @@ from torch.utils.data import Dataset
 
 from attent.tasks.config import unreadable
 from attent.tasks.task import stratified_holdout, stratified_subset
-
-from attent.tasks.vision.files import (DIGITS_STATS, FASHION_MNIST_CLASSES, FASHION_MNIST_STATS, IMAGE_FOLDER_STATS,
-                    check_image_folder, ensure_fashion_mnist, find_fashion_mnist, has_train_test, idx_file,
-                    plain_idx, scan_classes)
-
+from attent.tasks.vision.files import (
+    DIGITS_STATS,
+    FASHION_MNIST_CLASSES,
+    FASHION_MNIST_STATS,
+    IMAGE_FOLDER_STATS,
+    check_image_folder,
+    ensure_fashion_mnist,
+    find_fashion_mnist,
+    has_train_test,
+    idx_file,
+    plain_idx,
+    scan_classes,
+)
 
 # --- items and batches ----------------------------------------------------------------------
 
-def to_model_input(image: torch.Tensor, mean: torch.Tensor, std: torch.Tensor,
-                   img_size: int) -> torch.Tensor:
+
+def to_model_input(image: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, img_size: int) -> torch.Tensor:
     """uint8 [C, H, W] -> normalised float [C, img_size, img_size]."""
     x = image.float() / 255
     if x.shape[-2:] != (img_size, img_size):
-        x = F.interpolate(x[None], size=(img_size, img_size), mode="bilinear",
-                          antialias=True, align_corners=False)[0]
+        x = F.interpolate(x[None], size=(img_size, img_size), mode="bilinear", antialias=True, align_corners=False)[0]
     return (x - mean) / std
 
 
@@ -54,8 +62,14 @@ def collate(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
 class TensorImageDataset(Dataset):
     """Images held in memory as uint8 [N, C, H, W]."""
 
-    def __init__(self, images: torch.Tensor, labels: torch.Tensor, *, img_size: int,
-                 stats: tuple[Sequence[float], Sequence[float]]):
+    def __init__(
+        self,
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        *,
+        img_size: int,
+        stats: tuple[Sequence[float], Sequence[float]],
+    ):
         assert images.dtype == torch.uint8 and images.ndim == 4 and len(images) == len(labels)
         self.images, self.labels = images, labels.long()
         self.img_size, self.stats = img_size, stats
@@ -75,15 +89,13 @@ class TensorImageDataset(Dataset):
 
     def select(self, indices: torch.Tensor) -> TensorImageDataset:
         """A new dataset of these items, re-indexed from 0."""
-        return TensorImageDataset(self.images[indices], self.labels[indices],
-                                  img_size=self.img_size, stats=self.stats)
+        return TensorImageDataset(self.images[indices], self.labels[indices], img_size=self.img_size, stats=self.stats)
 
 
 class ImageFolderDataset(Dataset):
     """Image files read lazily, converted to grayscale or RGB and resized to img_size."""
 
-    def __init__(self, paths: Sequence[Path], labels: torch.Tensor, *, img_size: int,
-                 in_chans: int):
+    def __init__(self, paths: Sequence[Path], labels: torch.Tensor, *, img_size: int, in_chans: int):
         assert in_chans in (1, 3) and len(paths) == len(labels)
         self.paths, self.labels = list(paths), labels.long()
         self.img_size, self.in_chans = img_size, in_chans
@@ -106,8 +118,12 @@ class ImageFolderDataset(Dataset):
 
     def select(self, indices: torch.Tensor) -> ImageFolderDataset:
         """A new dataset of these items, re-indexed from 0."""
-        return ImageFolderDataset([self.paths[i] for i in indices.tolist()], self.labels[indices],
-                                  img_size=self.img_size, in_chans=self.in_chans)
+        return ImageFolderDataset(
+            [self.paths[i] for i in indices.tolist()],
+            self.labels[indices],
+            img_size=self.img_size,
+            in_chans=self.in_chans,
+        )
 
 
 ImageDataset = TensorImageDataset | ImageFolderDataset
@@ -117,6 +133,7 @@ ImageDataset = TensorImageDataset | ImageFolderDataset
 class ImageSplits:
     """A train and a test set over the same classes, and a validation set drawn from the
     training pool when one is held out (else None)."""
+
     train: ImageDataset
     test: ImageDataset
     classes: tuple[str, ...]
@@ -126,8 +143,9 @@ class ImageSplits:
     def num_classes(self) -> int:
         return len(self.classes)
 
-    def limited(self, train_limit: int | None, test_limit: int | None, seed: int,
-                val_limit: int | None = None) -> ImageSplits:
+    def limited(
+        self, train_limit: int | None, test_limit: int | None, seed: int, val_limit: int | None = None
+    ) -> ImageSplits:
         """Class-stratified random subsets: val_limit images of the training pool held out for
         validation (None: none), train_limit of the others to train on, test_limit of the test
         set (None: all)."""
@@ -144,8 +162,8 @@ class ImageSplits:
 
 # --- stratified sampling --------------------------------------------------------------------
 
-def stratified_split(labels: torch.Tensor, test_fraction: float,
-                     seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+
+def stratified_split(labels: torch.Tensor, test_fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(train indices, test indices), each class split test_fraction into test."""
     test = stratified_subset(labels, max(1, round(len(labels) * test_fraction)), seed)
     is_test = torch.zeros(len(labels), dtype=torch.bool)
@@ -154,6 +172,7 @@ def stratified_split(labels: torch.Tensor, test_fraction: float,
 
 
 # --- Fashion-MNIST --------------------------------------------------------------------------
+
 
 def read_idx(path: Path) -> np.ndarray:
     """An idx file (optionally gzipped) as a uint8 array of its stored shape. A gzipped file is
@@ -169,12 +188,13 @@ def read_idx(path: Path) -> np.ndarray:
     if len(head) < 4 or head[:3] != b"\x00\x00\x08":
         raise ValueError(f"{path} is not a uint8 idx file")
     ndim = head[3]
-    shape = tuple(int.from_bytes(data[4 + 4 * d: 8 + 4 * d].tobytes(), "big") for d in range(ndim))
-    return data[4 + 4 * ndim:].reshape(shape)
+    shape = tuple(int.from_bytes(data[4 + 4 * d : 8 + 4 * d].tobytes(), "big") for d in range(ndim))
+    return data[4 + 4 * ndim :].reshape(shape)
 
 
-def load_fashion_mnist(path: str | os.PathLike | None = None, *, download: bool = False,
-                       img_size: int = 28) -> ImageSplits:
+def load_fashion_mnist(
+    path: str | os.PathLike | None = None, *, download: bool = False, img_size: int = 28
+) -> ImageSplits:
     """The 60,000 / 10,000 Fashion-MNIST train / test images, 1 x 28 x 28, resized to img_size."""
     folder = ensure_fashion_mnist(path, download)
 
@@ -182,19 +202,20 @@ def load_fashion_mnist(path: str | os.PathLike | None = None, *, download: bool 
         images = read_idx(idx_file(folder, name, "images"))
         images = torch.from_numpy(images if images.flags.writeable else images.copy())
         labels = torch.from_numpy(read_idx(idx_file(folder, name, "labels")).astype(np.int64))
-        return TensorImageDataset(images.unsqueeze(1), labels, img_size=img_size,
-                                  stats=FASHION_MNIST_STATS)
+        return TensorImageDataset(images.unsqueeze(1), labels, img_size=img_size, stats=FASHION_MNIST_STATS)
 
     return ImageSplits(split("train"), split("test"), FASHION_MNIST_CLASSES)
 
 
 # --- sklearn digits -------------------------------------------------------------------------
 
+
 def digits_file() -> Path:
     """sklearn's digits file (``sklearn.datasets.load_digits`` reads it), found without importing
     sklearn: that import costs each Ray worker about 1.5 s of CPU, more than the rest of a
     digits run's data set-up."""
     import importlib.util
+
     spec = importlib.util.find_spec("sklearn")
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError("sklearn's digits need scikit-learn: pip install scikit-learn")
@@ -214,13 +235,15 @@ def load_digits(*, img_size: int = 8, test_fraction: float = 0.2, seed: int = 0)
 
 # --- image folders --------------------------------------------------------------------------
 
+
 def _class_tensors(root: Path) -> tuple[tuple[str, ...], list[Path], torch.Tensor]:
     classes, paths, labels = scan_classes(root)
     return classes, paths, torch.tensor(labels, dtype=torch.long)
 
 
-def load_image_folder(root: str | os.PathLike, *, img_size: int, in_chans: int = 3,
-                      test_fraction: float = 0.2, seed: int = 0) -> ImageSplits:
+def load_image_folder(
+    root: str | os.PathLike, *, img_size: int, in_chans: int = 3, test_fraction: float = 0.2, seed: int = 0
+) -> ImageSplits:
     """Class-per-subfolder images: root/train and root/test when both exist, otherwise a
     class-stratified split of root's images."""
     root = check_image_folder(root)
@@ -229,10 +252,11 @@ def load_image_folder(root: str | os.PathLike, *, img_size: int, in_chans: int =
         classes, train_paths, train_labels = _class_tensors(root / "train")
         test_classes, test_paths, test_labels = _class_tensors(root / "test")
         if test_classes != classes:
-            raise ValueError(f"{root}/train has classes {classes} but {root}/test has "
-                             f"{test_classes}; give both the same class subfolders")
-        return ImageSplits(dataset(train_paths, train_labels), dataset(test_paths, test_labels),
-                           classes)
+            raise ValueError(
+                f"{root}/train has classes {classes} but {root}/test has "
+                f"{test_classes}; give both the same class subfolders"
+            )
+        return ImageSplits(dataset(train_paths, train_labels), dataset(test_paths, test_labels), classes)
     classes, paths, labels = _class_tensors(root)
     train, test = stratified_split(labels, test_fraction, seed)
     full = dataset(paths, labels)
@@ -240,6 +264,7 @@ def load_image_folder(root: str | os.PathLike, *, img_size: int, in_chans: int =
 
 
 # --- what a run records of its data (MLflow run inputs) --------------------------------------
+
 
 def data_source(dataset: str, data_path: str | os.PathLike | None) -> str:
     """Where a dataset's files are: sklearn's digits file, the Fashion-MNIST idx folder, the

@@ -1,12 +1,23 @@
 """Where the vision datasets live on disk, and the checks the driver runs before Ray starts.
 Standard library only: `attent validate` checks data without importing torch."""
+
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-FASHION_MNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-                         "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
+FASHION_MNIST_CLASSES = (
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+)
 FASHION_MNIST_FILES = {
     ("train", "images"): "train-images-idx3-ubyte",
     ("train", "labels"): "train-labels-idx1-ubyte",
@@ -33,6 +44,7 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".ti
 
 # --- Fashion-MNIST --------------------------------------------------------------------------
 
+
 def idx_file(folder: Path, split: str, kind: str) -> Path | None:
     """The idx file in folder, plain or gzipped, or None."""
     name = FASHION_MNIST_FILES[(split, kind)]
@@ -51,6 +63,7 @@ def plain_idx(path: Path) -> Path | None:
     import hashlib
     import shutil
     import tempfile
+
     stat = path.stat()
     key = hashlib.sha256(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
     cached = IDX_CACHE / f"{path.name.removesuffix('.gz')}-{key}"
@@ -91,8 +104,7 @@ def find_fashion_mnist(path: str | os.PathLike | None = None) -> Path:
         roots = [Path(path).expanduser()]
     else:
         env = os.environ.get(FASHION_MNIST_ENV)
-        roots = [*([Path(env).expanduser()] if env else []), *FASHION_MNIST_DEBIAN_DIRS,
-                 DOWNLOAD_ROOT]
+        roots = [*([Path(env).expanduser()] if env else []), *FASHION_MNIST_DEBIAN_DIRS, DOWNLOAD_ROOT]
     searched = [folder for root in roots for folder in _candidate_folders(root)]
     for folder in searched:
         if _holds_fashion_mnist(folder):
@@ -102,7 +114,8 @@ def find_fashion_mnist(path: str | os.PathLike | None = None) -> Path:
         f"Fashion-MNIST idx files ({names}) not found in: {', '.join(map(str, searched))}. "
         f"Get them with one of: `apt-get install dataset-fashion-mnist` (Debian/Ubuntu, installs "
         f"{FASHION_MNIST_DEBIAN_DIRS[0]}); set data_path or ${FASHION_MNIST_ENV} to a folder "
-        f"holding them; or set `download: true` in the task config to fetch them with torchvision.")
+        f"holding them; or set `download: true` in the task config to fetch them with torchvision."
+    )
 
 
 def ensure_fashion_mnist(path: str | os.PathLike | None = None, download: bool = False) -> Path:
@@ -118,12 +131,14 @@ def ensure_fashion_mnist(path: str | os.PathLike | None = None, download: bool =
 def download_fashion_mnist(root: Path = DOWNLOAD_ROOT) -> Path:
     """Download with torchvision into root/FashionMNIST/raw and return that folder."""
     from torchvision.datasets import FashionMNIST
+
     for train in (True, False):
         FashionMNIST(str(root), train=train, download=True)
     return find_fashion_mnist(root)
 
 
 # --- image folders --------------------------------------------------------------------------
+
 
 def scan_classes(root: Path) -> tuple[tuple[str, ...], list[Path], list[int]]:
     """Sorted class names (subfolders), image paths and their class ids."""
@@ -143,13 +158,14 @@ def has_train_test(root: Path) -> bool:
 def check_image_folder(root: str | os.PathLike) -> Path:
     """root, if it holds at least two class subfolders with images; else a FileNotFoundError."""
     root = Path(root).expanduser()
-    how = ("expected one subfolder per class holding its images (root/<class>/*.png), "
-           "or root/train/<class>/ and root/test/<class>/")
+    how = (
+        "expected one subfolder per class holding its images (root/<class>/*.png), "
+        "or root/train/<class>/ and root/test/<class>/"
+    )
     if not root.is_dir():
         raise FileNotFoundError(f"image folder {root} does not exist; {how}")
     for folder in [root / "train", root / "test"] if has_train_test(root) else [root]:
         classes, paths, _ = scan_classes(folder)
         if len(classes) < 2 or len(paths) == 0:
-            raise FileNotFoundError(
-                f"{folder} has {len(classes)} class subfolders and {len(paths)} images; {how}")
+            raise FileNotFoundError(f"{folder} has {len(classes)} class subfolders and {len(paths)} images; {how}")
     return root

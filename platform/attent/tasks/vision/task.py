@@ -1,4 +1,5 @@
 """Image classification with a ViT trained from scratch (Fashion-MNIST, digits, image folders)."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -9,8 +10,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from attent.contract import DATASET_EVAL, DATASET_TRAIN, DATASET_VALIDATION, DatasetDescription
-from attent.tasks.task import (Batch, OptimizerSpec, Task, TorchModel, data_seed, evaluation_chunks,
-                               seeded_init, sum_over_ranks)
+from attent.tasks.task import (
+    Batch,
+    OptimizerSpec,
+    Task,
+    TorchModel,
+    data_seed,
+    evaluation_chunks,
+    seeded_init,
+    sum_over_ranks,
+)
 from attent.tasks.vision import data
 from attent.tasks.vision.config import VisionTaskConfig
 from attent.tasks.vit import build_vit
@@ -22,15 +31,17 @@ def load_splits(config: VisionTaskConfig, seed: int) -> data.ImageSplits:
     and the limits."""
     seed = data_seed(config.split_seed, seed)
     if config.dataset == "fashion_mnist":
-        splits = data.load_fashion_mnist(config.data_path, download=config.download,
-                                         img_size=config.image_size)
+        splits = data.load_fashion_mnist(config.data_path, download=config.download, img_size=config.image_size)
     elif config.dataset == "digits":
-        splits = data.load_digits(img_size=config.image_size, test_fraction=config.test_fraction,
-                                  seed=seed)
+        splits = data.load_digits(img_size=config.image_size, test_fraction=config.test_fraction, seed=seed)
     else:
-        splits = data.load_image_folder(config.data_path, img_size=config.image_size,
-                                        in_chans=config.in_chans,
-                                        test_fraction=config.test_fraction, seed=seed)
+        splits = data.load_image_folder(
+            config.data_path,
+            img_size=config.image_size,
+            in_chans=config.in_chans,
+            test_fraction=config.test_fraction,
+            seed=seed,
+        )
     return splits.limited(config.train_limit, config.test_limit, seed, val_limit=config.val_limit)
 
 
@@ -56,11 +67,16 @@ class VisionTask(Task):
         """The train, validation (when held out) and test sets, after any limits, from where
         their images were read."""
         source = data.data_source(self.config.dataset, self.config.data_path)
-        splits = (("train", DATASET_TRAIN, self.splits.train), ("val", DATASET_VALIDATION, self.splits.val),
-                  ("test", DATASET_EVAL, self.splits.test))
-        return [DatasetDescription(f"{self.config.dataset}-{split}", source, context, len(images),
-                                   data.fingerprint(images))
-                for split, context, images in splits if images is not None]
+        splits = (
+            ("train", DATASET_TRAIN, self.splits.train),
+            ("val", DATASET_VALIDATION, self.splits.val),
+            ("test", DATASET_EVAL, self.splits.test),
+        )
+        return [
+            DatasetDescription(f"{self.config.dataset}-{split}", source, context, len(images), data.fingerprint(images))
+            for split, context, images in splits
+            if images is not None
+        ]
 
     def build_model(self) -> nn.Module:
         return seeded_init(self.seed, lambda: build_vit(self.config.vit_config(self.splits.num_classes)))
@@ -72,8 +88,12 @@ class VisionTask(Task):
     def per_sample_loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         device = next(model.parameters()).device
         logits = model(batch["image"].to(device, non_blocking=True))
-        return F.cross_entropy(logits.float(), batch["label"].to(device, non_blocking=True),
-                               reduction="none", label_smoothing=self.config.label_smoothing)
+        return F.cross_entropy(
+            logits.float(),
+            batch["label"].to(device, non_blocking=True),
+            reduction="none",
+            label_smoothing=self.config.label_smoothing,
+        )
 
     def kernel_output(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """The logit of the true class: a model output, as the NTK's f is. Not the loss, whose
@@ -89,23 +109,37 @@ class VisionTask(Task):
         return TorchModel(model, {"image": data.collate([test[0], test[1]])["image"]})
 
     @torch.no_grad()
-    def evaluate(self, model: nn.Module, *, rank: int, world_size: int,
-                 progress: Callable[[str], None] | None = None) -> dict[str, float]:
+    def evaluate(
+        self, model: nn.Module, *, rank: int, world_size: int, progress: Callable[[str], None] | None = None
+    ) -> dict[str, float]:
         """Test accuracy and mean cross-entropy, and the validation set's when one is held out;
         each rank scores every world_size-th image of each."""
-        metrics = self.accuracy_and_loss(model, self.splits.test, "test", rank=rank,
-                                         world_size=world_size, progress=progress)
+        metrics = self.accuracy_and_loss(
+            model, self.splits.test, "test", rank=rank, world_size=world_size, progress=progress
+        )
         if self.splits.val is not None:
-            metrics.update(self.accuracy_and_loss(model, self.splits.val, "val", rank=rank,
-                                                  world_size=world_size, progress=progress))
+            metrics.update(
+                self.accuracy_and_loss(
+                    model, self.splits.val, "val", rank=rank, world_size=world_size, progress=progress
+                )
+            )
         return metrics
 
-    def accuracy_and_loss(self, model: nn.Module, images: data.ImageDataset, split: str, *, rank: int,
-                          world_size: int, progress: Callable[[str], None] | None = None) -> dict[str, float]:
+    def accuracy_and_loss(
+        self,
+        model: nn.Module,
+        images: data.ImageDataset,
+        split: str,
+        *,
+        rank: int,
+        world_size: int,
+        progress: Callable[[str], None] | None = None,
+    ) -> dict[str, float]:
         """{<split>_accuracy, <split>_loss} of one evaluation set, summed over the ranks' shards."""
         device = next(model.parameters()).device
-        chunks = evaluation_chunks(len(images), rank=rank, world_size=world_size,
-                                   batch_size=self.config.eval_batch_size)
+        chunks = evaluation_chunks(
+            len(images), rank=rank, world_size=world_size, batch_size=self.config.eval_batch_size
+        )
         totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, correct, count
         for done, chunk in enumerate(chunks, 1):
             batch = data.collate([images[i] for i in chunk])

@@ -1,8 +1,9 @@
-"""Final-answer extraction and normalisation for math benchmarks (GSM8K, MATH, CHAMP).
+"""Final-answer extraction and normalisation for the math evaluation suites (GSM8K, MATH, CHAMP).
 
 Pure string functions: a model completion goes in, a canonical answer string (or None) comes out,
 and two canonical answers are compared exactly.
 """
+
 from __future__ import annotations
 
 import re
@@ -119,9 +120,22 @@ def normalize_math_answer(answer: str) -> str:
     text = answer.strip().replace("\n", "").replace("\\!", "")
     text = re.sub(r"\\text\{\s*([^{}]*?)\s*\}", r"\1", text)
     text = re.sub(r"\\mbox\{\s*([^{}]*?)\s*\}", r"\1", text)
-    for old, new in (("\\\\", "\\"), ("tfrac", "frac"), ("dfrac", "frac"), ("\\left", ""),
-                     ("\\right", ""), ("^{\\circ}", ""), ("^\\circ", ""), ("\\$", ""), ("$", ""),
-                     ("\\%", ""), ("%", ""), ("\\displaystyle", ""), ("\\,", ""), ("\\;", "")):
+    for old, new in (
+        ("\\\\", "\\"),
+        ("tfrac", "frac"),
+        ("dfrac", "frac"),
+        ("\\left", ""),
+        ("\\right", ""),
+        ("^{\\circ}", ""),
+        ("^\\circ", ""),
+        ("\\$", ""),
+        ("$", ""),
+        ("\\%", ""),
+        ("%", ""),
+        ("\\displaystyle", ""),
+        ("\\,", ""),
+        ("\\;", ""),
+    ):
         text = text.replace(old, new)
     text = text.strip().rstrip(".")
     text = re.sub(r"^[a-zA-Z]\s*=\s*", "", text)  # "x = 5" -> "5"
@@ -172,5 +186,6 @@ def champ_gold_answers(answer: str) -> list[str]:
     forms = re.split(r",\s*or (?:equivalently|approximately|an equivalent form such as)\s*", answer)
     if answer in ("Yes", "No"):
         return [answer]
-    return [form for form in forms
-            if not set(_PROSE.findall(form)) - _MATH_WORDS and "," not in form and "=" not in form]
+    return [
+        form for form in forms if not set(_PROSE.findall(form)) - _MATH_WORDS and "," not in form and "=" not in form
+    ]

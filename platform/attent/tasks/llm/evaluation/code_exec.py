@@ -8,6 +8,7 @@ to its end, so ``sys.exit(0)`` or ``os._exit(0)`` before the asserts is a failur
 program does (crash, exception, infinite loop, memory blow-up) is a failed sample, never an
 exception in the caller. Not a security boundary against malicious code: use containers for that.
 """
+
 from __future__ import annotations
 
 import os
@@ -56,14 +57,14 @@ def run_python(program: str, *, timeout: float = 10.0, memory_mb: int = 1024) ->
             f.write(f"{program}\n\nprint({token!r}, flush=True)\n")
         limits = [str(memory_mb * 2**20), str(int(timeout) + 1), script]
         # output goes to files, not pipes, so the file-size limit also caps a print flood
-        with open(os.path.join(root, "stdout"), "w+b") as stdout, \
-                open(os.path.join(root, "stderr"), "w+b") as stderr:
+        with open(os.path.join(root, "stdout"), "w+b") as stdout, open(os.path.join(root, "stderr"), "w+b") as stderr:
             process = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-B", "-c", _LAUNCHER, *limits],
                 cwd=workdir,
-                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir,
-                     "TMPDIR": workdir},
-                stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir},
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
                 start_new_session=True,  # own process group: a timeout kills its children too
             )
             try:
@@ -92,10 +93,10 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-def run_many(programs: list[str], *, timeout: float = 10.0, memory_mb: int = 1024,
-             workers: int | None = None) -> list[ExecutionResult]:
+def run_many(
+    programs: list[str], *, timeout: float = 10.0, memory_mb: int = 1024, workers: int | None = None
+) -> list[ExecutionResult]:
     """``run_python`` over many programs, a few processes at a time, results in input order."""
     workers = workers or max(1, min(len(programs), os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda p: run_python(p, timeout=timeout, memory_mb=memory_mb),
-                             programs))
+        return list(pool.map(lambda p: run_python(p, timeout=timeout, memory_mb=memory_mb), programs))

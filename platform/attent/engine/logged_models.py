@@ -1,0 +1,133 @@
+"""A finished run's trained model as an MLflow 3 logged model (rank 0 at the end of the run,
+``driver.log_final``), what each task hands over through ``Task.model_to_log``:
+
+* a ``TorchModel`` (ViT classifier, MAE encoder, downstream model): MLflow's PyTorch flavour in its
+  pt2 format (``torch.export``), which loads back with torch alone, without pickle or attent's
+  code; the task's inputs give its input example and a signature naming each input;
+* an ``AdapterModel`` (the LLM's LoRA): the transformers flavour, which stores the peft adapter
+  and the tokenizer and references the frozen base model (a local folder, so it works offline,
+  or a hub name).
+
+The model is named ``model`` (``runs:/<run_id>/model``), belongs to the run's experiment, carries
+the run's params, and MLflow links it to the run and to the run's metrics of the final step.
+``mlflow.registered_model`` registers it as a new version of that name. The logging uses
+MLflow's fluent API: the process's tracking URI ($MLFLOW_TRACKING_URI in the workers).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from .. import contract
+from ..tasks.task import AdapterModel, Task, TorchModel
+from ..tasks.weights import mlflow_pytorch
+
+
+def log_trained_model(
+    task: Task, model: torch.nn.Module, *, run_id: str, step: int, registered_model: str | None = None
+) -> str | None:
+    """Log ``task``'s model of ``model`` as run ``run_id``'s model, linked to its metrics at
+    ``step``; its model id, or None when the task logs no model."""
+    import mlflow
+
+    exported = task.model_to_log(model)
+    if exported is None:
+        return None
+    from mlflow.utils.mlflow_tags import (
+        MLFLOW_GIT_BRANCH,
+        MLFLOW_GIT_COMMIT,
+        MLFLOW_GIT_REPO_URL,
+        MLFLOW_SOURCE_NAME,
+        MLFLOW_SOURCE_TYPE,
+        MLFLOW_USER,
+    )
+
+    client = mlflow.MlflowClient()
+    run = client.get_run(run_id)
+    # The run's source tags (the driver's command, user and commit): the fluent
+    # initialize_logged_model would resolve this process's, which in a Ray worker name Ray's
+    # worker script and no commit.
+    source = {
+        key: value
+        for key, value in run.data.tags.items()
+        if key
+        in (
+            MLFLOW_USER,
+            MLFLOW_SOURCE_NAME,
+            MLFLOW_SOURCE_TYPE,
+            MLFLOW_GIT_COMMIT,
+            MLFLOW_GIT_BRANCH,
+            MLFLOW_GIT_REPO_URL,
+        )
+    }
+    logged = client.create_logged_model(
+        experiment_id=run.info.experiment_id,
+        name=contract.MODEL_NAME,
+        source_run_id=run_id,
+        params=run.data.params,
+        tags={**source, contract.TAG_TASK: task.name},
+    )
+    # run_id reaches MLflow's Model.log through the flavour's keyword arguments: it links the model
+    # to the run (its outputs) and to the run's metrics at ``step``.
+    options = dict(model_id=logged.model_id, run_id=run_id, step=step, registered_model_name=registered_model)
+    if isinstance(exported, TorchModel):
+        log_torch_model(exported, **options)
+    elif isinstance(exported, AdapterModel):
+        log_adapter(exported, **options)
+    else:
+        raise TypeError(
+            f"{type(task).__name__}.model_to_log returned a {type(exported).__name__}, "
+            "not a TorchModel or an AdapterModel"
+        )
+    return logged.model_id
+
+
+def log_torch_model(exported: TorchModel, **options):
+    """MLflow's PyTorch flavour, pt2 format, of a CPU copy of the module in eval mode (the
+    training model keeps its device and mode)."""
+    from mlflow.models import ModelSignature
+    from mlflow.types import Schema, TensorSpec
+
+    module = copy.deepcopy(exported.module).cpu().eval()
+    inputs = [tensor.detach().cpu().numpy() for tensor in exported.inputs.values()]
+    with torch.no_grad():
+        output = module(*(torch.from_numpy(a) for a in inputs)).numpy()
+    any_batch = -1  # torch.export keeps the batch dimension dynamic (the example holds two samples)
+    # Several inputs are named (the MAE encoder's modalities); a single one stays unnamed, as the
+    # pyfunc flavour then takes a plain array (a named one reaches the model as a dict it refuses).
+    names = list(exported.inputs) if len(inputs) > 1 else [None]
+    signature = ModelSignature(
+        inputs=Schema([TensorSpec(a.dtype, (any_batch, *a.shape[1:]), name) for name, a in zip(names, inputs)]),
+        outputs=Schema([TensorSpec(output.dtype, (any_batch, *output.shape[1:]))]),
+    )
+    # validate_serving_input=False: MLflow would load the model back and predict on the example,
+    # seconds per run that the tests do once (tests/test_models.py).
+    pytorch_flavour = mlflow_pytorch()
+    return pytorch_flavour.log_model(
+        module,
+        serialization_format="pt2",
+        signature=signature,
+        # one input is stored as the input example (MLflow stores an array, not a tuple of them)
+        input_example=inputs[0] if len(inputs) == 1 else tuple(inputs),
+        metadata=exported.metadata or None,
+        pip_requirements=pytorch_flavour.get_default_pip_requirements(),
+        validate_serving_input=False,
+        **options,
+    )
+
+
+def log_adapter(exported: AdapterModel, **options):
+    """MLflow's transformers flavour of the peft model: adapter and tokenizer stored, the base
+    referenced. Its signature is the text-generation default (text in, text out); no input
+    example, as MLflow would validate one by loading the base model again and generating."""
+    import mlflow.transformers
+
+    return mlflow.transformers.log_model(
+        {"model": exported.model, "tokenizer": exported.tokenizer},
+        task="text-generation",
+        base_model_path=exported.base_model_path,
+        pip_requirements=mlflow.transformers.get_default_pip_requirements(exported.model),
+        **options,
+    )

@@ -1,0 +1,84 @@
+"""The Trainer settings that would break AtteNT's selection, each found with the fix a user makes
+(``AtteNTTrainerMixin.refuse_settings`` refuses them in one line)."""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+from torch.utils.data import IterableDataset
+from transformers import DataCollatorWithFlattening
+from transformers.trainer_utils import has_length
+
+
+def setting_problem(trainer) -> str | None:
+    """What in ``trainer``'s data, collator or TrainingArguments the selection cannot work with,
+    and how to fix it; None if nothing."""
+    args, problem = trainer.args, None
+    if type(trainer.train_dataset).__module__.startswith("ray.data"):
+        problem = (
+            "a Ray Data iterable (get_dataset_shard(...).iter_torch_batches()) arrives split and streamed, "
+            "and AtteNT picks samples by their index: pass the whole map-style dataset on every worker "
+            "(AtteNTTrainer shards each epoch's subset itself)"
+        )
+    elif (
+        trainer.train_dataset is None
+        or isinstance(trainer.train_dataset, IterableDataset)
+        or not has_length(trainer.train_dataset)
+    ):
+        problem = (
+            "AtteNT picks samples by their index: pass a map-style train_dataset with a length, not an IterableDataset"
+        )
+    elif trainer.selection.method == "infobatch":
+        problem = (
+            "InfoBatch's subset sizes depend on the losses, so Trainer's step-based LR schedule "
+            "cannot be sized for them: use attent.Selector in your own loop with an epoch-based schedule"
+        )
+    elif args.max_steps > 0:
+        problem = (
+            "AtteNT plans its subsets by epoch and sets max_steps from them: set num_train_epochs "
+            "and leave max_steps at -1"
+        )
+    elif args.num_train_epochs != int(args.num_train_epochs) or args.num_train_epochs < 1:
+        problem = (
+            f"num_train_epochs={args.num_train_epochs}: the ratio and interval schedules count whole "
+            "epochs, set a whole number"
+        )
+    elif args.train_sampling_strategy in ("group_by_length", "batch_rebalance"):
+        problem = (
+            f"train_sampling_strategy={args.train_sampling_strategy!r} would replace AtteNT's sampler: "
+            "use 'random' or 'sequential'"
+        )
+    elif args.auto_find_batch_size:
+        problem = (
+            "auto_find_batch_size changes the batch size mid-run, which the planned steps and the "
+            "selection state do not follow: set per_device_train_batch_size"
+        )
+    elif trainer.compute_loss_func is not None:
+        problem = (
+            "compute_loss_func returns one loss per batch and AtteNT needs one per sample: drop it, and "
+            "pass compute_per_sample_loss=fn(model, inputs) returning each sample's loss [B] instead"
+        )
+    elif args.label_smoothing_factor:
+        problem = "label smoothing is not built into AtteNT's per-sample loss: set label_smoothing_factor=0"
+    elif dist.is_available() and dist.is_initialized() and dist.get_world_size() != args.world_size:
+        problem = (
+            f"torch.distributed holds {dist.get_world_size()} processes but the TrainingArguments see "
+            f"{args.world_size}: each process would train alone on all of every subset (accelerate "
+            "runs CPU processes as one job only with use_cpu=True, e.g. under Ray Train without GPUs): "
+            "set use_cpu=True, or give each process a GPU"
+        )
+    elif args.n_gpu > 1:
+        problem = (
+            "nn.DataParallel (several GPUs in one process) is not supported: launch one process per "
+            "GPU with torchrun or accelerate launch"
+        )
+    elif isinstance(trainer.data_collator, DataCollatorWithFlattening):
+        problem = (
+            "DataCollatorWithFlattening puts a batch in one row, losing which sample each loss belongs "
+            "to: use a padding collator (DataCollatorForSeq2Seq, DataCollatorWithPadding)"
+        )
+    elif not args.dataloader_in_order and args.dataloader_num_workers > 0:
+        problem = (
+            "dataloader_in_order=False lets batches overtake each other, and AtteNT knows a batch's "
+            "samples from the sampler's order: keep dataloader_in_order=True"
+        )
+    return problem
