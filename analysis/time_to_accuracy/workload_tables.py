@@ -68,9 +68,28 @@ def standing_cell(row: dict) -> str:
     return row["standing"]
 
 
+def seed_stat(r: dict, name: str, places: int) -> str:
+    """A per-method statistic as mean ± std over its seeds."""
+    return cell(r[name], r[name + "_std"], r[name + "_n"], places)
+
+
 def markdown(result: WorkloadResult) -> str:
+    """A workload's section of the report: its choices and verdict, the summary table, then the
+    paired comparisons, temperatures, variants and overheads."""
+    return "\n".join(
+        [
+            *summary_lines(result),
+            *paired_lines(result),
+            *temperature_lines(result),
+            *variant_lines(result),
+            *overhead_lines(result),
+        ]
+    )
+
+
+def summary_lines(result: WorkloadResult) -> list[str]:
     m = result.metric
-    q = lambda r, name, places: cell(r[name], r[name + "_std"], r[name + "_n"], places)  # noqa: E731
+    q = seed_stat
     lines = [
         f"## {result.name}: {m} ({'lower' if result.lower else 'higher'} is better)",
         "",
@@ -119,62 +138,84 @@ def markdown(result: WorkloadResult) -> str:
             else ""
         ),
     ]
-    if result.paired:
-        lines += [
-            "",
-            "Paired against AtteNT (AtteNT's minus the method's over the seeds both ran; the cost to the "
-            "target over the seeds where both reached it). Words from Holm-adjusted paired t-tests within each "
-            f"quantity's family at {ALPHA} (better / worse), else a paired TOST within the margin, "
-            "Holm-adjusted the same way (equivalent), else inconclusive; the interval is the t-interval at the "
-            "comparison's Holm step (the j-th smallest p of m, rejected: 1 − 0.05 / (m − j + 1); not rejected: "
-            "1 − 0.05 / (m − r), the step where Holm stopped after r rejections):",
-            "",
-            "| method | standing | quantity | paired seeds | AtteNT − method | Holm-step interval | p (Holm) "
-            "| TOST p (Holm) | verdict (AtteNT's) |",
-            "|---|---|---|---:|---:|---|---:|---:|---|",
-        ]
-        for p in result.paired:
-            lines.append(
-                f"| {p.method} | {p.standing} | {p.quantity} | {p.seeds} | {signed(p.mean, p.places)} "
-                f"| {interval_text(p)} | {number(p.p_holm)} | {number(p.p_tost_holm)} | {p.verdict} |"
-            )
-    if not result.temperatures.empty:
-        lines += [
-            "",
-            "Temperatures (soft and AtteNT rows):",
-            "",
-            f"| method | temperature | hardness | final {m} | standing |",
-            "|---|---:|---:|---:|---|",
-        ]
-        for r in result.temperatures.to_dict("records"):
-            lines.append(
-                f"| {r['method']} | {r['temperature']:g} | {q(r, 'hardness', 2)} "
-                f"| {q(r, 'final_metric', 4)} | {standing_cell(r)} |"
-            )
-    if not result.variants.empty:
-        keys = [k for k in VARIANT_COLUMNS if f"vs_{k}" in result.variants]
-        lines += [
-            "",
-            "Variants (a method's name + what it changes): the saving they realize, the share of the ideal "
-            "saving their scoring spent, and their final metric paired seed by seed against "
-            + ", ".join(VARIANT_COLUMNS[k] for k in keys)
-            + " (the variant's minus the other's, the interval at "
-            "its Holm step and its confidence, the word: Holm within the variants' own family of "
-            f"{sum(p.judged for p in result.variant_paired)} comparisons):",
-            "",
-            "| variant | budget | realized / ideal | scoring / ideal saving | score agreement "
-            f"| final {m} | " + " | ".join(f"− {VARIANT_COLUMNS[k]}" for k in keys) + " |",
-            "|---|---:|---:|---:|---:|---:|" + "---|" * len(keys),
-        ]
-        for r in result.variants.to_dict("records"):
-            lines.append(
-                f"| {r['method']} | {percent_cell(r['budget'])} | {ratio_cell(r['realized_over_ideal'])} "
-                f"| {percent_stat(r['scoring_share'], r['scoring_share_std'], r['scoring_share_n'])} "
-                f"| {q(r, 'agreement', 2)} | {q(r, 'final_metric', 4)} | "
-                + " | ".join(vs_cell(r, key, 4) for key in keys)
-                + " |"
-            )
-    lines += [
+    return lines
+
+
+def paired_lines(result: WorkloadResult) -> list[str]:
+    if not result.paired:
+        return []
+    lines = [
+        "",
+        "Paired against AtteNT (AtteNT's minus the method's over the seeds both ran; the cost to the "
+        "target over the seeds where both reached it). Words from Holm-adjusted paired t-tests within each "
+        f"quantity's family at {ALPHA} (better / worse), else a paired TOST within the margin, "
+        "Holm-adjusted the same way (equivalent), else inconclusive; the interval is the t-interval at the "
+        "comparison's Holm step (the j-th smallest p of m, rejected: 1 − 0.05 / (m − j + 1); not rejected: "
+        "1 − 0.05 / (m − r), the step where Holm stopped after r rejections):",
+        "",
+        "| method | standing | quantity | paired seeds | AtteNT − method | Holm-step interval | p (Holm) "
+        "| TOST p (Holm) | verdict (AtteNT's) |",
+        "|---|---|---|---:|---:|---|---:|---:|---|",
+    ]
+    for p in result.paired:
+        lines.append(
+            f"| {p.method} | {p.standing} | {p.quantity} | {p.seeds} | {signed(p.mean, p.places)} "
+            f"| {interval_text(p)} | {number(p.p_holm)} | {number(p.p_tost_holm)} | {p.verdict} |"
+        )
+    return lines
+
+
+def temperature_lines(result: WorkloadResult) -> list[str]:
+    if result.temperatures.empty:
+        return []
+    m, q = result.metric, seed_stat
+    lines = [
+        "",
+        "Temperatures (soft and AtteNT rows):",
+        "",
+        f"| method | temperature | hardness | final {m} | standing |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for r in result.temperatures.to_dict("records"):
+        lines.append(
+            f"| {r['method']} | {r['temperature']:g} | {q(r, 'hardness', 2)} "
+            f"| {q(r, 'final_metric', 4)} | {standing_cell(r)} |"
+        )
+    return lines
+
+
+def variant_lines(result: WorkloadResult) -> list[str]:
+    if result.variants.empty:
+        return []
+    m, q = result.metric, seed_stat
+    keys = [k for k in VARIANT_COLUMNS if f"vs_{k}" in result.variants]
+    lines = [
+        "",
+        "Variants (a method's name + what it changes): the saving they realize, the share of the ideal "
+        "saving their scoring spent, and their final metric paired seed by seed against "
+        + ", ".join(VARIANT_COLUMNS[k] for k in keys)
+        + " (the variant's minus the other's, the interval at "
+        "its Holm step and its confidence, the word: Holm within the variants' own family of "
+        f"{sum(p.judged for p in result.variant_paired)} comparisons):",
+        "",
+        "| variant | budget | realized / ideal | scoring / ideal saving | score agreement "
+        f"| final {m} | " + " | ".join(f"− {VARIANT_COLUMNS[k]}" for k in keys) + " |",
+        "|---|---:|---:|---:|---:|---:|" + "---|" * len(keys),
+    ]
+    for r in result.variants.to_dict("records"):
+        lines.append(
+            f"| {r['method']} | {percent_cell(r['budget'])} | {ratio_cell(r['realized_over_ideal'])} "
+            f"| {percent_stat(r['scoring_share'], r['scoring_share_std'], r['scoring_share_n'])} "
+            f"| {q(r, 'agreement', 2)} | {q(r, 'final_metric', 4)} | "
+            + " | ".join(vs_cell(r, key, 4) for key in keys)
+            + " |"
+        )
+    return lines
+
+
+def overhead_lines(result: WorkloadResult) -> list[str]:
+    q = seed_stat
+    lines = [
         "",
         "Overheads (s, mean over seeds; not in the method cost except scoring and selection); the "
         "share of the ideal saving (in full data's method cost) that scoring spent; the rank correlation "
@@ -192,7 +233,7 @@ def markdown(result: WorkloadResult) -> str:
             + f" | {percent_stat(r['scoring_share'], r['scoring_share_std'], r['scoring_share_n'])} "
             f"| {q(r, 'agreement', 2)} |"
         )
-    return "\n".join(lines)
+    return lines
 
 
 def signed(value: float, places: int) -> str:
