@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from attent import contract
 from attent.config import build_experiment
 from attent.engine.recipe import TrainingRecipe, WorkerContext
 from attent.selection.config import SelectionConfig
@@ -45,7 +46,7 @@ def first_step_gradients(recipe: TrainingRecipe) -> list[torch.Tensor]:
             [p.grad.clone() for group in optimizer.param_groups for p in group["params"]]
         )
     )
-    recipe.teacher.begin_epoch(0)
+    recipe.select(0)
     recipe.train_one_epoch(0)
     return seen[0]
 
@@ -69,9 +70,9 @@ def test_an_epoch_of_accumulated_steps_equals_an_epoch_of_large_batches():
     assert (accumulated.accumulation, large.accumulation) == (4, 1)
     initial = [p.detach().clone() for p in large.model.parameters()]  # the same seed: the same start
     for recipe in (accumulated, large):
-        recipe.teacher.begin_epoch(0)
-        stats = recipe.train_one_epoch(0)
-        assert stats.steps == 3 and stats.seen == 300  # 128 + 128 + 44
+        recipe.select(0)
+        assert recipe.train_one_epoch(0) == 3  # optimiser steps: 128 + 128 + 44
+        assert recipe.record(0, 3, {})[contract.SAMPLES_FORWARDED] == 300
     # The same three updates, up to float noise, which Adam magnifies elementwise where a gradient
     # is near 0 (one weight in 12,288 moved 4e-5 apart on an AVX-512 machine): compared per tensor.
     for a, b, start in zip(accumulated.model.parameters(), large.model.parameters(), initial):

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 from attent.config import build_experiment
-from attent.engine.recipe import ScoringPass, TrainingRecipe, WorkerContext
+from attent.engine.recipe import TrainingRecipe, WorkerContext
 from attent.tasks.mae import scenes
 from attent.tasks.mae.downstream import layer_of
 from attent.tasks.registry import build_task
@@ -54,7 +54,8 @@ def test_scoring_is_deterministic_and_training_is_not(scene_root):
 
     def scores(round_: int) -> torch.Tensor:
         table = torch.full((60, 3), float("nan"))
-        for indices, losses in ScoringPass(r, round_)(torch.arange(60)):
+        r.selector.epoch = round_  # the scoring pass's round: the epoch it opens
+        for indices, losses in r.selector.scoring_pass(torch.arange(60)):
             table[indices] = losses
         return table
 
@@ -63,8 +64,11 @@ def test_scoring_is_deterministic_and_training_is_not(scene_root):
     assert torch.equal(first, scores(2))
     assert not torch.equal(first, scores(3))  # a new round draws new masks
     # a pass over some samples (stale-only re-scoring) scores just those, to the same values
+    r.selector.epoch = 2
     part = {
-        int(i): loss for idx, losses in ScoringPass(r, 2)(torch.tensor([5, 17, 42])) for i, loss in zip(idx, losses)
+        int(i): loss
+        for idx, losses in r.selector.scoring_pass(torch.tensor([5, 17, 42]))
+        for i, loss in zip(idx, losses)
     }
     assert sorted(part) == [5, 17, 42] and all(torch.equal(part[i], first[i]) for i in part)
     batch = r.task.collate([r.train_set[i] for i in range(8)])

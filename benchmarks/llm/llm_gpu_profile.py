@@ -107,9 +107,10 @@ def main(argv: list[str] | None = None) -> None:
     def epoch(number: int) -> tuple[float, int]:
         sync()
         started = time.perf_counter()
-        stats = recipe.train_one_epoch(number)  # training only: no scoring pass, no evaluation
+        recipe.selector.begin_epoch(0)  # all data, at the learning rate of epoch ``number``
+        steps = recipe.train_one_epoch(number)  # training only: no scoring pass, no evaluation
         sync()
-        return time.perf_counter() - started, stats.steps
+        return time.perf_counter() - started, steps
 
     warm_s, steps = epoch(0)
     head = {

@@ -18,12 +18,15 @@ from typing import Any
 # The selection's metric names, defined once for the engine and every integration:
 from .selection.metric_names import (  # noqa: F401
     SAMPLES_BACKPROPAGATED,
+    SAMPLES_FORWARDED,
     SCORE_AGREEMENT,
     SELECTED_RATIO,
     SELECTION_HARDNESS,
     SELECTION_OVERLAP,
     SUBSET_CHECKSUM,
     TRAIN_LOSS,
+    component_loss_metric,
+    component_weight_metric,
 )
 
 # --- tags -----------------------------------------------------------------------------------
@@ -104,9 +107,9 @@ PRETRAINED_FILE = "pretrained.pt"  # the file in it (a task's export(), torch.sa
 MODEL_NAME = "model"  # each finished run's MLflow logged model (runs:/<run>/model)
 TAG_MODEL_LOG_ERROR = "attent.model_log_error"  # why a finished run has no logged model
 CHECKPOINT_STATE_FILE = "state.pt"  # the file in each of a run's Ray Train checkpoints
-# Per epoch also TRAIN_LOSS, SELECTED_RATIO, SAMPLES_BACKPROPAGATED, SUBSET_CHECKSUM and, from the
-# epoch's re-selection, SELECTION_HARDNESS, SELECTION_OVERLAP, SCORE_AGREEMENT (selection.metric_names)
-SAMPLES_FORWARDED = "samples_forwarded"  # training + scoring forwards, all ranks
+# Per epoch also TRAIN_LOSS, SELECTED_RATIO, SAMPLES_BACKPROPAGATED, SAMPLES_FORWARDED,
+# SUBSET_CHECKSUM, each loss component's loss and weight and, from the epoch's re-selection,
+# SELECTION_HARDNESS, SELECTION_OVERLAP, SCORE_AGREEMENT (selection.metric_names)
 NUM_TRAIN_SAMPLES = "num_train_samples"
 OPTIMIZER_STEPS = "optimizer_steps"
 GRAD_ACCUMULATION = "grad_accumulation"
@@ -132,16 +135,6 @@ def downstream_metric(job: str, name: str) -> str:
     """A downstream job's final metric as logged on its pretraining run:
     ``downstream_metric("semseg", "miou")`` -> ``downstream.semseg.miou``."""
     return f"{DOWNSTREAM_PREFIX}{job}.{name}"
-
-
-def component_loss_metric(component: str) -> str:
-    """Per-epoch training loss of one loss component (a modality): ``train_loss_depth``."""
-    return f"{TRAIN_LOSS}_{component}"
-
-
-def component_weight_metric(component: str) -> str:
-    """Weight of one loss component in the training loss (group baselines): ``loss_weight_depth``."""
-    return f"loss_weight_{component}"
 
 
 TIME_METHOD = "time_method_s"  # training + scoring + selection

@@ -3,9 +3,12 @@ and logs it):
 
     setup -> [restore] -> per epoch: select -> train_one_epoch -> evaluate -> record
 
-``select`` asks the teacher for the epoch's subset (a scoring pass first when one is due);
-``train_one_epoch`` feeds the teacher the per-sample losses of its own forwards; ``record`` sums
-the epoch over ranks into the run's counters. The recipe knows nothing about any particular task.
+The selection is ``attent.Selector``, the one users put in their own loops: ``select`` begins
+its epoch (a scoring pass and a re-selection when due); ``train_one_epoch`` hands it each batch's
+per-sample losses and back-propagates the weighed losses it returns; ``record`` reads the epoch's
+sums over ranks from it. The recipe keeps what is the engine's: devices, DDP and ``no_sync``,
+accumulation windows, the learning-rate schedule, evaluation and the run's counters. It knows
+nothing about any particular task.
 """
 
 from __future__ import annotations
@@ -14,19 +17,16 @@ import contextlib
 import dataclasses
 import itertools
 import math
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import DataLoader
 
 from .. import contract
 from ..config import ExperimentConfig
-from ..selection.sampler import SubsetSampler, shard_indices
+from ..integrations.pytorch import Selector
 from ..selection.schedules import training_progress
-from ..selection.strategies import subset_checksum
 from ..selection.teacher import Teacher
 from ..tasks import weights
 from ..tasks.registry import build_task
@@ -56,17 +56,6 @@ class WorkerContext:
     def log(self, message: str) -> None:
         if self.rank == 0:
             print(f"[attent] {message}", flush=True)
-
-
-@dataclass
-class EpochStats:
-    """One epoch's training, summed over this rank (``all_reduce`` sums over ranks)."""
-
-    loss_sum: float = 0.0
-    seen: int = 0  # samples back-propagated
-    scored: int = 0  # samples forwarded by scoring passes
-    steps: int = 0  # optimiser steps
-    component_sums: list[float] = dataclasses.field(default_factory=list)  # per loss component
 
 
 def resolve_optimizer(spec: OptimizerSpec, cfg: ExperimentConfig) -> OptimizerSpec:
@@ -116,31 +105,39 @@ class TrainingRecipe:
         # Gathered once, not per step: a walk of the LoRA model takes 2 ms, ~1 % of an H100 step
         self.trainable = self.task.trainable_parameters(self.raw_model)
         self.optimizer = torch.optim.AdamW(groups, lr=self.optim.lr, betas=self.optim.betas, eps=self.optim.eps)
-        self.teacher = Teacher(
-            len(self.train_set),
-            cfg.selection,
-            cfg.train.epochs,
-            seed=cfg.seed,
-            groups=self.task.group_labels(),
-            components=len(self.task.loss_components),
-        )
-        self.loader = DataLoader(
+        scoring_batch = SCORING_BATCH_FACTOR.get(ctx.device.type, 2) * cfg.train.batch_size
+        self.selector = Selector(
             self.train_set,
-            batch_size=cfg.train.batch_size,
+            selection=cfg.selection,
+            epochs=cfg.train.epochs,
+            seed=cfg.seed,
+            model=self.raw_model,
+            loss_fn=self.scoring_loss,
             collate_fn=self.task.collate,
-            num_workers=cfg.train.loader_workers,
-            sampler=SubsetSampler(self.teacher, ctx.rank, ctx.world_size, seed=cfg.seed),
+            score_dataset=self.task.scoring_dataset(),
+            score_batch_size=cfg.train.scoring_batch_size or scoring_batch,
+            score_num_workers=cfg.train.loader_workers,
+            groups=self.task.group_labels(),
+            components=self.task.loss_components,
+            rank=ctx.rank,
+            world_size=ctx.world_size,
         )
+        self.loader = self.selector.loader(cfg.train.batch_size, num_workers=cfg.train.loader_workers)
         self.antk = antk.tracker_for(
             cfg, self.task, self.raw_model, ctx.rank, ctx.device
         )  # None unless antk.enabled, rank 0
 
+    @property
+    def teacher(self) -> Teacher:
+        """The selector's score table and schedules (its selection history, its timings)."""
+        return self.selector.teacher
+
     def state_dict(self) -> dict[str, Any]:
-        """What a checkpoint holds: trainable weights, optimiser, teacher, counters (and kernels)."""
+        """What a checkpoint holds: trainable weights, optimiser, selector, counters (and kernels)."""
         return {
             "model": checkpoint.trainable_state(self.raw_model),
             "optimizer": self.optimizer.state_dict(),
-            "teacher": self.teacher.state_dict(),
+            "selector": self.selector.state_dict(),
             "progress": asdict(self.counters),
             **({antk.STATE_KEY: self.antk.state_dict()} if self.antk else {}),
         }
@@ -148,8 +145,18 @@ class TrainingRecipe:
     def restore(self, saved: dict[str, Any]) -> None:
         checkpoint.load_trainable_state(self.raw_model, saved["model"])
         self.optimizer.load_state_dict(saved["optimizer"])
-        self.teacher.load_state_dict(saved["teacher"])
         self.counters = RunCounters(**saved["progress"])
+        if "selector" in saved:
+            self.selector.load_state_dict(saved["selector"])
+        else:  # a 0.1.0 checkpoint: the teacher alone, its totals in the counters
+            self.selector.load_state_dict(
+                {
+                    "teacher": saved["teacher"],
+                    "next_epoch": self.counters.next_epoch,
+                    "samples_backpropagated": self.counters.samples_backpropagated,
+                    "samples_forwarded": self.counters.samples_forwarded,
+                }
+            )
         if self.antk and antk.STATE_KEY in saved:  # the kernels of the epochs before the checkpoint
             self.antk.load_state_dict(saved[antk.STATE_KEY])
         self.ctx.log(f"resumed from checkpoint after epoch {self.counters.next_epoch}")
@@ -167,30 +174,32 @@ class TrainingRecipe:
         seconds = self.counters.seconds
         with self.counters.timed("total"):
             before = dict(self.teacher.seconds)
-            checksum, scored = self.select(epoch)
+            self.select(epoch)
             with self.counters.timed("train"):
-                stats = self.train_one_epoch(epoch)
+                steps = self.train_one_epoch(epoch)
             for part in ("scoring", "selection"):  # the teacher times its own work
                 seconds[part] += self.teacher.seconds[part] - before[part]
-            stats.scored = scored
             with self.counters.timed("eval"):
                 evals = self.evaluate(epoch)
-        return self.record(epoch, stats, evals, checksum)
+        return self.record(epoch, steps, evals)
 
-    def select(self, epoch: int) -> tuple[float, int]:
-        """The teacher prepares the epoch's subset (scoring pass and re-selection when due);
-        returns the subset's checksum, equal on every rank, and the samples scored here."""
-        scoring = ScoringPass(self, epoch)
-        self.teacher.begin_epoch(epoch, score_fn=scoring)
-        return check_ranks_agree(self.teacher.subset), scoring.samples
+    def select(self, epoch: int) -> None:
+        """The selector prepares the epoch's subset (scoring pass and re-selection when due),
+        the same on every rank."""
+        self.selector.begin_epoch(epoch)
 
-    def train_one_epoch(self, epoch: int) -> EpochStats:
-        """One pass over this rank's shard of the teacher's subset: per-sample losses, which the
-        teacher observes (its scores for free), a weighted backward per micro-batch, and every
+    def scoring_loss(self, model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+        """A scoring pass's per-sample losses (the selector's ``loss_fn``), in
+        ``train.scoring_precision`` (default: the training precision); the epoch numbers the pass."""
+        with self.amp(self.cfg.train.scoring_precision):
+            return self.task.score(model, to_device(batch, self.ctx.device), self.selector.epoch)
+
+    def train_one_epoch(self, epoch: int) -> int:
+        """One pass over this rank's shard of the epoch's subset: per-sample losses, which the
+        selector records (its scores for free) and weighs, a backward per micro-batch, and every
         ``accumulation`` micro-batches one optimiser step at the learning rate of the progress
-        reached."""
-        cfg, ctx, teacher = self.cfg, self.ctx, self.teacher
-        stats = EpochStats()
+        reached. Returns the optimiser steps taken."""
+        cfg, ctx, selector = self.cfg, self.ctx, self.selector
         self.model.train()
         steps = math.ceil(len(self.loader) / self.accumulation)
         batches = iter(self.loader)
@@ -200,25 +209,14 @@ class TrainingRecipe:
             # batch of the whole window, a short last window included. Ranks hold equally long
             # shards (the sampler pads), so DDP's average over ranks makes it the mean over all.
             in_window = sum(len(batch["index"]) for batch in window)
-            window_loss = 0.0
             for position, batch in enumerate(window):
                 batch = to_device(batch, ctx.device)
                 with self.amp():
                     losses = self.task.per_sample_loss(self.model, batch)  # [B], or [B, C] components
-                teacher.observe(batch["index"], losses)
-                scores = losses
-                if losses.ndim == 2:  # components: summed into the score, weighed by the teacher into the loss
-                    sums = losses.detach().float().sum(dim=0).tolist()
-                    stats.component_sums = [a + b for a, b in zip(stats.component_sums or [0.0] * len(sums), sums)]
-                    losses, scores = (
-                        losses @ teacher.component_weights.to(losses.device, losses.dtype),
-                        losses.sum(dim=1),
-                    )
-                weights = teacher.loss_weights[batch["index"].cpu()].to(losses.device, losses.dtype)
+                losses = selector.weigh(losses)  # recorded as scores; components and loss weights applied
                 last = position == len(window) - 1  # DDP all-reduces the gradients there only
                 with contextlib.nullcontext() if last or not ctx.distributed else self.model.no_sync():
-                    ((losses * weights).sum() / in_window).backward()
-                window_loss += float(scores.detach().sum())
+                    (losses.sum() / in_window).backward()
             progress = training_progress(epoch, cfg.train.epochs, step / steps)
             factor = lr_factor(progress, self.optim.schedule, self.optim.warmup_ratio)
             for group in self.optimizer.param_groups:  # lr_scale: e.g. layer-wise lr decay
@@ -227,16 +225,11 @@ class TrainingRecipe:
                 torch.nn.utils.clip_grad_norm_(self.trainable, cfg.train.grad_clip)
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
-            stats.loss_sum += window_loss
-            stats.seen += in_window
-            stats.steps += 1
             if steps >= 8 and step % max(1, steps // 4) == 0 and step < steps:
-                ctx.log(
-                    f"  epoch {epoch + 1}/{cfg.train.epochs}: {step}/{steps} steps, "
-                    f"loss {stats.loss_sum / max(stats.seen, 1):.4f}"
-                )
-        teacher.end_epoch()
-        return stats
+                loss = selector.metrics()[contract.TRAIN_LOSS]  # this rank's so far
+                ctx.log(f"  epoch {epoch + 1}/{cfg.train.epochs}: {step}/{steps} steps, loss {loss:.4f}")
+        selector.end_epoch()  # the shard's last batch ended it; an empty shard has none
+        return steps
 
     def evaluate(self, epoch: int) -> dict[str, float]:
         if (epoch + 1) % self.cfg.train.eval_every and epoch + 1 != self.cfg.train.epochs:
@@ -248,29 +241,34 @@ class TrainingRecipe:
             )
         return {contract.EVAL_PREFIX + k: v for k, v in metrics.items()}
 
-    def record(self, epoch: int, stats: EpochStats, evals: dict[str, float], checksum: float) -> dict[str, float]:
-        """Sum the epoch over ranks into the counters; the epoch's metrics row."""
-        loss_sum, seen, scored, *component_sums = all_reduce(
-            [stats.loss_sum, stats.seen, stats.scored, *stats.component_sums], self.ctx
-        )
+    def record(self, epoch: int, steps: int, evals: dict[str, float]) -> dict[str, float]:
+        """The epoch's metrics row: the selector's sums over ranks, into the run's counters."""
+        selection = self.selector.metrics()
         counters = self.counters
-        counters.samples_backpropagated += (
-            self.teacher.subset.numel()
-        )  # distinct: the padding that evens out ranks is not counted
-        counters.samples_forwarded += int(seen + scored)
-        counters.optimizer_steps += stats.steps
+        counters.samples_backpropagated = selection[contract.SAMPLES_BACKPROPAGATED]
+        counters.samples_forwarded = selection[contract.SAMPLES_FORWARDED]
+        counters.optimizer_steps += steps
         counters.next_epoch = epoch + 1
+        components = [contract.component_loss_metric(n) for n in self.task.loss_components] + [
+            contract.component_weight_metric(n) for n in self.task.loss_components
+        ]
+        picks = (contract.SELECTION_HARDNESS, contract.SELECTION_OVERLAP, contract.SCORE_AGREEMENT)
         row = {
             "epoch": epoch + 1,
-            contract.TRAIN_LOSS: loss_sum / max(seen, 1),
-            contract.SELECTED_RATIO: self.teacher.selected_ratio,
-            contract.SAMPLES_FORWARDED: counters.samples_forwarded,
-            contract.SAMPLES_BACKPROPAGATED: counters.samples_backpropagated,
-            contract.SUBSET_CHECKSUM: checksum,
+            **{
+                name: selection[name]
+                for name in (
+                    contract.TRAIN_LOSS,
+                    contract.SELECTED_RATIO,
+                    contract.SAMPLES_FORWARDED,
+                    contract.SAMPLES_BACKPROPAGATED,
+                    contract.SUBSET_CHECKSUM,
+                )
+            },
             **counters.time_metrics(),
             **evals,
-            **self.component_metrics(component_sums, seen),
-            **self.pick_metrics(),
+            **{name: selection[name] for name in components},
+            **{name: selection[name] for name in picks if selection[name] == selection[name]},  # NaN: no pick yet
         }
         counters.history.append(row)
         return row
@@ -291,64 +289,6 @@ class TrainingRecipe:
             **{k: v for k, v in counters.history[-1].items() if k.startswith(contract.EVAL_PREFIX)},
         }
 
-    def pick_metrics(self) -> dict[str, float]:
-        """How hard the pick in force is and how much it shares with the one before (absent
-        without a pick, e.g. full data)."""
-        if not self.teacher.history:
-            return {}
-        last = self.teacher.history[-1]
-        return {
-            name: value
-            for name, value in (
-                (contract.SELECTION_HARDNESS, last.hardness),
-                (contract.SELECTION_OVERLAP, last.overlap),
-                (contract.SCORE_AGREEMENT, last.score_agreement),
-            )
-            if value == value
-        }
-
-    def component_metrics(self, sums: list[float], seen: float) -> dict[str, float]:
-        """Each loss component's mean training loss this epoch, and its weight in the loss."""
-        names = self.task.loss_components
-        if not names or not sums:
-            return {}
-        weights = self.teacher.component_weights.tolist()
-        return {
-            **{contract.component_loss_metric(n): s / max(seen, 1) for n, s in zip(names, sums)},
-            **{contract.component_weight_metric(n): w for n, w in zip(names, weights)},
-        }
-
-
-class ScoringPass:
-    """The re-scoring pass the teacher asks for: per-sample losses of this rank's shard of the
-    whole training set, in eval mode and ``train.scoring_precision`` (default: the training
-    precision), no gradients."""
-
-    def __init__(self, recipe: TrainingRecipe, round_: int):
-        self.recipe, self.round, self.samples = recipe, round_, 0
-
-    def __call__(self, indices: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        r = self.recipe
-        dataset = r.task.scoring_dataset()
-        shard = shard_indices(indices, r.ctx.rank, r.ctx.world_size, shuffle=False)
-        factor = SCORING_BATCH_FACTOR.get(r.ctx.device.type, 2)
-        loader = DataLoader(
-            dataset,
-            batch_size=r.cfg.train.scoring_batch_size or factor * r.cfg.train.batch_size,
-            sampler=shard.tolist(),
-            collate_fn=r.task.collate,
-            num_workers=r.cfg.train.loader_workers,
-        )
-        was_training = r.raw_model.training
-        r.raw_model.eval()
-        with torch.inference_mode(), r.amp(r.cfg.train.scoring_precision):
-            for batch in loader:
-                batch = to_device(batch, r.ctx.device)
-                losses = r.task.score(r.raw_model, batch, self.round)
-                self.samples += len(batch["index"])
-                yield batch["index"], losses
-        r.raw_model.train(was_training)
-
 
 def format_row(row: dict[str, float], epochs: int) -> str:
     """An epoch's metrics row as the one line a run prints per epoch."""
@@ -365,24 +305,3 @@ def format_row(row: dict[str, float], epochs: int) -> str:
 
 def to_device(batch: Batch, device: torch.device) -> Batch:
     return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-
-
-def check_ranks_agree(subset: torch.Tensor) -> float:
-    """Checksum of the epoch's subset, verified equal on every rank: the teachers' tables and
-    generators must never diverge (a silent divergence would train ranks on different data)."""
-    checksum = subset_checksum(subset)
-    if dist.is_available() and dist.is_initialized():
-        gathered = [None] * dist.get_world_size()
-        dist.all_gather_object(gathered, checksum)
-        if len(set(gathered)) != 1:
-            raise RuntimeError(f"ranks selected different subsets (checksums {gathered})")
-    return checksum
-
-
-def all_reduce(values: list[float], ctx: WorkerContext) -> list[float]:
-    if not ctx.distributed:
-        return values
-    device = ctx.device if dist.get_backend() == "nccl" else "cpu"
-    tensor = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(tensor)
-    return tensor.tolist()

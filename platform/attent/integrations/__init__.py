@@ -1,7 +1,8 @@
 """AtteNT in the training code users already have. Each integration sits on
 ``attent.selection`` only (never on the engine) and imports its framework when it is imported:
 
-    pytorch          Selector: a plain PyTorch loop in three lines (sampler, scoring pass, weighted loss)
+    pytorch          Selector: a plain PyTorch loop in three lines (sampler, scoring pass, weighted loss);
+                     the engine's recipe trains through it too
     huggingface      AtteNTTrainer: Hugging Face's Trainer, drop-in (and AtteNTTrainerMixin for its
                      subclasses): owns the train sampler, per-sample loss, LR schedule sized by the
                      planned subsets, selection state in checkpoints

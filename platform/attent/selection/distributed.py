@@ -1,9 +1,12 @@
-"""All-gather of (index, loss) observations so every rank holds the same score table."""
+"""The selection's collectives: observations all-gathered so every rank holds the same score
+table, sums over ranks, and the check that every rank chose the same subset."""
 
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+
+from .strategies import subset_checksum
 
 
 def is_distributed() -> bool:
@@ -22,6 +25,18 @@ def all_reduce_sums(values: list[float]) -> list[float]:
     tensor = torch.tensor(values, dtype=torch.float64, device=_device())
     dist.all_reduce(tensor)
     return tensor.tolist()
+
+
+def agreed_checksum(subset: torch.Tensor) -> float:
+    """The subset's checksum, verified equal on every rank: the ranks' teachers must never
+    diverge (a silent divergence would train ranks on different data)."""
+    checksum = subset_checksum(subset)
+    if is_distributed():
+        gathered = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, checksum)
+        if len(set(gathered)) != 1:
+            raise RuntimeError(f"ranks selected different subsets (checksums {gathered})")
+    return checksum
 
 
 def all_gather_observations(indices: torch.Tensor, losses: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
