@@ -183,6 +183,10 @@ class SelectionConfig(BaseModel):
     # epochs on all data before the first selection; unset: 0, or 1 with interval kind cycles (the released code's)
     warmup_epochs: int | None = Field(None, ge=0)
     rescore: bool = False  # full scoring pass before each re-selection
+    # where a re-selection's scores come from: "latest", each sample's latest loss (a training
+    # forward or a pass); "training" (beyond the paper, free), the training forwards of the
+    # full-data epochs before it (a cycle's, the warm-up), a pass only for samples with none
+    scores: Literal["latest", "training"] = "latest"
     rescore_stale: bool = False  # beyond the paper: re-score only samples not trained on this interval
     rescore_fraction: float = Field(
         1.0, gt=0, le=1
@@ -236,6 +240,12 @@ class SelectionConfig(BaseModel):
         if cycles and self.interval.redraw is None:  # a copy: the section may be shared with other configs
             soft = self.method == "attent" and self.strategy == "soft"
             self.interval = self.interval.model_copy(update={"redraw": soft})
+        if self.scores == "training" and not cycles:
+            raise ValueError(
+                "selection.scores: training takes a re-selection's scores from the full-data epochs before it, "
+                "which only interval kind cycles has; for each sample's latest training loss keep scores: latest "
+                "with rescore: false (the llm preset's)"
+            )
         if cycles and self.anneal:
             raise ValueError(
                 "selection.anneal does not combine with interval kind cycles: each cycle ends on all data already"
@@ -353,6 +363,7 @@ class SelectionConfig(BaseModel):
         beyond = [
             text
             for on, text in (
+                (self.scores == "training" and self.strategy != "random", "free scores"),  # Random reads none
                 (self.rescore_stale, "stale-only scoring"),
                 (self.rescore_fraction < 1, f"scoring {self.rescore_fraction:.0%}"),
                 (self.reweight, "reweighted"),

@@ -153,10 +153,11 @@ class Teacher:
             indices, losses = torch.empty(0, dtype=torch.long), torch.empty(0, self.component_scores.shape[1])
         self._pending = []
         indices, losses = all_gather_observations(indices, losses)
-        self.component_scores[indices] = losses
         if not self._scoring:
             self.trained[indices] = True
-        self.scores[indices] = losses.sum(dim=1)
+        if self._scoring or self.config.scores == "latest" or self.subset.numel() == self.num_samples:
+            self.component_scores[indices] = losses
+            self.scores[indices] = losses.sum(dim=1)
 
     # --- the epoch boundary -----------------------------------------------------------------
     def is_selection_epoch(self, epoch: int) -> bool:
@@ -184,10 +185,11 @@ class Teacher:
     def needs_scoring(self, epoch: int) -> bool:
         """A full scoring pass is due: a loss-driven re-selection with rescoring on, or with
         samples never scored yet."""
+        rescore = self.config.rescore and self.config.scores == "latest"  # free scores need no pass
         return (
             self.method.needs_scores
             and self.is_selection_epoch(epoch)
-            and (self.config.rescore or bool(torch.isnan(self.scores).any()))
+            and (rescore or bool(torch.isnan(self.scores).any()))
         )
 
     def begin_epoch(self, epoch: int, score_fn: ScoreFn | None = None) -> torch.Tensor:
@@ -232,6 +234,8 @@ class Teacher:
         - with ``rescore_fraction`` < 1, a random share of those due (never-scored samples
           always): the others keep their latest score."""
         cfg = self.config
+        if cfg.scores == "training":  # free scores: a pass only for samples no full-data epoch scored
+            return torch.isnan(self.scores).nonzero().squeeze(1)
         due = (
             (~self.trained | torch.isnan(self.scores))
             if cfg.rescore_stale
