@@ -9,7 +9,7 @@ The two reports, apart, over what they share:
 - ``paper_tables/``: the paper's tables from a sweep's runs. ``experiment_runs`` (the runs, their
   histories and names), ``table_numbers`` (rows, numbers and how a table is built), ``layouts``
   (the paper's layouts), ``verdicts`` (each table's
-  plateau verdict, seed intervals and words), ``table_files`` (Markdown, CSV, LaTeX), ``figures``,
+  plateau verdict, seed intervals and verdicts), ``table_files`` (Markdown, CSV, LaTeX), ``figures``,
   ``report`` (``build_report``); ``epochs_pilot``: the tables' epoch count, read on validation.
 - ``time_to_accuracy/``: an `attent bench` study's report. ``runs`` (its runs and curves),
   ``results`` (the per-run and per-method numbers, budgets, comparisons), ``verdict`` (the
@@ -17,10 +17,10 @@ The two reports, apart, over what they share:
   from MLflow or from saved tables), ``report`` (the method, in its docstring; ``benchmark_report``);
   ``data_size`` (the verdicts against the training-set size; ``data_size_trend``: whether the
   difference moves with it), ``data_size_joined`` (several
-  benchmarks judged as one: ``attent report --with``), ``reanalyse`` (today's words for an older
+  benchmarks judged as one: ``attent report --with``), ``reanalyse`` (today's verdicts for an older
   report's saved runs).
 - Beneath both: ``stats`` (the statistics every report judges with: the target and plateau rules,
-  paired t-intervals, Holm steps, TOST, the words; it imports neither report), ``mlflow_runs``
+  paired t-intervals, Holm steps, TOST, the verdicts; it imports neither report), ``mlflow_runs``
   (MLflow runs as one flat frame), ``cell_format`` (how a number is written in a cell).
 
 Nothing is imported here, so that ``python -m attent.analysis.paper_tables.epochs_pilot`` and

@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--margin",
         type=float,
         default=None,
-        help="equivalence margin of the words (default: 0.01 for accuracy-like metrics, none for "
+        help="equivalence margin of the verdicts (default: 0.01 for accuracy-like metrics, none for "
         "lower-is-better ones; a benchmark's: the margins its spec declared)",
     )
     parser.add_argument(

@@ -1,10 +1,10 @@
-"""The statistics every report says its words with, and nothing above them: the target rule
+"""The statistics every report reaches its verdicts with, and nothing above them: the target rule
 (``target_of``), paired t-intervals, Holm's adjustment and the interval at each comparison's Holm
-step, equivalence by paired TOST, the words a comparison may earn (``judge_family``), and the
+step, equivalence by paired TOST, the verdicts a comparison may earn (``judge_family``), and the
 plateau rule (``plateau_of``). It imports neither report: the paper tables' verdicts
 (``paper_tables.verdicts``) and the time-to-accuracy report (``time_to_accuracy.results``, the
-data-size view, the joined benchmarks) all judge through it, so that they say the same things in
-the same words.
+data-size view, the joined benchmarks) all judge through it, so that they reach the same verdicts
+by the same rules.
 """
 
 from __future__ import annotations
@@ -24,15 +24,15 @@ from statsmodels.stats.weightstats import ttost_paired
 
 CONFIDENCE = 0.95  # intervals on savings and costs, unadjusted
 PLATEAU_CONFIDENCE = 0.90  # two-sided, so each end is a one-sided 95 % bound
-ALPHA = 0.05  # the family-wise error rate of the words (Holm) and the TOST level
+ALPHA = 0.05  # the family-wise error rate of the verdicts (Holm) and the TOST level
 ACCURACY_TOLERANCE = 0.005  # the target's absolute tolerance for a higher-is-better metric
 LOSS_TOLERANCE = 0.01  # the target's relative tolerance for a lower-is-better metric
 FINAL, COST_TO_TARGET = "final metric", "cost to target (s)"  # the quantities compared (``Paired.quantity``)
 
-# A row's standing: the reference (full data), the plateau control (full_long), matched to
-# AtteNT's budget, or apart from it (then not judged).
+# A row's budget match, its relation to AtteNT's budget: the reference (full data), the plateau
+# control (full_long), matched to AtteNT's budget, or apart from it (then not judged).
 REFERENCE, CONTROL, MATCHED, APART = "reference", "control", "matched", "apart"
-# The words a comparison may earn (the subject's: AtteNT's, or a variant's), and nothing stronger.
+# The verdicts a comparison may earn (the subject's: AtteNT's, or a variant's), and nothing stronger.
 BETTER, WORSE, INCONCLUSIVE = "better", "worse", "inconclusive"
 PLATEAUED, STILL_RISING, UNDETERMINED = "plateaued", "still improving", "undetermined"
 
@@ -148,7 +148,7 @@ def holm(pvalues: list[float]) -> np.ndarray:
 
 
 def holm_steps(pvalues: list[float]) -> list[tuple[float, float]]:
-    """Each p's Holm-adjusted p and the confidence of the interval that agrees with its word
+    """Each p's Holm-adjusted p and the confidence of the interval that agrees with its verdict
     (``judge_family``): 1 − ALPHA / (m − j + 1) for the j-th smallest p where Holm rejects it,
     1 − ALPHA / (m − r) after r rejections for the rest."""
     adjusted = holm(pvalues)
@@ -159,7 +159,7 @@ def holm_steps(pvalues: list[float]) -> list[tuple[float, float]]:
     return [(float(a), level) for a, level in zip(adjusted, levels)]
 
 
-# --- paired comparisons and their words ---------------------------------------------------------------
+# --- paired comparisons and their verdicts ------------------------------------------------------------
 
 
 @dataclass
@@ -169,7 +169,7 @@ class Paired:
 
     subject: str
     method: str
-    standing: str  # against AtteNT's budget: the method's (the variant's, for a variant)
+    budget_match: str  # against AtteNT's budget: the method's (the variant's, for a variant)
     quantity: str  # what is compared, e.g. "final metric" or "cost to target (s)"
     subject_values: np.ndarray
     method_values: np.ndarray
@@ -203,7 +203,7 @@ class Paired:
 
     @property
     def verdict(self) -> str:
-        if self.standing == APART:
+        if self.budget_match == APART:
             return f"not judged: {self.note}"
         if self.seeds == 0:
             return f"no paired seeds{'; ' + self.note if self.note else ''}"
@@ -215,8 +215,9 @@ class Paired:
 
     @property
     def judged(self) -> bool:
-        """Whether the verdict is a word (better, worse, equivalent, inconclusive)."""
-        return self.standing != APART and not math.isnan(self.p_holm)
+        """Whether the verdict is one of the four (better, worse, equivalent, inconclusive), not a
+        reason for having none."""
+        return self.budget_match != APART and not math.isnan(self.p_holm)
 
     @property
     def places(self) -> int:
@@ -228,7 +229,7 @@ class Paired:
         return {
             "subject": self.subject,
             "method": self.method,
-            "standing": self.standing,
+            "budget_match": self.budget_match,
             "quantity": self.quantity,
             "paired_seeds": self.seeds,
             "difference": self.mean,
@@ -248,18 +249,18 @@ class Paired:
 
 
 def judge_family(family: list[Paired], margin: float | None) -> list[Paired]:
-    """Words for a family of comparisons, from intervals only. Among the comparisons with two
+    """Verdicts for a family of comparisons, from intervals only. Among the comparisons with two
     paired seeds or more (m of them): each one's paired t-test p and, with a ``margin``, its TOST
     p (``ttost_paired``, equivalence within ± margin), each set Holm-adjusted across the family
     (``multipletests(..., method="holm")``). "better" / "worse" where the adjusted t-test p <
     ALPHA; else "equivalent within ± margin" where the adjusted TOST p < ALPHA; else
-    "inconclusive". The interval reported agrees with the word: a comparison Holm rejects at its
+    "inconclusive". The interval reported agrees with the verdict: a comparison Holm rejects at its
     step j (the j-th smallest p of m) gets the 1 − ALPHA / (m − j + 1) t-interval, which excludes
     0; every comparison it does not reject gets the interval at the step where Holm stopped,
     1 − ALPHA / (m − r) after r rejections, which contains 0 (Holm stops at its first
-    non-rejection, so a later comparison's own-step interval could exclude 0 with no word).
+    non-rejection, so a later comparison's own-step interval could exclude 0 with no verdict).
     Returns the family, filled in."""
-    tested = [p for p in family if p.seeds >= 2 and p.standing != APART]
+    tested = [p for p in family if p.seeds >= 2 and p.budget_match != APART]
     if not tested:
         return family
     for p in tested:

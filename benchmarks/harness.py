@@ -288,7 +288,7 @@ def judged_pairs(
             Paired(
                 subject=subject,
                 method=method,
-                standing=MATCHED,
+                budget_match=MATCHED,
                 quantity=key,
                 subject_values=np.array([values[k, a] for k in both], dtype=float),
                 method_values=np.array([values[k, b] for k in both], dtype=float),
@@ -299,16 +299,16 @@ def judged_pairs(
 
 
 def judged_cell(p) -> str:
-    """A judged pair as a table cell: mean difference [Holm-step interval] and its word, "lower"
-    or "higher" for better or worse (a cost or a loss is no verdict on a method by itself)."""
+    """A judged pair as a table cell: mean difference [Holm-step interval] and its verdict, said
+    as "lower" or "higher" for better or worse (a cost or a loss is no verdict on a method by itself)."""
     if p.seeds == 0:
         return "–"
     if p.seeds < 2:
         return f"{p.mean:+.4g} (1 seed: no interval)"
     from attent.analysis.stats import BETTER, WORSE
 
-    word = {BETTER: "lower", WORSE: "higher"}.get(p.verdict, p.verdict)
-    return f"{p.mean:+.4g} [{p.low:+.4g}, {p.high:+.4g}] at {p.level:.1%}: **{word}**"
+    said = {BETTER: "lower", WORSE: "higher"}.get(p.verdict, p.verdict)
+    return f"{p.mean:+.4g} [{p.low:+.4g}, {p.high:+.4g}] at {p.level:.1%}: **{said}**"
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:

@@ -1,5 +1,6 @@
-"""The Hugging Face integration tests' tiny Llama, its synthetic token data (sample i's first token is 50 + i), and an
-AtteNTTrainer that records, per epoch, the subset and the samples its training steps got."""
+"""The Hugging Face integration tests' tiny Llama (``TINY_LLAMA``: its config but the vocabulary), its synthetic
+token data (sample i's first token is 50 + i), and an AtteNTTrainer that records, per epoch, the subset and the
+samples its training steps got."""
 
 from __future__ import annotations
 
@@ -10,6 +11,16 @@ from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArgumen
 
 N, FIRST_TOKEN, VOCAB = 40, 50, 256
 GSM8K = SHARED / "datasets" / "gsm8k" / "train.jsonl"
+# The tiny random Llama's config but its vocabulary (2 layers, 32 wide, grouped-query attention), built as
+# ``LlamaConfig(vocab_size=..., **TINY_LLAMA)`` here and by the architecture and custom-loss tests.
+TINY_LLAMA = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+)
 
 
 # --- tiny data and model ---------------------------------------------------------------------------------
@@ -41,17 +52,7 @@ def collate(items: list[dict]) -> dict[str, torch.Tensor]:
 
 def tiny_llama(seed: int = 0) -> LlamaForCausalLM:
     torch.manual_seed(seed)
-    return LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=VOCAB,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=64,
-        )
-    )
+    return LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, **TINY_LLAMA))
 
 
 def training_args(output_dir, **overrides) -> TrainingArguments:

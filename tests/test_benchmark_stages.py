@@ -144,7 +144,7 @@ def test_random_at_equal_cost_runs_after_its_sources_for_attents_measured_cost(t
     epochs that bring its measured cost to AtteNT's, under AtteNT's schedules and Random's strategy,
     read by the runner from the same seed's finished `random` and `attent` runs."""
     from attent.analysis.stats import MATCHED
-    from attent.analysis.time_to_accuracy.results import standings
+    from attent.analysis.time_to_accuracy.results import budget_matches
     from attent.benchmark.runner import calibrated
 
     uri = f"sqlite:///{tmp_path}/m.db"
@@ -165,7 +165,7 @@ def test_random_at_equal_cost_runs_after_its_sources_for_attents_measured_cost(t
     import pandas as pd  # matched by construction, whatever its sample budget
 
     summary = pd.DataFrame({"method": ["attent", "random", "random_equal_cost"], "budget": [0.5, 0.5, 0.62]})
-    assert standings(summary) == [MATCHED, MATCHED, MATCHED]
+    assert budget_matches(summary) == [MATCHED, MATCHED, MATCHED]
     with pytest.raises(ConfigError, match="random_equal_cost is calibrated from the `random` run"):
         load_benchmark(write_spec(tmp_path, uri, arms="{attent: {}, random_equal_cost: {}}"))
 

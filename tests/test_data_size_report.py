@@ -146,7 +146,7 @@ def test_a_saved_per_run_table_is_judged_again_under_todays_rules():
     """The shipped 600- and 2,000-image report's per_run.csv, joined alone: each comparison's
     interval is the scipy interval at today's Holm level (600: nothing rejected among 5, so
     1 - 0.05 / 5 for all; 2,000: full data at equal cost rejected first, at 1 - 0.05 / 5, the rest
-    at the stopping step's 1 - 0.05 / 4), with the saved view's words; its sizes are those saved
+    at the stopping step's 1 - 0.05 / 4), with the saved view's verdicts; its sizes are those saved
     beside it (``data_size/data_size.csv``)."""
     from scipy import stats
 
@@ -279,7 +279,10 @@ def test_the_lines_lack_of_fit_is_statsmodels_f_test_against_one_mean_per_size()
     v_shape = {600: noise, 2000: [-0.04 + e for e in noise], 6000: [-0.04 - e for e in noise], 20000: noise}
     runs = runs_with_differences({"random": line, "full": v_shape})
     trends = size_trends(runs, sizes, lower=False).set_index("comparator")
-    assert trends.loc["full", "lack_of_fit_word"] == CURVED and trends.loc["random", "lack_of_fit_word"] == NO_DEPARTURE
+    assert (
+        trends.loc["full", "lack_of_fit_verdict"] == CURVED
+        and trends.loc["random", "lack_of_fit_verdict"] == NO_DEPARTURE
+    )
     finals = runs.pivot_table(index=["workload", "seed"], columns="method", values="final_metric")
     frame = pd.DataFrame({"x": np.log10([sizes[w] for w in finals.index.get_level_values("workload")])})
     expected = {}
@@ -299,10 +302,10 @@ def test_the_lines_lack_of_fit_is_statsmodels_f_test_against_one_mean_per_size()
         d = (finals["attent"] - finals[method]).to_numpy()
         welch = anova_oneway(d, groups=frame["x"].to_numpy(), use_var="unequal").pvalue
         assert trends.loc[method, "across_sizes_p"] == pytest.approx(welch)
-    assert trends.loc["full", "across_sizes_word"] == DIFFERS
+    assert trends.loc["full", "across_sizes_verdict"] == DIFFERS
     flat = {size: [0.01, -0.01, 0.0] for size in sizes.values()}
     assert (
-        size_trends(runs_with_differences({"random": flat}), sizes, lower=False).iloc[0]["across_sizes_word"]
+        size_trends(runs_with_differences({"random": flat}), sizes, lower=False).iloc[0]["across_sizes_verdict"]
         == "inconclusive"
     )
     # two sizes: a line through them cannot be tested

@@ -1,6 +1,6 @@
 """benchmarks/overheads/hf_vs_engine.py from its command line, without training (its smoke run trains; see
 the script): the four arms are one job on one task section, the savings pair each arm with its own
-framework's full run, and the words of the paired comparisons come from Holm-adjusted intervals."""
+framework's full run, and the verdicts of the paired comparisons come from Holm-adjusted intervals."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def test_savings_pair_each_arm_with_its_frameworks_full_run(tmp_path):
     assert table["AtteNTTrainer (llm preset) − Trainer, full data"][1] == "-20 (1 seed: no interval)"
 
 
-def test_paired_words_come_from_holm_adjusted_intervals(tmp_path):
+def test_paired_verdicts_come_from_holm_adjusted_intervals(tmp_path):
     table = rows(
         COST, SAMPLES, {"trainer_full": 1.50, "trainer_attent": 1.49, "engine_attent": 1.52, "engine_full": 1.51}
     )

@@ -20,7 +20,7 @@ import pytest
 import torch
 from attent.integrations.huggingface import AtteNTTrainer
 from attent.selection.config import SelectionConfig
-from hf_tiny import flat_weights, losses_of
+from hf_tiny import TINY_LLAMA, flat_weights, losses_of
 from transformers import (
     BartConfig,
     BartForConditionalGeneration,
@@ -71,20 +71,7 @@ MODELS = {
             )
         ),
     ),
-    "llama": (
-        "causal",
-        lambda: LlamaForCausalLM(
-            LlamaConfig(
-                vocab_size=VOCAB,
-                hidden_size=32,
-                intermediate_size=64,
-                num_hidden_layers=2,
-                num_attention_heads=4,
-                num_key_value_heads=2,
-                max_position_embeddings=64,
-            )
-        ),
-    ),
+    "llama": ("causal", lambda: LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, **TINY_LLAMA))),
     "gpt_neox": (
         "causal",
         lambda: GPTNeoXForCausalLM(

@@ -9,7 +9,7 @@ import pytest
 import torch
 from attent.integrations.huggingface import AtteNTTrainer
 from attent.selection.config import SelectionConfig
-from hf_tiny import flat_weights, losses_of
+from hf_tiny import TINY_LLAMA, flat_weights, losses_of
 from test_integration_hf_architectures import BERT, CLASSES, VOCAB, collate, samples, training_args
 from transformers import BertConfig, BertForSequenceClassification, LlamaConfig, LlamaForCausalLM, Trainer
 
@@ -63,17 +63,7 @@ class LossPlusPenalty(LlamaForCausalLM):
 
     def __init__(self):
         torch.manual_seed(0)
-        super().__init__(
-            LlamaConfig(
-                vocab_size=VOCAB,
-                hidden_size=32,
-                intermediate_size=64,
-                num_hidden_layers=2,
-                num_attention_heads=4,
-                num_key_value_heads=2,
-                max_position_embeddings=64,
-            )
-        )
+        super().__init__(LlamaConfig(vocab_size=VOCAB, **TINY_LLAMA))
 
     def forward(self, input_ids=None, attention_mask=None, labels=None, **kwargs):
         outputs = super().forward(input_ids=input_ids, attention_mask=attention_mask, labels=labels, **kwargs)

@@ -81,10 +81,17 @@ MAY_IMPORT = {
     "integrations": {"selection"},  # on the selection library only, never on the engine
     "tasks": {"contract"},
     "tangent_kernel": set(),  # the empirical ANTK, shared by the engine and the theory lab
-    "engine": {"config", "contract", "selection", "tasks", "server", "tangent_kernel"},
+    # and the Selector users get (integrations.pytorch alone: test_the_engine_selects_through_the_selector)
+    "engine": {"config", "contract", "selection", "tasks", "server", "tangent_kernel", "integrations"},
     "theory": {"config", "contract", "engine", "selection", "tangent_kernel"},
     "analysis": {"contract"},
 }
+
+
+def test_the_engine_selects_through_the_selector():
+    """The engine's one integration is the plain-PyTorch Selector: no framework adapter."""
+    used = {m for name in GRAPH if layer(name) == "engine" for m in GRAPH[name] if layer(m) == "integrations"}
+    assert used == {"attent.integrations.pytorch"}
 
 
 @pytest.mark.parametrize("part", sorted(MAY_IMPORT))

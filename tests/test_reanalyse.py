@@ -1,4 +1,4 @@
-"""Today's words for an older report's saved per-run results (analysis/time_to_accuracy/reanalyse.py), on the
+"""Today's verdicts for an older report's saved per-run results (analysis/time_to_accuracy/reanalyse.py), on the
 saved results of the small benchmark and on a frame whose answer is known."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
 
-def test_saved_results_get_holm_words_and_their_equal_cost_row_is_named_equal_samples():
+def test_saved_results_get_holm_verdicts_and_their_equal_cost_row_is_named_equal_samples():
     table = reanalyse(pd.read_csv(REPO / "benchmarks/results/time_to_accuracy_small/per_run.csv"), {"fmnist-vit": 0.01})
     vit = table[table["workload"].eq("fmnist-vit")].set_index("method")
     assert "full_equal_cost" not in vit.index and "full_equal_samples" in vit.index
     assert vit.loc["infobatch", "verdict"].startswith("not judged")  # another budget: outside the family
-    judged = vit[~vit["standing"].eq("apart")]  # full data (the reference) and the matched rows
+    judged = vit[~vit["budget_match"].eq("apart")]  # full data (the reference) and the matched rows
     # the Holm adjustment is statsmodels' own over the unadjusted paired t-tests of the family
     per_run = pd.read_csv(REPO / "benchmarks/results/time_to_accuracy_small/per_run.csv")
     finals = per_run[per_run["workload"].eq("fmnist-vit")].pivot_table(

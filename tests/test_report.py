@@ -5,7 +5,7 @@ children, a full-data baseline x 3 seeds as standalone runs, one child still RUN
 KILLED (left out, counted). Every final metric is chosen so means and stds are exact: stds are
 sample stds (ddof=1), e.g. method cost of the full runs [100, 110, 120] -> 110.0 ± 10.0.
 The store is built by report_store.py; test_report_budgets.py (fixed sample ratios, configurations
-differing in more than the seed, budgets) and test_report_verdicts.py (plateau control, words) add
+differing in more than the seed, budgets) and test_report_verdicts.py (plateau control, verdicts) add
 their own experiments to their own copy of it.
 """
 
@@ -51,7 +51,7 @@ Plateau: undetermined: no 2E control (no full-data run for 2E epochs beside the 
 
 Nothing shows that full data had plateaued at E epochs: the table may measure the training budget, not the selection.
 
-Words (final accuracy, each row's against full data of its context, in brackets the mean paired difference): \
+Verdicts (final accuracy, each row's against full data of its context, in brackets the mean paired difference): \
 paired t-tests over seeds, Holm-adjusted across the table's 2 comparisons at 0.05, give "better" / "worse"; \
 else "equivalent within ± 0.01" by a paired TOST, Holm-adjusted likewise; else "inconclusive". Rows with one \
 seed are not judged. Interval column: the 95 % t-interval over seeds of the row's mean."""
@@ -68,9 +68,9 @@ def test_picks_the_ablation_layout_and_counts_runs(report):
 def test_ablation_markdown_cells(report):
     """Means, sample stds, % time vs the full row, bold best (lowest time and loss, highest
     accuracy) and the Random row nobody ran rendered as — cells; the 95 % seed interval of the
-    accuracy (t with 2 degrees of freedom: full data 0.82 ± 4.303 × 0.02 / √3), the words against
+    accuracy (t with 2 degrees of freedom: full data 0.82 ± 4.303 × 0.02 / √3), the verdicts against
     full data (Hard and Soft differ by ∓0.02, p = 0.074 each, 0.148 after Holm: inconclusive), and
-    the notes: no control (the runs logged no epochs), the rule of the words."""
+    the notes: no control (the runs logged no epochs), the rule of the verdicts."""
     assert to_markdown(report.tables[0]) == EXPECTED_ABLATION
     assert (report.out_dir / "ablation.md").read_text(encoding="utf-8") == EXPECTED_ABLATION + "\n"
 
@@ -97,7 +97,7 @@ def test_ablation_latex(report):
         r"cosine(0.2$\rightarrow$0.8) & incremental(1$\rightarrow$4) & Soft & 3 & "
         r"77.0 $\pm$ 7.0 & -30.0\% & 45.0\% & 30.0\% & 0.67 & 0.550"
     ) in tex
-    assert r"\begin{tabular}{lllrrrrrrrrrrrl}" in tex  # the words left-aligned, as text
+    assert r"\begin{tabular}{lllrrrrrrrrrrrl}" in tex  # the verdicts left-aligned, as text
     assert r"[0.7752, 0.8248] & inconclusive (-0.0200) \\" in tex
 
 

@@ -82,9 +82,9 @@ def test_ratio_sweep_builds_the_sample_ratio_table(store):
     assert table.stats.loc[ran, "time_method_s_mean"].gt(0).all()
     text = (report.out_dir / "ratio.md").read_text(encoding="utf-8")
     assert text.startswith("| Sample ratio | Strategy | Interval schedule | n | Method cost (s) |")
-    # One seed, 2 epochs, no 4-epoch full-data run: no plateau shown and no words.
+    # One seed, 2 epochs, no 4-epoch full-data run: no plateau shown and no verdicts.
     assert "Plateau: undetermined: no 2E control (no full-data run for 4 epochs beside the 2-epoch ones)." in text
-    assert set(table.words["vs full data"]) == {"reference", "one seed: not judged", "—"}
+    assert set(table.verdicts["vs full data"]) == {"reference", "one seed: not judged", "—"}
 
 
 def test_ablation_sweep_builds_the_ablation_table_one_row_per_temperature(store):

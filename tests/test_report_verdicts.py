@@ -1,4 +1,4 @@
-"""The paper tables' regime check and words (analysis/paper_tables/verdicts.py): the plateau control, Holm, TOST, one seed."""
+"""The paper tables' regime check and verdicts (analysis/paper_tables/verdicts.py): the plateau control, Holm, TOST, one seed."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from report_store import cost_metrics, log_run, new_experiment
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-# --- the regime check and the words (paper_tables.verdicts) --------------------------------
+# --- the regime check and the verdicts (paper_tables.verdicts) -----------------------------
 FULL_30 = [0.90, 0.91, 0.92]  # full data's final accuracy per seed at E = 30 epochs; seed std 0.01
 
 
@@ -82,7 +82,7 @@ def test_a_flat_control_reads_plateaued(known_sweep_store, tmp_path):
     assert "measures the training budget" not in markdown and "may measure" not in markdown
 
 
-def test_words_follow_holm_across_the_tables_comparisons(known_sweep_store, tmp_path):
+def test_verdicts_follow_holm_across_the_tables_comparisons(known_sweep_store, tmp_path):
     """Comparison table, 3 seeds: AtteNT, Random at AtteNT's budget and full data; 3 comparisons
     (AtteNT and Random against full data, Random against AtteNT), one Holm family. AtteNT − full
     (−0.026, −0.020, −0.014) is significant alone (p = 0.029) but not after Holm (× 3): inconclusive.
@@ -96,14 +96,14 @@ def test_words_follow_holm_across_the_tables_comparisons(known_sweep_store, tmp_
         "regime-holm", tracking_uri=known_sweep_store[0], out_dir=tmp_path, log_to_parent=False
     ).tables[0]
     assert table.name == "comparison"
-    words = dict(zip(table.labels["Method"], table.words.to_dict("records")))
-    assert words["AtteNT"] == {"vs full data": "inconclusive (-0.0200)", "vs AtteNT": "reference"}
-    assert words["Random subset"] == {
+    verdicts = dict(zip(table.labels["Method"], table.verdicts.to_dict("records")))
+    assert verdicts["AtteNT"] == {"vs full data": "inconclusive (-0.0200)", "vs AtteNT": "reference"}
+    assert verdicts["Random subset"] == {
         "vs full data": "equivalent within ± 0.01 (+0.0000)",
         "vs AtteNT": "inconclusive (+0.0200)",
     }
-    assert words["Full data"] == {"vs full data": "reference", "vs AtteNT": "—"}
-    assert words["GradNorm"] == {"vs full data": "—", "vs AtteNT": "—"}  # no run
+    assert verdicts["Full data"] == {"vs full data": "reference", "vs AtteNT": "—"}
+    assert verdicts["GradNorm"] == {"vs full data": "—", "vs AtteNT": "—"}  # no run
 
     by = {(p.subject, p.method): p for p in table.comparisons}
     alone = stats.ttest_rel(attent, FULL_30).pvalue
@@ -134,7 +134,7 @@ def test_attents_random_strategy_is_the_comparisons_random_subset(known_sweep_st
     """The comparison sweeps ask for Random as AtteNT's strategy (selection.strategy: random: tags
     method attent, strategy random). Beside other methods those runs are the Random subset row,
     as the runs recorded under the deprecated selection.method: random are (test above), with
-    the same words against AtteNT, and no ablation table of Soft against Random appears."""
+    the same verdicts against AtteNT, and no ablation table of Soft against Random appears."""
     client, experiment_id = new_experiment(known_sweep_store, "random-strategy")
     finals = {
         ("full", "none"): FULL_30,
@@ -171,22 +171,22 @@ def test_attents_random_strategy_is_the_comparisons_random_subset(known_sweep_st
         "Random subset": 3,
         "Full data": 3,
     }
-    words = dict(zip(table.labels["Method"], table.words.to_dict("records")))
-    assert words["Random subset"] == {
+    verdicts = dict(zip(table.labels["Method"], table.verdicts.to_dict("records")))
+    assert verdicts["Random subset"] == {
         "vs full data": "equivalent within ± 0.01 (+0.0000)",
         "vs AtteNT": "inconclusive (+0.0200)",
     }
 
 
-def test_a_one_seed_table_gets_no_words(known_sweep_store, tmp_path):
+def test_a_one_seed_table_gets_no_verdicts(known_sweep_store, tmp_path):
     """One seed per row and no control (the test suite's own small sweeps): no interval, no
-    words, and a plateau that nothing shows."""
+    verdicts, and a plateau that nothing shows."""
     client, experiment_id = new_experiment(known_sweep_store, "regime-one-seed")
     log_seeds(client, experiment_id, "full", [0.90], epochs=2)
     log_seeds(client, experiment_id, "attent", [0.88], epochs=2)
     report = build_report("regime-one-seed", tracking_uri=known_sweep_store[0], out_dir=tmp_path, log_to_parent=False)
     [table] = report.tables
-    assert table.words["vs full data"].tolist() == ["reference", "one seed: not judged"]
+    assert table.verdicts["vs full data"].tolist() == ["reference", "one seed: not judged"]
     assert not any(p.judged for p in table.comparisons)
     markdown = to_markdown(table)
     assert "| **0.9000** | — | reference |" in markdown
@@ -195,7 +195,7 @@ def test_a_one_seed_table_gets_no_words(known_sweep_store, tmp_path):
         "Nothing shows that full data had plateaued at 2 epochs: the table may measure the training budget, "
         "not the selection."
     ) in markdown
-    assert "No words: no row has two seeds paired with its reference's" in markdown
+    assert "No verdicts: no row has two seeds paired with its reference's" in markdown
 
 
 PLATEAU_SWEEPS = ("ablation_digits", "ratio_digits", "comparison_digits", "with_without_digits")

@@ -1,6 +1,6 @@
 """The time-to-accuracy report on a synthetic benchmark logged to a real MLflow SQLite store: the
 plateau control, the target, sustained time to target, matched and unmatched budgets, the
-Holm-adjusted words, the selection stage's runs left out and its choices listed, temperatures,
+Holm-adjusted verdicts, the selection stage's runs left out and its choices listed, temperatures,
 CSVs and figures (variants: test_tta_variants.py). No Ray: runs are logged the way the engine and
 ``attent bench`` log them."""
 
@@ -145,8 +145,8 @@ def test_budgets_matched_and_apart(report):
     full_long is the plateau control. InfoBatch back-propagates 70 %: apart, labelled, not judged."""
     result, text = report["result"], report["text"]
     by = result.summary.set_index("method")
-    assert by.loc["full", "standing"] == "reference" and by.loc["full_long", "standing"] == "control"
-    assert set(by.index[by["standing"].eq("matched")]) == {
+    assert by.loc["full", "budget_match"] == "reference" and by.loc["full_long", "budget_match"] == "control"
+    assert set(by.index[by["budget_match"].eq("matched")]) == {
         "attent",
         "full_equal_cost",
         "full_equal_samples",
@@ -154,7 +154,7 @@ def test_budgets_matched_and_apart(report):
         "soft+T0.1",
         "soft+T1",
     }
-    assert list(by.index[by["standing"].eq("apart")]) == ["infobatch"]
+    assert list(by.index[by["budget_match"].eq("apart")]) == ["infobatch"]
     assert list(result.summary["method"])[:2] == ["full", "full_long"]
     assert list(result.summary["method"])[-1] == "infobatch"  # apart rows come last
     assert by.loc["attent", "budget"] == pytest.approx(0.5) and by.loc["infobatch", "budget"] == pytest.approx(0.7)
@@ -327,7 +327,7 @@ def test_csvs_figures_and_artifacts(report, store):
     assert {
         "workload",
         "method",
-        "standing",
+        "budget_match",
         "seeds",
         "reached",
         "final_metric",

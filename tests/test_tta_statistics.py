@@ -1,4 +1,4 @@
-"""The time-to-accuracy statistics from per-run values: the plateau rule, Holm's and TOST's words and intervals, targets."""
+"""The time-to-accuracy statistics from per-run values: the plateau rule, Holm's and TOST's verdicts and intervals, targets."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def test_the_plateau_verdicts_from_the_interval():
     assert plateau_of(runs(losses, [1.10, 1.13, 1.08]), True, 0.01).verdict == "plateaued"  # overfits
 
 
-def test_words_follow_holm_and_tost_as_statsmodels_computes_them():
+def test_verdicts_follow_holm_and_tost_as_statsmodels_computes_them():
     """Three comparisons of four seeds: one clearly positive, one positive at p = 0.03 unadjusted
     (but 0.06 after Holm: inconclusive, not better), one within ± 0.01 (equivalent). The
     adjusted p-values are statsmodels' own, the intervals scipy's at each Holm step."""
@@ -102,7 +102,7 @@ def test_words_follow_holm_and_tost_as_statsmodels_computes_them():
     assert lower.verdict == "better" and math.isnan(lower.p_tost)  # lower cost is better; no margin, no TOST
 
 
-def test_an_interval_excludes_zero_only_where_holm_gives_a_word():
+def test_an_interval_excludes_zero_only_where_holm_gives_a_verdict():
     """Holm stops at its first non-rejection. Here the smallest p (0.0148, above 0.05 / 4) is not
     rejected, so no comparison is; the second's own-step interval (1 - 0.05 / 3) would exclude 0
     all the same (its p, 0.0154, is below 0.05 / 3), as the 20,000-image verdict had it. Every

@@ -1,5 +1,5 @@
 """The paper's tables (ablation, fixed ratio, comparison, with/without AtteNT) from a sweep's runs,
-each with its plateau verdict, seed intervals and words, as Markdown, CSV and LaTeX, and their
+each with its plateau verdict, seed intervals and verdicts, as Markdown, CSV and LaTeX, and their
 figures: ``report.build_report``. ``attent.analysis`` lists the modules.
 """
 

@@ -2,9 +2,9 @@
 MLflow runs, written to ``out_dir/<experiment>/``, printed, and logged under ``report/`` to the
 sweep parent run(s) the runs belong to; ``attent report --experiment NAME`` builds it.
 
-Each table also gets its regime check and words (``verdicts``): the plateau verdict of full data by
+Each table also gets its regime check and verdicts (``verdicts``): the plateau verdict of full data by
 the plateau control (full data for twice the table's epochs, which is no row of the table), a 95 %
-seed interval per row, and Holm-adjusted words against full data (and AtteNT, in the comparison
+seed interval per row, and Holm-adjusted verdicts against full data (and AtteNT, in the comparison
 table).
 """
 
@@ -120,7 +120,7 @@ def index_markdown(
         "",
         "Under each table: whether full data had plateaued, by the plateau control (full data "
         "for twice the table's epochs, no row of the table); the 95 % interval over seeds of "
-        "each row's mean; and words against full data (and AtteNT, in the comparison table) "
+        "each row's mean; and verdicts against full data (and AtteNT, in the comparison table) "
         "from Holm-adjusted paired tests, as in the time-to-accuracy report.",
         "",
     ]
@@ -142,7 +142,7 @@ def build_report(
     """Tables and figures for every finished training run of ``experiment``.
 
     ``kinds`` picks table layouts (see ``TABLE_BUILDERS``); by default those the runs fill.
-    ``margin``: the equivalence margin of the words (default 0.01 for accuracy-like metrics).
+    ``margin``: the equivalence margin of the verdicts (default 0.01 for accuracy-like metrics).
     Raises ReportError for problems the user can fix (unknown experiment, no finished runs).
     """
     unknown = sorted(set(kinds or []) - set(TABLE_BUILDERS))

@@ -1,6 +1,6 @@
 """A table's files: the Markdown, LaTeX and CSV text of a ``table_numbers.Table``, best values marked,
 from its cells (``cell_format``'s numbers, the selected ratio and the budget mark); where
-``verdicts`` judged it, the judged metric's seed interval and the words.
+``verdicts`` judged it, the judged metric's seed interval and the verdicts.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ SAVING_COLUMNS = (
 
 def cell_text(table: Table) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Display strings (labels, n, cost and savings, selected ratio, evaluation time,
-    downstream metrics, the judged metric's seed interval, the words) and, per cell, whether it
+    downstream metrics, the judged metric's seed interval, the verdicts) and, per cell, whether it
     is best."""
     stats = table.stats
     cells = table.labels.astype(str)
@@ -90,14 +90,14 @@ def cell_text(table: Table) -> tuple[pd.DataFrame, pd.DataFrame]:
             interval_cell(low, high, places)
             for low, high in zip(stats[f"{table.judged}_low"], stats[f"{table.judged}_high"])
         ]
-    for column in table.words.columns:
-        cells[column] = table.words[column]
+    for column in table.verdicts.columns:
+        cells[column] = table.verdicts[column]
     return cells, best.reindex(columns=cells.columns, fill_value=False)
 
 
 def text_columns(table: Table) -> list[str]:
-    """The left-aligned columns: labels and words."""
-    return [*table.labels.columns, *table.words.columns]
+    """The left-aligned columns: labels and verdicts."""
+    return [*table.labels.columns, *table.verdicts.columns]
 
 
 def to_markdown(table: Table) -> str:
@@ -172,7 +172,7 @@ def to_latex(table: Table) -> str:
 def to_csv(table: Table) -> str:
     """Numbers, not display strings: empty = missing, ``*`` in ``<metric>_best`` = best and in
     ``budget_differs`` = another budget than AtteNT's; the judged metric's seed interval as
-    ``<metric>_low_95`` / ``_high_95``, and the words as they read."""
+    ``<metric>_low_95`` / ``_high_95``, and the verdicts as they read."""
     stats, frame = table.stats, table.labels.copy()
     frame["n"] = stats["n"]
     mark = {True: "*", False: ""}
@@ -187,6 +187,6 @@ def to_csv(table: Table) -> str:
     if table.judged:
         frame[f"{table.judged}_low_95"] = stats[f"{table.judged}_low"]
         frame[f"{table.judged}_high_95"] = stats[f"{table.judged}_high"]
-    for column in table.words.columns:
-        frame[column] = table.words[column]
+    for column in table.verdicts.columns:
+        frame[column] = table.verdicts[column]
     return frame.to_csv(index=False, float_format="%.10g")  # 10 digits hide float noise

@@ -57,10 +57,10 @@ class Table:
     # The runs summarized, each with its table ``row``: what the verdicts pair seed by seed.
     runs: pd.DataFrame = field(default_factory=pd.DataFrame)
     # Filled in by verdicts.judge_table: the metric judged (its 95 % seed interval in stats as
-    # <metric>_low / _high), the words per row (one column per reference: "vs full data", ...)
+    # <metric>_low / _high), the verdicts per row (one column per reference: "vs full data", ...)
     # and the comparisons behind them (stats.Paired).
     judged: str | None = None
-    words: pd.DataFrame = field(default_factory=pd.DataFrame)
+    verdicts: pd.DataFrame = field(default_factory=pd.DataFrame)
     comparisons: list = field(default_factory=list)
 
 

@@ -1,6 +1,6 @@
-"""The paper tables' regime check, seed intervals and words, from the statistics the
-time-to-accuracy report judges with too (``attent.analysis.stats``), so that both reports say the
-same things in the same words:
+"""The paper tables' regime check, seed intervals and verdicts, from the statistics the
+time-to-accuracy report judges with too (``attent.analysis.stats``), so that both reports reach
+their verdicts by the same rules:
 
 - **Plateau, by the control.** Per full-data row, the plateau control (``layouts.plateau_controls``:
   full data for 2E epochs, matched on every other config field) minus full data for E, seed by
@@ -12,12 +12,12 @@ same things in the same words:
   training budget rather than the selection; one whose full data is still improving says that it
   does.
 - **Seed intervals.** Per row, the 95 % t-interval over seeds of the judged metric's mean.
-- **Words.** Each row against the full-data row of its training context and, where the table
+- **Verdicts.** Each row against the full-data row of its training context and, where the table
   holds methods other than AtteNT and full data (the comparison table), against the AtteNT row
   of its context (a row trained on another budget than AtteNT's is not judged against it),
   paired seed by seed. One family per table (``judge_family``): Holm-adjusted paired t-tests
   give "better" / "worse"; else a Holm-adjusted paired TOST gives "equivalent within ± m"; else
-  "inconclusive". A row with one seed gets no word.
+  "inconclusive". A row with one seed gets no verdict.
 
 The judged metric is the table's first higher-is-better metric (accuracy), else its first.
 """
@@ -63,9 +63,9 @@ from attent.contract import lower_is_better
 
 DEFAULT_MARGIN = 0.01  # equivalence margin of a higher-is-better metric (accuracy), unless given
 CONTROL_NAME = "2E"  # what the plateau verdict calls the control: "undetermined: no 2E control"
-VS_FULL, VS_ATTENT = "vs full data", "vs AtteNT"  # the words' columns
+VS_FULL, VS_ATTENT = "vs full data", "vs AtteNT"  # the verdicts' columns
 ONE_SEED = "one seed: not judged"
-JUDGED = "table row"  # a comparison's standing (Paired): judged, unlike APART (not on AtteNT's budget)
+JUDGED = "table row"  # a comparison's budget match (Paired): judged, unlike APART (not on AtteNT's budget)
 REFERENCE = "reference"
 
 
@@ -76,8 +76,8 @@ def judged_metric(table: Table) -> str | None:
 
 def judge_table(table: Table, controls: pd.DataFrame, margin: float | None = None) -> Table:
     """``table`` with its judged metric's seed intervals (stats ``<metric>_low`` / ``_high``), the
-    words per row, the comparisons behind them, and notes (before its own) giving the plateau
-    verdict of each full-data row and the rule of the words. ``controls``: the plateau-control
+    verdicts per row, the comparisons behind them, and notes (before its own) giving the plateau
+    verdict of each full-data row and the rule of the verdicts. ``controls``: the plateau-control
     runs of the table's task; ``margin``: the equivalence margin (default: DEFAULT_MARGIN for a
     higher-is-better metric, none for a lower-is-better one)."""
     name = judged_metric(table)
@@ -99,9 +99,9 @@ def judge_table(table: Table, controls: pd.DataFrame, margin: float | None = Non
             "Plateau: undetermined: no full-data row, so nothing shows that the table's "
             "epochs suffice: it may measure the training budget, not the selection."
         ]
-    comparisons, words = compare_rows(table, finals, stats, lower, margin)
-    notes = [*plateau_notes, words_note(name, comparisons, words, margin), *table.notes]
-    return dataclasses.replace(table, stats=stats, judged=name, words=words, comparisons=comparisons, notes=notes)
+    comparisons, verdicts = compare_rows(table, finals, stats, lower, margin)
+    notes = [*plateau_notes, verdicts_note(name, comparisons, verdicts, margin), *table.notes]
+    return dataclasses.replace(table, stats=stats, judged=name, verdicts=verdicts, comparisons=comparisons, notes=notes)
 
 
 def seed_intervals(finals: pd.DataFrame, n_rows: int, name: str) -> dict[str, pd.Series]:
@@ -182,7 +182,7 @@ def plateau_lines(
     return [head, meaning]
 
 
-# --- the words ---------------------------------------------------------------------------------
+# --- the verdicts ------------------------------------------------------------------------------
 def row_names(table: Table) -> list[str]:
     """Each row's labels joined, for the comparisons: ``cosine(0.2→0.8) / fixed(1) / Hard``."""
     return [
@@ -196,7 +196,7 @@ def compare_rows(
 ) -> tuple[list[Paired], pd.DataFrame]:
     """Every row against full data of its context and, where other methods than AtteNT and full
     data are rows, against AtteNT's row of its context; judged as one family. Returns the
-    comparisons and the word cells (one column per reference)."""
+    comparisons and the verdict cells (one column per reference)."""
     n_rows, names, n = len(stats), row_names(table), stats["n"]
     baseline_of = matching_baseline(finals, finals["row"], n_rows, table.baseline_rows)
     context = row_contexts(finals, finals["row"])
@@ -231,13 +231,13 @@ def compare_rows(
             )
     judge_family(list(pairs.values()), margin)
 
-    words = pd.DataFrame(index=range(n_rows))
+    verdicts = pd.DataFrame(index=range(n_rows))
     for column, reference_of in references.items():
-        words[column] = [word_cell(row, reference_of(row), n, pairs.get((row, column))) for row in range(n_rows)]
-    return list(pairs.values()), words
+        verdicts[column] = [verdict_cell(row, reference_of(row), n, pairs.get((row, column))) for row in range(n_rows)]
+    return list(pairs.values()), verdicts
 
 
-def word_cell(row: int, reference: int | None, n: pd.Series, paired: Paired | None) -> str:
+def verdict_cell(row: int, reference: int | None, n: pd.Series, paired: Paired | None) -> str:
     if n[row] == 0:
         return MISSING
     if reference == row:
@@ -249,14 +249,14 @@ def word_cell(row: int, reference: int | None, n: pd.Series, paired: Paired | No
     return f"{paired.verdict} ({paired.mean:+.4f})" if paired.judged else paired.verdict
 
 
-def words_note(name: str, comparisons: list[Paired], words: pd.DataFrame, margin: float) -> str:
+def verdicts_note(name: str, comparisons: list[Paired], verdicts: pd.DataFrame, margin: float) -> str:
     tested = sum(p.judged for p in comparisons)
     if not tested:
         return (
-            "No words: no row has two seeds paired with its reference's (a row with one seed is not judged). "
+            "No verdicts: no row has two seeds paired with its reference's (a row with one seed is not judged). "
             "Interval column: the 95 % t-interval over seeds of the row's mean."
         )
-    against = "full data of its context" + (" and AtteNT" if VS_ATTENT in words else "")
+    against = "full data of its context" + (" and AtteNT" if VS_ATTENT in verdicts else "")
     equivalence = (
         f'else "equivalent within ± {margin:.4g}" by a paired TOST, Holm-adjusted likewise; '
         if not math.isnan(margin)
@@ -264,7 +264,7 @@ def words_note(name: str, comparisons: list[Paired], words: pd.DataFrame, margin
     )
     undeclared = " (no equivalence margin declared for a lower-is-better metric)" if math.isnan(margin) else ""
     return (
-        f"Words (final {metric_header(name)}, each row's against {against}, in brackets the mean paired "
+        f"Verdicts (final {metric_header(name)}, each row's against {against}, in brackets the mean paired "
         f"difference): paired t-tests over seeds, Holm-adjusted across the table's {tested} comparisons at "
         f'{ALPHA}, give "better" / "worse"; {equivalence}else "inconclusive"{undeclared}. Rows with one seed '
         "are not judged. Interval column: the 95 % t-interval over seeds of the row's mean."

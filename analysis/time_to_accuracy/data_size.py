@@ -4,7 +4,7 @@ per training-set size, side by side.
 Per size (the runs' ``task.train_limit``): full data's plateau verdict (its 2E control) and the
 seeds it paired, and AtteNT's final metric (and, within one benchmark, its cost to the target)
 against Random at its budget, full data, and full data at equal measured cost, each as the
-seed-paired difference with its interval at the Holm step's level and the report's word;
+seed-paired difference with its interval at the Holm step's level and the report's verdict;
 AtteNT's realized saving and realized / ideal with their 95 % seed intervals. Data-pruning theory
 (Sorscher et al., 2022) predicts that keeping hard examples pays only where data is abundant: the
 figure reads that prediction off the sizes measured, and ``data_size_trend.size_trends`` tests
@@ -69,7 +69,7 @@ def size_row(
     summary: pd.DataFrame,
 ) -> dict[str, object]:
     """One size's row: the plateau verdict, AtteNT's seeds, each of its comparisons with a method
-    of ``AGAINST`` (difference, Holm-step interval, word), and its savings with their intervals."""
+    of ``AGAINST`` (difference, Holm-step interval, verdict), and its savings with their intervals."""
     attent = summary.set_index("method").loc[ATTENT] if ATTENT in set(summary["method"]) else None
     row = {
         "workload": workload,
@@ -282,7 +282,7 @@ def build_data_size_report(
         out,
         f"{experiment}: the verdict against the training-set size",
         f"AtteNT's minus each comparator's, seed-paired: the mean difference, its interval at the Holm "
-        f"step's level and the word ({FINAL}: Holm across the workload's comparisons; {COST_TO_TARGET}: "
+        f"step's level and the verdict ({FINAL}: Holm across the workload's comparisons; {COST_TO_TARGET}: "
         "its own family). Savings: mean and 95 % seed interval. The plateau verdict reads full data for "
         "2E epochs against E.",
     )

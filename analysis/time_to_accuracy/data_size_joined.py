@@ -177,7 +177,7 @@ def build_joined_report(
         f"{name}: the verdict against the training-set size, joined",
         f"Joined: {listed}. AtteNT's minus each comparator's final metric, seed-paired within the "
         "source that ran both runs: the mean difference, its interval at the Holm step's level and "
-        "the word (Holm across the workload's comparisons). Savings: mean and 95 % seed interval. The "
+        "the verdict (Holm across the workload's comparisons). Savings: mean and 95 % seed interval. The "
         "plateau verdict reads full data for 2E epochs against E over the seeds the control ran. "
         "The cost to the target is not joined (each benchmark set its own target).",
     )

@@ -1,7 +1,7 @@
 """Whether AtteNT's differences move with the training-set size at all (``size_trends``): the
 seed-paired differences from each comparator of the size view, regressed on log10(size), with the
 straight line's lack of fit and a shape-free test across the sizes, Holm across the comparators;
-and the words and table ``data_size``'s view writes under its heading.
+and the verdicts and table ``data_size``'s view writes under its heading.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ AGAINST = {
     FULL: "full data",
     contract.METHOD_FULL_EQUAL_COST: "full data at equal cost (measured)",
 }
-GAINS, LOSES = "AtteNT gains with size", "AtteNT loses with size"  # the trend's words, besides inconclusive
-# the straight line's lack-of-fit words: the line is never "shown", only not rejected
+GAINS, LOSES = "AtteNT gains with size", "AtteNT loses with size"  # the trend's verdicts, besides inconclusive
+# the straight line's lack-of-fit verdicts: the line is never "shown", only not rejected
 CURVED, NO_DEPARTURE = "departs from a line", "no departure detected"
 DIFFERS = "differs across sizes"  # Welch's one-way ANOVA, no shape assumed, besides inconclusive
 TREND_HEADING = (
@@ -42,7 +42,7 @@ def size_trends(per_run: pd.DataFrame, sizes: dict[str, int], lower: bool) -> pd
     ordinary least squares (statsmodels' ``OLS``: a straight line in log size, one residual variance
     for all sizes). One row per comparator with paired seeds at two sizes or more: the slope per
     tenfold data, its interval at the Holm step's level across the comparators (``holm_steps``, as
-    the report's other families), and the word: "AtteNT gains with size" (or "loses") on that
+    the report's other families), and the verdict: "AtteNT gains with size" (or "loses") on that
     comparator where the interval excludes 0, else "inconclusive". Each size's seeds draw their own
     images, so the points are taken as independent (where a seed's images at two sizes overlap
     and shift its points by one offset, that offset cancels from the slope but stays in the
@@ -69,7 +69,7 @@ def size_trends(per_run: pd.DataFrame, sizes: dict[str, int], lower: bool) -> pd
     for (method, label, fit, log_size), (p_holm, level) in zip(fits, holm_steps([f[2].pvalues[1] for f in fits])):
         low, high = fit.conf_int(1 - level)[1]
         slope = float(fit.params[1])
-        word = INCONCLUSIVE if p_holm >= ALPHA else (GAINS if (slope > 0) != lower else LOSES)
+        verdict = INCONCLUSIVE if p_holm >= ALPHA else (GAINS if (slope > 0) != lower else LOSES)
         rows.append(
             {
                 "comparator": method,
@@ -83,15 +83,17 @@ def size_trends(per_run: pd.DataFrame, sizes: dict[str, int], lower: bool) -> pd
                 "level": level,
                 "p": float(fit.pvalues[1]),
                 "p_holm": p_holm,
-                "verdict": word,
+                "verdict": verdict,
                 "lack_of_fit_p": line_lack_of_fit(fit, log_size),
                 "across_sizes_p": welch_across_sizes(fit.model.endog, log_size),
             }
         )
-    for column, words in (("lack_of_fit", (CURVED, NO_DEPARTURE)), ("across_sizes", (DIFFERS, INCONCLUSIVE))):
+    for column, verdicts in (("lack_of_fit", (CURVED, NO_DEPARTURE)), ("across_sizes", (DIFFERS, INCONCLUSIVE))):
         tested = [i for i, row in enumerate(rows) if not math.isnan(row[f"{column}_p"])]
         for i, p_holm in zip(tested, holm([rows[i][f"{column}_p"] for i in tested]) if tested else []):
-            rows[i].update({f"{column}_p_holm": p_holm, f"{column}_word": words[0] if p_holm < ALPHA else words[1]})
+            rows[i].update(
+                {f"{column}_p_holm": p_holm, f"{column}_verdict": verdicts[0] if p_holm < ALPHA else verdicts[1]}
+            )
     return pd.DataFrame(rows)
 
 
@@ -122,14 +124,14 @@ def trend_markdown(trends: pd.DataFrame) -> str:
         return "No trend: AtteNT and a comparator are not paired at two sizes or more."
     lines = [
         "| AtteNT − comparator, final | sizes | paired seeds | slope per 10× images "
-        "| interval (Holm step) | word | the line's lack of fit: Holm p, word "
-        "| any shape (Welch ANOVA): Holm p, word |",
+        "| interval (Holm step) | verdict | the line's lack of fit: Holm p, verdict "
+        "| any shape (Welch ANOVA): Holm p, verdict |",
         "|---|---:|---:|---:|---|---|---|---|",
     ]
 
     def tested(row: dict, column: str, short: str) -> str:
-        word = row.get(f"{column}_word")
-        return f"{row[f'{column}_p_holm']:.3g}, {word}" if isinstance(word, str) else f"— ({short})"
+        verdict = row.get(f"{column}_verdict")
+        return f"{row[f'{column}_p_holm']:.3g}, {verdict}" if isinstance(verdict, str) else f"— ({short})"
 
     for row in trends.to_dict("records"):
         lines.append(

@@ -16,9 +16,9 @@ def workload_figures(result: WorkloadResult) -> dict[str, Figure]:
     final metric against method cost, and, where picks have a hardness, hardness per epoch and
     the final metric against hardness."""
     s = result.summary
-    apart = set(s.loc[s["standing"].isin([APART, CONTROL]), "method"])
-    standing = dict(zip(s["method"], s["standing"]))
-    label = lambda method: f"{method} ({standing[method]})" if method in apart else method  # noqa: E731
+    apart = set(s.loc[s["budget_match"].isin([APART, CONTROL]), "method"])
+    budget_match = dict(zip(s["method"], s["budget_match"]))
+    label = lambda method: f"{method} ({budget_match[method]})" if method in apart else method  # noqa: E731
     out = {
         f"{result.name}_curves": curves_figure(result, apart, label),
         f"{result.name}_final_vs_cost": final_vs_cost_figure(result, apart, label),

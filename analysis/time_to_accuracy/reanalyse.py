@@ -1,4 +1,4 @@
-"""Words for an older report's saved runs under today's rules: the ``per_run.csv`` a
+"""Verdicts for an older report's saved runs under today's rules: the ``per_run.csv`` a
 time-to-accuracy report wrote, AtteNT's final metric against each method's, paired by seed,
 Holm-adjusted within each workload (``judge_family``), "equivalent" by a paired TOST within the
 workload's margin. Such benchmarks ran without the 2E control, so their plateau is undetermined,
@@ -22,8 +22,8 @@ OLD_EQUAL_COST = contract.METHOD_FULL_EQUAL_COST  # before the measured-cost com
 
 
 def reanalyse(per_run: pd.DataFrame, margins: dict[str, float]) -> pd.DataFrame:
-    """One row per workload and method: the paired difference, its Holm-step interval and word, by
-    the report's own ``paired_comparisons`` (families, standings, budgets) on the saved runs."""
+    """One row per workload and method: the paired difference, its Holm-step interval and verdict,
+    by the report's own ``paired_comparisons`` (families, budget matches, budgets) on the saved runs."""
     rows = []
     for workload, runs in per_run.groupby("workload", sort=False):
         runs = runs.assign(method=runs["method"].replace(OLD_EQUAL_COST, contract.METHOD_FULL_EQUAL_SAMPLES))
@@ -35,7 +35,7 @@ def reanalyse(per_run: pd.DataFrame, margins: dict[str, float]) -> pd.DataFrame:
                     {
                         "workload": workload,
                         "method": p.method,
-                        "standing": p.standing,
+                        "budget_match": p.budget_match,
                         "seeds": p.seeds,
                         "attent_minus_method": p.mean,
                         "holm_level": p.level,
@@ -53,7 +53,7 @@ def reanalyse(per_run: pd.DataFrame, margins: dict[str, float]) -> pd.DataFrame:
 def markdown(table: pd.DataFrame) -> str:
     lines = [
         "| workload | method | seeds | AtteNT − method | Holm-step interval | p (Holm) | TOST p (Holm), margin "
-        "| word |",
+        "| verdict |",
         "|---|---|---:|---:|---|---:|---|---|",
     ]
     for r in table.to_dict("records"):

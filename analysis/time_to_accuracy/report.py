@@ -35,7 +35,7 @@ the report's methods section.
   the same seed's AtteNT run) and full data at equal samples (round(AtteNT's mean planned ratio ×
   E) epochs). Other rows stand apart, labelled with their budget, and are not judged. Full data
   is the reference the target comes from; full_long is the plateau control, not compared.
-- **Words, from intervals only.** AtteNT against each other method of the workload but
+- **Verdicts, from intervals only.** AtteNT against each other method of the workload but
   full_long, seed by seed: AtteNT's value minus the method's over the seeds both ran (the cost
   to the target over the seeds where both reached it). Each quantity (the final metric; the
   cost to the target) is a family: its comparisons with two paired seeds or more that are not
@@ -45,14 +45,14 @@ the report's methods section.
   the paired TOST with margin m (statsmodels' ``ttost_paired``), its p Holm-adjusted across the
   family, gives p < 0.05; else "inconclusive". m is the workload's declared margin (by default
   the target's tolerance) for the final metric; no margin is declared for the cost to the
-  target, whose words are better, worse or inconclusive. The interval given with each word is
-  the t-interval at the comparison's Holm step, so that it excludes 0 exactly where the word is
+  target, whose verdicts are better, worse or inconclusive. The interval given with each verdict is
+  the t-interval at the comparison's Holm step, so that it excludes 0 exactly where the verdict is
   better or worse: the j-th smallest p of m, rejected, gets the 1 − 0.05 / (m − j + 1) interval;
   those not rejected get the interval of the step where Holm stopped, 1 − 0.05 / (m − r) after
   r rejections. ``paired.csv`` adds the plain 95 % intervals and the p-values.
   Variants (``method+suffix``) are compared, seed by seed, with full data, full data at equal
-  cost and at equal samples, and the method they vary: a family of their own, the same words.
-  Nothing in the report says more than these words; means are listed in order, not ranked.
+  cost and at equal samples, and the method they vary: a family of their own, the same verdicts.
+  Nothing in the report says more than these verdicts; means are listed in order, not ranked.
 - **Temperatures.** Soft and AtteNT rows that differ in ``selection.temperature`` (e.g. methods
   ``soft+T0.1``, ``soft+T1``): temperature, hardness and final metric side by side.
 
@@ -142,7 +142,7 @@ def write_report(results: list[WorkloadResult], title: str, out: Path, figures: 
         "",
         "Does a selection method reach full data's final metric (less a stated tolerance), and stay there, for "
         "less method cost (training + scoring + selection), at AtteNT's budget, where more epochs no longer help "
-        "full data? Verdict-stage runs only; comparisons only between rows of matched budgets; words "
+        "full data? Verdict-stage runs only; comparisons only between rows of matched budgets; verdicts "
         "(better, worse, equivalent within ± m, inconclusive) from Holm-adjusted intervals only. The method: "
         "`analysis/time_to_accuracy/report.py`'s docstring. CSVs beside this file: per_run.csv, summary.csv, "
         "paired.csv, curves.csv.",

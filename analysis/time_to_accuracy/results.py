@@ -1,5 +1,5 @@
 """The time-to-accuracy benchmark's numbers from its runs and curves (``runs``): the per-run and
-per-method tables against the target, budgets and standings, the paired comparisons against
+per-method tables against the target, budgets and budget matches, the paired comparisons against
 AtteNT and the variants' (judged by ``stats``: Holm-adjusted t-tests, equivalence by TOST), and
 the temperature table. ``report`` states the method and builds the report.
 """
@@ -46,9 +46,9 @@ COMPARATOR_LABELS = {
     EQUAL_SAMPLES: "full data at equal samples",
     RANDOM_EQUAL_COST: "Random at equal cost (measured)",
 }
-TEMPERATURE_METHODS = ("soft", ATTENT)  # base methods whose temperature the report sets side by side
-# Row order within a standing: by base method (the part before "+"), then by name.
-METHOD_ORDER = (
+TEMPERATURE_ARMS = ("soft", ATTENT)  # base arms whose temperature the report sets side by side
+# Row order within a budget match: by base arm (the part before "+"), then by name.
+ARM_ORDER = (
     FULL,
     FULL_LONG,
     EQUAL_COST,
@@ -95,7 +95,7 @@ INTERVALS = ("realized_saving", "realized_over_ideal")  # also given a 95 % t-in
 
 @dataclass
 class WorkloadResult:
-    """One workload's numbers and words, as the report writes them (``report``)."""
+    """One workload's numbers and verdicts, as the report writes them (``report``)."""
 
     name: str
     metric: str  # the curve metric (eval_*)
@@ -198,14 +198,14 @@ def per_run_table(runs: pd.DataFrame, curves: pd.DataFrame, metric: str, target:
 
 def order_key(method: str) -> tuple[int, str]:
     base = base_method(method)
-    return (METHOD_ORDER.index(base) if base in METHOD_ORDER else len(METHOD_ORDER), method)
+    return (ARM_ORDER.index(base) if base in ARM_ORDER else len(ARM_ORDER), method)
 
 
 def summarize(per_run: pd.DataFrame) -> pd.DataFrame:
     """One row per method: mean, std and n of every per-run quantity (realized / ideal saving:
     the mean of the per-seed ratios), a 95 % t-interval over seeds of the realized saving and of
     realized / ideal (``<name>_low``, ``<name>_high``), the seeds that reached the target, and
-    its standing; reference, control, matched, then apart rows."""
+    its budget match; reference, control, matched, then apart rows."""
     rows = []
     for method, group in per_run.groupby("method", sort=False):
         temperatures = numeric(group, "temperature").dropna().unique()
@@ -223,10 +223,10 @@ def summarize(per_run: pd.DataFrame) -> pd.DataFrame:
             row[column + "_low"], row[column + "_high"] = interval.low, interval.high
         rows.append(row)
     summary = pd.DataFrame(rows)
-    summary["standing"] = standings(summary)
-    summary["matched"] = summary["standing"].eq(MATCHED)
+    summary["budget_match"] = budget_matches(summary)
+    summary["matched"] = summary["budget_match"].eq(MATCHED)
     rank = {REFERENCE: 0, CONTROL: 1, MATCHED: 2, APART: 3}
-    keys = [(rank[s], *order_key(m)) for s, m in zip(summary["standing"], summary["method"])]
+    keys = [(rank[s], *order_key(m)) for s, m in zip(summary["budget_match"], summary["method"])]
     return summary.iloc[sorted(range(len(summary)), key=keys.__getitem__)].reset_index(drop=True)
 
 
@@ -235,7 +235,7 @@ def attent_budget(summary: pd.DataFrame) -> float:
     return float(budget.iloc[0]) if len(budget) else math.nan
 
 
-def standings(summary: pd.DataFrame) -> list[str]:
+def budget_matches(summary: pd.DataFrame) -> list[str]:
     """Full data: the reference; full_long: the plateau control; AtteNT and full data at equal
     cost or equal samples and Random at equal cost: matched (by construction); others matched where their budget is within
     BUDGET_TOLERANCE (relative) of AtteNT's, else apart."""
@@ -255,7 +255,7 @@ def standings(summary: pd.DataFrame) -> list[str]:
 
 
 def apart_note(budget: float, reference: float) -> str:
-    """Why a comparison off AtteNT's budget gets no word."""
+    """Why a comparison off AtteNT's budget gets no verdict."""
     return f"budget {percent_cell(budget)} of full data's samples against AtteNT's {percent_cell(reference)}"
 
 
@@ -264,11 +264,11 @@ def paired_comparisons(per_run: pd.DataFrame, summary: pd.DataFrame, lower: bool
     final metric, and the cost to reach the target over the seeds where both reached it. Each
     quantity is one family (``judge_family``; the equivalence ``margin`` applies to the final
     metric; no margin is declared for the cost). Rows apart from AtteNT's budget get the numbers
-    but no word, and are not in the family."""
+    but no verdict, and are not in the family."""
     attent = per_run[per_run["method"].eq(ATTENT)].set_index("seed")
     if attent.empty:
         return []
-    standing = dict(zip(summary["method"], summary["standing"]))
+    budget_match = dict(zip(summary["method"], summary["budget_match"]))
     reference = attent_budget(summary)
     finals, costs = [], []
     for method in summary["method"]:
@@ -276,12 +276,12 @@ def paired_comparisons(per_run: pd.DataFrame, summary: pd.DataFrame, lower: bool
             continue
         other = per_run[per_run["method"].eq(method)].set_index("seed")
         budget = float(summary.loc[summary["method"].eq(method), "budget"].iloc[0])
-        apart = apart_note(budget, reference) if standing[method] == APART else ""
+        apart = apart_note(budget, reference) if budget_match[method] == APART else ""
         finals.append(
             Paired(
                 ATTENT,
                 method,
-                standing[method],
+                budget_match[method],
                 FINAL,
                 *seed_pair(attent, other, "final_metric"),
                 "lower" if lower else "higher",
@@ -293,7 +293,7 @@ def paired_comparisons(per_run: pd.DataFrame, summary: pd.DataFrame, lower: bool
         cost = Paired(
             ATTENT,
             method,
-            standing[method],
+            budget_match[method],
             COST_TO_TARGET,
             *seed_pair(attent, other, "cost_to_target_s"),
             "lower",
@@ -312,7 +312,7 @@ def paired_comparisons(per_run: pd.DataFrame, summary: pd.DataFrame, lower: bool
 
 def temperature_table(summary: pd.DataFrame) -> pd.DataFrame:
     """Soft and AtteNT rows (variants included) by temperature, where there are two or more."""
-    rows = summary[summary["method"].map(base_method).isin(TEMPERATURE_METHODS) & summary["temperature"].notna()]
+    rows = summary[summary["method"].map(base_method).isin(TEMPERATURE_ARMS) & summary["temperature"].notna()]
     if rows["temperature"].nunique() < 2:
         return pd.DataFrame()
     return rows.sort_values(["temperature", "method"])[
@@ -326,7 +326,7 @@ def temperature_table(summary: pd.DataFrame) -> pd.DataFrame:
             "final_metric_std",
             "final_metric_n",
             "budget",
-            "standing",
+            "budget_match",
         ]
     ].reset_index(drop=True)
 
@@ -341,16 +341,16 @@ def variant_table(
     share of it its scoring spent, the agreement of training and scoring losses, and its final
     metric paired, seed by seed, against full data, full data at equal cost and at equal samples
     (those the workload ran) and the method it varies. Those comparisons are one family of their
-    own (``judge_family``: Holm across every variant's, the same words). Returns the table (per
+    own (``judge_family``: Holm across every variant's, the same verdicts). Returns the table (per
     comparator key: ``vs_<key>``, ``_low``, ``_high`` at the Holm step's level, ``_level``,
     ``_n``, ``_verdict``) and the comparisons."""
     by_method = {m: g.set_index("seed") for m, g in per_run.groupby("method", sort=False)}
-    standing = dict(zip(summary["method"], summary["standing"]))
+    budget_match = dict(zip(summary["method"], summary["budget_match"]))
     budget = dict(zip(summary["method"], summary["budget"]))
     variants = [m for m in summary["method"] if "+" in str(m)]
     comparisons: dict[tuple[str, str], Paired] = {}
     for variant in variants:
-        apart = apart_note(budget[variant], attent_budget(summary)) if standing[variant] == APART else ""
+        apart = apart_note(budget[variant], attent_budget(summary)) if budget_match[variant] == APART else ""
         against = {key: m for key, m in VARIANT_COMPARATORS.items() if m in by_method} | {"base": base_method(variant)}
         for key, method in against.items():
             values = (
@@ -359,7 +359,7 @@ def variant_table(
                 else (np.array([]), np.array([]))
             )
             comparisons[variant, key] = Paired(
-                variant, method, standing[variant], FINAL, *values, "lower" if lower else "higher", apart
+                variant, method, budget_match[variant], FINAL, *values, "lower" if lower else "higher", apart
             )
     judge_family(list(comparisons.values()), margin)
     rows = []

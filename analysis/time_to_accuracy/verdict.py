@@ -1,5 +1,6 @@
-"""A workload's verdict in sentences (its ``results`` in words): the selection stage's choices, the
-plateau and target sentences, AtteNT's budget and standing, and the words its comparisons earned.
+"""A workload's verdict in sentences (its ``results`` in prose): the selection stage's choices, the
+plateau and target sentences, AtteNT's budget and the rows' budget match, and the verdicts its
+comparisons earned.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def judged_sentences(paired: list[Paired], subject: str = "AtteNT") -> list[str]
 def family_sentence(result: WorkloadResult) -> str:
     sizes = {q: sum(p.judged for p in result.paired if p.quantity == q) for q in (FINAL, COST_TO_TARGET)}
     return (
-        f"Words (AtteNT's): Holm across its {sizes[FINAL]} comparisons of the final metric and, apart, its "
+        f"Verdicts (AtteNT's): Holm across its {sizes[FINAL]} comparisons of the final metric and, apart, its "
         f'{sizes[COST_TO_TARGET]} of the cost to the target, at {ALPHA}; "equivalent" by a paired TOST within '
         f"± {result.margin:.4g} (final metric; no margin is declared for the cost)."
     )
@@ -125,14 +126,14 @@ def verdict(result: WorkloadResult) -> list[str]:
     if steps and FULL in s.index and not math.isnan(s.loc[FULL, "optimizer_steps"]):
         steps += f" (full data {s.loc[FULL, 'optimizer_steps']:.0f})"
     lines.append(f"{reached}. Its budget: {percent_cell(a['budget'])} of full data's samples back-propagated{steps}.")
-    matched = s[s["standing"].eq(MATCHED)]
+    matched = s[s["budget_match"].eq(MATCHED)]
     if len(matched) > 1:
         ordered = matched.sort_values("final_metric", ascending=result.lower)
         lines.append(
-            f"At AtteNT's budget, mean final {result.metric} in order (the words below judge the "
+            f"At AtteNT's budget, mean final {result.metric} in order (the verdicts below judge the "
             "differences): " + ", ".join(f"{m} {v:.4f}" for m, v in ordered["final_metric"].items()) + "."
         )
-    for method, row in s[s["standing"].eq(APART)].iterrows():
+    for method, row in s[s["budget_match"].eq(APART)].iterrows():
         lines.append(
             f"{method} trained on another budget ({percent_cell(row['budget'])} of full data's samples, "
             f"AtteNT {percent_cell(a['budget'])}): shown apart, not judged."

@@ -62,10 +62,10 @@ def vs_cell(row: dict, key: str, places: int) -> str:
     return f"{mean:+.{places}f}{interval} {row[f'vs_{key}_verdict']}"
 
 
-def standing_cell(row: dict) -> str:
-    if row["standing"] == APART:
+def budget_match_cell(row: dict) -> str:
+    if row["budget_match"] == APART:
         return f"apart (budget {percent_cell(row['budget'])})"
-    return row["standing"]
+    return row["budget_match"]
 
 
 def seed_stat(r: dict, name: str, places: int) -> str:
@@ -99,14 +99,14 @@ def summary_lines(result: WorkloadResult) -> list[str]:
         "",
         *(f"- {line}" for line in result.verdict),
         "",
-        f"| method | selection | standing | budget | final {m} | method cost to target (s) | method cost (s) "
+        f"| method | selection | budget match | budget | final {m} | method cost to target (s) | method cost (s) "
         "| wall-clock (s) | optimiser steps | ideal saving | realized saving [95 %] | realized / ideal [95 %] "
         "| hardness |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in result.summary.to_dict("records"):
         lines.append(
-            f"| {r['method']} | {r['label']} | {standing_cell(r)} "
+            f"| {r['method']} | {r['label']} | {budget_match_cell(r)} "
             f"| {percent_stat(r['budget'], r['budget_std'], r['budget_n'])} | {q(r, 'final_metric', 4)} "
             f"| {reach_cell(r)} | {q(r, 'method_cost_s', 1)} | {q(r, 'wallclock_s', 1)} "
             f"| {q(r, 'optimizer_steps', 0)} "
@@ -147,19 +147,19 @@ def paired_lines(result: WorkloadResult) -> list[str]:
     lines = [
         "",
         "Paired against AtteNT (AtteNT's minus the method's over the seeds both ran; the cost to the "
-        "target over the seeds where both reached it). Words from Holm-adjusted paired t-tests within each "
+        "target over the seeds where both reached it). Verdicts from Holm-adjusted paired t-tests within each "
         f"quantity's family at {ALPHA} (better / worse), else a paired TOST within the margin, "
         "Holm-adjusted the same way (equivalent), else inconclusive; the interval is the t-interval at the "
         "comparison's Holm step (the j-th smallest p of m, rejected: 1 − 0.05 / (m − j + 1); not rejected: "
         "1 − 0.05 / (m − r), the step where Holm stopped after r rejections):",
         "",
-        "| method | standing | quantity | paired seeds | AtteNT − method | Holm-step interval | p (Holm) "
+        "| method | budget match | quantity | paired seeds | AtteNT − method | Holm-step interval | p (Holm) "
         "| TOST p (Holm) | verdict (AtteNT's) |",
         "|---|---|---|---:|---:|---|---:|---:|---|",
     ]
     for p in result.paired:
         lines.append(
-            f"| {p.method} | {p.standing} | {p.quantity} | {p.seeds} | {signed(p.mean, p.places)} "
+            f"| {p.method} | {p.budget_match} | {p.quantity} | {p.seeds} | {signed(p.mean, p.places)} "
             f"| {interval_text(p)} | {number(p.p_holm)} | {number(p.p_tost_holm)} | {p.verdict} |"
         )
     return lines
@@ -173,13 +173,13 @@ def temperature_lines(result: WorkloadResult) -> list[str]:
         "",
         "Temperatures (soft and AtteNT rows):",
         "",
-        f"| method | temperature | hardness | final {m} | standing |",
+        f"| method | temperature | hardness | final {m} | budget match |",
         "|---|---:|---:|---:|---|",
     ]
     for r in result.temperatures.to_dict("records"):
         lines.append(
             f"| {r['method']} | {r['temperature']:g} | {q(r, 'hardness', 2)} "
-            f"| {q(r, 'final_metric', 4)} | {standing_cell(r)} |"
+            f"| {q(r, 'final_metric', 4)} | {budget_match_cell(r)} |"
         )
     return lines
 
@@ -195,7 +195,7 @@ def variant_lines(result: WorkloadResult) -> list[str]:
         "saving their scoring spent, and their final metric paired seed by seed against "
         + ", ".join(VARIANT_COLUMNS[k] for k in keys)
         + " (the variant's minus the other's, the interval at "
-        "its Holm step and its confidence, the word: Holm within the variants' own family of "
+        "its Holm step and its confidence, the verdict: Holm within the variants' own family of "
         f"{sum(p.judged for p in result.variant_paired)} comparisons):",
         "",
         "| variant | budget | realized / ideal | scoring / ideal saving | score agreement "
@@ -256,8 +256,8 @@ def interval_text(p: Paired) -> str:
 def terminal(result: WorkloadResult, width: int = 100) -> str:
     """The workload's verdict and its main table, for a terminal: the sentences wrapped to
     ``width``, the table with the columns a reader compares (final metric and method cost: mean
-    ± std over seeds; steps: the optimiser's, mean over seeds; the Markdown file has every
-    column)."""
+    ± std over seeds; steps: the optimiser's, mean over seeds; the budget with its budget match in
+    brackets, to fit the width; the Markdown file has every column)."""
     import textwrap
 
     from tabulate import tabulate
@@ -266,8 +266,7 @@ def terminal(result: WorkloadResult, width: int = 100) -> str:
     rows = [
         [
             r["method"],
-            r["standing"],
-            percent_cell(r["budget"]),
+            f"{percent_cell(r['budget'])} ({r['budget_match']})",
             cell(r["final_metric"], r["final_metric_std"], r["final_metric_n"], 4),
             cell(r["method_cost_s"], r["method_cost_s_std"], r["method_cost_s_n"], 1),
             cell(r["optimizer_steps"], math.nan, 1, 0),
@@ -277,7 +276,7 @@ def terminal(result: WorkloadResult, width: int = 100) -> str:
     ]
     table = tabulate(
         rows,
-        headers=["method", "standing", "budget", "final", "cost (s)", "steps", "realized/ideal"],
+        headers=["method", "budget (match)", "final", "cost (s)", "steps", "realized/ideal"],
         tablefmt="simple",
         disable_numparse=True,
     )

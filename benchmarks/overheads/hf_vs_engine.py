@@ -55,7 +55,7 @@ trains beside the processes of another. Torch threads: --threads in every arm (t
 as many CPUs and the same OMP_NUM_THREADS).
 
 Output: ``runs.csv`` (a row per run) and ``summary.md`` (per-arm mean ± std; paired differences per
-seed, each column a Holm-adjusted family with its words) under --out. ``runs.csv`` is rewritten after every run;
+seed, each column a Holm-adjusted family with its verdicts) under --out. ``runs.csv`` is rewritten after every run;
 ``--resume`` keeps the rows it holds (the same settings) and trains only the (seed, arm) pairs it lacks.
 
     # the real run (a quiet machine, nothing else running; about 2 h at one thread, ~35 min a seed):
