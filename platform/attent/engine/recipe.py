@@ -35,11 +35,6 @@ from . import antk, checkpoint
 from .counters import RunCounters, timed
 from .lr import lr_factor
 
-# Scoring batch = this x the training batch, per device type. Scoring keeps no activations for a
-# backward pass, so on a GPU a larger batch fits and fills it. On CPU larger batches only spill
-# caches: the offline MAE's 4000 samples score in 3.6 s at batch 64-256 and 5.8 s at 512.
-SCORING_BATCH_FACTOR = {"cpu": 2, "cuda": 4}
-
 
 @dataclass(frozen=True)
 class WorkerContext:
@@ -105,7 +100,6 @@ class TrainingRecipe:
         # Gathered once, not per step: a walk of the LoRA model takes 2 ms, ~1 % of an H100 step
         self.trainable = self.task.trainable_parameters(self.raw_model)
         self.optimizer = torch.optim.AdamW(groups, lr=self.optim.lr, betas=self.optim.betas, eps=self.optim.eps)
-        scoring_batch = SCORING_BATCH_FACTOR.get(ctx.device.type, 2) * cfg.train.batch_size
         self.selector = Selector(
             self.train_set,
             selection=cfg.selection,
@@ -115,7 +109,7 @@ class TrainingRecipe:
             loss_fn=self.scoring_loss,
             collate_fn=self.task.collate,
             score_dataset=self.task.scoring_dataset(),
-            score_batch_size=cfg.train.scoring_batch_size or scoring_batch,
+            score_batch_size=cfg.train.scoring_batch_size,  # None: sized from the training batch
             score_num_workers=cfg.train.loader_workers,
             groups=self.task.group_labels(),
             components=self.task.loss_components,

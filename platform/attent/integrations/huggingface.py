@@ -130,11 +130,11 @@ class AtteNTTrainerMixin(SelectionCheckpoints):
             model=self.model,
             loss_fn=self._scoring_losses,
             collate_fn=collator,
-            score_batch_size=args.per_device_eval_batch_size,
             rank=args.process_index,
             world_size=args.world_size,
             shuffle=args.train_sampling_strategy != "sequential",
         )
+        self.selector.train_batch_size = self._train_batch_size  # sizes the scoring batch
         loader = DataLoader(
             dataset,
             batch_size=self._train_batch_size,

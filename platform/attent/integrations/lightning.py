@@ -90,7 +90,7 @@ class AtteNTCallback(pl.Callback):
         loss_fn: PerSampleLoss | None = None,
         collate_fn: Callable | None = None,  # the scoring pass's and loader()'s
         score_dataset: Dataset | None = None,  # the scoring pass's items (e.g. without augmentation)
-        score_batch_size: int = 256,  # samples per scoring-pass batch
+        score_batch_size: int | None = None,  # samples per scoring-pass batch; None: from loader()'s batch
         groups: torch.Tensor | None = None,  # class per sample: stratify, class_weight
         shuffle: bool = True,
         drop_last: bool = False,

@@ -45,6 +45,12 @@ from ..selection.sampler import SubsetSampler, shard_indices
 from ..selection.strategies import budget
 from ..selection.teacher import ScoreFn, Teacher
 
+# Scoring batch = this x the training batch, per device type. Scoring keeps no activations for a
+# backward pass, so on a GPU a larger batch fits and fills it. On CPU larger batches only spill
+# caches: the offline MAE's 4000 samples score in 3.6 s at batch 64-256 and 5.8 s at 512.
+SCORING_BATCH_FACTOR = {"cpu": 2, "cuda": 4}
+FALLBACK_SCORING_BATCH = 256  # where no training batch is known (a loader the selector did not build)
+
 # loss_fn(model, batch) -> FloatTensor[B] (or [B, C]): the per-sample training loss (reduction="none"),
 # moving the batch to the model's device itself; the same function the training loop calls.
 PerSampleLoss = Callable[[torch.nn.Module, Any], torch.Tensor]
@@ -96,7 +102,8 @@ class Selector:
     selection's draws and shuffles. ``model`` and ``loss_fn``: needed only where the selection runs
     scoring passes (the ``vit`` preset does, ``llm`` and ``full`` do not); a scoring pass reads
     ``score_dataset`` (the training set by default; e.g. the same items without augmentation) in
-    batches of ``score_batch_size`` with ``score_num_workers`` loader processes. ``components``:
+    batches of ``score_batch_size`` (default: twice the training batch of ``loader()`` on CPU, four
+    times on a GPU) with ``score_num_workers`` loader processes. ``components``:
     the names of the loss components where ``loss_fn`` returns [B, C]. Under torch.distributed
     every rank builds its Selector with the same arguments; rank and world size are read from the
     process group unless given, and every epoch's subset is checked to be the same on every rank. (``config=``, and the config, epochs and seed by position, still
@@ -115,7 +122,7 @@ class Selector:
         loss_fn: PerSampleLoss | None = None,
         collate_fn: Callable | None = None,  # the scoring pass's; DataLoader's default if None
         score_dataset: Dataset | None = None,  # the scoring pass's items (e.g. without augmentation)
-        score_batch_size: int = 256,  # samples per scoring-pass batch
+        score_batch_size: int | None = None,  # samples per scoring-pass batch; None: from the training batch
         score_num_workers: int = 0,  # the scoring pass's DataLoader processes
         groups: torch.Tensor | None = None,  # class per sample: stratify, class_weight
         components: Sequence[str] = (),  # loss component names, where losses are [B, C]
@@ -131,6 +138,7 @@ class Selector:
         self.model, self.loss_fn = model, loss_fn
         self.collate_fn, self.score_batch_size, self.score_num_workers = collate_fn, score_batch_size, score_num_workers
         self.components = tuple(components)
+        self.train_batch_size: int | None = None  # loader()'s, which sizes the scoring batch
         self.score_dataset = dataset if score_dataset is None else score_dataset
         if len(self.score_dataset) != len(dataset):
             raise ValueError(
@@ -171,6 +179,7 @@ class Selector:
                 "the selector's sampler chooses and shuffles the samples: pass neither sampler nor shuffle"
             )
         kwargs.setdefault("collate_fn", self.collate_fn)
+        self.train_batch_size = batch_size
         return DataLoader(self.dataset, batch_size=batch_size, sampler=self.sampler, **kwargs)
 
     # --- the epoch -------------------------------------------------------------------------------
@@ -271,9 +280,10 @@ class Selector:
         under inference mode (no autograd bookkeeping) and in eval mode (dropout off), the
         model's mode restored after."""
         shard = shard_indices(indices, self.rank, self.world_size, shuffle=False)
+        batch_size = self.scoring_batch_size()
         loader = DataLoader(
             self.score_dataset,
-            batch_size=self.score_batch_size,
+            batch_size=batch_size,
             sampler=shard.tolist(),
             collate_fn=self.collate_fn,
             num_workers=self.score_num_workers,
@@ -282,12 +292,22 @@ class Selector:
         self.model.eval()
         try:
             with torch.inference_mode():
-                for batch_indices, batch in zip(shard.split(self.score_batch_size), loader):
+                for batch_indices, batch in zip(shard.split(batch_size), loader):
                     losses = self.loss_fn(self.model, batch)
                     self._scored += losses.shape[0]
                     yield batch_indices, losses
         finally:
             self.model.train(was_training)
+
+    def scoring_batch_size(self) -> int:
+        """``score_batch_size``, else the training batch times ``SCORING_BATCH_FACTOR`` of the
+        model's device type (a forward keeps no activations), else 256."""
+        if self.score_batch_size:
+            return self.score_batch_size
+        if not self.train_batch_size:
+            return FALLBACK_SCORING_BATCH
+        device = next(self.model.parameters()).device.type
+        return SCORING_BATCH_FACTOR.get(device, 2) * self.train_batch_size
 
     # --- what a loop needs around it -------------------------------------------------------------
     def planned_steps(self, batch_size: int, drop_last: bool = False, accumulation: int = 1) -> int:
