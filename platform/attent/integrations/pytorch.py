@@ -30,7 +30,7 @@ user's loop.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -41,9 +41,10 @@ from ..selection import metric_names as names
 from ..selection.config import SelectionConfig
 from ..selection.deprecation import deprecated_arguments, warn_renamed
 from ..selection.distributed import agreed_checksum, all_reduce_sums
-from ..selection.sampler import SubsetSampler, shard_indices
+from ..selection.sampler import shard_indices
 from ..selection.strategies import budget
 from ..selection.teacher import ScoreFn, Teacher
+from .recording_sampler import RecordingSampler
 
 # Scoring batch = this x the training batch, per device type. Scoring keeps no activations for a
 # backward pass, so on a GPU a larger batch fits and fills it. On CPU larger batches only spill
@@ -54,43 +55,6 @@ FALLBACK_SCORING_BATCH = 256  # where no training batch is known (a loader the s
 # loss_fn(model, batch) -> FloatTensor[B] (or [B, C]): the per-sample training loss (reduction="none"),
 # moving the batch to the model's device itself; the same function the training loop calls.
 PerSampleLoss = Callable[[torch.nn.Module, Any], torch.Tensor]
-
-
-class RecordingSampler(SubsetSampler):
-    """``SubsetSampler`` that remembers the order it last handed out, so that ``Selector.update``
-    knows which samples each batch holds."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.order = torch.empty(0, dtype=torch.long)  # this rank's indices of the current pass
-        self.cursor = 0  # how many of them update() has consumed
-        self.passes = 0  # times iterated, for a missing-sampler check
-        # Samples of the next pass trained on before a mid-epoch checkpoint: the pass still hands
-        # out its whole order (a loader that skips batches iterates them too), update() goes on
-        # after them.
-        self.resume_at = 0
-
-    def __iter__(self) -> Iterator[int]:
-        self.order, self.cursor, self.resume_at = self._indices(), self.resume_at, 0
-        self.passes += 1
-        return iter(self.order.tolist())
-
-    def take(self, count: int) -> torch.Tensor:
-        """The next ``count`` indices of the pass."""
-        if self.passes == 0:
-            raise RuntimeError(
-                "update() before the sampler was iterated: build the DataLoader with "
-                "sampler=selector.sampler (or use selector.loader(...))"
-            )
-        if self.cursor + count > self.order.numel():
-            raise RuntimeError(
-                f"update() got {count} losses but only {self.order.numel() - self.cursor} of this "
-                "epoch's samples are left: one call per batch, losses per sample (no packing), "
-                "and a DataLoader drawing from selector.sampler"
-            )
-        taken = self.order[self.cursor : self.cursor + count]
-        self.cursor += count
-        return taken
 
 
 class Selector:
