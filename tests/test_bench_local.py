@@ -101,9 +101,13 @@ benchmark:
     assert said.count("finished earlier, kept") == 4  # the selection stage is not run again
     runs = runs_of(uri, "local-bench")
     assert len(runs) == 4 + 6
-    for seed in (0, 1):
-        full, repeat = runs[f"full s{seed} digits"], runs[f"full+again s{seed} digits"]
+    _, planned = load_benchmark(tmp_path / "bench.yaml")
+    for seed in (0, 1):  # the arms' order rotates from seed to seed: the later of the two is recorded
+        order = [run.arm for run in planned if run.experiment.seed == seed]
+        earlier, later = sorted(("full", "full+again"), key=order.index)
+        full, repeat = runs[f"{earlier} s{seed} digits"], runs[f"{later} s{seed} digits"]
         assert repeat.data.tags[contract.TAG_SAME_RUN_AS] == full.info.run_id
+        assert contract.TAG_SAME_RUN_AS not in full.data.tags
         assert repeat.data.metrics == full.data.metrics
         assert contract.TAG_SAME_RUN_AS not in runs[f"attent s{seed} digits"].data.tags
     assert {r.data.params["ray.num_workers"] for r in runs.values()} == {"0"}

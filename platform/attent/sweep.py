@@ -15,6 +15,10 @@ per trial (linked by the parent run id, which works across Ray processes).
         - {selection.preset: null, selection.method: full}
       seeds: [0, 1, 2]
       max_concurrent: 2                 # null: as many as the cluster's CPUs allow
+
+Trials launch seed-major (``launch_order``): every configuration of a seed, full data's included,
+before any of the next seed, each seed's block rotated to start elsewhere, so that a slow drift of
+the machine over a long sweep falls on every configuration alike, not on one of them.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -41,6 +45,8 @@ from .config import (
     sqlite_file,
 )
 from .selection.config import deep_merge
+
+T = TypeVar("T")
 
 
 class SweepSpec(BaseModel):
@@ -60,7 +66,7 @@ class Sweep(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
     spec: SweepSpec
     base: ExperimentConfig
-    trials: list[tuple[str, ExperimentConfig]]  # (trial id, experiment)
+    trials: list[tuple[str, ExperimentConfig]]  # (trial id, experiment), in launch order
 
 
 def load_sweep(path: str | Path, overrides: list[str] | None = None, *, name: str | None = None) -> Sweep:
@@ -81,13 +87,28 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None, *, name: st
     if not variants:
         variants = [{}]
     trials = []
-    for i, variant in enumerate(variants):
-        for seed in spec.seeds:
-            trial_id = f"t{i:02d}-s{seed}"
-            data = deep_merge(base_data, nest_keys(variant))
-            data.update(name=f"{spec.name}-{trial_id}", seed=seed)
-            trials.append((trial_id, build_experiment(data, f"{path} trial {trial_id} {variant}")))
+    for i, seed in launch_order(len(variants), spec.seeds):
+        trial_id = f"t{i:02d}-s{seed}"
+        data = deep_merge(base_data, nest_keys(variants[i]))
+        data.update(name=f"{spec.name}-{trial_id}", seed=seed)
+        trials.append((trial_id, build_experiment(data, f"{path} trial {trial_id} {variants[i]}")))
     return Sweep(spec=spec, base=base, trials=trials)
+
+
+def seed_block(items: list[T], block: int, blocks: int) -> list[T]:
+    """``items`` as the ``block``-th of ``blocks`` seed blocks runs them: rotated to start at item
+    ``block * len(items) // blocks``, so that over the seeds each item takes the early and the late
+    places of a block alike (none is always first or last) and a drift of the machine is shared."""
+    if not items:
+        return []
+    start = block * len(items) // blocks % len(items)
+    return items[start:] + items[:start]
+
+
+def launch_order(configurations: int, seeds: list[int]) -> list[tuple[int, int]]:
+    """(configuration index, seed) of every trial in launch order: seed-major, every configuration
+    of a seed before any of the next, each seed's block rotated by ``seed_block``."""
+    return [(i, seed) for k, seed in enumerate(seeds) for i in seed_block(list(range(configurations)), k, len(seeds))]
 
 
 def is_sweep_file(path: str | Path) -> bool:
@@ -101,7 +122,7 @@ def describe_sweep(sweep: Sweep) -> str:
     lines = [
         f"sweep {spec.name!r}: {len(sweep.trials)} trials ({len(sweep.trials) // len(spec.seeds)} "
         f"configurations x {len(spec.seeds)} seed(s)), base {spec.base}, "
-        f"max_concurrent {spec.max_concurrent or 'cluster CPUs'}"
+        f"max_concurrent {spec.max_concurrent or 'cluster CPUs'}; in launch order"
     ]
     for trial_id, cfg in sweep.trials:
         lines.append(
@@ -291,7 +312,8 @@ def _tuner(
     concurrency: int,
     tracking_uri: str | None = None,
 ):
-    """The Tune grid of trials (one per trial id), new or restored from ``tune_path``."""
+    """The Tune grid of trials (one per trial id), new or restored from ``tune_path``. One
+    ``grid_search`` over the trials' list: Tune launches them in its order, ``launch_order``'s."""
     from ray import tune
 
     param_space = {

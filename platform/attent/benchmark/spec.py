@@ -23,6 +23,7 @@ from ..config import (
 from ..contract import base_method
 from ..selection.config import deep_merge
 from ..selection.deprecation import moved_names, renamed_keys, warn_renamed
+from ..sweep import seed_block
 
 _ATTENT = {"selection.preset": "{variant}"}
 # The arms a workload may compare, each as overrides on the workload's experiment ("{variant}":
@@ -166,10 +167,10 @@ def load_benchmark(
     workloads: list[str] | None = None,
 ) -> tuple[BenchmarkSpec, list[BenchmarkRun]]:
     """The spec in ``path`` and its verdict runs in execution order (workload, seed, arm: a
-    seed's arms run back to back, so slow drifts of the machine hit them alike; calibrated
-    arms after the runs they read), with the selection stage's ``choices`` applied (None: the
-    base values). ``overrides`` (key.path=value) apply to every run; ``name`` renames the
-    benchmark (a fresh one); ``workloads``: only the workloads of these names (None: all)."""
+    seed's arms run back to back, so slow drifts of the machine hit them alike, in an order
+    rotated from seed to seed by ``seed_arms``), with the selection stage's ``choices`` applied
+    (None: the base values). ``overrides`` (key.path=value) apply to every run; ``name`` renames
+    the benchmark (a fresh one); ``workloads``: only the workloads of these names (None: all)."""
     path = Path(path)
     spec = load_section(path, "benchmark", BenchmarkSpec, name=name)
     if workloads:
@@ -184,10 +185,10 @@ def load_benchmark(
         check_workload(path, workload)
         base = read_yaml((path.parent / workload.base).resolve())
         chosen = (choices or {}).get(workload.name, [])
-        order = sorted(workload.arms, key=lambda m: base_method(m) in CALIBRATED_FROM)
-        for seed in workload.seeds or spec.seeds:
+        seeds = workload.seeds or spec.seeds
+        for block, seed in enumerate(seeds):
             budget = attent_budget(spec, workload, seed, base, cli, chosen, path)
-            for arm in order:
+            for arm in seed_arms(list(workload.arms), block, len(seeds)):
                 runs.append(
                     BenchmarkRun(
                         workload=workload,
@@ -197,6 +198,15 @@ def load_benchmark(
                     )
                 )
     return spec, runs
+
+
+def seed_arms(arms: list[str], block: int, blocks: int) -> list[str]:
+    """The order of ``arms`` in the ``block``-th of ``blocks`` seed blocks: the arms that read no
+    other run, rotated from block to block (``sweep.seed_block``: none always first or last), then
+    the arms calibrated from runs of the same seed, rotated among themselves, after those runs."""
+    calibrated = [arm for arm in arms if base_method(arm) in CALIBRATED_FROM]
+    free = [arm for arm in arms if base_method(arm) not in CALIBRATED_FROM]
+    return seed_block(free, block, blocks) + seed_block(calibrated, block, blocks)
 
 
 def check_workload(path: Path, workload: WorkloadSpec) -> None:
