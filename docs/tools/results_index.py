@@ -63,6 +63,8 @@ STUDIES = {
     "(`attent bench benchmarks/specs/mae_saving.yaml`)",
     "paper_tables": "the paper's tables on digits (`attent sweep experiments/sweeps/*_digits.yaml`, `attent report`; "
     "a folder per sweep; `subset_classes*/`: `benchmarks/run_analysis/subset_classes.py`)",
+    "phase_costs": "a training step, a scoring pass, loading and a re-selection per sample, by integration and workload (`benchmarks/speed/phase_costs.py`)",
+    "free_score_agreement": "free scores against a fresh scoring pass, Spearman at each re-selection (`benchmarks/speed/free_score_agreement.py`)",
     "scoring_speed": "a scoring pass's speed by batch size and precision (`benchmarks/speed/scoring_speed.py`)",
     "selection_scaling": "the selection functions' wall-clock up to 1e8 scores, on a loaded and on a quiet "
     "machine (`benchmarks/speed/selection_scaling.py`)",
