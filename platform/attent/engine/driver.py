@@ -33,6 +33,7 @@ from ray.train.torch import TorchTrainer
 from .. import contract
 from ..config import DownstreamJob, ExperimentConfig, flatten
 from . import faults, progress, ray_process
+from .credentials import client_env
 from .dashboard import add_to_training_view
 from .preflight.cluster import check_cluster_resources
 from .preflight.resources import worker_bundle
@@ -242,10 +243,12 @@ def ensure_ray(cfg: ExperimentConfig) -> float:
     address = cfg.ray.address or os.environ.get("RAY_ADDRESS")
     if not address:
         os.environ.setdefault(PREEMPTION_WATCHER_ENV, "0")
-    # Each process of this job is told its own cluster (``ray_process.own_cluster``).
-    hook = f"{ray_process.__name__}.{ray_process.own_cluster.__name__}"
-    local = {} if address else {"runtime_env": {"worker_process_setup_hook": hook}}
-    ray.init(address=cfg.ray.address, log_to_driver=True, configure_logging=True, logging_level="WARNING", **local)
+    # Each process of this job is told its own local cluster and given this driver's MLflow
+    # credentials, which a worker on a `ray start` node would not otherwise have (ray_process).
+    remote = (cfg.mlflow.tracking_uri or "").lower().startswith(("http://", "https://"))
+    hook = ray_process.setup_hook(client_env() if remote else {}, local=not address)
+    setup = {"runtime_env": {"worker_process_setup_hook": hook}} if hook else {}
+    ray.init(address=cfg.ray.address, log_to_driver=True, configure_logging=True, logging_level="WARNING", **setup)
     return time.perf_counter() - start
 
 

@@ -24,6 +24,7 @@ from .. import contract
 from ..config import ExperimentConfig, flatten, sqlite_file
 from ..server import DEFAULT_ARTIFACTS
 from . import faults
+from .credentials import redactor
 from .dashboard import add_to_training_view, write_training_view
 
 
@@ -233,6 +234,7 @@ def start_or_resume_run(
     if previous and previous.info.status != contract.STATUS_FINISHED:
         reopen_run(client, previous.info.run_id)
         return previous.info.run_id, True
+    hide = redactor()  # no MLflow password, nor one written into a URI, in what the run records
     tags = {
         **run_tags(cfg, role),
         **driver_tags(),
@@ -240,12 +242,13 @@ def start_or_resume_run(
     }  # extra_tags may name the run (a benchmark's arm and seed)
     if parent_run_id:
         tags[contract.TAG_PARENT_RUN_ID] = parent_run_id
+    tags = {key: hide(value) for key, value in tags.items()}
     run = client.create_run(experiment_id, run_name=tags[contract.TAG_RUN_NAME], tags=tags)
-    params = {k: _param(v) for k, v in flatten(cfg).items()}
+    params = {k: hide(_param(v)) for k, v in flatten(cfg).items()}
     items = list(params.items())
     for i in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
         client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in items[i : i + 100]])
-    client.log_text(run.info.run_id, yaml_dump(cfg), "config.yaml")
+    client.log_text(run.info.run_id, hide(yaml_dump(cfg)), "config.yaml")
     return run.info.run_id, False
 
 

@@ -1,12 +1,14 @@
 """Preflight of the MLflow tracking store: it answers (a short HTTP probe of ``<uri>/health``,
-never MLflow's client, which retries an unreachable server for minutes) and its API accepts our
-Host header (one read-only API call), or, for SQLite, can be written. Nothing is created: an
-existing store stays untouched."""
+never MLflow's client, which retries an unreachable server for minutes), its TLS certificate is
+trusted, and its API accepts our Host header and credentials (one read-only API call), or, for
+SQLite, can be written. Nothing is created: an existing store stays untouched."""
 
 from __future__ import annotations
 
+import base64
 import os
 import ssl
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -15,6 +17,16 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ...config import PreflightError, sqlite_file
+from ...server import is_loopback
+from ..credentials import (
+    FIX,
+    INSECURE_TLS_ENV,
+    SERVER_CERT_ENV,
+    Credentials,
+    read_credentials,
+    redact_uri,
+    uri_has_password,
+)
 
 TRACKING_PROBE_TIMEOUT_S = 5.0
 
@@ -44,20 +56,25 @@ _FIX_URI = (
 
 def _check_http(uri: str, timeout: float) -> None:
     parts = urlsplit(uri)
+    if uri_has_password(uri):
+        raise PreflightError(
+            f"mlflow.tracking_uri {redact_uri(uri)} carries a password in its address, which would be recorded "
+            f"with the run's params and config; nothing was run or recorded. Fix: drop it from the URI and {FIX}"
+        )
     host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
     netloc = f"[{host}]" if ":" in host else host  # credentials never go into the probe or a message
     base = f"{parts.scheme}://{netloc}:{port}{parts.path.rstrip('/')}"
-    problem = _probe(base + "/health", timeout)
+    tls = tls_context() if parts.scheme == "https" else None
+    problem = _probe(base + "/health", timeout, tls)
     if problem is None:
-        refused = _host_refused(base + API_PROBE, timeout)
-        if refused:
-            raise PreflightError(
-                f"MLflow tracking server {base} answers /health but refuses its API: it does not accept the "
-                f"Host header {refused!r} (MLflow's guard against DNS rebinding answered HTTP 403); nothing was "
-                f"run or recorded. Fix: restart the server accepting that name, `attent server --allowed-hosts "
-                f"{refused}` (or `mlflow server --allowed-hosts {refused}`), or use the address it accepts"
-            )
+        _check_api(base, timeout, tls)
         return
+    if problem.startswith(UNTRUSTED):
+        raise PreflightError(
+            f"MLflow tracking server {base} presents a TLS certificate this machine does not trust "
+            f"({problem.removeprefix(UNTRUSTED)}); nothing was run or recorded. Fix: export "
+            f"{SERVER_CERT_ENV}=<the server's certificate, or its CA's, as a PEM file>"
+        )
     if host in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):
         start = (
             f"start it (`mlflow server --host 127.0.0.1 --port {port} --backend-store-uri "
@@ -71,22 +88,65 @@ def _check_http(uri: str, timeout: float) -> None:
     )
 
 
-def _probe(url: str, timeout: float) -> str | None:
+def _check_api(base: str, timeout: float, tls: ssl.SSLContext | None) -> None:
+    """One read-only API call, with the credentials MLflow's client would send: refused for the
+    Host header (MLflow's DNS-rebinding guard) or for the user and password, each named."""
+    credentials = read_credentials()
+    status, body = _api_answer(base + API_PROBE, timeout, tls, credentials)
+    netloc = urlsplit(base).netloc
+    if status == 403 and HOST_REFUSED in body:
+        raise PreflightError(
+            f"MLflow tracking server {base} answers /health but refuses its API: it does not accept the "
+            f"Host header {netloc!r} (MLflow's guard against DNS rebinding answered HTTP 403); nothing was "
+            f"run or recorded. Fix: restart the server accepting that name, `attent server --allowed-hosts "
+            f"{netloc}` (or `mlflow server --allowed-hosts {netloc}`), or use the address it accepts"
+        )
+    if status == 401:
+        who = (
+            f"refused user {credentials.username!r} and the password from {credentials.source}"
+            if credentials
+            else "asks for a user and password, and none is set"
+        )
+        raise PreflightError(f"MLflow tracking server {base} {who} (HTTP 401); nothing was run or recorded. Fix: {FIX}")
+    if credentials and urlsplit(base).scheme == "http" and not is_loopback(urlsplit(base).hostname or ""):
+        print(
+            f"[attent] warning: the MLflow password goes to {base} over plain HTTP, readable on the network "
+            "on its way: serve the tracking server over TLS (`attent server --tls-cert ... --tls-key ...`)",
+            file=sys.stderr,
+        )
+
+
+def tls_context() -> ssl.SSLContext:
+    """Whom an HTTPS probe trusts, as MLflow's client does: $MLFLOW_TRACKING_SERVER_CERT_PATH (or
+    requests' $REQUESTS_CA_BUNDLE), else this machine's CAs; nobody checked with
+    $MLFLOW_TRACKING_INSECURE_TLS=true."""
+    if os.environ.get(INSECURE_TLS_ENV, "").strip().lower() in ("true", "1"):
+        return ssl._create_unverified_context()
+    cafile = os.environ.get(SERVER_CERT_ENV) or os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+    return ssl.create_default_context(cafile=cafile or None)
+
+
+UNTRUSTED = "untrusted certificate: "
+
+
+def _probe(url: str, timeout: float, tls: ssl.SSLContext | None = None) -> str | None:
     """None if a server answers ``url``; else what went wrong. Any HTTP answer but a gateway
-    error counts: a server behind auth or a prefix may refuse /health but is there. The request
-    runs in a thread so that a slow DNS lookup cannot outlast ``timeout`` either."""
+    error counts: a server behind auth or a prefix may refuse /health but is there. A certificate
+    this machine does not trust is named (``UNTRUSTED``). The request runs in a thread so that a
+    slow DNS lookup cannot outlast ``timeout`` either."""
     result: list[str | None] = []
 
     def attempt() -> None:
         try:
-            with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=timeout):
+            with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=timeout, context=tls):
                 result.append(None)
         except urllib.error.HTTPError as exc:
             result.append(f"it answered HTTP {exc.code}" if exc.code in (502, 503, 504) else None)
         except urllib.error.URLError as exc:
-            # A TLS complaint comes from a server that is there: its certificates are MLflow's
-            # business ($MLFLOW_TRACKING_SERVER_CERT_PATH, $MLFLOW_TRACKING_INSECURE_TLS).
-            result.append(None if isinstance(exc.reason, ssl.SSLError) else _reason(exc.reason))
+            if isinstance(exc.reason, ssl.SSLCertVerificationError):
+                result.append(UNTRUSTED + (exc.reason.verify_message or str(exc.reason)))
+            else:  # another TLS complaint comes from a server that is there: MLflow's client says more
+                result.append(None if isinstance(exc.reason, ssl.SSLError) else _reason(exc.reason))
         except Exception as exc:  # socket.timeout, ConnectionResetError, http.client errors...
             result.append(_reason(exc))
 
@@ -100,26 +160,31 @@ API_PROBE = "/api/2.0/mlflow/experiments/search?max_results=1"  # the cheapest c
 HOST_REFUSED = "Invalid Host header"  # MLflow 3's 403 body when its --allowed-hosts lacks the name
 
 
-def _host_refused(url: str, timeout: float) -> str | None:
-    """The Host header a server's API refuses with MLflow's host check (HTTP 403), else None.
-    Any other answer, authentication refusals included, is MLflow's client's to handle."""
-    result: list[str | None] = []
-    host = urlsplit(url).netloc
+def _api_answer(
+    url: str, timeout: float, tls: ssl.SSLContext | None, credentials: Credentials
+) -> tuple[int | None, str]:
+    """The HTTP status and the start of the body of a GET of ``url`` with the credentials (basic
+    auth, as MLflow's client sends them); (None, '') when no answer came: /health answered, so
+    MLflow's client will say more."""
+    result: list[tuple[int | None, str]] = []
+    headers = {}
+    if credentials:
+        token = base64.b64encode(f"{credentials.username}:{credentials.password}".encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
 
     def attempt() -> None:
         try:
-            with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=timeout):
-                result.append(None)
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout, context=tls):
+                result.append((200, ""))
         except urllib.error.HTTPError as exc:
-            body = exc.read(512).decode("utf-8", "replace") if exc.code == 403 else ""
-            result.append(host if HOST_REFUSED in body else None)
-        except Exception:  # unreachable now: /health answered; MLflow's client will say more
-            result.append(None)
+            result.append((exc.code, exc.read(512).decode("utf-8", "replace")))
+        except Exception:
+            result.append((None, ""))
 
     thread = threading.Thread(target=attempt, name="attent-tracking-api-probe", daemon=True)
     thread.start()
     thread.join(timeout + 1.0)
-    return result[0] if result else None
+    return result[0] if result else (None, "")
 
 
 def _reason(exc: Any) -> str:
