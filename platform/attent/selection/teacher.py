@@ -111,6 +111,10 @@ class Teacher:
         self.history: list[SelectionRecord] = []
         self.seconds = {"scoring": 0.0, "selection": 0.0}  # cumulative, for the time split
         self._pending: list[tuple[torch.Tensor, torch.Tensor]] = []
+        # A NaN or inf loss: "raise" stops (the engine's way: its run diverged), "skip" leaves it
+        # out of the table, the sample keeping its previous score (the Hugging Face trainer's, as
+        # Trainer trains on; an inf must never make a sample the hardest)
+        self.nonfinite = "raise"
 
     @property
     def total_epochs(self) -> int:
@@ -129,12 +133,14 @@ class Teacher:
                 f"{indices.numel()} indices but losses of shape {tuple(losses.shape)} "
                 f"({self.component_scores.shape[1]} component(s) expected)"
             )
-        finite = torch.isfinite(losses)
+        finite = torch.isfinite(losses).all(1)
         if not finite.all():
-            raise ValueError(
-                f"non-finite per-sample loss for samples {indices[~finite.all(1)][:8].tolist()}: "
-                "the model diverged or the data holds invalid values"
-            )
+            if self.nonfinite == "raise":
+                raise ValueError(
+                    f"non-finite per-sample loss for samples {indices[~finite][:8].tolist()}: "
+                    "the model diverged or the data holds invalid values"
+                )
+            indices, losses = indices[finite], losses[finite]
         if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= self.num_samples):
             # a negative index would silently overwrite another sample's score
             raise ValueError(
