@@ -126,7 +126,7 @@ class Selector:
 
     def _reset_sums(self) -> None:
         """This rank's sums over the epoch so far: scores, samples trained and scored, components."""
-        self._loss_sum, self._seen, self._scored = 0.0, 0, 0
+        self._loss_sum, self._seen, self._scored, self._unrecorded = 0.0, 0, 0, 0
         self._component_sums = [0.0] * len(self.components)
 
     @property
@@ -220,6 +220,22 @@ class Selector:
             self.end_epoch()
         return indices, weights
 
+    def advance(self, count: int, indices: torch.Tensor | None = None) -> torch.Tensor:
+        """``record`` without losses, for a loop whose selection reads none (``method="full"``):
+        the next ``count`` samples (or ``indices``) trained on, counted as forwarded but not in
+        ``train_loss``; the shard's last one ends the epoch. Returns their indices."""
+        if self._ended:
+            raise RuntimeError("advance() outside an epoch: call begin_epoch(epoch) before the epoch's batches")
+        if indices is None:
+            indices = self.sampler.take(count)
+        else:
+            indices = torch.as_tensor(indices).reshape(-1).cpu()
+            self.sampler.cursor += count
+        self._unrecorded += count
+        if self.sampler.cursor == self.sampler.order.numel() > 0:
+            self.end_epoch()
+        return indices
+
     @property
     def in_epoch(self) -> bool:
         """Between ``begin_epoch`` and the epoch's end (its last update or ``end_epoch``)."""
@@ -233,10 +249,10 @@ class Selector:
             return
         self.teacher.end_epoch()
         self._ended = True
-        loss_sum, seen, scored, *component_sums = all_reduce_sums(
-            [self._loss_sum, float(self._seen), float(self._scored), *self._component_sums]
+        loss_sum, seen, scored, unrecorded, *component_sums = all_reduce_sums(
+            [self._loss_sum, float(self._seen), float(self._scored), float(self._unrecorded), *self._component_sums]
         )
-        self.samples_forwarded += int(seen + scored)
+        self.samples_forwarded += int(seen + scored + unrecorded)
         self._epoch_metrics = self._metrics(loss_sum, seen, component_sums)
 
     def scoring_pass(self, indices: torch.Tensor) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
