@@ -1,7 +1,8 @@
 """AtteNTTrainer on models whose loss it cannot split by itself, built like the tiny architectures of
 test_integration_hf_architectures (its data, collator and arguments): a loss no per-sample split
 gives is refused before the first step, with the weights untouched; a plain module computing its
-own mean loss trains as the plain Trainer; ``compute_per_sample_loss`` takes a regression head."""
+own mean loss trains as the plain Trainer; ``compute_per_sample_loss`` takes a regression head (which
+also splits by itself: test_hf_conformance_splits.py)."""
 
 from __future__ import annotations
 
@@ -42,12 +43,6 @@ def float_collate(items):
 
 REFUSED = {
     # name: (model, items, collator, what the message names)
-    "regression head": (
-        regression_bert,
-        lambda: float_items(samples("sequence")),
-        float_collate,
-        "BertForSequenceClassification's labels do not split",
-    ),
     "no loss": (NoLoss, lambda: samples("sequence"), collate, "NoLoss returns no loss when given labels"),
     "an extra loss term": (
         lambda: LossPlusPenalty(),

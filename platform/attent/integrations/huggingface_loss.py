@@ -3,7 +3,10 @@
 A model computes its loss from its logits and ``labels`` in one of a few ways, and nothing
 public says which: a causal LM (any head name: ``GPT2LMHeadModel`` as well as ``...ForCausalLM``)
 predicts label t+1 from position t; a sequence-to-sequence model (T5, BART) and a token
-classifier score label t at position t; a sequence classifier has one label per sample. Some
+classifier score label t at position t; a sequence classifier has one label per sample; a
+regression head (``num_labels=1`` or ``problem_type="regression"``) takes the mean squared (or
+absolute) error of its outputs, and a multi-label classifier the mean binary cross-entropy of its
+logits, over the elements of float labels [B] or [B, C]. Some
 divide the summed loss by the ``num_items_in_batch`` Trainer passes them (labelled tokens in the
 accumulated batch), others take their micro-batch mean whatever they are passed. Trainer's
 private guesses (``_loss_shifts_labels``, from the model's registered ``loss_type``) are wrong for
@@ -14,17 +17,20 @@ So the split is not guessed: at the first forward the model computes its own los
 reduction whose total equals that loss, from the same logits, is the one used from then on:
 
     alignment      "next_token" (causal LM), "token" (seq2seq, token classification), "sequence"
+    loss           "cross_entropy" (integer labels), "squared_error", "absolute_error",
+                   "binary_cross_entropy" (float labels: a sample's terms are its elements)
     num_items      True: the model divides by the num_items_in_batch it is passed; False: its
                    micro-batch mean
 
-A model whose loss matches no split (a regression head, multi-label classification, an extra
-loss term, no loss at all) is refused there, before the first optimiser step, in one line naming
+A model whose loss matches no split (an extra loss term, a weighted loss, no loss at all) is
+refused there, before the first optimiser step, in one line naming
 the hook that takes over: ``compute_per_sample_loss(model, inputs)``, returning each sample's
 loss [B] or (summed loss terms [B], their count [B]).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +40,14 @@ import torch.nn.functional as F
 
 IGNORE_INDEX = -100  # Trainer's label of tokens that carry no loss
 ALIGNMENTS = ("next_token", "token", "sequence")
+# The elementwise losses of float labels, as torch's MSELoss, L1Loss and BCEWithLogitsLoss compute them
+ELEMENTWISE = {
+    "squared_error": F.mse_loss,
+    "absolute_error": F.l1_loss,
+    "binary_cross_entropy": F.binary_cross_entropy_with_logits,
+}
+# transformers' problem_type, to break a tie between elementwise losses
+PROBLEM_LOSS = {"regression": "squared_error", "multi_label_classification": "binary_cross_entropy"}
 HOOK = (
     "pass compute_per_sample_loss=fn(model, inputs) returning each sample's loss [B] "
     "(or its summed loss terms [B] and their count [B])"
@@ -43,9 +57,14 @@ HOOK = (
 PerSampleLossHook = Callable[[torch.nn.Module, dict], torch.Tensor | tuple[torch.Tensor, torch.Tensor]]
 
 
-def split_loss(logits: torch.Tensor, labels: torch.Tensor, alignment: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(S, n), each [B]: the sum and the count of each sample's cross-entropy terms under
-    ``alignment``, in float32 whatever the logits' dtype (as transformers' losses upcast)."""
+def split_loss(
+    logits: torch.Tensor, labels: torch.Tensor, alignment: str, loss: str = "cross_entropy"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(S, n), each [B]: the sum and the count of each sample's loss terms under ``alignment``
+    (``loss``: a cross-entropy, or an elementwise loss of float labels), in float32 whatever the
+    logits' dtype (as transformers' losses upcast)."""
+    if loss != "cross_entropy":
+        return elementwise_split(logits, labels, loss)
     if alignment == "sequence":
         if labels.ndim != 1 or logits.ndim != 2 or labels.is_floating_point():
             raise ValueError(
@@ -64,6 +83,35 @@ def split_loss(logits: torch.Tensor, labels: torch.Tensor, alignment: str) -> tu
         logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="none"
     ).view_as(labels)
     return token_loss.sum(dim=1), (labels != IGNORE_INDEX).sum(dim=1)
+
+
+def elementwise_split(logits: torch.Tensor, labels: torch.Tensor, loss: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(S, n) [B] of an elementwise loss: a sample's terms are its label's elements, as the
+    model's mean over all of them counts them (a regression head's outputs [B, 1] against labels
+    [B], as transformers squeezes them)."""
+    if not labels.is_floating_point() or labels.ndim not in (1, 2):
+        raise ValueError(
+            f"an elementwise loss needs float labels [B] or [B, C], got {labels.dtype} {tuple(labels.shape)}"
+        )
+    prediction = logits.float()
+    if prediction.ndim == labels.ndim + 1 and prediction.shape[-1] == 1:
+        prediction = prediction.squeeze(-1)
+    if prediction.shape != labels.shape:
+        raise ValueError(f"labels {tuple(labels.shape)} need outputs of their shape, got {tuple(logits.shape)}")
+    terms = ELEMENTWISE[loss](prediction, labels.float(), reduction="none").reshape(len(labels), -1)
+    return terms.sum(dim=1), torch.full((len(labels),), terms.shape[1], device=terms.device)
+
+
+def candidate_splits(labels: torch.Tensor) -> list[tuple[str, str]]:
+    """(alignment, loss) of the splits a model's loss may be, by its labels: cross-entropies of
+    integer labels, elementwise losses of float ones."""
+    if labels.is_floating_point():
+        return [("sequence", loss) for loss in ELEMENTWISE]
+    return (
+        [("sequence", "cross_entropy")]
+        if labels.ndim == 1
+        else [("next_token", "cross_entropy"), ("token", "cross_entropy")]
+    )
 
 
 def as_sums_and_counts(value: Any, rows: int, owner: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -85,12 +133,19 @@ class Reduction:
 
     alignment: str
     num_items: bool
+    loss: str = "cross_entropy"
 
 
 def unwrapped(model: torch.nn.Module) -> torch.nn.Module:
     """The transformers model inside DDP (``.module``) and peft (``get_base_model()``) wrappers."""
     inner = getattr(model, "module", model)
     return inner.get_base_model() if hasattr(inner, "get_base_model") else inner
+
+
+def likely_loss(model: torch.nn.Module) -> str:
+    """The elementwise loss the model's ``problem_type`` names (a regression's by default), to
+    break a tie between elementwise losses."""
+    return PROBLEM_LOSS.get(getattr(getattr(unwrapped(model), "config", None), "problem_type", None), "squared_error")
 
 
 def likely_alignment(model: torch.nn.Module, labels: torch.Tensor) -> str | None:
@@ -103,7 +158,7 @@ def likely_alignment(model: torch.nn.Module, labels: torch.Tensor) -> str | None
 
     inner = unwrapped(model)
     name = type(inner).__name__
-    if labels.ndim == 1:
+    if labels.ndim == 1 or labels.is_floating_point():
         return "sequence"
     if (
         getattr(getattr(inner, "config", None), "is_encoder_decoder", False)
@@ -143,7 +198,7 @@ def decide_reduction(
 ) -> Reduction | None:
     """The reduction whose total is the model's own loss on this batch (``probe``: the
     num_items_in_batch the model was passed, None if none); None if this batch cannot tell the
-    candidates apart (no labelled token). Refuses, in one line naming the hook, a model whose loss
+    candidates apart (no labelled token, a non-finite loss). Refuses, in one line naming the hook, a model whose loss
     is no split of its logits."""
     name = type(unwrapped(model)).__name__
     if model_loss is None:
@@ -156,38 +211,46 @@ def decide_reduction(
             f"{owner}: {name}'s loss is not one number ({tuple(getattr(model_loss, 'shape', ()))}): {HOOK}"
         )
     target = float(model_loss.detach())
+    if not math.isfinite(target):
+        return None  # a NaN or inf loss matches nothing: the next batch decides
     totals: dict[Reduction, float] = {}
     with torch.no_grad():
-        for alignment in ("sequence",) if labels.ndim == 1 else ("next_token", "token"):
+        for alignment, loss in candidate_splits(labels):
             try:
-                sums, counts = split_loss(logits.detach(), labels, alignment)
+                sums, counts = split_loss(logits.detach(), labels, alignment, loss)
             except ValueError as error:
                 raise ValueError(
-                    f"{owner}: {name}'s labels do not split into per-sample cross-entropies ({error}): {HOOK}"
+                    f"{owner}: {name}'s labels split into no per-sample cross-entropy, squared or absolute "
+                    f"error or binary cross-entropy ({error}): {HOOK}"
                 ) from None
             if counts.sum() == 0:
                 return None  # nothing labelled: every candidate is 0
             total = float(sums.sum())
-            totals[Reduction(alignment, num_items=False)] = total / float(counts.sum())
+            totals[Reduction(alignment, False, loss)] = total / float(counts.sum())
             if probe is not None:
-                totals[Reduction(alignment, num_items=True)] = total / probe
+                totals[Reduction(alignment, True, loss)] = total / probe
     tol = tolerance(model_loss, logits)
     matches = [reduction for reduction, value in totals.items() if abs(value - target) <= tol]
     if len(matches) > 1:
-        likely = likely_alignment(model, labels)
-        matches = [reduction for reduction in matches if reduction.alignment == likely] or matches[:1]
+        likely = likely_alignment(model, labels), likely_loss(model)
+        matches = [
+            r for r in matches if r.alignment == likely[0] and r.loss in (likely[1], "cross_entropy")
+        ] or matches[:1]
     if not matches:
         passed = f" (passed num_items_in_batch={probe})" if probe is not None else ""
-        splits = ", ".join(
-            f"{r.alignment.replace('_', '-')} {'/ num_items' if r.num_items else 'mean'} {value:.6g}"
-            for r, value in totals.items()
-        )
+        splits = ", ".join(f"{describe(r)} {value:.6g}" for r, value in totals.items())
         raise ValueError(
             f"{owner}: {name}'s own loss on the first batch is {target:.6g}{passed}, and no per-sample split of "
-            f"its logits gives it ({splits}): its loss is no cross-entropy over its labels that AtteNT "
-            f"can split by sample; {HOOK}"
+            f"its logits gives it ({splits}): its loss is no cross-entropy, squared or absolute error or "
+            f"binary cross-entropy over its labels that AtteNT can split by sample; {HOOK}"
         )
     return matches[0]
+
+
+def describe(reduction: Reduction) -> str:
+    """E.g. "next-token mean", "squared-error / num_items"."""
+    what = reduction.alignment if reduction.loss == "cross_entropy" else reduction.loss
+    return f"{what.replace('_', '-')} {'/ num_items' if reduction.num_items else 'mean'}"
 
 
 def check_split(
@@ -235,7 +298,8 @@ def own_loss_split(
     model_loss, logits = model_outputs(model(**forward), with_labels)
     if checking:
         reduction = decide_reduction(owner, model, model_loss, logits, labels, probe)
-    # undecided (nothing labelled in this batch: every split is 0): the likeliest, checked again next batch
+    # undecided (nothing labelled in this batch, or its loss not finite): the likeliest, checked again next batch
     alignment = reduction.alignment if reduction else (likely_alignment(model, labels) or "next_token")
-    sums, counts = split_loss(logits, labels, alignment)
+    loss = reduction.loss if reduction else (likely_loss(model) if labels.is_floating_point() else "cross_entropy")
+    sums, counts = split_loss(logits, labels, alignment, loss)
     return sums, counts, reduction
