@@ -116,8 +116,17 @@ def test_a_plain_module_with_its_own_loss_trains_as_the_plain_trainer(tmp_path):
         )
         trainer.train()
         runs.append((trainer, flat_weights(trainer.model)))
-    assert runs[0][0].loss_reduction.alignment == "sequence" and not runs[0][0].loss_reduction.num_items
+    assert runs[0][0].loss_reduction is None  # method full: Trainer's own loss, no split asked for
     assert torch.allclose(runs[0][1], runs[1][1], rtol=0, atol=1e-6)
+    selecting = AtteNTTrainer(
+        model=TokenBagClassifier(),
+        args=training_args(tmp_path / "llm", num_train_epochs=1),
+        train_dataset=items,
+        data_collator=collate,
+        selection=SelectionConfig(preset="llm"),
+    )
+    selecting.train()
+    assert selecting.loss_reduction.alignment == "sequence" and not selecting.loss_reduction.num_items
 
 
 def squared_error(model, inputs):

@@ -24,8 +24,7 @@ def one_sample_per_row_lost(items):
 
 REFUSED = {
     "infobatch": (dict(selection=SelectionConfig(method="infobatch")), {}, "InfoBatch"),
-    "max_steps": ({}, dict(max_steps=10), "set num_train_epochs"),
-    "fractional epochs": ({}, dict(num_train_epochs=2.5), "whole number"),
+    "nothing to train": ({}, dict(num_train_epochs=0), "set num_train_epochs or max_steps above 0"),
     "group_by_length": ({}, dict(train_sampling_strategy="group_by_length"), "use 'random' or 'sequential'"),
     "auto batch size": ({}, dict(auto_find_batch_size=True), "set per_device_train_batch_size"),
     "compute_loss_func": (

@@ -1,4 +1,5 @@
-"""AtteNTSFTTrainer: with method "full" it trains as TRL's SFTTrainer; packing and padding-free are refused in one line."""
+"""AtteNTSFTTrainer: with method "full" it trains as TRL's SFTTrainer; where it selects, packing and padding-free are
+refused in one line."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 
 # --- TRL's SFTTrainer --------------------------------------------------------------------------------------
-def sft_run(trainer_class, tmp_path, name, tokenizer, **overrides):
+def sft_run(trainer_class, tmp_path, name, tokenizer, selection=None, **overrides):
     from trl import SFTConfig
 
     items = [
@@ -38,7 +39,8 @@ def sft_run(trainer_class, tmp_path, name, tokenizer, **overrides):
         train_sampling_strategy="sequential",
         **overrides,
     )
-    kwargs = {"selection": SelectionConfig(method="full")} if trainer_class.__name__.startswith("AtteNT") else {}
+    selection = selection or SelectionConfig(method="full")
+    kwargs = {"selection": selection} if trainer_class.__name__.startswith("AtteNT") else {}
     torch.manual_seed(0)
     model = LlamaForCausalLM(
         LlamaConfig(
@@ -92,5 +94,5 @@ def test_sft_packing_and_padding_free_are_refused_in_one_line(knob, tmp_path, sm
     with pytest.raises(
         ValueError, match=f"AtteNTSFTTrainer: {knob}=True puts several samples in one row.*set {knob}=False"
     ) as error:
-        sft_run(AtteNTSFTTrainer, tmp_path, knob, smollm2_tokenizer, **{knob: True})
+        sft_run(AtteNTSFTTrainer, tmp_path, knob, smollm2_tokenizer, SelectionConfig(preset="llm"), **{knob: True})
     assert "\n" not in str(error.value)

@@ -10,7 +10,9 @@ transformers 5's Trainer loop, each change an override of a Trainer method read 
 
     get_train_dataloader         the loader draws from the Selector's sampler, already this rank's
                                  shard; accelerate's device placement kept, its sharding not applied
-    set_initial_training_values  max_steps (what the LR schedule is sized by) = the planned steps
+    set_initial_training_values  the run's epochs and max_steps (what the LR schedule is sized by)
+                                 from the planned subsets (huggingface_plan: num_train_epochs, whole
+                                 or fractional, or max_steps)
     _run_epoch                   scoring pass and re-selection before each epoch, whose length is
                                  its own subset's (Trainer assumes every epoch as long as the first)
     compute_loss                 one loss per sample, recorded as its score, weighed, reduced as
@@ -32,16 +34,21 @@ classification) and n_i their count. The loss back-propagated is sum_i w_i S_i /
 selection's loss weight (1 unless the method reweighs) and D what the model itself divides by:
 the ``num_items_in_batch`` Trainer passes it where the model uses it, else the micro-batch's
 sum_i n_i; Trainer then scales it for accumulation and ranks as it scales the model's own loss.
-With every w_i = 1 that is the model's own loss as Trainer trains it, so ``method="full"`` trains
-as the plain Trainer does, with and without gradient accumulation. A sample's score for the
+With every w_i = 1 that is the model's own loss as Trainer trains it. A sample's score for the
 selection is its own mean S_i / n_i, so a long answer is not hard for being long. Other losses:
 ``compute_per_sample_loss=fn(model, inputs)`` gives each sample's loss (or S and n), and the batch
 loss is their weighted micro-batch mean, which Trainer divides by the accumulation steps.
+``method="full"`` reads no score and weighs nothing: without that hook it trains on Trainer's own
+``compute_loss``, whatever the model's loss (no split asked for), and is the plain Trainer's run.
+
+A NaN or inf loss trains on as Trainer trains on it (the batch loss is what it is;
+``logging_nan_inf_filter`` keeps it out of the logged loss); the sample's loss is no score (it
+keeps its previous one, none if it has none), and each epoch logs ``samples_nonfinite``.
+``nonfinite="raise"`` stops at the first such loss instead.
 """
 
 from __future__ import annotations
 
-import math
 import sys
 from functools import partial
 from typing import Any
@@ -54,10 +61,12 @@ from transformers.trainer_utils import seed_worker
 
 from ..selection import metric_names as names
 from ..selection.config import SelectionConfig
+from ..selection.distributed import all_reduce_sums
 from .huggingface_checkpoints import STATE_FILE, SelectionCheckpoints  # noqa: F401 -- STATE_FILE: public here, beside the trainer
 from .huggingface_loss import PerSampleLossHook, Reduction, as_sums_and_counts, own_loss_split
+from .huggingface_plan import PlannedRun
 from .huggingface_settings import setting_problem
-from .pytorch import Selector, planned_subset_sizes
+from .pytorch import Selector
 
 # The Trainer methods overridden here, as transformers 5 (read in 5.24) has them: an older Trainer
 # lacks some, and would silently skip the override.
@@ -76,12 +85,19 @@ if _missing:
     )
 
 
-class AtteNTTrainerMixin(SelectionCheckpoints):
+# Logged with each epoch's selection: samples whose loss was NaN or inf, over every rank
+SAMPLES_NONFINITE = "samples_nonfinite"
+NONFINITE = ("skip", "raise")
+
+
+class AtteNTTrainerMixin(PlannedRun, SelectionCheckpoints):
     """The selection, for ``Trainer`` and its subclasses (TRL's ``SFTTrainer``): put it first
     among the bases. Keyword arguments: ``selection`` (a ``SelectionConfig``), ``seed`` (of the
-    selection's draws and shuffles; ``args.seed`` if None) and ``compute_per_sample_loss`` (for a
-    model whose own loss is no per-sample cross-entropy: ``fn(model, inputs)`` returning each
-    sample's loss [B], or its summed loss terms [B] and their count [B])."""
+    selection's draws and shuffles; ``args.seed`` as train() starts if None),
+    ``compute_per_sample_loss`` (for a model whose own loss does not split by sample:
+    ``fn(model, inputs)`` returning each sample's loss [B], or its summed loss terms [B] and their
+    count [B]) and ``nonfinite`` ("skip": a NaN or inf loss trains on as in Trainer and is no
+    score; "raise": stop there)."""
 
     def __init__(
         self,
@@ -89,17 +105,21 @@ class AtteNTTrainerMixin(SelectionCheckpoints):
         selection: SelectionConfig,
         seed: int | None = None,
         compute_per_sample_loss: PerSampleLossHook | None = None,
+        nonfinite: str = "skip",
         **kwargs,
     ):
         # The class as built, for messages: Ray's prepare_trainer swaps in a subclass of its own name.
         self.trainer_name = type(self).__name__
         super().__init__(*args, **kwargs)
-        self.selection = selection
+        if nonfinite not in NONFINITE:
+            raise ValueError(f"{self.trainer_name}: nonfinite={nonfinite!r}: choose 'skip' or 'raise'")
+        self.selection, self.nonfinite = selection, nonfinite
         self.compute_per_sample_loss = compute_per_sample_loss
         # How the model reduces its own loss, learnt from its first forward (huggingface_loss)
         self.loss_reduction: Reduction | None = None
         if compute_per_sample_loss is not None:  # a micro-batch mean: Trainer divides it by the accumulation steps
             self.loss_is_scaled_for_ga = False
+        self.seed = seed  # None: args.seed, read as train() starts (model_init and searches set it)
         self.selection_seed = self.args.seed if seed is None else seed
         self.selector: Selector | None = None  # built with the train dataloader
         self.planned_batches: list[int] = []  # this rank's batches in each epoch
@@ -107,12 +127,21 @@ class AtteNTTrainerMixin(SelectionCheckpoints):
         self._observed: list[tuple[torch.Tensor, torch.Tensor]] = []  # this rank's (indices, scores) this epoch
         self._batches_left = 0  # of this rank's current epoch
         self._resume_observed: list | None = None  # a mid-epoch checkpoint's observations, replayed on resume
+        self._nonfinite = 0  # this rank's NaN or inf losses this epoch
         self.refuse_settings()
         self.add_callback(_EpochEnd(self))
 
+    @property
+    def needs_per_sample_losses(self) -> bool:
+        """Whether training computes each sample's loss: not for ``method="full"``, which reads no
+        score and weighs nothing, unless ``compute_per_sample_loss`` defines the loss."""
+        return self.selection.method != "full" or self.compute_per_sample_loss is not None
+
     # --- settings that would break the selection (huggingface_settings), refused in one line naming the fix
-    def refuse_settings(self) -> None:
-        problem = setting_problem(self)
+    def refuse_settings(self, training: bool = False) -> None:
+        """At construction, and again as train() starts (``training``: a training set is due,
+        and the arguments may have changed since)."""
+        problem = setting_problem(self, training)
         if problem:
             raise ValueError(f"{self.trainer_name}: {problem}")
 
@@ -120,12 +149,15 @@ class AtteNTTrainerMixin(SelectionCheckpoints):
     def get_train_dataloader(self) -> DataLoader:
         """The training loader, drawing this rank's shard of the epoch's subset from the
         Selector's sampler (built here, with the Trainer's collator for its scoring passes)."""
+        self.refuse_settings(training=True)
         dataset, collator = self._training_data()
         args = self.args
+        self.selection_seed = args.seed if self.seed is None else self.seed
+        self.plan_run(len(dataset))
         self.selector = Selector(
             dataset,
             selection=self.selection,
-            epochs=int(args.num_train_epochs),
+            epochs=self.run_epochs,
             seed=self.selection_seed,
             model=self.model,
             loss_fn=self._scoring_losses,
@@ -135,6 +167,7 @@ class AtteNTTrainerMixin(SelectionCheckpoints):
             shuffle=args.train_sampling_strategy != "sequential",
         )
         self.selector.train_batch_size = self._train_batch_size  # sizes the scoring batch
+        self.selector.teacher.nonfinite = "skip"  # "raise" is the trainer's own check, naming the trainer
         loader = DataLoader(
             dataset,
             batch_size=self._train_batch_size,
@@ -178,28 +211,7 @@ class AtteNTTrainerMixin(SelectionCheckpoints):
             return self._remove_unused_columns(self.train_dataset, description="training"), self.data_collator
         return self.train_dataset, self._get_collator_with_removed_columns(self.data_collator, description="training")
 
-    # --- the run's length ---------------------------------------------------------------------------
-    def set_initial_training_values(self, args, dataloader):
-        """Trainer's values with max_steps, which sizes the LR schedule, from the planned subsets."""
-        epochs, per_epoch, examples, _, total_batch, steps_in_epoch, _ = super().set_initial_training_values(
-            args, dataloader
-        )
-        self.planned_batches = self.selector.planned_batches(self._train_batch_size, args.dataloader_drop_last)
-        if 0 in self.planned_batches:
-            epoch = self.planned_batches.index(0)
-            raise ValueError(
-                f"{self.trainer_name}: epoch {epoch}'s subset fills no batch of "
-                f"{self._train_batch_size} on each of {args.world_size} rank(s) with "
-                "dataloader_drop_last=True: lower per_device_train_batch_size or set it False"
-            )
-        max_steps = sum(self._steps(batches) for batches in self.planned_batches)
-        samples = sum(planned_subset_sizes(self.selection, len(self.selector.dataset), int(args.num_train_epochs)))
-        return epochs, per_epoch, examples, samples, total_batch, steps_in_epoch, max_steps
-
-    def _steps(self, batches: int) -> int:
-        """Optimiser steps of an epoch of ``batches`` (a short last window still steps)."""
-        return math.ceil(batches / self.args.gradient_accumulation_steps)
-
+    # --- the epoch -------------------------------------------------------------------------------------
     def _run_epoch(self, model, epoch, train_dataloader, steps_in_epoch, num_update_steps_per_epoch, **rest):
         """Trainer's epoch, on this epoch's subset: the scoring pass and re-selection first, then
         as many batches as the subset fills (Trainer would assume the first epoch's count)."""
@@ -218,25 +230,36 @@ class AtteNTTrainerMixin(SelectionCheckpoints):
 
     def _end_selection_epoch(self) -> None:
         """The epoch's end (its on_epoch_end): the scores merged and the selection logged."""
-        self.selector.end_epoch()  # where a callback stopped the epoch early; otherwise done already
-        self.log(self.selection_metrics())
+        if self.selector.in_epoch:  # a callback or max_steps stopped the epoch before the plan's last batch
+            # begin_epoch counted the whole subset as backpropagated: only what the ranks reached was
+            (reached,) = all_reduce_sums([float(self.selector.sampler.cursor)])
+            subset = self.selector.teacher.subset.numel()
+            self.selector.samples_backpropagated -= subset - min(subset, int(reached))
+            self.selector.end_epoch()
+        (nonfinite,) = all_reduce_sums([float(self._nonfinite)])
+        self.log({**self.selection_metrics(), SAMPLES_NONFINITE: int(nonfinite)})
 
     def _begin_selection_epoch(self, epoch: int) -> None:
         """The Selector's begin_epoch, remembering the selection as the epoch begins (a mid-epoch
         checkpoint stores it); on a resume inside this epoch, the observations made before the
         checkpoint are replayed and the loader's order continues after them."""
         backpropagated_before = self.selector.samples_backpropagated
+        self._nonfinite = 0
         # On a resume inside the epoch the teacher is already in the epoch's state: begin_epoch
         # neither scores nor re-selects again (the re-selection moved its next one past this epoch).
         self.selector.begin_epoch(epoch)
         self._epoch_start = {
             "teacher": self.selector.teacher.state_dict(),
             "samples_backpropagated": backpropagated_before,
+            "samples_forwarded": self.selector.samples_forwarded,  # the epochs before this one
         }
         self._observed, self._batches_left = [], self.planned_batches[epoch]
         if self._resume_observed is not None:
             for indices, scores in self._resume_observed:
-                self._record(scores, indices)
+                if scores is None:  # method full: no scores
+                    self._advance(len(indices), indices)
+                else:
+                    self._record(scores, indices)
             self.selector.sampler.resume_at = sum(len(indices) for indices, _ in self._resume_observed)
             self._resume_observed = None
 
@@ -264,11 +287,15 @@ class AtteNTTrainerMixin(SelectionCheckpoints):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """Training: per-sample losses recorded as the samples' scores, and the weighted loss
-        reduced as the model reduces its own (module docstring). Evaluation: Trainer's own loss."""
-        if not model.training or return_outputs:
-            return super().compute_loss(
+        reduced as the model reduces its own (module docstring). Evaluation, and training where no
+        per-sample loss is needed (``method="full"``): Trainer's own loss."""
+        if not model.training or return_outputs or not self.needs_per_sample_losses:
+            loss = super().compute_loss(
                 model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
             )
+            if model.training and not self.needs_per_sample_losses:
+                self._advance(self._samples_in_batch())
+            return loss
         sums, counts = self.per_sample_loss(model, inputs)
         weights = self._record(sums / counts.clamp(min=1))
         weighted = (sums * weights).sum()
@@ -295,16 +322,41 @@ class AtteNTTrainerMixin(SelectionCheckpoints):
         after it holds the merged scores."""
         if indices is None:
             self._check_one_sample_per_row(len(scores))
+        self._count_nonfinite(scores)
         indices, weights = self.selector.record(scores, indices)
         self._observed.append((indices, scores.detach().float().cpu()))
+        self._batch_done()
+        return weights
+
+    def _advance(self, count: int, indices: torch.Tensor | None = None) -> None:
+        """A batch of ``count`` samples trained on with no score recorded (``method="full"``)."""
+        self._observed.append((self.selector.advance(count, indices), None))
+        self._batch_done()
+
+    def _batch_done(self) -> None:
         self._batches_left -= 1
         if self._batches_left == 0:
             self.selector.end_epoch()
-        return weights
+
+    def _count_nonfinite(self, scores: torch.Tensor) -> None:
+        """Counts this batch's NaN or inf losses (the Teacher leaves them out of its table), or
+        stops at them with ``nonfinite="raise"``."""
+        bad = int((~torch.isfinite(scores.detach())).sum())
+        if bad and self.nonfinite == "raise":
+            raise ValueError(
+                f"{self.trainer_name}: {bad} sample(s) of this batch have a NaN or inf loss and "
+                "nonfinite='raise': the model diverged or the data holds invalid values (nonfinite='skip' "
+                "trains on as Trainer does, their losses unused as scores)"
+            )
+        self._nonfinite += bad
+
+    def _samples_in_batch(self) -> int:
+        """The samples the loader put in the next batch, by the sampler's order."""
+        sampler = self.selector.sampler
+        return min(self._train_batch_size, sampler.order.numel() - sampler.cursor)
 
     def _check_one_sample_per_row(self, rows: int) -> None:
-        sampler = self.selector.sampler
-        samples = min(self._train_batch_size, sampler.order.numel() - sampler.cursor)
+        samples = self._samples_in_batch()
         if rows != samples:
             raise ValueError(
                 f"{self.trainer_name}: a batch of {rows} rows holds {samples} samples: the collator "
@@ -317,7 +369,9 @@ class AtteNTTrainerMixin(SelectionCheckpoints):
         inputs = self._prepare_inputs(batch)
         with self.compute_loss_context_manager():
             sums, counts = self.per_sample_loss(model, inputs)
-        return sums / counts.clamp(min=1)
+        scores = sums / counts.clamp(min=1)
+        self._count_nonfinite(scores)
+        return scores
 
 
 class _EpochEnd(TrainerCallback):
@@ -333,4 +387,5 @@ class _EpochEnd(TrainerCallback):
 
 class AtteNTTrainer(AtteNTTrainerMixin, Trainer):
     """``transformers.Trainer`` training on the samples AtteNT picks: pass ``selection=
-    SelectionConfig(...)`` (and optionally ``seed=``) besides Trainer's own arguments."""
+    SelectionConfig(...)`` (and optionally ``seed=``, ``compute_per_sample_loss=``,
+    ``nonfinite=``) besides Trainer's own arguments."""

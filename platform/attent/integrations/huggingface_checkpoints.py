@@ -28,6 +28,7 @@ class SelectionCheckpoints:
             "teacher": self._epoch_start["teacher"],
             "next_epoch": self.selector.next_epoch - 1,
             "samples_backpropagated": self._epoch_start["samples_backpropagated"],
+            "samples_forwarded": self._epoch_start["samples_forwarded"],
         }
         return {"selector": start, "observed": list(self._observed)}
 

@@ -9,39 +9,33 @@ from transformers import DataCollatorWithFlattening
 from transformers.trainer_utils import has_length
 
 
-def setting_problem(trainer) -> str | None:
+def setting_problem(trainer, training: bool = False) -> str | None:
     """What in ``trainer``'s data, collator or TrainingArguments the selection cannot work with,
-    and how to fix it; None if nothing."""
-    args, problem = trainer.args, None
-    if type(trainer.train_dataset).__module__.startswith("ray.data"):
-        problem = (
+    and how to fix it; None if nothing. A trainer may be built without a training set (to
+    evaluate, or given one later): ``training`` (when train() starts) requires one. What only a
+    per-sample loss needs is refused only where one is computed (not for ``method="full"``
+    without ``compute_per_sample_loss``, which trains on Trainer's own loss)."""
+    args, problem, per_sample = trainer.args, None, trainer.needs_per_sample_losses
+    dataset = trainer.train_dataset
+    if dataset is None and training:
+        return "training requires a train_dataset: pass one to the trainer or set trainer.train_dataset"
+    if type(dataset).__module__.startswith("ray.data"):
+        return (
             "a Ray Data iterable (get_dataset_shard(...).iter_torch_batches()) arrives split and streamed, "
             "and AtteNT picks samples by their index: pass the whole map-style dataset on every worker "
             "(AtteNTTrainer shards each epoch's subset itself)"
         )
-    elif (
-        trainer.train_dataset is None
-        or isinstance(trainer.train_dataset, IterableDataset)
-        or not has_length(trainer.train_dataset)
-    ):
-        problem = (
+    if dataset is not None and (isinstance(dataset, IterableDataset) or not has_length(dataset)):
+        return (
             "AtteNT picks samples by their index: pass a map-style train_dataset with a length, not an IterableDataset"
         )
-    elif trainer.selection.method == "infobatch":
+    if trainer.selection.method == "infobatch":
         problem = (
             "InfoBatch's subset sizes depend on the losses, so Trainer's step-based LR schedule "
             "cannot be sized for them: use attent.Selector in your own loop with an epoch-based schedule"
         )
-    elif args.max_steps > 0:
-        problem = (
-            "AtteNT plans its subsets by epoch and sets max_steps from them: set num_train_epochs "
-            "and leave max_steps at -1"
-        )
-    elif args.num_train_epochs != int(args.num_train_epochs) or args.num_train_epochs < 1:
-        problem = (
-            f"num_train_epochs={args.num_train_epochs}: the ratio and interval schedules count whole "
-            "epochs, set a whole number"
-        )
+    elif args.max_steps <= 0 and args.num_train_epochs <= 0:
+        problem = f"num_train_epochs={args.num_train_epochs} trains nothing: set num_train_epochs or max_steps above 0"
     elif args.train_sampling_strategy in ("group_by_length", "batch_rebalance"):
         problem = (
             f"train_sampling_strategy={args.train_sampling_strategy!r} would replace AtteNT's sampler: "
@@ -52,12 +46,12 @@ def setting_problem(trainer) -> str | None:
             "auto_find_batch_size changes the batch size mid-run, which the planned steps and the "
             "selection state do not follow: set per_device_train_batch_size"
         )
-    elif trainer.compute_loss_func is not None:
+    elif per_sample and trainer.compute_loss_func is not None:
         problem = (
             "compute_loss_func returns one loss per batch and AtteNT needs one per sample: drop it, and "
             "pass compute_per_sample_loss=fn(model, inputs) returning each sample's loss [B] instead"
         )
-    elif args.label_smoothing_factor:
+    elif per_sample and args.label_smoothing_factor:
         problem = "label smoothing is not built into AtteNT's per-sample loss: set label_smoothing_factor=0"
     elif dist.is_available() and dist.is_initialized() and dist.get_world_size() != args.world_size:
         problem = (
@@ -71,7 +65,7 @@ def setting_problem(trainer) -> str | None:
             "nn.DataParallel (several GPUs in one process) is not supported: launch one process per "
             "GPU with torchrun or accelerate launch"
         )
-    elif isinstance(trainer.data_collator, DataCollatorWithFlattening):
+    elif per_sample and isinstance(trainer.data_collator, DataCollatorWithFlattening):
         problem = (
             "DataCollatorWithFlattening puts a batch in one row, losing which sample each loss belongs "
             "to: use a padding collator (DataCollatorForSeq2Seq, DataCollatorWithPadding)"

@@ -10,9 +10,10 @@ prompt-completion data TRL's ``completion_only_loss`` (or, for conversations,
 ``assistant_only_loss``) labels the prompt -100, so a sample's score is the mean loss of its
 completion (or assistant) tokens. At the first forward the split's total is checked against the
 fused head's own loss of the batch. The batch loss is TRL's: the weighted sum over the
-num_items_in_batch Trainer counts, as ``AtteNTTrainer``'s (its module docstring); with
-``method="full"``, TRL's own loss. Packing and padding-free batches put several samples in one
-row and are refused.
+num_items_in_batch Trainer counts, as ``AtteNTTrainer``'s (its module docstring). With
+``method="full"`` (and no ``compute_per_sample_loss``) no per-sample loss is computed: TRL's own
+``compute_loss``, its metrics and its MoE auxiliary loss, packing and padding-free batches included.
+Otherwise packing and padding-free batches put several samples in one row and are refused.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ class AtteNTSFTTrainer(AtteNTTrainerMixin, SFTTrainer):
 
     def __init__(self, *args, selection, seed=None, **kwargs):
         config = kwargs.get("args", args[1] if len(args) > 1 else None)
+        per_sample = selection.method != "full" or kwargs.get("compute_per_sample_loss") is not None
         # Refused before SFTTrainer packs or flattens the dataset, which may take long.
-        if getattr(config, "packing", False) or getattr(config, "padding_free", False):
+        if per_sample and (getattr(config, "packing", False) or getattr(config, "padding_free", False)):
             knob = "packing" if config.packing else "padding_free"
             raise ValueError(
                 f"{type(self).__name__}: {knob}=True puts several samples in one row, losing which "
@@ -41,9 +43,9 @@ class AtteNTSFTTrainer(AtteNTTrainerMixin, SFTTrainer):
             )
         super().__init__(*args, selection=selection, seed=seed, **kwargs)
 
-    def refuse_settings(self) -> None:
-        super().refuse_settings()
-        if self.aux_loss_enabled:
+    def refuse_settings(self, training: bool = False) -> None:
+        super().refuse_settings(training)
+        if self.needs_per_sample_losses and self.aux_loss_enabled:
             raise ValueError(
                 f"{self.trainer_name}: the MoE router's auxiliary loss is one per batch, not per "
                 "sample: set router_aux_loss_coef=0.0 in the SFTConfig"
