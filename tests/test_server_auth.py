@@ -126,3 +126,19 @@ def test_a_server_open_to_the_network_without_the_auth_app_is_refused_naming_the
     assert len(err) == 1
     assert "pip install 'attent[server]'" in err[0] and "--no-auth" in err[0]
     assert not (tmp_path / "mlflow-auth").exists()
+
+
+@pytest.mark.parametrize("name", ["cluster.yaml", "cluster-local.yaml"])
+def test_the_clusters_server_requires_users_and_every_node_gets_them_as_the_ray_token(name):
+    """The head's server listens on its private address with users (never --no-auth), its secrets
+    kept on the head across `ray up`s; the MLflow credentials file is mounted on every node as
+    Ray's token is."""
+    import yaml
+    from conftest import REPO
+
+    cfg = yaml.safe_load((REPO / name).read_text())
+    head = " ".join(cfg["head_start_ray_commands"])
+    assert "attent server" in head and "--auth --auth-dir ~/mlflow-auth" in head and "--no-auth" not in head
+    mounts = cfg["file_mounts"]
+    assert mounts["~/.mlflow/credentials"] == "~/.mlflow/credentials"
+    assert mounts["~/.ray/auth_token"] == "~/.ray/auth_token"
