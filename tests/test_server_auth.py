@@ -142,3 +142,65 @@ def test_the_clusters_server_requires_users_and_every_node_gets_them_as_the_ray_
     mounts = cfg["file_mounts"]
     assert mounts["~/.mlflow/credentials"] == "~/.mlflow/credentials"
     assert mounts["~/.ray/auth_token"] == "~/.ray/auth_token"
+
+
+def serve(monkeypatch, tmp_path, *argv: str) -> dict:
+    """`attent server ARGV` up to the server's start, which is recorded instead of run."""
+    started = {}
+
+    def record(command, url, on_ready, log_path=None, env=None):
+        started.update(command=command, url=url, env=env)
+        on_ready()
+        return 0
+
+    monkeypatch.setattr(server, "serve_in_foreground", record)
+    monkeypatch.chdir(tmp_path)
+    assert attent_main(["server", "--port", str(server.free_port("0.0.0.0")), *argv]) == 0
+    return started
+
+
+def test_loopback_serves_without_users_unless_asked(monkeypatch, tmp_path, capsys):
+    assert "--app-name" not in serve(monkeypatch, tmp_path)["command"]
+    assert not (tmp_path / "mlflow-auth").exists()
+    started = serve(monkeypatch, tmp_path, "--auth")
+    assert "basic-auth" in started["command"] and started["env"]["MLFLOW_AUTH_ADMIN_PASSWORD"]
+
+
+def test_beyond_loopback_users_are_required_and_the_password_file_named_never_shown(monkeypatch, tmp_path, capsys):
+    started = serve(monkeypatch, tmp_path, "--host", "0.0.0.0")
+    assert started["command"][started["command"].index("--app-name") + 1] == "basic-auth"
+    password = (tmp_path / "mlflow-auth" / "admin_password").read_text().strip()
+    assert started["env"]["MLFLOW_AUTH_ADMIN_PASSWORD"] == password
+    assert not [word for word in started["command"] if password in word]
+    out = capsys.readouterr().out
+    assert f"the password of user 'admin' is in {tmp_path / 'mlflow-auth' / 'admin_password'}" in out
+    assert password not in out
+
+
+def test_no_auth_beyond_loopback_is_said_on_screen(monkeypatch, tmp_path, capsys):
+    started = serve(monkeypatch, tmp_path, "--host", "0.0.0.0", "--no-auth")
+    assert "--app-name" not in started["command"] and not started["env"]
+    err = capsys.readouterr().err
+    assert "WARNING: authentication is off (--no-auth) on 0.0.0.0" in err and "delete every experiment" in err
+
+
+def test_a_stale_admin_password_file_is_said(tmp_path):
+    import http.server
+
+    class Refusing(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(401)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    spec = server_auth.auth_spec(f"sqlite:///{tmp_path}/mlflow.db", None, "READ", tmp_path)
+    server_auth.prepare(spec)
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        assert not server_auth.admin_password_works(f"http://127.0.0.1:{httpd.server_address[1]}", spec)
+    finally:
+        httpd.shutdown()

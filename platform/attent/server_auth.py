@@ -153,6 +153,31 @@ def announce(spec: AuthSpec) -> str:
     )
 
 
+def admin_password_works(url: str, spec: AuthSpec) -> bool:
+    """Whether the server takes the admin's password file (an admin may have changed the password
+    since; MLflow reads the file's only to create the admin)."""
+    import base64
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    password = spec.password_file.read_text().strip()
+    token = base64.b64encode(f"{ADMIN}:{password}".encode()).decode()
+    request = urllib.request.Request(f"{url}/api/2.0/mlflow/users/current", headers={"Authorization": f"Basic {token}"})
+    context = ssl._create_unverified_context() if url.startswith("https:") else None  # our own child, on loopback
+    try:
+        with urllib.request.urlopen(request, timeout=30, context=context):
+            return True
+    except urllib.error.HTTPError as error:
+        return error.code != 401
+    except OSError:  # no answer: nothing to say about the password
+        return True
+
+
+STALE_PASSWORD = (
+    "warning: the server does not take the password in {path} for user 'admin' (changed since it was "
+    "written?): that file logs nobody in; an admin changes passwords with MLflow's auth client"
+)
 NO_AUTH_WARNING = (
     "WARNING: authentication is off (--no-auth) on {host}:{port}: anyone who reaches this port can read, "
     "change and delete every experiment, run, model and artifact. Leave --no-auth out to require users."

@@ -180,15 +180,16 @@ def cmd_server(args) -> int:
         )
         if spec.auth is not None:
             print(server_auth.announce(spec.auth), flush=True)
+            if not server_auth.admin_password_works(local, spec.auth):
+                print(server_auth.STALE_PASSWORD.format(path=spec.auth.password_file), file=sys.stderr, flush=True)
         if spec.tls_cert:
             print(f"HTTPS with {spec.tls_cert}: clients export MLFLOW_TRACKING_SERVER_CERT_PATH=<it or its CA>")
         if log:
             print(f"(the server's own log: {log})", flush=True)
 
     log = None if args.verbose else server_log("server", spec.port)
-    return server.serve_in_foreground(
-        server.server_command(spec), server.local_url(spec.host, spec.port, spec.scheme), announce, log, env=secrets_env
-    )
+    local = server.local_url(spec.host, spec.port, spec.scheme)
+    return server.serve_in_foreground(server.server_command(spec), local, announce, log, env=secrets_env)
 
 
 def add_server_auth_arguments(p) -> None:
