@@ -99,6 +99,8 @@ def test_selector_config_attribute_still_reads_and_metrics_take_the_engines_name
         contract.SELECTION_HARDNESS,
         contract.SELECTION_OVERLAP,
         contract.SAMPLES_BACKPROPAGATED,
+        contract.SAMPLES_FORWARDED,
+        contract.SCORE_AGREEMENT,
         metric_names.SAMPLES_SCORED,
         contract.TRAIN_LOSS,
         contract.SUBSET_CHECKSUM,

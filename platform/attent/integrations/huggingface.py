@@ -86,7 +86,6 @@ if _missing:
 
 
 # Logged with each epoch's selection: samples whose loss was NaN or inf, over every rank
-SAMPLES_NONFINITE = "samples_nonfinite"
 NONFINITE = ("skip", "raise")
 
 
@@ -237,7 +236,7 @@ class AtteNTTrainerMixin(PlannedRun, SelectionCheckpoints):
             self.selector.samples_backpropagated -= subset - min(subset, int(reached))
             self.selector.end_epoch()
         (nonfinite,) = all_reduce_sums([float(self._nonfinite)])
-        self.log({**self.selection_metrics(), SAMPLES_NONFINITE: int(nonfinite)})
+        self.log({**self.selection_metrics(), names.SAMPLES_NONFINITE: int(nonfinite)})
 
     def _begin_selection_epoch(self, epoch: int) -> None:
         """The Selector's begin_epoch, remembering the selection as the epoch begins (a mid-epoch

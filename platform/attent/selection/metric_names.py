@@ -19,6 +19,7 @@ SCORE_AGREEMENT = "selection_score_agreement"  # Spearman of training-forward vs
 EPOCH = "epoch"  # epochs begun so far (1 during the first)
 SELECTED = "selected"  # the epoch's subset size
 SAMPLES_SCORED = "samples_scored"  # this rank's scoring-pass samples of the epoch
+SAMPLES_NONFINITE = "samples_nonfinite"  # AtteNTTrainer: the epoch's NaN or inf losses, kept out of the scores
 
 
 def component_loss_metric(component: str) -> str:
