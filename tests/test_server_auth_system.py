@@ -253,6 +253,28 @@ def test_an_edit_users_two_worker_run_logs_through_the_server_and_no_password_is
     assert files_holding(users["admin"], roots) == [str(workdir / "mlflow-auth" / "admin_password")]
 
 
+def test_an_edit_users_sweep_logs_its_trials_through_the_server(sqlite_server, ray_cluster):
+    """Two trials at once on the session's Ray cluster, each in its own Tune trial process there,
+    which gets the credentials from the sweep's driver alone."""
+    import shared_runs
+
+    url, workdir, users = sqlite_server["url"], sqlite_server["workdir"], sqlite_server["users"]
+    grant(url, workdir, "alice", "authed-sweep", "EDIT")  # a sweep's experiment is its name
+    spec = shared_runs.write_sweep(
+        workdir, url, "authed-sweep", {"grid": {"selection.temperature": [0.5, 2.0]}, "max_concurrent": 2}
+    )
+    alice = {"MLFLOW_TRACKING_USERNAME": "alice", "MLFLOW_TRACKING_PASSWORD": users["alice"]}
+    done = attent("sweep", str(spec), cwd=workdir, env=alice)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    with as_user("admin", users["admin"], url) as admin:
+        experiment = admin.get_experiment_by_name("authed-sweep").experiment_id
+        runs = admin.search_runs([experiment])
+        assert sorted(run.info.status for run in runs) == ["FINISHED"] * 3  # the parent and its two trials
+        assert all("eval_test_accuracy" in run.data.metrics for run in runs if "sweep" not in run.info.run_name)
+    assert users["alice"] not in done.stdout + done.stderr
+    assert files_holding(users["alice"], [workdir / "ray_results", ray_cluster["temp_dir"]]) == []
+
+
 def test_a_legacy_default_admin_is_given_the_generated_password_and_secrets_survive_a_restart(tmp_path):
     """A users database left with MLflow's old default admin (password1234): the first start
     replaces that password with the generated one; a restart keeps both secrets."""
