@@ -15,8 +15,8 @@ import time
 import pytest
 import torch
 from attent.integrations.huggingface import AtteNTTrainer
-from attent.integrations.pytorch import subset_checksum
 from attent.selection.config import SelectionConfig
+from attent.selection.strategies import subset_checksum
 from conftest import BIN, REPO
 from hf_tiny import GSM8K, RecordingTrainer, collate, samples, selection_rows, tiny_llama, training_args
 from ray.data.iterator import _IterableFromIterator

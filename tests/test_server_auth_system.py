@@ -297,13 +297,26 @@ def test_a_legacy_default_admin_is_given_the_generated_password_and_secrets_surv
         assert status(url + api, "admin", admin) == 200
 
 
-def test_users_and_permissions_on_postgresql(tmp_path):
-    sys.path.insert(0, str(REPO / "benchmarks" / "robustness"))
-    from tracking_backends import local_postgres, postgres_unavailable
+@contextlib.contextmanager
+def throwaway_postgres():
+    """The tracking-load study's throwaway PostgreSQL (run as a script: tests import no benchmark
+    script), its URI; stopped when its stdin closes."""
+    load = [sys.executable, str(REPO / "benchmarks" / "robustness" / "tracking_load.py")]
+    why = subprocess.run([*load, "--why-no-postgres"], capture_output=True, text=True, check=True, timeout=60).stdout
+    if why:
+        pytest.skip(why)
+    process = subprocess.Popen(
+        [*load, "--serve-postgres", str(free_port())], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        yield process.stdout.readline().strip()
+    finally:
+        process.stdin.close()
+        process.wait(timeout=120)
 
-    if postgres_unavailable():
-        pytest.skip(postgres_unavailable())
-    with local_postgres(free_port()) as database, auth_server(tmp_path, "--backend-store-uri", database) as (url, _):
+
+def test_users_and_permissions_on_postgresql(tmp_path):
+    with throwaway_postgres() as database, auth_server(tmp_path, "--backend-store-uri", database) as (url, _):
         import sqlalchemy
 
         tables = sqlalchemy.inspect(sqlalchemy.create_engine(database)).get_table_names()

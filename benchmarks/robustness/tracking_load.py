@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attent import contract
-from tracking_backends import ATTENT, BACKENDS, backend_uri, free_ports, postgres_unavailable
+from tracking_backends import ATTENT, BACKENDS, backend_uri, free_ports, local_postgres, postgres_unavailable
 from tracking_burst import BURST_BATCHES, BURST_METRICS, BurstCount, burst_table, burst_writer, run_burst
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the suite's harness
@@ -340,9 +340,20 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="print why server-postgresql cannot run here (nothing if it can) and stop",
     )
+    parser.add_argument(
+        "--serve-postgres",
+        type=int,
+        metavar="PORT",
+        help="start a throwaway PostgreSQL on PORT, print its URI, keep it until stdin closes (for the tests)",
+    )
     args = parser.parse_args(argv)
     if args.why_no_postgres:
         print(postgres_unavailable() or "", end="")
+        return 0
+    if args.serve_postgres:
+        with local_postgres(args.serve_postgres) as uri:
+            print(uri, flush=True)
+            sys.stdin.read()  # until the caller closes it
         return 0
     if "server-postgresql" in args.backends and postgres_unavailable():
         print(f"skipping server-postgresql: {postgres_unavailable()}", flush=True)
