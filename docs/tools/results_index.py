@@ -24,6 +24,8 @@ STUDIES = {
     "antk": "empirical ANTK tracking on real runs (`attent train ... antk.enabled=true`; no spec or script)",
     "beyond_the_paper": "the selection library's options beyond the paper "
     "(`attent bench benchmarks/specs/beyond_the_paper.yaml`)",
+    "cycles_verdict_6000_free_scores": "the same with free scores (`selection.scores: training`): no scoring pass "
+    "(`attent bench benchmarks/specs/cycles_verdict_6000_free_scores.yaml --local`)",
     "cycles_verdict_6000": "AtteNT under the released code's schedule (subset bursts inside full-data training) at "
     "the authors' operating point, Fashion-MNIST 6,000 images "
     "(`attent bench benchmarks/specs/cycles_verdict_6000.yaml --local`)",
