@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 
+import hf_tiny
 import pytest
 import torch
 from attent.integrations.huggingface import AtteNTTrainer
@@ -218,20 +219,10 @@ def collate(items: list[dict]) -> dict[str, torch.Tensor]:
 
 
 def training_args(output_dir, **overrides) -> TrainingArguments:
-    base = dict(
-        output_dir=str(output_dir),
-        per_device_train_batch_size=4,
-        num_train_epochs=2,
-        learning_rate=1e-2,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        seed=0,
-        disable_tqdm=True,
-        train_sampling_strategy="sequential",
+    """hf_tiny's arguments for two epochs in the data's order (Trainer and AtteNTTrainer see the same batches)."""
+    return hf_tiny.training_args(
+        output_dir, **{"num_train_epochs": 2, "train_sampling_strategy": "sequential", **overrides}
     )
-    return TrainingArguments(**{**base, **overrides})
 
 
 def own_loss_one_at_a_time(model, items: list[dict]) -> torch.Tensor:
