@@ -96,6 +96,29 @@ def test_the_callback_chooses_what_the_plain_selector_chooses(name, module_class
     assert len({tuple(s.tolist()) for s in got["subsets"]}) > 2  # not vacuous
 
 
+class OwnLoaderModule(SampleModule):
+    """A train loader the module builds itself around the callback's sampler."""
+
+    def train_dataloader(self):
+        return DataLoader(dataset(), batch_size=self.batch_size, sampler=self.selection.sampler)
+
+
+def test_a_first_epoch_that_scores_sizes_its_pass_from_the_modules_own_loader():
+    # no warm-up: the pass of epoch 0 runs at on_fit_start, before Lightning asks for the loader
+    config = SelectionConfig(preset="vit", warmup_epochs=0)
+    scoring_batches = []
+
+    def recorded_loss(module, batch):
+        scoring_batches.append(batch[0].numel())
+        return per_sample_loss(module, batch)
+
+    selection = AtteNTCallback(dataset(), selection=config, seed=0, loss_fn=recorded_loss)
+    module = OwnLoaderModule(selection, batch_size=5)
+    L.Trainer(**TRAINER, max_epochs=2, callbacks=[selection]).fit(module)
+    assert scoring_batches[:2] == [10, 10]  # twice the training batch on CPU, not the fallback 256
+    assert sum(scoring_batches) >= N
+
+
 def _plain_rank(rank: int, world: int, store_path: str, out_dir: str, config: dict) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)

@@ -86,22 +86,8 @@ def test_a_row_per_installed_integration_and_workload_with_every_cost_positive(r
 
 def test_each_scoring_pass_uses_the_batch_its_selector_reports(results):
     for row in results["rows"]:
-        passes = row["scoring_batches"] if row["integration"] != "Lightning" else row["scoring_batches"][1:]
         assert len(row["scoring_batches"]) == 2
-        assert passes and all(b == min(row["reported_scoring_batch"], row["pool"]) for b in passes), row
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="AtteNTCallback scores the first epoch at on_fit_start, before Lightning asks for the train loader "
-    "that tells the Selector its training batch: that pass runs at the fallback batch (256)",
-)
-def test_lightnings_first_scoring_pass_uses_the_batch_its_selector_reports(results):
-    if importlib.util.find_spec("lightning") is None:
-        pytest.skip("lightning is not installed")
-    for row in results["rows"]:
-        if row["integration"] == "Lightning":
-            assert row["scoring_batches"][0] == min(row["reported_scoring_batch"], row["pool"]), row
+        assert all(b == min(row["reported_scoring_batch"], row["pool"]) for b in row["scoring_batches"]), row
 
 
 @pytest.mark.gpu

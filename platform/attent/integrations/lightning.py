@@ -26,6 +26,8 @@ Lightning's hooks. The choices, from Lightning 2.6's source:
   before ``on_train_epoch_start``. So the subset of epoch e is chosen at the end of epoch e-1
   (``on_train_epoch_end``, its scores merged, with the weights epoch e starts from), the first
   epoch's at ``on_fit_start`` (a checkpoint's weights and this callback's state restored by then).
+  Where that first choice needs a scoring pass, the callback asks the module (or DataModule) for
+  its train loader once more, to size the pass from the training batch.
 * **``reload_dataloaders_every_n_epochs=1``**: otherwise Lightning reads the loader's length once
   per fit, and an epoch is cut to the first epoch's batch count (measured: subsets of 8, 16, 24
   samples trained 8, 8, 8). The sampler re-reads the subset at every pass, so ``train_dataloader``
@@ -46,6 +48,7 @@ from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
+from lightning.pytorch.utilities.model_helpers import is_overridden
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -178,7 +181,11 @@ class AtteNTCallback(pl.Callback):
         self._accumulation = trainer.accumulate_grad_batches
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._prepare(self.selector.next_epoch)
+        selector = self.selector
+        if selector.train_batch_size is None and selector.teacher.needs_scoring(selector.next_epoch):
+            # this pass comes before Lightning asks for the train loader, whose batch sizes it
+            selector.train_batch_size = training_batch_size(trainer, pl_module)
+        self._prepare(selector.next_epoch)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         check_loader(trainer.train_dataloader, self.selector.sampler)
@@ -272,6 +279,16 @@ def check_trainer(trainer: pl.Trainer) -> None:
             "AtteNTCallback needs Trainer(use_distributed_sampler=False) under DDP: its sampler already "
             "gives each rank its shard of the subset"
         )
+
+
+def training_batch_size(trainer: pl.Trainer, pl_module: pl.LightningModule) -> int | None:
+    """The batch of the train loader the Trainer will load (asked of its DataModule or module, as
+    Lightning asks each epoch), or None where it is not a DataLoader with a batch size."""
+    datamodule = trainer.datamodule
+    source = datamodule if datamodule is not None and is_overridden("train_dataloader", datamodule) else pl_module
+    loader = source.train_dataloader() if is_overridden("train_dataloader", source) else None
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    return getattr(loader, "batch_size", None) or getattr(batch_sampler, "batch_size", None)
 
 
 def check_loader(loader: Any, sampler: RecordingSampler) -> None:
