@@ -3,9 +3,11 @@ presets, the cheap re-scoring, the cycles reading with and without free scores) 
 run side by side on the same data, the realized saving (1 − method cost / full data's), the
 ideal (1 − samples back-propagated / full data's) and the limit (1 − (back-propagated +
 scored / 3) / full data's, in sample-epochs: a forward costs about a third of a training step).
-The goal: realized ≥ 0.9 × limit for every plan.
+The goal: every plan's realized / ideal within 0.1 of its limit / ideal (a shortfall, (limit −
+realized) / ideal, of at most 0.1), which reads the same where the limit is a sliver of the ideal.
 
     python benchmarks/speed/preset_limits.py [--images 2000] [--epochs 21] [--rounds 3] [--out FOLDER]
+    python benchmarks/speed/preset_limits.py --from-runs FOLDER/runs.json   # the README again
 
 The Fashion-MNIST ViT through the engine's recipe in this process (no Ray, no MLflow), one torch
 thread, evaluation only after the last epoch (it is not in the method cost). A round runs every
@@ -18,6 +20,7 @@ that a drift of the machine falls on every plan alike; ratios are taken within a
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -51,7 +54,7 @@ PLANS = {
     "cycles": CYCLES,
     "cycles, scores: training": [*CYCLES, "selection.scores=training"],
 }
-GOAL = 0.9  # realized / limit
+GOAL = 0.1  # the largest shortfall, (limit - realized) / ideal
 
 
 def run_plan(plan: str, seed: int, args, workdir: Path) -> dict:
@@ -107,6 +110,7 @@ def savings(run: dict, full: dict) -> dict:
         "limit_over_ideal": limit / ideal if ideal else float("nan"),
         "realized_over_ideal": realized / ideal if ideal else float("nan"),
         "realized_over_limit": realized / limit if limit > 0 else float("nan"),
+        "shortfall": (limit - realized) / ideal if ideal else float("nan"),
         "score_over_train": run["scoring_s"] / run["scored"] / per_trained if run["scored"] else float("nan"),
     }
 
@@ -127,8 +131,8 @@ def report(runs: list[dict], args) -> str:
     seeds = sorted({r["seed"] for r in runs})
     lines = [
         "| plan | selection | back-propagated | scored | ideal | limit | realized | realized / ideal "
-        "| limit / ideal | realized / limit | at the goal | scored / trained, per sample |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---:|",
+        "| limit / ideal | shortfall | at the goal | realized / limit | scored / trained, per sample |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---:|---:|",
     ]
     for plan in PLANS:
         if plan == "full":
@@ -136,8 +140,8 @@ def report(runs: list[dict], args) -> str:
         rows = [savings(by[plan, s], by["full", s]) for s in seeds if (plan, s) in by and ("full", s) in by]
         mine = [by[plan, s] for s in seeds if (plan, s) in by]
         full_samples = statistics.mean(by["full", s]["backpropagated"] for s in seeds)
-        over_limit = [r["realized_over_limit"] for r in rows]
-        met = statistics.median(over_limit) >= GOAL if over_limit else False
+        shortfalls = [r["shortfall"] for r in rows]
+        met = bool(shortfalls) and statistics.median(shortfalls) <= GOAL
         lines.append(
             f"| {plan} | {mine[0]['label']} "
             f"| {statistics.mean(r['backpropagated'] for r in mine) / full_samples:.1%} "
@@ -145,7 +149,7 @@ def report(runs: list[dict], args) -> str:
             f"| {spread([r['ideal'] for r in rows], percent=True)} | {spread([r['limit'] for r in rows], percent=True)} "
             f"| {spread([r['realized'] for r in rows], percent=True)} "
             f"| {spread([r['realized_over_ideal'] for r in rows])} | {spread([r['limit_over_ideal'] for r in rows])} "
-            f"| {spread(over_limit)} | {'yes' if met else '**no**'} "
+            f"| {spread(shortfalls)} | {'yes' if met else '**no**'} | {spread([r['realized_over_limit'] for r in rows])} "
             f"| {spread([r['score_over_train'] for r in rows])} |"
         )
     full = [by["full", s] for s in seeds]
@@ -153,8 +157,8 @@ def report(runs: list[dict], args) -> str:
         f"Fashion-MNIST ViT, {args.images} images, E = {args.epochs}, {len(seeds)} rounds (seeds {seeds}), "
         "one torch thread, the engine's recipe in one process. Back-propagated and scored: sample-epochs "
         "over full data's. Savings against full data of the same round; median [min, max] over rounds. "
-        f"Limit: 1 − (back-propagated + scored / 3) / full data's. At the goal: realized / limit ≥ {GOAL} "
-        "(median). Scored / trained, per sample: a scored sample's scoring time over a sample's training "
+        "Limit: 1 − (back-propagated + scored / 3) / full data's. Shortfall: (limit − realized) / ideal; "
+        f"at the goal: its median at most {GOAL}. Scored / trained, per sample: a scored sample's scoring time over a sample's training "
         "time on full data (the limit takes it as 1/3).\n\n"
         + "\n".join(lines)
         + f"\n\nFull data: method cost {harness.mean_std([r['method_s'] for r in full])} s per run, "
@@ -168,7 +172,15 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=21, help="the cycles plans need at least 21")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--from-runs", type=Path, help="write the README of a finished study from its runs.json")
     args = parser.parse_args()
+    if args.from_runs:
+        body = report(json.loads(args.from_runs.read_text()), args)
+        readme = args.from_runs.parent / "README.md"
+        head, _, _ = readme.read_text().partition("\n\nFashion-MNIST ViT")
+        readme.write_text(head + "\n\n" + body + "\n")
+        print(body)
+        return
     torch.set_num_threads(1)
     info = harness.machine()
     out = harness.results_folder(args.out, info)
