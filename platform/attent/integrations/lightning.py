@@ -48,8 +48,8 @@ from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
-from lightning.pytorch.utilities.model_helpers import is_overridden
 import torch
+from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch.utils.data import DataLoader, Dataset
 
 from ..selection import metric_names as names
