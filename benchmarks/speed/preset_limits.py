@@ -8,6 +8,8 @@ realized) / ideal, of at most 0.1), which reads the same where the limit is a sl
 
     python benchmarks/speed/preset_limits.py [--images 2000] [--epochs 21] [--rounds 3] [--out FOLDER]
     python benchmarks/speed/preset_limits.py --from-runs FOLDER/runs.json   # the README again
+    python benchmarks/speed/preset_limits.py --from-mlflow sqlite:///mlflow.db beyond-paper --out FOLDER
+                                             # the same table for an `attent bench` experiment's arms
 
 The Fashion-MNIST ViT through the engine's recipe in this process (no Ray, no MLflow), one torch
 thread, evaluation only after the last epoch (it is not in the method cost). A round runs every
@@ -126,17 +128,53 @@ def spread(values: list[float], digits: int = 2, percent: bool = False) -> str:
     return f"{shown(statistics.median(values))} [{shown(min(values))}, {shown(max(values))}]"
 
 
+def bench_runs(tracking_uri: str, experiment: str) -> list[dict]:
+    """The finished trial runs of an ``attent bench`` experiment as this study's runs, their arm as
+    the plan (full data's arm is ``full``) and their seed as the round."""
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise SystemExit(f"no experiment {experiment!r} in {tracking_uri}: name one `attent bench` wrote")
+    runs = []
+    for run in client.search_runs([found.experiment_id], "attributes.status = 'FINISHED'", max_results=5000):
+        metrics, tags = run.data.metrics, run.data.tags
+        if "attent.benchmark.method" not in tags or contract.SAMPLES_FORWARDED not in metrics:
+            continue
+        backpropagated = metrics[contract.SAMPLES_BACKPROPAGATED]
+        runs.append(
+            {
+                "plan": tags["attent.benchmark.method"],
+                "seed": int(run.data.params["seed"]),
+                "label": tags.get("attent.label", ""),
+                "method_s": metrics[contract.TIME_METHOD],
+                "train_s": metrics.get(contract.time_metric("train"), metrics[contract.TIME_METHOD]),
+                "scoring_s": metrics.get(contract.time_metric("scoring"), 0.0),
+                "selection_s": metrics.get(contract.time_metric("selection"), 0.0),
+                "backpropagated": backpropagated,
+                "scored": metrics[contract.SAMPLES_FORWARDED] - backpropagated,
+                "accuracy": metrics.get(contract.EVAL_PREFIX + "test_accuracy", float("nan")),
+            }
+        )
+    return runs
+
+
 def report(runs: list[dict], args) -> str:
     by = {(r["plan"], r["seed"]): r for r in runs}
     seeds = sorted({r["seed"] for r in runs})
+    plans = [p for p in PLANS if any(r["plan"] == p for r in runs)]
+    plans += sorted({r["plan"] for r in runs} - set(plans))
     lines = [
         "| plan | selection | back-propagated | scored | ideal | limit | realized | realized / ideal "
         "| limit / ideal | shortfall | at the goal | realized / limit | scored / trained, per sample |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---:|---:|",
     ]
-    for plan in PLANS:
-        if plan == "full":
-            continue
+    for plan in plans:
+        if plan == "full" or not any(
+            savings(by[plan, s], by["full", s])["ideal"] > 0 for s in seeds if (plan, s) in by
+        ):
+            continue  # full data, and controls that train more than it
         rows = [savings(by[plan, s], by["full", s]) for s in seeds if (plan, s) in by and ("full", s) in by]
         mine = [by[plan, s] for s in seeds if (plan, s) in by]
         full_samples = statistics.mean(by["full", s]["backpropagated"] for s in seeds)
@@ -153,16 +191,22 @@ def report(runs: list[dict], args) -> str:
             f"| {spread([r['score_over_train'] for r in rows])} |"
         )
     full = [by["full", s] for s in seeds]
+    where = (
+        f"The arms of `attent bench`'s experiment {args.from_mlflow[1]!r}, seeds {seeds} as rounds"
+        if args.from_mlflow
+        else f"Fashion-MNIST ViT, {args.images} images, E = {args.epochs}, {len(seeds)} rounds (seeds {seeds}), "
+        "one torch thread, the engine's recipe in one process"
+    )
     return (
-        f"Fashion-MNIST ViT, {args.images} images, E = {args.epochs}, {len(seeds)} rounds (seeds {seeds}), "
-        "one torch thread, the engine's recipe in one process. Back-propagated and scored: sample-epochs "
+        f"{where}. Back-propagated and scored: sample-epochs "
         "over full data's. Savings against full data of the same round; median [min, max] over rounds. "
         "Limit: 1 − (back-propagated + scored / 3) / full data's. Shortfall: (limit − realized) / ideal; "
         f"at the goal: its median at most {GOAL}. Scored / trained, per sample: a scored sample's scoring time over a sample's training "
         "time on full data (the limit takes it as 1/3).\n\n"
         + "\n".join(lines)
         + f"\n\nFull data: method cost {harness.mean_std([r['method_s'] for r in full])} s per run, "
-        f"final test accuracy {harness.mean_std([r['accuracy'] for r in full])} (200 images)."
+        f"final test accuracy {harness.mean_std([r['accuracy'] for r in full])}"
+        + ("." if args.from_mlflow else " (200 images).")
     )
 
 
@@ -173,7 +217,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--from-runs", type=Path, help="write the README of a finished study from its runs.json")
+    parser.add_argument(
+        "--from-mlflow", nargs=2, metavar=("TRACKING_URI", "EXPERIMENT"), help="an `attent bench` experiment's runs"
+    )
     args = parser.parse_args()
+    if args.from_mlflow:
+        runs = bench_runs(*args.from_mlflow)
+        out = harness.results_folder(args.out)
+        harness.write_json(out / "runs.json", runs)
+        body = report(runs, args)
+        harness.write_readme(out, "Each arm's realized saving against its limit", harness.command_line(), body)
+        print(body)
+        return
     if args.from_runs:
         body = report(json.loads(args.from_runs.read_text()), args)
         readme = args.from_runs.parent / "README.md"
