@@ -215,6 +215,7 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=2000)
     parser.add_argument("--epochs", type=int, default=21, help="the cycles plans need at least 21")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--plans", nargs="+", choices=[p for p in PLANS if p != "full"], help="these beside full data")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--from-runs", type=Path, help="write the README of a finished study from its runs.json")
     parser.add_argument(
@@ -240,7 +241,7 @@ def main() -> None:
     info = harness.machine()
     out = harness.results_folder(args.out, info)
     runs = []
-    order = list(PLANS)
+    order = ["full", *(args.plans or [p for p in PLANS if p != "full"])]
     with tempfile.TemporaryDirectory(prefix="attent-limits-") as workdir:
         for seed in range(args.rounds):
             for plan in order[seed % len(order) :] + order[: seed % len(order)]:
