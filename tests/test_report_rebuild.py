@@ -32,6 +32,7 @@ SHIPPED = [
     "mae_plateau",
     "mae_400_verdict",
     "beyond_the_paper/fmnist-vit-2026-11-29",
+    "cycles_verdict_6000_free_scores",
 ]
 
 
