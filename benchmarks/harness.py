@@ -163,6 +163,17 @@ def command_line(argv: list[str] | None = None) -> str:
 
 # --- runs ---------------------------------------------------------------------------------------
 
+# AtteNT under the released code's reading of "interval", as the cycles verdict runs it
+# (benchmarks/specs/cycles_verdict_6000.yaml; E = 21: a warm-up, then 4 cycles of 5 epochs)
+CYCLES_SELECTION = [
+    "selection.preset=vit",
+    "selection.warmup_epochs=1",
+    "selection.soft_logits=raw",
+    "selection.temperature=1.0",
+    "selection.ratio={kind: incremental, start: 0.2, end: 0.8}",
+    "selection.interval={kind: cycles, cycles: 4, start: 1, end: 4}",
+]
+
 
 def experiment(
     base: Path,

@@ -27,16 +27,7 @@ from scipy.stats import spearmanr
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the suite's harness
 import harness  # noqa: E402
 
-CYCLES = [
-    "train.epochs=21",
-    "train.eval_every=21",
-    "selection.preset=vit",
-    "selection.warmup_epochs=1",
-    "selection.soft_logits=raw",
-    "selection.temperature=1.0",
-    "selection.ratio={kind: incremental, start: 0.2, end: 0.8}",
-    "selection.interval={kind: cycles, cycles: 4, start: 1, end: 4}",
-]
+CYCLES = ["train.epochs=21", "train.eval_every=21", *harness.CYCLES_SELECTION]
 SCORES = {"training": ["selection.scores=training"], "latest": ["selection.scores=latest", "selection.rescore=false"]}
 
 

@@ -36,14 +36,7 @@ from attent.engine.recipe import TrainingRecipe, WorkerContext
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the suite's harness
 import harness  # noqa: E402
 
-CYCLES = [  # the released code's reading, as the cycles verdict runs it (E = 21)
-    "selection.preset=vit",
-    "selection.warmup_epochs=1",
-    "selection.soft_logits=raw",
-    "selection.temperature=1.0",
-    "selection.ratio={kind: incremental, start: 0.2, end: 0.8}",
-    "selection.interval={kind: cycles, cycles: 4, start: 1, end: 4}",
-]
+CYCLES = harness.CYCLES_SELECTION  # the released code's reading (E = 21)
 PLANS = {
     "full": ["selection.preset=null", "selection.method=full"],
     "vit": ["selection.preset=vit"],
@@ -63,7 +56,7 @@ def run_plan(plan: str, seed: int, args, workdir: Path) -> dict:
     """One run of ``plan``: its method cost and parts, samples back-propagated and forwarded."""
     cfg = harness.experiment(
         harness.REPO / "experiments" / "fashion_mnist_vit.yaml",
-        f"limits-{len(PLANS)}-s{seed}",
+        f"limits-s{seed}",
         [
             *PLANS[plan],
             f"train.epochs={args.epochs}",
@@ -171,13 +164,12 @@ def report(runs: list[dict], args) -> str:
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---:|---:|",
     ]
     for plan in plans:
-        if plan == "full" or not any(
-            savings(by[plan, s], by["full", s])["ideal"] > 0 for s in seeds if (plan, s) in by
-        ):
+        paired = [s for s in seeds if (plan, s) in by and ("full", s) in by]
+        rows = [savings(by[plan, s], by["full", s]) for s in paired]
+        if plan == "full" or not any(r["ideal"] > 0 for r in rows):
             continue  # full data, and controls that train more than it
-        rows = [savings(by[plan, s], by["full", s]) for s in seeds if (plan, s) in by and ("full", s) in by]
-        mine = [by[plan, s] for s in seeds if (plan, s) in by]
-        full_samples = statistics.mean(by["full", s]["backpropagated"] for s in seeds)
+        mine = [by[plan, s] for s in paired]
+        full_samples = statistics.mean(by["full", s]["backpropagated"] for s in paired)
         shortfalls = [r["shortfall"] for r in rows]
         met = bool(shortfalls) and statistics.median(shortfalls) <= GOAL
         lines.append(
