@@ -70,7 +70,7 @@ def machine() -> dict[str, Any]:
     """The machine a measurement runs on: processor and its vector instructions, CPUs, load,
     Python and torch (with the CPU kernels it picked), the GPU if one is visible, the commit and
     the time (UTC)."""
-    from attent.doctor import cpu_model
+    from attent.cli.doctor import cpu_model
 
     info: dict[str, Any] = {
         "cpu": cpu_model(),
@@ -189,7 +189,7 @@ def experiment(
     """A timing script's run of ``base`` with ``overrides``: ``workers`` Ray Train workers (0:
     local mode, in the calling process) on ``threads`` CPUs each, its checkpoints and its MLflow
     store (SQLite) under ``workdir``; resolved."""
-    from attent.config import load_experiment
+    from attent.experiment.files import load_experiment
 
     workdir = Path(workdir)
     return load_experiment(

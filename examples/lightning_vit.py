@@ -45,7 +45,7 @@ class ViTClassifier(L.LightningModule):
         return self.selection.loader(batch_size=self.batch_size)
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        return self.selection.update(per_sample_loss(self, batch))  # scores recorded, loss weights applied, mean
+        return self.selection.update(per_sample_loss(self, batch)).mean()  # scores recorded, loss weights applied
 
     def configure_optimizers(self):
         optimizer = torch.optim.AdamW(self.parameters(), lr=self.lr, weight_decay=0.05)

@@ -53,7 +53,7 @@ def main() -> None:
     model = build_vit(vit_config("vit_tiny_cpu", img_size=8, in_chans=1, num_classes=10))
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.05)
 
-    # The three lines: wrap the dataset, draw from its sampler, train on the loss update() returns.
+    # Wrap the dataset, draw from its sampler, train on the losses update() returns, end each epoch.
     selector = attent.Selector(
         train_set,
         selection=attent.SelectionConfig(preset=args.preset),
@@ -72,12 +72,13 @@ def main() -> None:
         start = time.perf_counter()
         selector.begin_epoch(epoch)  # the scoring pass and re-selection, when due
         for batch in loader:
-            loss = selector.update(per_sample_loss(model, batch))
+            loss = selector.update(per_sample_loss(model, batch)).mean()
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             scheduler.step()
             steps += 1
+        selector.end_epoch()  # the epoch's scores merged (across ranks under DDP)
         row = {
             **selector.metrics(),
             "steps": steps,

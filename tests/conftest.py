@@ -218,7 +218,7 @@ def mlflow_uri(tmp_path, empty_store) -> str:
 def start_tracking_server(backend_uri: str, artifacts: Path):
     """`attent server` on 127.0.0.1 (a SQL backend, proxied artifact store) in its own process
     group, its URL yielded once /health answers; stopped with its workers afterwards."""
-    from attent import server
+    from attent.server import app as server
 
     port = free_port()
     proc = subprocess.Popen(

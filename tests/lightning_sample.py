@@ -53,7 +53,7 @@ class SampleModule(L.LightningModule):
         return (self.value[items] - self.target[items]) ** 2
 
     def training_step(self, batch, batch_idx):
-        return self.selection.update(per_sample_loss(self, batch))
+        return self.selection.update(per_sample_loss(self, batch)).mean()
 
     def train_dataloader(self):
         return self.selection.loader(self.batch_size)

@@ -22,7 +22,7 @@ PRELOAD = [
     "lightning",
     "timm",
     "mlflow",
-    "attent.integrations.pytorch",
+    "attent.selection.selector",
     "attent.engine.tracking",
 ]
 

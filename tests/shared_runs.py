@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from attent.config import ExperimentConfig, build_experiment
+from attent.experiment.schema import ExperimentConfig, build_experiment
 from attent.selection.config import deep_merge
 
 TESTS = Path(__file__).resolve().parent
@@ -377,7 +377,7 @@ class SweptStore:
 
 
 def run_digits_sweeps(root: Path) -> SweptStore:
-    from attent.sweep import run_sweep
+    from attent.sweep.tune import run_sweep
 
     uri = f"sqlite:///{root / 'mlflow.db'}"
     results = {}

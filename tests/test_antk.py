@@ -13,12 +13,12 @@ import pytest
 import shared_runs
 import torch
 from attent import contract
-from attent.config import AntkConfig, build_experiment
 from attent.engine.antk import KernelTracker, parameter_blocks, probe_kernel
 from attent.engine.recipe import TrainingRecipe, WorkerContext
+from attent.experiment.schema import AntkConfig, build_experiment
 from attent.selection.config import deep_merge
-from attent.tangent_kernel import brute_force_kernel, empirical_kernel
 from attent.tasks.task import Task
+from attent.theory.tangent_kernel import brute_force_kernel, empirical_kernel
 from torch import nn
 from torch.func import functional_call
 

@@ -34,7 +34,7 @@ def test_import_attent_is_torch_free_and_selector_imports_torch_on_first_access(
 
 
 def test_public_names():
-    from attent.integrations.pytorch import Selector as selector_class
+    from attent.selection.selector import Selector as selector_class
     from attent.selection.strategies import select
 
     assert attent.Selector is selector_class and attent.select is select

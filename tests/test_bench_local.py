@@ -11,9 +11,10 @@ import json
 
 import mlflow
 import pytest
-from attent import cli, contract
+from attent import contract
 from attent.benchmark import SeedBudget, calibration, computation, executor_overrides, load_benchmark, with_epochs
 from attent.benchmark import runner as bench_runner
+from attent.cli.main import main as attent_main
 from conftest import REPO, SHARED
 
 
@@ -72,7 +73,7 @@ benchmark:
         - {{arm: full, key: train.epochs, values: [2, 3]}}
       arms: {{full: {{}}, full+again: {{}}, attent: {{}}}}
 """)
-    assert cli.main(["bench", "bench.yaml", "--local", "--budget-s", "0"]) == 0
+    assert attent_main(["bench", "bench.yaml", "--local", "--budget-s", "0"]) == 0
     said = capsys.readouterr().out
     assert "seed 0 of digits would end past the budget of 0 s" in said and "not started" in said
     runs = runs_of(uri, "local-bench")
@@ -96,7 +97,7 @@ benchmark:
     assert again.data.params["train.epochs"] == "3" and again.data.params["train.lr"] == f"{lr:g}"
     assert all(contract.TAG_SAME_RUN_AS not in r.data.tags for r in runs.values() if r is not again)
 
-    assert cli.main(["bench", "bench.yaml", "--local", "--out", str(tmp_path / "reports")]) == 0
+    assert attent_main(["bench", "bench.yaml", "--local", "--out", str(tmp_path / "reports")]) == 0
     said = capsys.readouterr().out
     assert said.count("finished earlier, kept") == 4  # the selection stage is not run again
     runs = runs_of(uri, "local-bench")
@@ -135,7 +136,7 @@ def test_the_llm_gpu_spec_runs_locally_at_a_tiny_size_and_stops_at_the_budget(
         f"ray.storage_path={tmp_path / 'ray_results'}",
     ]
     assert (
-        cli.main(
+        attent_main(
             ["bench", str(REPO / "benchmarks" / "specs" / "llm_paper_gpu.yaml"), "--local", "--budget-s", "8", *tiny]
         )
         == 0

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 from attent import contract
 from attent.benchmark import TuneSpec, calibrate_equal_cost, choose, load_benchmark, selection_runs, validation_finals
-from attent.config import ConfigError
+from attent.experiment.schema import ConfigError
+from attent.selection.plan import build_plan
 from conftest import REPO
 from mlflow import MlflowClient
 from mlflow.entities import Metric
@@ -69,7 +70,7 @@ def test_choices_apply_where_they_belong_and_full_data_comparators_follow_e(tmp_
     # the temperature is AtteNT's choice: its variants take it, the other arms keep their own
     assert by["attent"].selection.temperature == by["attent+hard"].selection.temperature == 16.0
     assert by["random"].selection.temperature != 16.0
-    planned = by["attent"].selection.mean_planned_ratio(4) * 4
+    planned = build_plan(by["attent"].selection, 4).mean_ratio() * 4
     assert by["full_equal_samples"].train.epochs == max(1, round(planned))
     # calibrated arms run after the runs they read, in every seed
     order = [(run.experiment.seed, run.arm) for run in runs]
@@ -187,7 +188,7 @@ def test_the_selection_stage_needs_a_validation_metric(tmp_path):
 
 
 def test_a_benchmark_runs_only_the_workloads_named_and_refuses_an_unknown_one(tmp_path):
-    from attent.config import ConfigError
+    from attent.experiment.schema import ConfigError
 
     spec, runs = load_benchmark(REPO / "benchmarks" / "specs" / "data_size.yaml", workloads=["fmnist-20000"])
     assert [w.name for w in spec.workloads] == ["fmnist-20000"]

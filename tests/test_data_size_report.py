@@ -12,7 +12,7 @@ from attent import contract
 from attent.analysis import ReportError
 from attent.analysis.time_to_accuracy.data_size import build_data_size_report
 from attent.analysis.time_to_accuracy.data_size_joined import Source, joined_runs, judge_joined, read_source
-from attent.cli import main as attent_main
+from attent.cli.main import main as attent_main
 from mlflow import MlflowClient
 from tta_benchmark import log_run, method_specs
 
@@ -348,7 +348,7 @@ def test_the_headline_size_table_is_one_attent_report_over_the_saved_tables(tmp_
     data at equal measured cost (the joined rows saved in data_size/data_size.md), and the plateau
     over the seeds its control ran (data_size_plateau/: 10, 10, 6 and 6 seeds), from one command; more
     seeds of full data run again for the plateau pair with their own control only."""
-    from attent.cli import main as cli
+    from attent.cli.main import main as cli
 
     argv = ["report", "--out", str(tmp_path)]
     for path in HEADLINE:

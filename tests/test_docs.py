@@ -69,7 +69,7 @@ def test_the_site_builds_strictly_with_complete_references(tmp_path):
     # the configuration reference: every field of the models it is generated from
     sys.path[:0] = [str(REPO / "platform"), str(REPO)]
     try:
-        from attent.config import ExperimentConfig, RayConfig, TrainConfig
+        from attent.experiment.schema import ExperimentConfig, RayConfig, TrainConfig
         from attent.selection.config import SelectionConfig
         from attent.tasks.registry import config_classes
     finally:
@@ -101,7 +101,7 @@ def test_the_site_builds_strictly_with_complete_references(tmp_path):
     # the API reference: the public names, from their docstrings
     html = (site / "reference" / "api" / "index.html").read_text()
     for target in (
-        "attent.integrations.pytorch.Selector",
+        "attent.selection.selector.Selector",
         "attent.selection.config.SelectionConfig",
         "attent.selection.strategies.select",
         "attent.integrations.huggingface.AtteNTTrainer",

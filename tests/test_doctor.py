@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from attent.doctor import check_torch, cpu_model
+from attent.cli.doctor import check_torch, cpu_model
 
 
 def test_the_torch_check_names_the_cpu_a_measurement_was_taken_on():

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 from attent import contract
-from attent.config import build_experiment
 from attent.engine.recipe import TrainingRecipe, WorkerContext
+from attent.experiment.schema import build_experiment
 from attent.selection.config import SelectionConfig
-from attent.selection.schedules import training_progress
+from attent.selection.plan import build_plan, training_progress
 from attent.selection.teacher import Teacher
 from attent.tasks.task import decay_groups
 
@@ -120,19 +120,19 @@ def test_the_plan_is_what_the_teacher_selects(selection, epochs):
     for epoch in range(epochs):
         teacher.begin_epoch(epoch, score_fn=lambda indices: iter([(torch.arange(100), torch.rand(100))]))
         teacher.end_epoch()
-    assert [(r.epoch, r.ratio) for r in teacher.history] == cfg.planned_ratios(epochs)
+    assert [(r.epoch, r.ratio) for r in teacher.history] == build_plan(cfg, epochs).ratios()
     assert all(r.ratio == cfg.ratio_schedule(training_progress(r.epoch, epochs)) for r in teacher.history)
 
 
 def test_the_label_shows_the_ratio_a_short_run_reaches():
     vit = SelectionConfig(preset="vit")
-    assert vit.planned_ratios(6) == [
+    assert build_plan(vit, 6).ratios() == [
         (0, 0.2),
         (1, pytest.approx(0.3)),
         (3, pytest.approx(0.5)),
         (5, pytest.approx(0.7)),
     ]
-    assert vit.label(6) == "Soft · incremental(0.2→0.8, reached 0.7) · incremental(1→4)"
-    assert vit.label() == "Soft · incremental(0.2→0.8) · incremental(1→4)"
-    assert SelectionConfig(preset="llm").label(3) == "Hard · fixed(0.7) · fixed(1)"
-    assert SelectionConfig(preset="llm").ratio_reached(3) == 1.0  # warm-up epoch on all data
+    assert build_plan(vit, 6).label == "Soft · incremental(0.2→0.8, reached 0.7) · incremental(1→4)"
+    assert build_plan(vit, 1000).label == "Soft · incremental(0.2→0.8) · incremental(1→4)"
+    assert build_plan(SelectionConfig(preset="llm"), 3).label == "Hard · fixed(0.7) · fixed(1)"
+    assert build_plan(SelectionConfig(preset="llm"), 3).ratio_reached() == 1.0  # warm-up epoch on all data

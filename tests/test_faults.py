@@ -19,9 +19,9 @@ from pathlib import Path
 import mlflow
 import pytest
 import shared_runs
-from attent.cli import main as attent_main
-from attent.config import PreflightError
+from attent.cli.main import main as attent_main
 from attent.engine.faults import RunFault
+from attent.experiment.schema import PreflightError
 from conftest import BIN, REPO, free_port, ray_processes
 from ranks import start_method
 
@@ -121,7 +121,7 @@ def test_a_server_refusing_our_host_header_is_refused_before_anything_starts(tmp
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    from attent import server
+    from attent.server import app as server
 
     try:
         server.wait_ready(f"http://127.0.0.1:{port}", proc)
@@ -307,7 +307,7 @@ def test_a_new_run_is_tagged_with_its_driver(tmp_path, mlflow_uri):
 
 # --- 5. any other error: one line, the traceback in a log ----------------------------------------
 def test_an_unexpected_error_is_one_line_with_its_traceback_in_a_log(tmp_path, monkeypatch, capsys):
-    from attent import cli
+    from attent.cli.main import COMMANDS
 
     def broken(args):
         try:
@@ -315,7 +315,7 @@ def test_an_unexpected_error_is_one_line_with_its_traceback_in_a_log(tmp_path, m
         except KeyError as exc:
             raise RuntimeError("Traceback (most recent call last):\n  File x\nValueError: the worker's cause") from exc
 
-    monkeypatch.setitem(cli.COMMANDS, "report", broken)
+    monkeypatch.setitem(COMMANDS, "report", broken)
     monkeypatch.setenv("ATTENT_LOG_DIR", str(tmp_path / "logs"))
     assert attent_main(["report", "--experiment", "x"]) == 1
     (line,) = capsys.readouterr().err.strip().splitlines()
@@ -327,7 +327,7 @@ def test_an_unexpected_error_is_one_line_with_its_traceback_in_a_log(tmp_path, m
 
 
 def test_a_ray_train_failure_is_reduced_to_the_workers_last_line():
-    from attent.errors import describe
+    from attent.cli.errors import describe
     from ray.train.v2.api.exceptions import WorkerGroupError
 
     remote = RuntimeError(

@@ -20,8 +20,9 @@ from urllib.parse import parse_qsl, urlsplit
 
 import mlflow
 import pytest
-from attent import contract, server
+from attent import contract
 from attent.engine import dashboard, progress, tracking
+from attent.server import app as server
 from conftest import BIN, free_port
 
 JS = Path(mlflow.__file__).parent / "server" / "js" / "build" / "static" / "js"
@@ -150,7 +151,7 @@ def test_attent_ui_prints_the_training_runs_link_that_the_server_answers(tmp_pat
 def test_attent_demo_ends_with_its_experiments_link(tmp_path):
     """The demo's last lines: the `attent ui` command over its store and the link to its training
     runs, at `attent ui`'s default address."""
-    from attent import cli, demo
+    from attent.cli import demo, services
 
     uri, experiment_id, _ = store_with_runs(tmp_path, "attent-demo-20260101-000000")
     hint = demo.dashboard_hint(uri, "attent-demo-20260101-000000")
@@ -158,7 +159,7 @@ def test_attent_demo_ends_with_its_experiments_link(tmp_path):
     assert hint.endswith(f"  {dashboard.training_view_url(dashboard.UI_DEFAULT_URL, experiment_id)}")
     assert "Nothing was logged" in demo.dashboard_hint(uri, "no-such-experiment")
     parser = argparse.ArgumentParser()
-    cli.add_service_commands(parser.add_subparsers(dest="command"))
+    services.add_service_commands(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["ui"])
     assert server.local_url(args.host, args.port) == dashboard.UI_DEFAULT_URL
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from attent.config import build_experiment
+from attent.experiment.schema import build_experiment
 from attent.selection.config import deep_merge
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -63,23 +63,24 @@ def comparable(rows: list[dict]) -> list[dict]:
 # --- the Teacher: the engine refuses, the trainer's skips -------------------------------------------------
 def test_the_teachers_default_still_refuses_a_nonfinite_loss():
     teacher = Teacher(4, SelectionConfig(preset="llm"), 3)
+    teacher.observe(torch.arange(4), torch.tensor([1.0, 2.0, math.inf, 0.5]))
     with pytest.raises(ValueError, match="non-finite per-sample loss for samples \\[2\\]"):
-        teacher.observe(torch.arange(4), torch.tensor([1.0, 2.0, math.inf, 0.5]))
+        teacher.sync()  # where the losses reach the host: the epoch's merge
 
 
 def test_a_skipped_inf_is_never_the_hardest():
     """A sample scored low keeps that score when its loss turns inf (the hard pick passes it by); one never scored
     stays unscored."""
-    teacher = Teacher(6, SelectionConfig(strategy="hard", ratio={"kind": "fixed", "start": 0.5}, warmup_epochs=1), 3)
-    teacher.nonfinite = "skip"
+    teacher = Teacher(
+        6, SelectionConfig(strategy="hard", ratio={"kind": "fixed", "start": 0.5}, warmup_epochs=1), 3, nonfinite="skip"
+    )
     teacher.begin_epoch(0)
     teacher.observe(torch.arange(6), torch.tensor([0.1, 5.0, 4.0, 3.0, 0.2, 1.0]))
     teacher.observe(torch.tensor([0, 5]), torch.tensor([math.inf, math.nan]))
     teacher.end_epoch()
     assert teacher.scores.tolist() == pytest.approx([0.1, 5.0, 4.0, 3.0, 0.2, 1.0])
     assert teacher.begin_epoch(1).tolist() == [1, 2, 3]
-    fresh = Teacher(2, SelectionConfig(preset="llm"), 2)
-    fresh.nonfinite = "skip"
+    fresh = Teacher(2, SelectionConfig(preset="llm"), 2, nonfinite="skip")
     fresh.begin_epoch(0)
     fresh.observe(torch.arange(2), torch.tensor([math.inf, 1.0]))
     fresh.end_epoch()
@@ -161,8 +162,9 @@ def test_nonfinite_raise_stops_in_one_line(tmp_path):
         compute_per_sample_loss=poisoned_terms,
         nonfinite="raise",
     )
+    # at the epoch's end, where its losses reach the host: the epoch's 10 steps ran
     with pytest.raises(
-        ValueError, match="AtteNTTrainer: 1 sample.*NaN or inf loss.*nonfinite='skip'"
-    ) as error:  # batch 0
+        ValueError, match=r"non-finite per-sample loss for samples \[3, 10\].*nonfinite='skip'"
+    ) as error:
         trainer.train()
-    assert "\n" not in str(error.value) and trainer.state.global_step == 0
+    assert "\n" not in str(error.value) and trainer.state.global_step == 10

@@ -17,11 +17,17 @@ from attent.selection.config import SelectionConfig
 from hf_tiny import RecordingTrainer, collate, losses_of, samples, selection_rows, tiny_llama, training_args
 
 PLANS = {
-    # (preset, run length): (trained per epoch, subset per epoch, optimiser steps)
-    ("llm", "max_steps=20"): ([40, 28, 12], [40, 28, 28], 20),
-    ("vit", "max_steps=12"): ([8, 14, 14, 8], [8, 14, 14, 26], 12),
-    ("llm", "num_train_epochs=2.5"): ([40, 28, 16], [40, 28, 28], 21),  # 10 + 7 + (ceil(2.5 * 7) - 2 * 7)
-    ("vit", "num_train_epochs=0.5"): ([4], [8], 1),  # ceil(0.5 * 2) of epoch 0's 2 steps
+    # (preset, run length): (trained per epoch, subset per epoch, optimiser steps, the last step's rate's
+    # divisor: its epoch's steps x the epochs the run spans, as the linear schedule reads the epoch clock)
+    ("llm", "max_steps=20"): ([40, 28, 12], [40, 28, 28], 20, 7 * (2 + 3 / 7)),
+    ("vit", "max_steps=12"): ([8, 14, 14, 8], [8, 14, 14, 26], 12, 7 * (3 + 2 / 7)),
+    ("llm", "num_train_epochs=2.5"): (
+        [40, 28, 16],
+        [40, 28, 28],
+        21,
+        7 * (2 + 4 / 7),
+    ),  # 10 + 7 + (ceil(2.5 * 7) - 2 * 7)
+    ("vit", "num_train_epochs=0.5"): ([4], [8], 1, 2 * 0.5),  # ceil(0.5 * 2) of epoch 0's 2 steps
 }
 
 
@@ -32,7 +38,7 @@ def length(text: str) -> dict:
 
 @pytest.mark.parametrize("preset,run", PLANS)
 def test_the_run_follows_the_hand_counted_plan(preset, run, tmp_path):
-    trained, subsets, steps = PLANS[(preset, run)]
+    trained, subsets, steps, divisor = PLANS[(preset, run)]
     trainer = RecordingTrainer(
         model=tiny_llama(),
         args=training_args(tmp_path, lr_scheduler_type="linear", **{"num_train_epochs": 3, **length(run)}),
@@ -48,7 +54,7 @@ def test_the_run_follows_the_hand_counted_plan(preset, run, tmp_path):
     # the stopped epoch counts only the samples it trained on
     assert rows[-1]["samples_backpropagated"] == sum(trained)
     rates = [row["learning_rate"] for row in trainer.state.log_history if "learning_rate" in row]
-    assert rates[-1] == pytest.approx(1e-2 / steps) and set(trainer.lr_scheduler.get_last_lr()) == {0.0}
+    assert rates[-1] == pytest.approx(1e-2 / divisor) and set(trainer.lr_scheduler.get_last_lr()) == {0.0}
 
 
 @pytest.mark.parametrize("preset,steps,resume_at", [("llm", 20, 12), ("llm", 20, 18), ("vit", 12, 7), ("vit", 12, 11)])
@@ -102,3 +108,42 @@ def test_the_selection_seed_is_read_when_train_starts(tmp_path):
     assert changed != checksums(tmp_path, "kept", args_seed=0)
     # an explicit seed= stays the selection's whatever args.seed becomes
     assert checksums(tmp_path, "explicit", args_seed=0, change_to=7, seed=0) == checksums(tmp_path, "again", 0)
+
+
+@pytest.mark.parametrize("strategy", ["soft", "hard", "random"])
+def test_a_cycles_run_resumed_inside_a_subset_epoch_makes_no_extra_pick(strategy, tmp_path):
+    """The released code's reading (a warm-up epoch, 2 cycles of 3 epochs opening with 2 subset epochs, ratio
+    0.2 -> 0.8) on 40 samples in batches of 4: step 11 lies inside the first subset epoch (epoch 1, 8 samples,
+    steps 11-12). Resumed from checkpoint-11, the run makes the uninterrupted run's re-selections, not one more
+    (on 9171ffd it re-selected at the epoch it resumed in), and trains the same samples to the same losses."""
+    selection = SelectionConfig(
+        strategy=strategy,
+        ratio={"kind": "incremental", "start": 0.2, "end": 0.8},
+        interval={"kind": "cycles", "cycles": 2, "start": 2, "end": 2},
+        rescore=strategy != "random",
+    )
+
+    def trainer(output_dir, **overrides):
+        return RecordingTrainer(
+            model=tiny_llama(),
+            args=training_args(output_dir, num_train_epochs=7, **overrides),
+            train_dataset=samples(),
+            data_collator=collate,
+            selection=selection,
+            seed=1,
+        )
+
+    whole = trainer(tmp_path / "whole", save_strategy="steps", save_steps=1)
+    whole.train()
+    assert [len(whole.trained[epoch]) for epoch in range(3)] == [40, 8, 8]  # step 11: the first subset epoch
+    resumed = trainer(tmp_path / "resumed")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "whole" / "checkpoint-11"))
+    assert len(resumed.selector.teacher.history) == len(whole.selector.teacher.history)
+    assert [(r.epoch, r.indices.tolist()) for r in resumed.selector.teacher.history] == [
+        (r.epoch, r.indices.tolist()) for r in whole.selector.teacher.history
+    ]
+    after = selection_rows(whole, after=11)
+    assert [r["subset_checksum"] for r in selection_rows(resumed, after=11)] == [r["subset_checksum"] for r in after]
+    assert resumed.trained[1] == whole.trained[1][4:]  # the epoch's second step, after the checkpoint's first
+    assert all(resumed.trained[e] == whole.trained[e] for e in range(2, 7))
+    assert losses_of(resumed, after=11) == losses_of(whole, after=11)

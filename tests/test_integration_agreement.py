@@ -40,10 +40,11 @@ transformers = pytest.importorskip("transformers")
 
 import attent  # noqa: E402
 from attent import contract  # noqa: E402
-from attent.config import build_experiment  # noqa: E402
 from attent.engine.recipe import TrainingRecipe, WorkerContext  # noqa: E402
+from attent.experiment.schema import build_experiment  # noqa: E402
 from attent.integrations.huggingface import AtteNTTrainer  # noqa: E402
 from attent.integrations.lightning import AtteNTCallback  # noqa: E402
+from attent.selection.plan import build_plan  # noqa: E402
 from attent.selection.strategies import subset_checksum  # noqa: E402
 from attent.selection.teacher import Teacher  # noqa: E402
 from attent.tasks.registry import build_task  # noqa: E402
@@ -151,9 +152,10 @@ def run_plain(cfg, task, initial, world: int = 1) -> dict:
     for epoch in range(EPOCHS):
         selector.begin_epoch(epoch)
         for batch in loader:
-            selector.update(task.per_sample_loss(trained, batch)).backward()
+            selector.update(task.per_sample_loss(trained, batch)).mean().backward()
             optimizer.step()
             optimizer.zero_grad()
+        selector.end_epoch()
         checksums.append(selector.metrics()["subset_checksum"])
     return outcome(checksums, selector.teacher, selector.samples_backpropagated, model, initial, selector.sampler)
 
@@ -230,7 +232,7 @@ class DigitsModule(L.LightningModule):
         self.checksums = []
 
     def training_step(self, batch, batch_idx):
-        return self.selection.update(self.loss_fn(self.net, batch))
+        return self.selection.update(self.loss_fn(self.net, batch)).mean()
 
     def train_dataloader(self):
         return self.selection.loader(BATCH)
@@ -294,7 +296,7 @@ def run_all(name: str, output_dir, rank: int = 0, world: int = 1) -> dict[str, d
 
 def assert_all_agree(runs: dict[str, dict], name: str, rank: int = 0, world: int = 1) -> None:
     engine = runs["engine"]
-    plan = experiment(name).selection.planned_ratios(EPOCHS)
+    plan = build_plan(experiment(name).selection, EPOCHS).ratios()
     assert [epoch for epoch, _ in engine["reselections"]] == [epoch for epoch, _ in plan]
     assert len(engine["checksums"]) == EPOCHS
     for framework in FRAMEWORKS:
@@ -318,7 +320,7 @@ def test_the_four_choose_the_same_subsets_in_one_process(name, tmp_path):
     runs = run_all(name, tmp_path)
     assert_all_agree(runs, name)
     sizes = [len(s) for s in runs["engine"]["subsets"]]
-    assert sizes == [round(ratio * N) for _, ratio in experiment(name).selection.planned_ratios(EPOCHS)]
+    assert sizes == [round(ratio * N) for _, ratio in build_plan(experiment(name).selection, EPOCHS).ratios()]
 
 
 # --- on two ranks ------------------------------------------------------------------------------------------

@@ -58,11 +58,12 @@ def run_plain(config: SelectionConfig, epochs: int, seed: int, batch_size: int =
         out["checksums"].append(selector.metrics()["subset_checksum"])
         trained = []
         for batch in selector.loader(batch_size):
-            loss = selector.update(model(batch[0]))
+            loss = selector.update(model(batch[0])).mean()
             loss.backward()
             optimizer.step()
             optimizer.zero_grad()
             trained.append(batch[0])
+        selector.end_epoch()
         out["trained"].append(torch.cat(trained))
     return {**out, "table": selector.teacher.scores.clone(), "value": module.value.detach().clone()}
 
@@ -250,7 +251,7 @@ class DigitsModule(L.LightningModule):
         logits = self.net(batch["image"])
         if self.selection is None:
             return F.cross_entropy(logits, batch["label"])
-        return self.selection.update(F.cross_entropy(logits, batch["label"], reduction="none"))
+        return self.selection.update(F.cross_entropy(logits, batch["label"], reduction="none")).mean()
 
     def train_dataloader(self):
         if self.selection is None:

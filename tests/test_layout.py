@@ -1,8 +1,9 @@
-"""The code's structure, as docs/contributing.md (Layout) draws it: imports point one way (cli -> sweep, benchmark ->
-engine -> tasks -> selection; attent.analysis, at the top level in analysis/, reads MLflow through the contract only,
-its two reports apart and its statistics module at the bottom), no module imports itself back through another, every
-task package is self-contained, and platform/ is no package (it would shadow the standard library's ``platform``,
-which Ray and torch import)."""
+"""The code's structure, as docs/contributing.md (Layout) draws it: imports point one way (the command line,
+cli, over sweep, benchmark, lab and server, over the engine, over the experiment schema, the tasks and the
+theory's maths, over selection; attent.analysis, at the top level in analysis/, reads MLflow through the contract
+only, its two reports apart and its statistics module at the bottom), no module imports itself back through
+another, every task package is self-contained, the package's top holds its parts and little else, and platform/ is
+no package (it would shadow the standard library's ``platform``, which Ray and torch import)."""
 
 from __future__ import annotations
 
@@ -75,17 +76,60 @@ def layer(module: str) -> str:
     return parts[1] if parts[0] == "attent" and len(parts) > 1 else parts[0]
 
 
+# The parts of the package from the bottom up: a part imports only parts on a lower level (none on its own
+# level but itself), so no arrow points back up.
+LEVELS = [
+    {"selection"},  # the selection library
+    {"contract", "integrations"},  # MLflow's names (the selection's metric names among them); AtteNT in users' loops
+    {"tasks"},  # the Task interface and the workloads
+    {"experiment"},  # the experiment file's schema (its task sections from the registry) and its reading
+    {"theory"},  # the theory lab's maths and the empirical ANTK
+    {"engine"},  # the run on Ray Train and in MLflow
+    {"server", "analysis"},  # the tracking server; the report
+    {"sweep", "lab"},  # Ray Tune sweeps (their own tracking server); the theory lab's runner
+    {"benchmark"},  # `attent bench`: seed blocks as a sweep's, its report at the end
+    {"cli"},  # the command line
+]
+LEVEL = {part: level for level, parts in enumerate(LEVELS) for part in parts}
+
 # what each part of the platform may import (besides itself)
 MAY_IMPORT = {
     "selection": set(),
+    "contract": {"selection"},  # the metric names every integration logs too (selection.metric_names)
     "integrations": {"selection"},  # on the selection library only, never on the engine
     "tasks": {"contract"},
-    "tangent_kernel": set(),  # the empirical ANTK, shared by the engine and the theory lab
+    "experiment": {"contract", "selection", "tasks"},
+    "theory": {"experiment", "selection"},  # pure maths: no engine, no MLflow
     # and the Selector users get (integrations.pytorch alone: test_the_engine_selects_through_the_selector)
-    "engine": {"config", "contract", "selection", "tasks", "server", "tangent_kernel", "integrations"},
-    "theory": {"config", "contract", "engine", "selection", "tangent_kernel"},
+    "engine": {"contract", "experiment", "integrations", "selection", "tasks", "theory"},
+    "server": {"engine", "experiment"},  # the engine's tracking defaults, the store's URIs
     "analysis": {"contract"},
+    "sweep": {"contract", "engine", "experiment", "selection", "server"},
+    "lab": {"contract", "engine", "experiment", "theory"},
+    "benchmark": {"analysis", "contract", "engine", "experiment", "selection", "sweep"},
+    "cli": set(LEVEL) - {"cli"},  # any part
 }
+
+
+def test_every_part_has_a_level_and_its_imports():
+    parts = {layer(name) for name in GRAPH} - {"attent"}  # attent/__init__.py: its lazy public names
+    assert parts == set(MAY_IMPORT) == set(LEVEL)
+
+
+@pytest.mark.parametrize("part", sorted(MAY_IMPORT))
+def test_no_import_points_back_up(part):
+    assert sorted(m for m in MAY_IMPORT[part] if LEVEL[m] >= LEVEL[part]) == []
+
+
+MAX_LOOSE_MODULES = 6
+
+
+def test_the_package_top_holds_its_parts_not_loose_modules():
+    """platform/attent/ holds packages by role (cli/, server/, experiment/, sweep/, lab/, ...): beside them
+    only __init__.py and a module every part shares (contract.py), never more than six."""
+    loose = sorted(path.name for path in (PLATFORM / "attent").glob("*.py"))
+    assert len(loose) <= MAX_LOOSE_MODULES, loose
+    assert {"__init__.py", "contract.py"} <= set(loose)
 
 
 def test_the_engine_selects_through_the_selector():
@@ -153,9 +197,10 @@ def test_platform_is_no_package():
     assert not (PLATFORM / "__init__.py").exists()
 
 
-@pytest.mark.parametrize("part", ["selection", "integrations"])
-def test_selection_and_integrations_need_neither_ray_nor_mlflow(part):
-    """Usable in any PyTorch loop: no Ray, no MLflow, at the top or inside a function."""
+@pytest.mark.parametrize("part", ["selection", "integrations", "theory", "experiment"])
+def test_selection_integrations_theory_and_the_schema_need_neither_ray_nor_mlflow(part):
+    """Usable in any PyTorch loop (and the theory's maths, and the experiment schema, anywhere): no Ray, no
+    MLflow, at the top or inside a function."""
     found = set()
     for path in (PLATFORM / "attent" / part).rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):

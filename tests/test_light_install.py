@@ -173,8 +173,9 @@ loader = selector.loader(batch_size=16)
 for epoch in range(4):
     selector.begin_epoch(epoch)
     for batch in loader:
-        loss = selector.update(per_sample_loss(model, batch))
+        loss = selector.update(per_sample_loss(model, batch)).mean()
         loss.backward(); optimizer.step(); optimizer.zero_grad()
+    selector.end_epoch()
     print(json.dumps(selector.metrics()))
 """
 

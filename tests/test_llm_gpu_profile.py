@@ -26,7 +26,7 @@ def profile(*args: str) -> None:
 
 
 def test_the_profile_counts_the_recorded_runs_steps_and_names_where_time_went(tmp_path):
-    from attent.config import load_experiment
+    from attent.experiment.files import load_experiment
 
     train, batch = 96, 32
     cfg = load_experiment(

@@ -15,7 +15,7 @@ import mlflow
 import pytest
 import shared_runs
 import yaml
-from attent.cli import main as attent_main
+from attent.cli.main import main as attent_main
 from attent.engine import checkpoint
 from conftest import BIN
 

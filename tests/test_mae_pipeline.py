@@ -13,7 +13,7 @@ import yaml
 from attent import contract
 from attent.analysis.paper_tables.report import build_report
 from attent.analysis.paper_tables.table_files import to_markdown
-from attent.sweep import run_sweep
+from attent.sweep.tune import run_sweep
 from conftest import REPO
 from mlflow import MlflowClient
 

@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 import torch
-from attent.config import build_experiment
 from attent.engine.recipe import TrainingRecipe, WorkerContext
+from attent.experiment.schema import build_experiment
 from attent.tasks.mae import scenes
 from attent.tasks.mae.downstream import layer_of
 from attent.tasks.registry import build_task
@@ -175,7 +175,7 @@ def test_a_ray_checkpoint_of_the_pretraining_run_also_serves(scene_root, tmp_pat
 
 
 def test_downstream_from_an_unknown_run_is_refused_before_ray(scene_root, tmp_path, monkeypatch, capsys):
-    from attent.cli import main
+    from attent.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     config = tmp_path / "pre.yaml"

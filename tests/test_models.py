@@ -16,11 +16,11 @@ import mlflow
 import pytest
 import torch
 from attent import contract
-from attent.config import PreflightError, build_experiment
 from attent.engine import checkpoint
 from attent.engine.logged_models import log_trained_model
 from attent.engine.preflight import check_init_weights
 from attent.engine.recipe import TrainingRecipe, WorkerContext
+from attent.experiment.schema import PreflightError, build_experiment
 from attent.tasks import weights
 from attent.tasks.mae import scenes
 from attent.tasks.mae.task import LoggedEncoder

@@ -19,7 +19,7 @@ from packaging.utils import canonicalize_name
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
-from attent import extras  # noqa: E402 -- after the skip above, as pytest.importorskip asks
+from attent.cli import extras  # noqa: E402 -- after the skip above, as pytest.importorskip asks
 
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 LOCK = REPO / "requirements" / "platform.lock"
@@ -133,7 +133,7 @@ def test_the_makefile_installs_from_the_lock():
 
 
 def test_version_flag_prints_the_installed_version(capsys):
-    from attent.cli import main
+    from attent.cli.main import main
 
     with pytest.raises(SystemExit) as done:
         main(["--version"])
@@ -151,7 +151,7 @@ class NotInstalled(importlib.abc.MetaPathFinder):
             raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
 
 sys.meta_path.insert(0, NotInstalled())
-from attent.cli import main
+from attent.cli.main import main
 sys.exit(main({argv!r}))
 """
 

@@ -5,8 +5,8 @@ run trains as fp32 does, within bf16's rounding."""
 from __future__ import annotations
 
 import torch
-from attent.config import build_experiment
 from attent.engine.recipe import TrainingRecipe, WorkerContext
+from attent.experiment.schema import build_experiment
 
 
 def run(precision: str, scoring_precision: str | None = None) -> tuple[TrainingRecipe, list[dict], list[torch.dtype]]:

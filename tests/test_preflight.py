@@ -268,7 +268,7 @@ FAKE_AUTOSCALING = {
 
 CHECK_ON_CLUSTER = """
 import sys, ray
-from attent.config import load_experiment
+from attent.experiment.files import load_experiment
 from attent.engine.driver import ensure_ray
 from attent.engine.preflight.cluster import check_cluster_resources
 cfg = load_experiment(sys.argv[1], ["ray.num_workers=8"]).resolved()

@@ -11,8 +11,8 @@ import threading
 import time
 
 import pytest
-from attent.config import PreflightError
 from attent.engine.preflight import store
+from attent.experiment.schema import PreflightError
 from conftest import free_port
 
 

@@ -8,7 +8,7 @@ import importlib
 import warnings
 
 import pytest
-from attent.config import ConfigError
+from attent.experiment.schema import ConfigError
 from attent.selection.deprecation import REMOVED_IN, moved_names, renamed_keys, warn_renamed
 from conftest import REPO
 
@@ -52,14 +52,6 @@ def test_one_methods_table():
     from attent.selection.methods import METHODS
 
     assert tuple(METHODS) == METHOD_NAMES and "random" not in METHODS
-
-
-def test_the_tangent_kernel_has_a_module_of_its_own():
-    from attent import tangent_kernel
-
-    with pytest.warns(FutureWarning, match=rf"attent.engine.kernel.empirical_kernel is deprecated and {REMOVED}"):
-        from attent.engine.kernel import empirical_kernel
-    assert empirical_kernel is tangent_kernel.empirical_kernel
 
 
 def write_benchmark(tmp_path, arms_key: str, arm_key: str):
@@ -111,7 +103,7 @@ def test_a_benchmark_names_its_arms_and_still_reads_methods(tmp_path):
 
 def test_the_llm_evaluation_suites_key_and_its_old_spelling(tmp_path):
     import yaml
-    from attent.config import load_experiment
+    from attent.experiment.files import load_experiment
 
     shipped = REPO / "experiments" / "gsm8k_smollm2.yaml"
     with warnings.catch_warnings():
@@ -132,7 +124,7 @@ def test_the_llm_evaluation_suites_key_and_its_old_spelling(tmp_path):
 
 def test_a_layers_old_spelling_overrides_the_new_one_below_it_and_the_reverse():
     """Files and overrides merge layer by layer: whichever spelling a layer uses, the upper layer wins."""
-    from attent.config import load_experiment
+    from attent.experiment.files import load_experiment
     from attent.selection.config import deep_merge
     from attent.theory.config import load
 

@@ -21,7 +21,7 @@ from attent.analysis.paper_tables.figures import time_to_reach_baseline
 from attent.analysis.paper_tables.layouts import comparison_table
 from attent.analysis.paper_tables.report import build_report
 from attent.analysis.paper_tables.table_files import to_markdown
-from attent.cli import main as attent_main
+from attent.cli.main import main as attent_main
 from mlflow import MlflowClient
 from report_store import EXPERIMENT
 

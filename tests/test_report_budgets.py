@@ -16,7 +16,7 @@ from attent.analysis.paper_tables.experiment_runs import (
 from attent.analysis.paper_tables.report import build_report
 from attent.analysis.paper_tables.table_files import to_csv, to_markdown
 from attent.contract import lower_is_better
-from attent.sweep import load_sweep
+from attent.sweep.spec import load_sweep
 from conftest import REPO
 from report_store import cost_metrics, log_run, new_experiment
 

@@ -9,7 +9,7 @@ import pytest
 from attent import contract
 from attent.analysis.paper_tables.report import build_report
 from attent.analysis.paper_tables.table_files import to_csv, to_markdown
-from attent.sweep import load_sweep
+from attent.sweep.spec import load_sweep
 from conftest import REPO
 from mlflow import MlflowClient
 from report_store import cost_metrics, log_run, new_experiment

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 import trimesh
-from attent.cli import main as cli_main
+from attent.cli.main import main as cli_main
 from attent.tasks.mae.scenes import (
     SCENE_CLASSES,
     SEMSEG_CLASSES,

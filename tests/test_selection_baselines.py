@@ -163,7 +163,8 @@ def test_infobatch_teacher():
     # final 1/8 of 8 epochs = the last epoch: all data, unweighted
     assert torch.equal(out[-1][0], torch.arange(n)) and torch.equal(out[-1][1], torch.ones(n))
     assert [r.epoch for r in t.history] == list(range(epochs))
-    assert all(r.ratio == 1.0 for r in t.history)
+    # the ratio recorded is the share each pruning kept; the final epoch trains on all data
+    assert [r.ratio for r in t.history] == [r.selected / n for r in t.history] and t.history[-1].ratio == 1.0
 
 
 def test_class_weight_balances_imbalanced_classes():

@@ -10,6 +10,7 @@ import pytest
 import torch
 from attent.selection.config import SelectionConfig
 from attent.selection.methods import AtteNT, Pool, class_quotas
+from attent.selection.plan import build_plan
 from attent.selection.strategies import (
     inclusion_probabilities,
     rank_correlation,
@@ -18,6 +19,8 @@ from attent.selection.strategies import (
     systematic_sample,
 )
 from attent.selection.teacher import Teacher
+
+HALF = {"kind": "fixed", "start": 0.5}  # the pick tests give k themselves: any ratio
 
 
 def gen(seed: int) -> torch.Generator:
@@ -67,7 +70,7 @@ def test_a_reweighted_soft_pick_gives_the_full_data_mean_in_expectation(stratify
     gradients = losses * 2 + torch.randn(n, generator=gen(2))
     groups = torch.arange(n) % 3
     cfg = SelectionConfig(
-        strategy="soft", soft_logits="standardized", temperature=0.5, reweight=True, stratify=stratify
+        strategy="soft", soft_logits="standardized", temperature=0.5, reweight=True, stratify=stratify, ratio=HALF
     )
     g = gen(3)
     estimates, picked_mean = [], []
@@ -85,16 +88,18 @@ def test_a_reweighted_soft_pick_gives_the_full_data_mean_in_expectation(stratify
 
 def test_reweighting_random_subsets_changes_nothing_and_hard_is_refused():
     n, k = 40, 10
-    pick = reweighted_teacher_pick(SelectionConfig(strategy="random", reweight=True), torch.rand(n), k, gen(0))
+    pick = reweighted_teacher_pick(
+        SelectionConfig(strategy="random", reweight=True, ratio=HALF), torch.rand(n), k, gen(0)
+    )
     assert torch.allclose(pick.loss_weights, torch.ones(n))  # k / (N * k/N)
     with pytest.raises(ValueError, match="reweight needs"):
-        SelectionConfig(strategy="hard", reweight=True)
+        SelectionConfig(strategy="hard", reweight=True, ratio=HALF)
 
 
 def test_reweighted_inclusion_follows_the_soft_weights():
     n, k = 30, 6
     losses = torch.linspace(0, 3, n)
-    cfg = SelectionConfig(strategy="soft", soft_logits="standardized", temperature=1.0, reweight=True)
+    cfg = SelectionConfig(strategy="soft", soft_logits="standardized", temperature=1.0, reweight=True, ratio=HALF)
     pi = inclusion_probabilities(soft_weights(soft_logits(losses, "standardized"), 1.0), k)
     pick = reweighted_teacher_pick(cfg, losses, k, gen(5))
     assert torch.allclose(pick.loss_weights[pick.subset].double(), (k / (n * pi[pick.subset])).float().double())
@@ -119,15 +124,17 @@ def test_a_stratified_hard_pick_takes_each_class_top_within_it():
     n = 30
     groups = torch.arange(n) % 3
     losses = torch.where(groups == 0, 10.0, 0.0) + torch.arange(n) / n
-    plain = reweighted_teacher_pick(SelectionConfig(strategy="hard"), losses, 9, gen(0))
+    plain = reweighted_teacher_pick(SelectionConfig(strategy="hard", ratio=HALF), losses, 9, gen(0))
     assert set(groups[plain.subset].tolist()) == {0}
-    per_class = reweighted_teacher_pick(SelectionConfig(strategy="hard", stratify=True), losses, 9, gen(0), groups)
+    per_class = reweighted_teacher_pick(
+        SelectionConfig(strategy="hard", stratify=True, ratio=HALF), losses, 9, gen(0), groups
+    )
     for c in range(3):
         mine = per_class.subset[groups[per_class.subset] == c]
         members = (groups == c).nonzero().squeeze(1)
         assert torch.equal(mine, members[losses[members].argsort(descending=True)[:3]].sort().values)
     with pytest.raises(ValueError, match="one group label"):
-        reweighted_teacher_pick(SelectionConfig(strategy="hard", stratify=True), losses, 9, gen(0))
+        reweighted_teacher_pick(SelectionConfig(strategy="hard", stratify=True, ratio=HALF), losses, 9, gen(0))
 
 
 # --- annealing ----------------------------------------------------------------------------------
@@ -148,30 +155,41 @@ def test_annealing_trains_the_final_share_on_all_data_without_scoring():
     for epoch in range(epochs):
         sizes.append(teacher.begin_epoch(epoch, score_fn(epoch)).numel())
         teacher.end_epoch()
-    assert cfg.selecting_epochs(epochs) == 14  # floor(0.875 * 16), InfoBatch's count
+    assert [p.all_data for p in build_plan(cfg, epochs)][13:] == [
+        False,
+        True,
+        True,
+    ]  # floor(0.875 * 16) = 14, InfoBatch's count
     assert sizes[14:] == [n, n] and all(size < n for size in sizes[:14])
     assert max(scored) < 14  # no scoring pass once annealing began
     assert torch.equal(teacher.loss_weights, torch.ones(n))
     plain = SelectionConfig(preset="vit")
-    assert cfg.mean_planned_ratio(epochs) > plain.mean_planned_ratio(epochs)
-    assert [e for e, _ in cfg.planned_ratios(epochs)] == [e for e, _ in plain.planned_ratios(epochs) if e < 14]
+    assert build_plan(cfg, epochs).mean_ratio() > build_plan(plain, epochs).mean_ratio()
+    assert [e for e, _ in build_plan(cfg, epochs).ratios()] == [
+        e for e, _ in build_plan(plain, epochs).ratios() if e < 14
+    ]
 
 
 # --- cheaper scoring passes ---------------------------------------------------------------------
 def test_a_rescore_fraction_scores_that_share_of_the_known_samples_and_every_new_one():
     n = 200
     teacher = Teacher(n, SelectionConfig(preset="vit", rescore_fraction=0.25), epochs=10, seed=0)
-    assert teacher.stale_indices().numel() == n  # nothing scored yet: all of them
+    assert (
+        teacher.scoring.pass_indices(teacher.scores, teacher.trained, teacher.generator).numel() == n
+    )  # nothing scored yet: all of them
     teacher.observe(torch.arange(150), torch.rand(150))
     teacher.sync()
-    due = teacher.stale_indices()
+    due = teacher.scoring.pass_indices(teacher.scores, teacher.trained, teacher.generator)
     assert (due >= 150).sum() == 50  # the 50 never scored, always
     assert (due < 150).sum() == round(0.25 * 150)
     # resumable: the same generator state gives the same share
     state = teacher.state_dict()
     again = Teacher(n, SelectionConfig(preset="vit", rescore_fraction=0.25), epochs=10, seed=0)
     again.load_state_dict(state)
-    assert torch.equal(teacher.stale_indices(), again.stale_indices())
+    assert torch.equal(
+        teacher.scoring.pass_indices(teacher.scores, teacher.trained, teacher.generator),
+        again.scoring.pass_indices(again.scores, again.trained, again.generator),
+    )
 
 
 def test_score_agreement_compares_training_and_scoring_losses_of_the_samples_trained_on():

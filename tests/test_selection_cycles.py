@@ -15,11 +15,11 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from attent.config import load_experiment
-from attent.integrations.pytorch import planned_subset_sizes
+from attent.experiment.files import load_experiment
 from attent.selection.config import SelectionConfig
+from attent.selection.plan import build_plan, cycle_plan
 from attent.selection.sampler import SubsetSampler, shard_indices
-from attent.selection.schedules import CycleSchedule, RatioSchedule, cycle_plan
+from attent.selection.schedules import CycleSchedule, RatioSchedule
 from attent.selection.strategies import budget
 from attent.selection.teacher import Teacher
 from conftest import REPO
@@ -29,6 +29,7 @@ from torch.utils.data import TensorDataset
 
 E, N = 21, 101
 # the issue's example: 4 cycles, subset epochs 1 -> 4, ratio 0.2 -> 0.8 (one step per cycle)
+RATIO = {"kind": "incremental", "start": 0.2, "end": 0.8}
 CYCLES = {"kind": "cycles", "cycles": 4, "start": 1, "end": 4}
 SOFT = dict(
     strategy="soft",
@@ -51,39 +52,40 @@ def losses_at(epoch: int) -> torch.Tensor:
 def test_the_plan_at_e21_trains_17_sample_epochs_of_21():
     cfg = SelectionConfig(**SOFT)
     assert cfg.warmup_epochs == 1 and cfg.interval.redraw is True  # the code's defaults for Soft
-    plan = cfg.epoch_plan(E)
+    plan = build_plan(cfg, E)
     assert [p.epoch for p in plan] == list(range(E))
     assert {p.epoch: p.ratio for p in plan if not p.all_data} == pytest.approx(SUBSET_EPOCHS)
     assert [p.epoch for p in plan if p.all_data] == [0, 2, 3, 4, 5, 8, 9, 10, 14, 15, 20]
     assert [p.cycle for p in plan] == [None] + [0] * 5 + [1] * 5 + [2] * 5 + [3] * 5
     # re-drawn at every subset epoch (Soft, as the code)
-    assert cfg.planned_ratios(E) == [(e, pytest.approx(r)) for e, r in SUBSET_EPOCHS.items()]
+    assert build_plan(cfg, E).ratios() == [(e, pytest.approx(r)) for e, r in SUBSET_EPOCHS.items()]
     # 1 + (0.2 + 4) + (0.8 + 3) + (1.8 + 2) + (3.2 + 1) = 17
-    assert cfg.mean_planned_ratio(E) * E == pytest.approx(17.0)
-    assert 1 - cfg.mean_planned_ratio(E) == pytest.approx(4 / 21)  # the ideal sample saving
-    assert cfg.ratio_reached(E) == 1.0
+    assert build_plan(cfg, E).mean_ratio() * E == pytest.approx(17.0)
+    assert 1 - build_plan(cfg, E).mean_ratio() == pytest.approx(4 / 21)  # the ideal sample saving
+    assert build_plan(cfg, E).ratio_reached() == 1.0
 
 
 def test_hard_and_random_keep_the_cycles_pick_unless_told_to_redraw():
     hard = SelectionConfig(**HARD)
     assert hard.interval.redraw is False
-    assert hard.planned_ratios(E) == [(e, pytest.approx(SUBSET_EPOCHS[e])) for e in CYCLE_STARTS]
+    assert build_plan(hard, E).ratios() == [(e, pytest.approx(SUBSET_EPOCHS[e])) for e in CYCLE_STARTS]
     # the same epochs on subsets, so the same budget
-    assert hard.mean_planned_ratio(E) == pytest.approx(SelectionConfig(**SOFT).mean_planned_ratio(E))
+    assert build_plan(hard, E).mean_ratio() == pytest.approx(build_plan(SelectionConfig(**SOFT), E).mean_ratio())
     told = SelectionConfig(**{**HARD, "interval": {**CYCLES, "redraw": True}})
-    assert [e for e, _ in told.planned_ratios(E)] == list(SUBSET_EPOCHS)
-    assert SelectionConfig(**{**SOFT, "interval": {**CYCLES, "redraw": False}}).planned_ratios(
-        E
-    ) == hard.planned_ratios(E)
+    assert [e for e, _ in build_plan(told, E).ratios()] == list(SUBSET_EPOCHS)
+    assert (
+        build_plan(SelectionConfig(**{**SOFT, "interval": {**CYCLES, "redraw": False}}), E).ratios()
+        == build_plan(hard, E).ratios()
+    )
 
 
 def test_the_ratio_steps_once_per_cycle_from_start_to_end():
     """r_c = r0 + (r1 - r0) c / (K - 1): the last cycle reaches r1 (the progress schedules
     approach it); cosine reads the same place among the cycles."""
     cosine = SelectionConfig(**{**HARD, "ratio": {"kind": "cosine"}})
-    assert [r for _, r in cosine.planned_ratios(E)] == pytest.approx([0.2, 0.35, 0.65, 0.8])
+    assert [r for _, r in build_plan(cosine, E).ratios()] == pytest.approx([0.2, 0.35, 0.65, 0.8])
     fixed = SelectionConfig(**{**HARD, "ratio": {"kind": "fixed", "start": 0.5}})
-    assert [r for _, r in fixed.planned_ratios(E)] == [0.5] * 4
+    assert [r for _, r in build_plan(fixed, E).ratios()] == [0.5] * 4
     one = cycle_plan(10, 1, CycleSchedule(1, 2, 3), RatioSchedule("incremental", 0.2, 0.8))
     assert [(p.epoch, p.ratio) for p in one if p.selects] == [(1, pytest.approx(0.8))]  # K = 1: the ends
     assert sum(not p.all_data for p in one) == 3
@@ -122,8 +124,8 @@ def test_the_released_codes_settings_at_e800():
     incremental = SelectionConfig(
         strategy="hard", ratio=ratio, interval={"kind": "cycles", "cycles": 10, "start": 5, "end": 10}
     )
-    assert (1 - fixed.mean_planned_ratio(800)) * 800 == pytest.approx(25.0)
-    assert (1 - incremental.mean_planned_ratio(800)) * 800 == pytest.approx(32.5 + 1 / 30)
+    assert (1 - build_plan(fixed, 800).mean_ratio()) * 800 == pytest.approx(25.0)
+    assert (1 - build_plan(incremental, 800).mean_ratio()) * 800 == pytest.approx(32.5 + 1 / 30)
 
 
 @pytest.mark.parametrize(
@@ -135,29 +137,34 @@ def test_the_released_codes_settings_at_e800():
     ],
 )
 def test_an_impossible_plan_is_refused_in_one_line(epochs, interval, warmup, message):
-    cfg = SelectionConfig(strategy="hard", interval=interval, **({} if warmup is None else {"warmup_epochs": warmup}))
+    cfg = SelectionConfig(
+        strategy="hard",
+        ratio={"kind": "incremental"},
+        interval=interval,
+        **({} if warmup is None else {"warmup_epochs": warmup}),
+    )
     for plan in (
-        lambda: cfg.epoch_plan(epochs),
+        lambda: build_plan(cfg, epochs),
         lambda: Teacher(N, cfg, epochs),
-        lambda: cfg.mean_planned_ratio(epochs),
+        lambda: build_plan(cfg, epochs).mean_ratio(),
     ):
         with pytest.raises(ValueError, match=message) as err:
             plan()
         assert "\n" not in str(err.value)
     # full data on the same section plans nothing and refuses nothing
-    assert SelectionConfig(method="full", interval=interval).mean_planned_ratio(epochs) == 1.0
+    assert build_plan(SelectionConfig(method="full", interval=interval), epochs).mean_ratio() == 1.0
 
 
 def test_config_refusals_and_leftovers():
     with pytest.raises(ValidationError, match="interval kind cycles needs interval.cycles"):
-        SelectionConfig(interval={"kind": "cycles", "start": 1})
+        SelectionConfig(interval={"kind": "cycles", "start": 1}, ratio=RATIO)
     with pytest.raises(ValidationError, match="anneal does not combine with interval kind cycles"):
-        SelectionConfig(interval=CYCLES, anneal=0.125)
+        SelectionConfig(interval=CYCLES, anneal=0.125, ratio=RATIO)
     with pytest.raises(ValidationError):
-        SelectionConfig(interval={**CYCLES, "cycles": 0})
+        SelectionConfig(interval={**CYCLES, "cycles": 0}, ratio=RATIO)
     # an override of the kind drops the cycles' own settings; the other kinds' params (and so run
     # identities) are what they were before cycles existed
-    leftover = SelectionConfig(interval={**CYCLES, "kind": "fixed", "redraw": True}).interval
+    leftover = SelectionConfig(interval={**CYCLES, "kind": "fixed", "redraw": True}, ratio=RATIO).interval
     assert (leftover.cycles, leftover.redraw) == (None, None)
     assert leftover.model_dump() == {"kind": "fixed", "start": 1, "end": 1}
     assert SelectionConfig(preset="vit").model_dump(mode="json")["interval"] == {
@@ -167,7 +174,7 @@ def test_config_refusals_and_leftovers():
     }
     assert SelectionConfig(**SOFT).model_dump()["interval"] == {**CYCLES, "redraw": True}
     # the progress reading keeps its warm-up default
-    assert SelectionConfig().warmup_epochs == 0 and SelectionConfig(preset="vit").warmup_epochs == 0
+    assert SelectionConfig(method="full").warmup_epochs == 0 and SelectionConfig(preset="vit").warmup_epochs == 0
     assert SelectionConfig(preset="llm", interval=CYCLES).warmup_epochs == 1
 
 
@@ -181,14 +188,16 @@ def test_a_presets_interval_does_not_leak_into_cycles():
 
 def test_labels_show_the_cycles_reading():
     soft, hard = SelectionConfig(**SOFT), SelectionConfig(**HARD)
-    assert soft.label(E) == "Soft · incremental(0.2→0.8) per cycle · cycles(4 × 1→4 subset epochs, re-drawn)"
-    assert hard.label() == "Hard · incremental(0.2→0.8) per cycle · cycles(4 × 1→4 subset epochs)"
+    assert (
+        build_plan(soft, E).label == "Soft · incremental(0.2→0.8) per cycle · cycles(4 × 1→4 subset epochs, re-drawn)"
+    )
+    assert build_plan(hard, E).label == "Hard · incremental(0.2→0.8) per cycle · cycles(4 × 1→4 subset epochs)"
     fixed = SelectionConfig(
         strategy="random", interval={"kind": "cycles", "cycles": 4, "start": 1}, ratio={"kind": "fixed", "start": 0.5}
     )
-    assert fixed.label(E) == "Random · fixed(0.5) · cycles(4 × 1 subset epoch)"
+    assert build_plan(fixed, E).label == "Random · fixed(0.5) · cycles(4 × 1 subset epoch)"
     progress = SelectionConfig(**{**HARD, "interval": {"kind": "incremental", "start": 1, "end": 4}})
-    assert progress.label() == "Hard · incremental(0.2→0.8) · incremental(1→4)"
+    assert build_plan(progress, 1000).label == "Hard · incremental(0.2→0.8) · incremental(1→4)"
     assert soft.interval_schedule.describe() == "cycles(4 × 1→4 subset epochs, re-drawn)"  # the MLflow tag
 
 
@@ -197,8 +206,11 @@ def test_the_yaml_syntax():
         REPO / "experiments" / "digits_vit.yaml",
         ["train.epochs=21", "selection.interval={kind: cycles, cycles: 4, start: 1, end: 4}"],
     )
-    assert cfg.selection.label(21) == "Soft · incremental(0.2→0.8) per cycle · cycles(4 × 1→4 subset epochs, re-drawn)"
-    assert cfg.selection.mean_planned_ratio(21) * 21 == pytest.approx(17.0)
+    assert (
+        build_plan(cfg.selection, 21).label
+        == "Soft · incremental(0.2→0.8) per cycle · cycles(4 × 1→4 subset epochs, re-drawn)"
+    )
+    assert build_plan(cfg.selection, 21).mean_ratio() * 21 == pytest.approx(17.0)
 
 
 # --- the teacher follows the plan ----------------------------------------------------------------
@@ -227,7 +239,7 @@ def drive(teacher: Teacher, epochs: range, rank: int = 0, world: int = 1) -> dic
 def test_the_teacher_selects_trains_and_scores_as_planned(name):
     cfg = SelectionConfig(**(SOFT if name == "soft" else HARD))
     run = drive(Teacher(N, cfg, E, seed=2), range(E))
-    picks = dict(cfg.planned_ratios(E))
+    picks = dict(build_plan(cfg, E).ratios())
     # scoring passes exactly before the planned picks: none in warm-up or a cycle's full epochs
     assert run["scored_at"] == list(picks)
     for epoch, subset in enumerate(run["subsets"]):
@@ -244,7 +256,7 @@ def test_the_teacher_selects_trains_and_scores_as_planned(name):
     returns = [(e, 1.0, N) for e in (2, 8, 14, 20)]
     want = sorted([(e, r, budget(N, r)) for e, r in picks.items()] + returns)
     assert run["history"] == [(e, pytest.approx(r), k) for e, r, k in want]
-    assert sum(s.numel() for s in run["subsets"]) == sum(planned_subset_sizes(cfg, N, E))
+    assert sum(s.numel() for s in run["subsets"]) == sum(build_plan(cfg, E).subset_sizes(N))
 
 
 def test_a_resumed_teacher_follows_the_same_cycles(tmp_path):
@@ -286,7 +298,8 @@ def run_selector(cfg: SelectionConfig, epochs: int = E) -> tuple[list, list, att
         model.epoch = epoch
         sizes.append(selector.begin_epoch(epoch).numel())
         for batch in loader:
-            selector.update(loss_fn(model, batch)).backward()
+            selector.update(loss_fn(model, batch)).mean().backward()
+        selector.end_epoch()
         scored.append(selector.metrics()["samples_scored"])
     return sizes, scored, selector
 
@@ -294,7 +307,7 @@ def run_selector(cfg: SelectionConfig, epochs: int = E) -> tuple[list, list, att
 def test_the_selector_follows_the_plan_and_sizes_its_steps():
     cfg = SelectionConfig(**SOFT)
     sizes, scored, selector = run_selector(cfg)
-    assert sizes == planned_subset_sizes(cfg, N, E)
+    assert sizes == build_plan(cfg, E).subset_sizes(N)
     assert [e for e, s in enumerate(sizes) if s == N] == [0, 2, 3, 4, 5, 8, 9, 10, 14, 15, 20]
     assert [e for e, s in enumerate(scored) if s] == list(SUBSET_EPOCHS)  # a pass per pick, all samples
     assert set(scored) == {0, N}
@@ -321,7 +334,7 @@ def test_the_engine_and_the_integrations_follow_the_cycles_plan(monkeypatch, tmp
     )
     n, epochs = agreement.N, agreement.EPOCHS
     selection = agreement.experiment("cycles").selection
-    assert [(p.epoch, round(p.ratio, 6), p.selects) for p in selection.epoch_plan(epochs)] == [
+    assert [(p.epoch, round(p.ratio, 6), p.selects) for p in build_plan(selection, epochs)] == [
         (0, 1.0, False),
         (1, 0.2, True),
         (2, 1.0, False),
@@ -339,7 +352,7 @@ def test_the_engine_and_the_integrations_follow_the_cycles_plan(monkeypatch, tmp
         (4, budget(n, 0.8)),
         (5, n),
     ]
-    assert engine["backpropagated"] == sum(planned_subset_sizes(selection, n, epochs))
+    assert engine["backpropagated"] == sum(build_plan(selection, epochs).subset_sizes(n))
     for framework in agreement.FRAMEWORKS:
         run = runs[framework]
         assert run["unchanged"], framework

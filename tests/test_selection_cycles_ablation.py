@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from attent.selection.config import SelectionConfig
+from attent.selection.plan import build_plan
 from conftest import REPO
 from test_selection_cycles import SOFT
 
@@ -14,7 +15,7 @@ def test_the_cycles_ablation_spec():
     """The progress reading's spec's E, seeds and hold-out (its 2E control serves both); one trial
     at a time; the cycles rows at the code's shape scaled to E = 60 (subset epochs 6.7 % and 8.3 %
     of the run), at the paper's default incremental ratio."""
-    from attent.sweep import load_sweep
+    from attent.sweep.spec import load_sweep
 
     sweeps = REPO / "experiments" / "sweeps"
     cycles, progress = (load_sweep(sweeps / f"{name}.yaml") for name in ("ablation_digits_cycles", "ablation_digits"))
@@ -24,12 +25,12 @@ def test_the_cycles_ablation_spec():
     assert ("full", 120) in {(cfg.selection.method, cfg.train.epochs) for _, cfg in progress.trials}
     assert {cfg.task.val_limit for _, cfg in cycles.trials} == {300}
     rows = {
-        cfg.selection.label(cfg.train.epochs): cfg.selection
+        build_plan(cfg.selection, cfg.train.epochs).label: cfg.selection
         for _, cfg in cycles.trials
         if cfg.selection.method != "full"
     }
     assert len(rows) == 6 and all(s.interval.kind == "cycles" and s.warmup_epochs == 1 for s in rows.values())
-    assert {round(1 - s.mean_planned_ratio(60), 4) for s in rows.values()} == {0.0333, 0.0367}
+    assert {round(1 - build_plan(s, 60).mean_ratio(), 4) for s in rows.values()} == {0.0333, 0.0367}
     assert all((s.soft_logits, s.temperature) == ("raw", 1.0) for s in rows.values())
 
 
@@ -40,7 +41,7 @@ def test_random_at_equal_cost_lengthens_the_cycles_by_full_data_epochs():
     from attent.benchmark.calibration import equal_cost_epochs
 
     random = SelectionConfig(**{**SOFT, "strategy": "random"})
-    samples = lambda e: random.mean_planned_ratio(e) * e  # noqa: E731
+    samples = lambda e: build_plan(random, e).mean_ratio() * e  # noqa: E731
     assert samples(21) == pytest.approx(17) and samples(24) == pytest.approx(20)
     # AtteNT measured 20.3 units against Random's 17 (its scoring passes): 24 epochs, not round(21 x 20.3 / 17) = 25
     assert equal_cost_epochs(21, 20.3, 17.0, samples=samples) == 24

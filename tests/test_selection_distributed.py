@@ -124,6 +124,52 @@ def test_ranks_agree_and_match_a_single_process(two_ranks, name):
     assert len({tuple(s.tolist()) for s in a["subsets"]}) > 1
 
 
+def _uneven_components_worker(rank: int, world: int, store_path: str, out_dir: str) -> None:
+    """The llm preset with two loss components; rank 1's loop stops after one batch (as a loop
+    stopped early, ``limit_train_batches`` or skipped non-finite losses leave ranks with different
+    counts)."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)
+    try:
+        import attent
+
+        data = torch.utils.data.TensorDataset(torch.arange(20))
+        selector = attent.Selector(data, selection=SelectionConfig(preset="llm"), epochs=3, components=("a", "b"))
+        selector.begin_epoch(0)
+        for number, (items,) in enumerate(selector.loader(batch_size=4)):
+            if rank == 1 and number == 1:
+                break
+            losses = torch.stack([items.float(), 100 + items.float()], dim=1)  # [B, 2]
+            selector.update(losses).mean()
+        selector.end_epoch()
+        torch.save(
+            {"scores": selector.teacher.component_scores, "trained": selector.metrics()["samples_backpropagated"]},
+            os.path.join(out_dir, f"rank{rank}.pt"),
+        )
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(120)
+def test_component_losses_of_uneven_ranks_are_gathered_by_rows(tmp_path):
+    """Losses [n, C] of ranks holding different counts (rank 0: 10 samples, rank 1: 4) reach
+    every rank's table: the padding is sliced by rows, not by elements (on 9171ffd: 'The expanded
+    size of the tensor (4) must match the existing size (2)'), and what was trained is counted."""
+    mp.start_processes(
+        _uneven_components_worker,
+        args=(2, str(tmp_path / "store"), str(tmp_path)),
+        nprocs=2,
+        join=True,
+        start_method=start_method(),
+    )
+    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
+    assert torch.equal(r0["scores"].nan_to_num(-1), r1["scores"].nan_to_num(-1))
+    scored = (~torch.isnan(r0["scores"][:, 0])).nonzero().squeeze(1)
+    assert scored.numel() == 14  # all 10 of rank 0's shard, the first batch of rank 1's
+    assert torch.equal(r0["scores"][scored], torch.stack([scored.float(), 100 + scored.float()], dim=1))
+    assert r0["trained"] == r1["trained"] == 14
+
+
 def test_not_distributed_gather_is_identity():
     assert not is_distributed()
     idx, loss = all_gather_observations(torch.tensor([4, 2]), torch.tensor([0.5, 1.5]))

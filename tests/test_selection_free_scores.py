@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from attent.selection.config import SelectionConfig
+from attent.selection.plan import build_plan
 from attent.selection.teacher import Teacher
 from pydantic import ValidationError
 
@@ -36,7 +37,7 @@ def train(teacher: Teacher, epoch: int, losses: torch.Tensor, score_fn=no_pass) 
 def test_a_cycle_ranks_by_the_full_data_epochs_before_it_and_runs_no_pass():
     teacher = Teacher(N, FREE, E, seed=0)
     full_losses = torch.arange(N, dtype=torch.float) + 1.0
-    plan = FREE.epoch_plan(E)
+    plan = build_plan(FREE, E)
     for epoch in range(E):
         # a subset epoch's losses differ from every full-data epoch's, and must not be scores
         losses = full_losses * (epoch + 1) if plan[epoch].all_data or epoch == 0 else -full_losses
@@ -61,7 +62,7 @@ def test_a_pass_scores_only_the_samples_no_full_data_epoch_scored():
 
     teacher.begin_epoch(0, score_fn)  # no warm-up: nothing is scored yet
     assert torch.equal(asked[0], torch.arange(N))
-    assert "free scores" in FREE.label(E)
+    assert "free scores" in build_plan(FREE, E).label
 
 
 def test_free_scores_need_the_cycles_full_data_epochs():

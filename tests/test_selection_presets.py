@@ -4,8 +4,9 @@ preset fills keeps the preset's other fields of that section."""
 from __future__ import annotations
 
 import pytest
-from attent.config import load_experiment
+from attent.experiment.files import load_experiment
 from attent.selection.config import PRESETS, SelectionConfig
+from attent.selection.plan import build_plan
 
 # (preset, section, field, a value different from the preset's)
 NESTED_OVERRIDES = [
@@ -58,9 +59,26 @@ def test_every_preset_section_is_covered():
 def test_cli_overrides_on_a_preset_file(override, label):
     # experiments/digits_vit.yaml sets `selection: {preset: vit}`
     cfg = load_experiment("experiments/digits_vit.yaml", [override])
-    assert cfg.selection.label() == label
+    assert build_plan(cfg.selection, 1000).label == label
 
 
 def test_a_fixed_ratio_over_a_preset_drops_the_presets_end():
     cfg = SelectionConfig.model_validate({"preset": "vit", "ratio": {"kind": "fixed", "start": 0.5}})
-    assert cfg.ratio.end == 0.5 and cfg.label().startswith("Soft · fixed(0.5)")
+    assert cfg.ratio.end == 0.5 and build_plan(cfg, 10).label.startswith("Soft · fixed(0.5)")
+
+
+@pytest.mark.parametrize(
+    "settings", [{}, {"strategy": "soft"}, {"strategy": "hard", "rescore": True}, {"method": "class_weight"}]
+)
+def test_a_selection_without_a_ratio_is_refused_naming_the_fix(settings):
+    """Without a ratio (1.0 by default) such a selection would select every sample, paying for a
+    scoring pass where it reads scores (on 9171ffd: SelectionConfig() was Hard at 100 %, silently)."""
+    with pytest.raises(ValueError, match=r"without a ratio would select every sample.*set a ratio.*preset") as err:
+        SelectionConfig(**settings)
+    assert "\n" not in str(err.value).split("\n  Value error, ")[-1].split(" [type=")[0]
+
+
+def test_an_explicit_ratio_of_one_is_the_papers_100_percent_row():
+    cfg = SelectionConfig(strategy="hard", ratio={"kind": "fixed", "start": 1.0}, rescore=True)
+    assert build_plan(cfg, 3).mean_ratio() == 1.0 and all(p.scoring == "rescore" for p in build_plan(cfg, 3))
+    assert SelectionConfig(method="full").method == "full"  # full data needs no ratio

@@ -6,7 +6,8 @@ import math
 
 import pytest
 from attent.selection.config import METHOD_NAMES, PRESETS, IntervalConfig, RatioConfig, SelectionConfig
-from attent.selection.schedules import IntervalSchedule, RatioSchedule, cosine, fixed, incremental, training_progress
+from attent.selection.plan import build_plan, training_progress
+from attent.selection.schedules import IntervalSchedule, RatioSchedule, cosine, fixed, incremental
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
@@ -156,7 +157,7 @@ def test_user_fields_override_preset():
     cfg = SelectionConfig(preset="vit", strategy="hard", ratio={"kind": "cosine"}, temperature=0.5)
     assert cfg.strategy == "hard" and cfg.temperature == 0.5 and cfg.rescore is True
     assert cfg.ratio_schedule == RatioSchedule("cosine", 0.2, 0.8)
-    assert "Hard" in cfg.label() and "cosine" in cfg.label()
+    assert "Hard" in build_plan(cfg, 10).label and "cosine" in build_plan(cfg, 10).label
 
 
 def test_presets_do_not_leak_between_configs():
@@ -181,9 +182,9 @@ def test_interval_config_defaults():
 
 
 def test_labels():
-    assert SelectionConfig(method="full").label() == "Full data"
-    assert SelectionConfig(method="infobatch").label().startswith("InfoBatch")
-    assert SelectionConfig(preset="vit").label() == "Soft · incremental(0.2→0.8) · incremental(1→4)"
+    assert build_plan(SelectionConfig(method="full"), 3).label == "Full data"
+    assert build_plan(SelectionConfig(method="infobatch"), 3).label.startswith("InfoBatch")
+    assert build_plan(SelectionConfig(preset="vit"), 1000).label == "Soft · incremental(0.2→0.8) · incremental(1→4)"
 
 
 def test_config_round_trips_through_dict():
@@ -236,4 +237,5 @@ def test_validation_error_is_a_value_error():
 def test_method_names_match_config():
     for method in METHOD_NAMES:
         extra = {"group_weights": [1, 2, 2]} if method == "group_weight" else {}
+        extra |= {"ratio": {"start": 0.5}} if method in ("attent", "class_weight") else {}
         assert SelectionConfig(method=method, **extra).method == method

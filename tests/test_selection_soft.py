@@ -8,6 +8,7 @@ import torch
 from attent.selection.baselines import infobatch_prune_for_budget, infobatch_pruned_epochs
 from attent.selection.config import SelectionConfig
 from attent.selection.methods import InfoBatch, Pool
+from attent.selection.plan import build_plan
 from attent.selection.strategies import budget, hardness, overlap, select, soft_logits
 from attent.selection.teacher import Teacher, stream_seed
 
@@ -108,8 +109,10 @@ def test_infobatch_prunes_for_floor_of_delta_times_epochs(epochs, final, pruned)
         components=0,
     )
     pool = Pool(losses(50), torch.zeros(50, 1), torch.Generator().manual_seed(0))
-    kept = [method.pick(pool, e, 50).subset.numel() for e in range(epochs)]
+    plan = build_plan(SelectionConfig(method="infobatch", infobatch_final=final), epochs)
+    kept = [method.pick(pool, e, None).subset.numel() if p.selects else 50 for e, p in enumerate(plan)]
     assert all(k < 50 for k in kept[:pruned]) and all(k == 50 for k in kept[pruned:])
+    assert [p.selects for p in plan] == [e < pruned for e in range(epochs)]
 
 
 def test_infobatch_prune_for_a_budget_reproduces_that_budget():

@@ -9,6 +9,8 @@ from attent.selection.strategies import budget, hardness
 from attent.selection.teacher import Teacher
 from teacher_learner import Learner, gen, losses_at
 
+HARD_HALF = SelectionConfig(strategy="hard", ratio={"kind": "fixed", "start": 0.5})
+
 
 def top_k(scores: torch.Tensor, k: int) -> torch.Tensor:
     return torch.sort(scores, descending=True, stable=True).indices[:k].sort().values
@@ -18,7 +20,7 @@ def top_k(scores: torch.Tensor, k: int) -> torch.Tensor:
 def test_llm_preset_first_epoch_all_data_then_top_70_percent():
     n = 100
     t = Teacher(n, SelectionConfig(preset="llm"), epochs=5, seed=0)
-    assert not t.needs_scoring(0) and not t.is_selection_epoch(0)
+    assert not t.needs_scoring(0) and not t.plan[0].selects
     assert torch.equal(t.begin_epoch(0, None), torch.arange(n))  # no score_fn needed
     assert t.history == []
     l0 = losses_at(0, n)
@@ -27,7 +29,7 @@ def test_llm_preset_first_epoch_all_data_then_top_70_percent():
     t.end_epoch()
     assert torch.equal(t.scores, l0)
 
-    assert t.is_selection_epoch(1) and not t.needs_scoring(1)
+    assert t.plan[1].selects and not t.needs_scoring(1)
     subset = t.begin_epoch(1, None)  # still no scoring pass
     assert subset.numel() == 70
     assert torch.equal(subset, top_k(l0, 70))
@@ -152,7 +154,7 @@ def test_full_never_selects():
     t = Teacher(30, SelectionConfig(method="full"), epochs=5)
     learner = Learner(t)
     for e in range(5):
-        assert not t.is_selection_epoch(e) and not t.needs_scoring(e)
+        assert not t.plan[e].selects and not t.needs_scoring(e)
         subset, weights = learner.epoch(e, with_score_fn=False)
         assert torch.equal(subset, torch.arange(30)) and torch.equal(weights, torch.ones(30))
     assert t.history == [] and t.selected_ratio == 1.0
@@ -183,43 +185,56 @@ def test_selection_record_summary():
 # --- bad input ---------------------------------------------------------------------------------------
 def test_teacher_rejects_bad_construction():
     with pytest.raises(ValueError, match="empty"):
-        Teacher(0, SelectionConfig(), epochs=3)
+        Teacher(0, HARD_HALF, epochs=3)
     with pytest.raises(ValueError):
-        Teacher(10, SelectionConfig(), epochs=0)
+        Teacher(10, HARD_HALF, epochs=0)
     with pytest.raises(ValueError, match="group label"):
-        Teacher(10, SelectionConfig(method="class_weight"), epochs=3)
+        Teacher(10, SelectionConfig(method="class_weight", ratio={"start": 0.5}), epochs=3)
     with pytest.raises(ValueError, match="group label"):
         Teacher(10, SelectionConfig(method="gradnorm"), epochs=3, groups=torch.zeros(9, dtype=torch.long))
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
-def test_observe_rejects_non_finite_losses(bad):
-    t = Teacher(10, SelectionConfig(), epochs=3)
+def test_a_non_finite_loss_is_refused_at_the_merge(bad):
+    """Checked where the losses reach the CPU (the epoch's merge), not at each batch: nothing in
+    the step waits on a GPU."""
+    t = Teacher(10, HARD_HALF, epochs=3)
     losses = torch.ones(4)
     losses[2] = bad
+    t.observe(torch.tensor([5, 6, 7, 8]), losses)
     with pytest.raises(ValueError, match=r"non-finite .*\[7\]"):
-        t.observe(torch.tensor([5, 6, 7, 8]), losses)
+        t.sync()
     assert torch.isnan(t.scores).all()  # nothing recorded
 
 
+def test_a_non_finite_loss_is_skipped_and_counted_with_nonfinite_skip():
+    t = Teacher(10, HARD_HALF, epochs=3, nonfinite="skip")
+    t.observe(torch.tensor([5, 6, 7, 8]), torch.tensor([1.0, 2.0, float("nan"), float("inf")]))
+    t.sync()
+    assert t.scores[5:7].tolist() == [1.0, 2.0] and torch.isnan(t.scores[7:9]).all() and t.skipped == 2
+    with pytest.raises(ValueError, match="choose 'raise' or 'skip'"):
+        Teacher(10, HARD_HALF, epochs=3, nonfinite="ignore")
+
+
 def test_observe_rejects_mismatched_lengths():
-    t = Teacher(10, SelectionConfig(), epochs=3)
+    t = Teacher(10, HARD_HALF, epochs=3)
     with pytest.raises(ValueError):
         t.observe(torch.tensor([1, 2, 3]), torch.ones(2))
 
 
 @pytest.mark.parametrize("bad_index", [-1, 10, 1000])
 def test_observe_rejects_indices_outside_the_dataset(bad_index):
-    t = Teacher(10, SelectionConfig(), epochs=3)
+    t = Teacher(10, HARD_HALF, epochs=3)
+    t.observe(torch.tensor([0, bad_index]), torch.ones(2))
     with pytest.raises(ValueError, match="indices"):
-        t.observe(torch.tensor([0, bad_index]), torch.ones(2))
+        t.sync()
     t.observe(torch.empty(0, dtype=torch.long), torch.empty(0))  # an empty batch is fine
     t.sync()
     assert torch.isnan(t.scores).all()
 
 
 def test_observe_accepts_any_shape_and_grad_tensors():
-    t = Teacher(10, SelectionConfig(), epochs=3)
+    t = Teacher(10, HARD_HALF, epochs=3)
     losses = torch.arange(4.0, requires_grad=True).reshape(2, 2) * 1.5
     t.observe(torch.tensor([[0, 1], [2, 3]]), losses)
     t.sync()
@@ -264,7 +279,10 @@ def test_stale_rescoring_scores_only_samples_not_trained_on_since_the_last_selec
     state = t.state_dict()  # a resumed teacher asks for the same samples
     again = Teacher(n, config, epochs=6, seed=0)
     again.load_state_dict(state)
-    assert torch.equal(again.stale_indices(), t.stale_indices())
+    assert torch.equal(
+        again.scoring.pass_indices(again.scores, again.trained, again.generator),
+        t.scoring.pass_indices(t.scores, t.trained, t.generator),
+    )
 
 
 def test_full_rescoring_asks_for_every_sample():

@@ -14,8 +14,8 @@ import attent
 import pytest
 import torch
 from attent import contract
-from attent.config import build_experiment
 from attent.engine.recipe import TrainingRecipe, WorkerContext, to_device
+from attent.experiment.schema import build_experiment
 from attent.tasks.mae import scenes
 from attent.tasks.registry import build_task
 
@@ -88,9 +88,10 @@ def train_plain(cfg, initial: dict[str, torch.Tensor], optim) -> attent.Selector
         torch.manual_seed(epoch_seed(cfg, epoch))
         selector.begin_epoch(epoch)
         for batch in loader:
-            selector.update(task.per_sample_loss(model, batch)).backward()
+            selector.update(task.per_sample_loss(model, batch)).mean().backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+        selector.end_epoch()
     selector.trained_model = model
     return selector
 

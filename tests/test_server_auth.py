@@ -10,8 +10,9 @@ import stat
 import threading
 
 import pytest
-from attent import server, server_auth
-from attent.cli import main as attent_main
+from attent.cli.main import main as attent_main
+from attent.server import app as server
+from attent.server import auth as server_auth
 
 
 def mode(path) -> int:

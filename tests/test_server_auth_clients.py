@@ -13,9 +13,9 @@ import pickle
 import threading
 
 import pytest
-from attent.config import PreflightError
 from attent.engine import credentials, ray_process
 from attent.engine.preflight.store import check_tracking
+from attent.experiment.schema import PreflightError
 
 PASSWORD = "pw-Kq8zR2vT6yLm"
 
@@ -120,8 +120,8 @@ def test_the_preflight_refuses_a_password_written_into_the_tracking_uri(no_crede
 def test_no_password_in_the_runs_params_tags_or_logged_config(no_credentials, monkeypatch, tmp_path, mlflow_uri):
     """A config that holds the password (a run named after it, a URL with one in it) is recorded
     with *** in its place."""
-    from attent.config import load_experiment
     from attent.engine.tracking import client_for, start_or_resume_run
+    from attent.experiment.files import load_experiment
     from conftest import REPO
 
     monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", PASSWORD)

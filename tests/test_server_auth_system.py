@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from attent import server
+from attent.server import app as server
 from conftest import BIN, REPO, free_port
 
 pytestmark = pytest.mark.system
@@ -370,8 +370,8 @@ def self_signed(folder: Path) -> tuple[Path, Path]:
 
 
 def test_https_with_a_self_signed_certificate_trusted_only_where_given(tmp_path, monkeypatch):
-    from attent.config import PreflightError
     from attent.engine.preflight.store import check_tracking
+    from attent.experiment.schema import PreflightError
 
     cert, key = self_signed(tmp_path)
     with auth_server(tmp_path, "--tls-cert", str(cert), "--tls-key", str(key)) as (url, output):

@@ -10,7 +10,8 @@ import time
 import mlflow
 import pytest
 import shared_runs
-from attent.sweep import load_sweep, run_sweep
+from attent.sweep.spec import load_sweep
+from attent.sweep.tune import TRIAL_DRIVER_RESOURCES, concurrency, run_sweep, trial_resources
 from conftest import BIN, REPO
 
 
@@ -55,6 +56,33 @@ def test_sweep_file_expands_grid_times_seeds(tmp_path, mlflow_uri):
     ]
     assert all(c.train.epochs == 1 and c.selection.preset == "vit" for _, c in sweep.trials)
     assert {c.mlflow.experiment for _, c in sweep.trials} == {"sweep-test"}  # the sweep's override wins
+
+
+def test_a_grid_over_the_workers_sizes_each_trials_resources_and_the_concurrency(tmp_path, mlflow_uri):
+    """Tune's resources and concurrency follow each trial's own ``ray:`` section, not the base's
+    (on 9171ffd both came from the base config: a grid over ray.num_workers or ray.cpus_per_worker
+    got the base's resources, 8 trials at once on 8 CPUs)."""
+    path = write_sweep(tmp_path, mlflow_uri, "workers", [0], None)
+    path.write_text(
+        path.read_text()
+        .replace("selection.strategy: [hard, soft]", "ray.num_workers: [0, 2]\n    ray.cpus_per_worker: [1, 2]")
+        .replace("max_concurrent: None", "")
+    )
+    trials = [cfg for _, cfg in load_sweep(path).trials]
+    shapes = sorted((c.ray.num_workers, c.ray.cpus_per_worker) for c in trials)
+    assert shapes == [(0, 1), (0, 2), (2, 1), (2, 2)]
+    for cfg in trials:  # local mode trains in the trial's own process: it asks for its worker's CPUs
+        wanted = (
+            {"CPU": cfg.ray.cpus_per_worker, **TRIAL_DRIVER_RESOURCES}
+            if cfg.ray.num_workers == 0
+            else TRIAL_DRIVER_RESOURCES
+        )
+        assert trial_resources(cfg) == wanted
+    # the largest trial, 2 workers x 2 CPUs, fits twice in 8 CPUs; a GPU trial by the GPUs
+    assert concurrency(None, trials, {"CPU": 8.0}) == 2
+    assert concurrency(3, trials, {"CPU": 8.0}) == 3
+    gpu = trials[-1].model_copy(update={"ray": trials[-1].ray.model_copy(update={"use_gpu": True})})
+    assert concurrency(None, [*trials, gpu], {"CPU": 64.0, "GPU": 4.0}) == 2
 
 
 def test_a_sweep_is_its_own_mlflow_experiment():
@@ -155,7 +183,7 @@ def test_a_trial_finished_before_tune_saved_it_is_not_trained_again(digits_sweep
 
 
 def test_storage_uris_keep_their_scheme(tmp_path):
-    from attent.sweep import _exists, sweep_location
+    from attent.sweep.tune import _exists, sweep_location
 
     assert sweep_location("s3://bucket/ray_results/", "abl") == "s3://bucket/ray_results/abl"
     assert sweep_location(str(tmp_path), "abl") == f"{tmp_path}/abl"

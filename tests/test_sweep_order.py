@@ -8,7 +8,8 @@ from __future__ import annotations
 from attent.benchmark import load_benchmark
 from attent.benchmark.spec import CALIBRATED_FROM, seed_arms
 from attent.contract import base_method
-from attent.sweep import _tuner, launch_order, load_sweep, seed_block
+from attent.sweep.spec import launch_order, load_sweep, seed_block
+from attent.sweep.tune import _tuner
 from conftest import REPO
 
 

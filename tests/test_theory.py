@@ -1,5 +1,5 @@
-"""The theory lab (attent.theory): closed-form gradients vs autograd, the empirical ANTK vs a
-brute-force computation, the greedy teacher, the attention variants, and the teaching
+"""The theory lab (attent.theory, run by attent.lab): closed-form gradients vs autograd, the empirical
+ANTK vs a brute-force computation, the greedy teacher, the attention variants, and the teaching
 experiment's MLflow output. CPU only, a few seconds each."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from attent.config import ConfigError
-from attent.tangent_kernel import brute_force_kernel, empirical_kernel, kernel_drift
+from attent.experiment.schema import ConfigError
 from attent.theory.config import load
 from attent.theory.gradients import GradientCase, gradient_check
 from attent.theory.learner import AttentionLearner, attend
+from attent.theory.tangent_kernel import brute_force_kernel, empirical_kernel, kernel_drift
 from attent.theory.teaching import choose, make_problem
 from torch import nn
 
@@ -135,9 +135,9 @@ def test_config_refuses_unknown_keys_and_bad_values():
 
 
 def test_teaching_run_logs_figures_to_mlflow(tmp_path, monkeypatch):
-    """A short run of the shipped YAML, as `python -m attent.theory` runs it: one parent run with
+    """A short run of the shipped YAML, as `python -m attent.lab` runs it: one parent run with
     the figures and summaries, one child run per method with its per-iteration curves."""
-    from attent.theory.__main__ import main
+    from attent.lab.__main__ import main
     from mlflow.tracking import MlflowClient
 
     monkeypatch.chdir(tmp_path)

@@ -16,7 +16,8 @@ from attent.analysis.time_to_accuracy.judge import analyse
 from attent.analysis.time_to_accuracy.report import build_time_to_accuracy_report
 from attent.analysis.time_to_accuracy.results import time_to_target
 from attent.benchmark import ARMS, load_benchmark
-from attent.cli import main as attent_main
+from attent.cli.main import main as attent_main
+from attent.selection.plan import build_plan
 from attent.selection.schedules import CycleSchedule
 from conftest import REPO
 from mlflow import MlflowClient
@@ -79,7 +80,7 @@ def test_full_data_at_equal_samples_trains_attent_mean_ratio_times_the_epochs():
     for workload in spec.workloads:
         mine = {run.arm: run for run in runs if run.workload is workload and run.experiment.seed == 0}
         attent, equal = mine["attent"].experiment, mine["full_equal_samples"].experiment
-        planned = attent.selection.mean_planned_ratio(attent.train.epochs)
+        planned = build_plan(attent.selection, attent.train.epochs).mean_ratio()
         assert equal.selection.method == "full"
         assert equal.train.epochs == round(planned * attent.train.epochs) < attent.train.epochs
         assert mine["full_equal_samples"].attent_budget == pytest.approx(planned)
@@ -94,7 +95,7 @@ def test_infobatch_at_attent_budget_runs_after_the_run_it_calibrates_from(tmp_pa
     for workload, seed, arm in order:
         if arm == "infobatch_budget":
             assert order.index((workload, seed, "infobatch")) < order.index((workload, seed, arm))
-    from attent.config import ConfigError
+    from attent.experiment.schema import ConfigError
 
     bad = tmp_path / "bad.yaml"
     bad.write_text(
@@ -106,7 +107,7 @@ def test_infobatch_at_attent_budget_runs_after_the_run_it_calibrates_from(tmp_pa
 
 
 def test_unknown_arm_is_refused(tmp_path):
-    from attent.config import ConfigError
+    from attent.experiment.schema import ConfigError
 
     bad = tmp_path / "bad.yaml"
     bad.write_text(

@@ -21,9 +21,9 @@ import urllib.error
 import urllib.request
 
 import pytest
-from attent import server
-from attent.cli import main as attent_main
-from attent.sweep import SWEEP_SERVER_LOG
+from attent.cli.main import main as attent_main
+from attent.server import app as server
+from attent.sweep.tune import SWEEP_SERVER_LOG
 from conftest import BIN, REPO, free_port
 from mlflow import MlflowClient
 
@@ -221,8 +221,8 @@ def test_concurrent_trials_on_sqlite_get_the_sweeps_own_server(tmp_path, monkeyp
     started for the sweep's duration (the 8-trial load through a server is measured above and in
     benchmarks/results/tracking_load/tracking_load.md; test_sweep's 2-at-a-time sweeps run through
     this one)."""
-    from attent.config import load_experiment
-    from attent.sweep import DIRECT_SQLITE_ENV, _trial_tracking
+    from attent.experiment.files import load_experiment
+    from attent.sweep.tune import DIRECT_SQLITE_ENV, _trial_tracking
 
     monkeypatch.delenv(DIRECT_SQLITE_ENV, raising=False)
     uri = f"sqlite:///{tmp_path}/mlflow.db"

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from attent.cli import main as attent_main
+from attent.cli.main import main as attent_main
 from conftest import BIN
 from test_faults import runs_named
 

@@ -3,7 +3,7 @@
 Two traces of the real code, joined at the Ray Train boundary (the trainer hands the worker's
 entry point to Ray):
 
-- the driver: ``attent train`` in this process (``cli.main``), traced until the TorchTrainer is
+- the driver: ``attent train`` in this process (``cli/main.py``'s ``main``), traced until the TorchTrainer is
   built — then the run goes on for real (digits, one epoch, one worker);
 - the worker: the recipe on a plain torch set-up in this process, traced until its first
   ``Tensor.backward``.
@@ -69,7 +69,10 @@ def is_code(frame, filename: str, function: str) -> bool:
 
 
 def driver_path(experiment: str, workdir: Path) -> Trace:
-    from attent.cli import main
+    try:
+        from attent.cli.main import main
+    except ImportError:  # the layout before cli/
+        from attent.cli import main
 
     os.chdir(workdir)
     with Trace(lambda f: is_code(f, "ray/train/v2/api/data_parallel_trainer.py", "__init__")) as trace:
@@ -88,8 +91,10 @@ def driver_path(experiment: str, workdir: Path) -> Trace:
 
 
 def worker_path(experiment: str) -> Trace:
-    from attent.config import load_experiment
-
+    try:
+        from attent.experiment.files import load_experiment
+    except ImportError:  # the layout before experiment/
+        from attent.config import load_experiment
     try:
         from attent.engine.recipe import TrainingRecipe, WorkerContext
     except ImportError:  # the layout before engine/recipe.py

@@ -34,7 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from attent import contract
-from attent.config import ExperimentConfig, deep_merge, parse_overrides
+from attent.experiment.files import parse_overrides
+from attent.experiment.schema import ExperimentConfig
+from attent.selection.config import deep_merge
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the suite's harness
 import harness  # noqa: E402

@@ -146,7 +146,7 @@ class CpuSampler(threading.Thread):
 
 # --- one round: a fresh driver process ----------------------------------------------------------
 def experiment(args, name: str, workdir: str, workers: int):
-    from attent.config import load_experiment
+    from attent.experiment.files import load_experiment
     from attent.tasks.vision.files import find_fashion_mnist
 
     try:
@@ -177,7 +177,7 @@ def child(args) -> None:
     import psutil
 
     marks = {"process_started": psutil.Process().create_time(), "script_started": time.time(), "pid": os.getpid()}
-    from attent.config import load_experiment  # noqa: F401 -- the CLI's first import
+    from attent.experiment.files import load_experiment  # noqa: F401 -- the CLI's first import
 
     marks["config_imported"] = time.time()
     from attent import contract
@@ -240,7 +240,7 @@ def child(args) -> None:
     marks["ray_shut_down"] = time.time()
     Path(workdir, "fixed_cost.json").write_text(json.dumps({"marks": marks, "runs": runs, "load": os.getloadavg()}))
     try:  # and then the CLI's exit
-        from attent.cli import exit_without_teardown
+        from attent.cli.main import exit_without_teardown
     except ImportError:  # an engine from before it
         return
     exit_without_teardown(0)

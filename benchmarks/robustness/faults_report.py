@@ -151,7 +151,7 @@ def corrupt_image(work: Path) -> list[tuple[str, str]]:
 
 
 def refusing_server(work: Path) -> list[tuple[str, str]]:
-    from attent import server
+    from attent.server import app as server
 
     port = server_port()
     proc = subprocess.Popen(

@@ -84,7 +84,7 @@ def local_postgres(port: int) -> Iterator[str]:
 def tracking_server(backend_uri: str, workdir: Path, port: int) -> Iterator[str]:
     """`attent server` on 127.0.0.1:port over ``backend_uri``, artifacts in workdir/mlartifacts;
     yields its URL. Stopped (its whole process group) afterwards."""
-    from attent import server
+    from attent.server import app as server
 
     with open(workdir / "server.log", "ab") as log:
         process = subprocess.Popen(
@@ -128,7 +128,7 @@ def backend_uri(backend: str, workdir: Path, ports: Iterator[int]) -> Iterator[s
 
 
 def free_ports() -> Iterator[int]:
-    from attent.server import free_port
+    from attent.server.app import free_port
 
     while True:
         yield free_port()

@@ -163,7 +163,7 @@ def run_sweep_command(sweep: Path, log_path: Path, extra_env: dict[str, str] | N
 
 def run_load(backend: str, trials: int, workdir: Path, ports: Iterator[int], workers: int = 1) -> LoadCount:
     """One sweep of ``trials`` concurrent trials into ``backend``, counted (``workers``: per trial)."""
-    from attent.sweep import DIRECT_SQLITE_ENV
+    from attent.sweep.tune import DIRECT_SQLITE_ENV
 
     workdir.mkdir(parents=True, exist_ok=True)
     name, log = f"load-{backend}-{trials}", workdir / f"load-{backend}-{trials}.log"

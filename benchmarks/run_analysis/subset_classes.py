@@ -42,7 +42,7 @@ def runs_of(client, experiment: str):
 
 def train_labels(config: dict):
     """The run's training labels, as its task split them (the same limits, seeds and hold-out)."""
-    from attent.config import ExperimentConfig
+    from attent.experiment.schema import ExperimentConfig
     from attent.tasks.vision.task import load_splits
 
     cfg = ExperimentConfig.model_validate(config).resolved()

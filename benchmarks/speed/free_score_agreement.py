@@ -47,7 +47,7 @@ def agreement(scores: str, images: int, seed: int, workdir: Path) -> list[dict]:
     teacher, rows = recipe.teacher, []
     everything = torch.arange(len(recipe.train_set))
     for epoch in range(cfg.train.epochs):
-        if teacher.is_selection_epoch(epoch) and not torch.isnan(teacher.scores).any():
+        if teacher.plan[epoch].selects and not torch.isnan(teacher.scores).any():
             recipe.selector.epoch = epoch
             fresh = torch.empty(len(everything))
             for index, losses in recipe.selector.scoring_pass(everything):

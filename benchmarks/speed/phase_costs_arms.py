@@ -46,7 +46,7 @@ def finish(phases: Phases, selector, loader, device: torch.device) -> Phases:
     """The Teacher's clocks and counts after the fit, and one pass of the training loader alone."""
     teacher = selector.teacher
     phases.score_s, phases.selection_s = teacher.seconds["scoring"], teacher.seconds["selection"]
-    phases.reselections = sum(planned.selects for planned in selector.selection.epoch_plan(EPOCHS))
+    phases.reselections = sum(planned.selects for planned in selector.plan)
     phases.pool, phases.trained = len(selector.dataset), selector.samples_backpropagated
     phases.reported_scoring_batch = selector.scoring_batch_size()
     phases.load_s, phases.loaded = iterate(loader, device)
@@ -135,11 +135,12 @@ def run_selector(work: Workload, device: torch.device) -> Phases:
         model.train()
         for batch in loader:
             with clock:
-                loss = selector.update(work.per_sample_loss(model, batch))
+                loss = selector.update(work.per_sample_loss(model, batch)).mean()
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
+        selector.end_epoch()
     phases.train_s = clock.seconds
     return finish(phases, selector, loader, device)
 
@@ -282,7 +283,7 @@ def run_lightning(work: Workload, device: torch.device) -> Phases:
             self.net, self.selection = net, selection
 
         def training_step(self, batch, batch_idx):
-            return self.selection.update(work.per_sample_loss(self.net, batch))
+            return self.selection.update(work.per_sample_loss(self.net, batch)).mean()
 
         def train_dataloader(self):
             return self.selection.loader(work.batch)

@@ -99,7 +99,7 @@ class VitWorkload(Workload):
     name, lr = "vit", 1e-3
 
     def __init__(self, spec: dict[str, Any], device: torch.device):
-        from attent.config import build_experiment
+        from attent.experiment.schema import build_experiment
         from attent.tasks.registry import build_task
 
         self.spec, self.device, self.batch = spec, device, spec["batch"]

@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 from attent import contract
 from attent.engine.recipe import TrainingRecipe, WorkerContext
+from attent.selection.plan import build_plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the suite's harness
 import harness  # noqa: E402
@@ -79,7 +80,7 @@ def run_plan(plan: str, seed: int, args, workdir: Path) -> dict:
     return {
         "plan": plan,
         "seed": seed,
-        "label": cfg.selection.label(cfg.train.epochs),
+        "label": build_plan(cfg.selection, cfg.train.epochs).label,
         "method_s": final[contract.TIME_METHOD],
         "train_s": final[contract.time_metric("train")],
         "scoring_s": final[contract.time_metric("scoring")],

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 import torch
-from attent.config import build_experiment
 from attent.engine.recipe import TrainingRecipe, WorkerContext
+from attent.experiment.schema import build_experiment
 from scipy.stats import spearmanr
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the suite's harness

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from attent.doctor import cpu_model
+from attent.cli.doctor import cpu_model
 from attent.selection import strategies, topk
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the suite's harness

@@ -245,9 +245,9 @@ def walk(root: type, key: str, order: list[tuple[type, str]], seen: set[type]) -
 
 
 def config_reference() -> str:
-    config = importlib.import_module("attent.config")
+    config = importlib.import_module("attent.experiment.schema")
     registry = importlib.import_module("attent.tasks.registry")
-    sweep = importlib.import_module("attent.sweep")
+    sweep = importlib.import_module("attent.sweep.spec")
     benchmark = importlib.import_module("attent.benchmark")
     theory = importlib.import_module("attent.theory.config")
 
@@ -295,7 +295,7 @@ def config_reference() -> str:
 
 
 class _Built(Exception):
-    """Carries the parser ``attent.cli.main`` built, out of main, before it parses anything."""
+    """Carries the parser ``attent.cli.main.main`` built, out of main, before it parses anything."""
 
     def __init__(self, parser: argparse.ArgumentParser):
         super().__init__("parser built")
@@ -303,10 +303,10 @@ class _Built(Exception):
 
 
 def cli_parser() -> argparse.ArgumentParser:
-    """The parser of ``attent.cli.main`` itself (its global options and every command): main is
+    """The parser of ``attent.cli.main.main`` itself (its global options and every command): main is
     called with its parsing replaced by a function that hands the parser back. A CLI that exposes
     ``build_parser()`` is asked directly."""
-    cli = importlib.import_module("attent.cli")
+    cli = importlib.import_module("attent.cli.main")
     if hasattr(cli, "build_parser"):
         return cli.build_parser()
 
@@ -321,7 +321,7 @@ def cli_parser() -> argparse.ArgumentParser:
         return built.parser
     finally:
         argparse.ArgumentParser.parse_known_args = original
-    raise RuntimeError("attent.cli.main() parsed no arguments: the command-line reference cannot be generated")
+    raise RuntimeError("attent.cli.main.main() parsed no arguments: the command-line reference cannot be generated")
 
 
 def cli_reference() -> str:

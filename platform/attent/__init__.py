@@ -6,8 +6,9 @@
 Public names, each imported on first access (PEP 562), so that ``import attent`` and
 ``attent validate`` stay free of torch:
 
-    Selector         attent.integrations.pytorch  — a plain PyTorch loop in three lines
+    Selector         attent.selection.selector    — AtteNT in a plain PyTorch loop
     SelectionConfig  attent.selection.config      — the ``selection:`` settings and presets
+    build_plan       attent.selection.plan        — every epoch of a run, decided before it starts
     select           attent.selection.strategies  — k of N by hard / soft / random, a pure function
     Teacher          attent.selection.teacher     — the score table behind Selector
     SubsetSampler    attent.selection.sampler     — a rank's shard of the teacher's subset
@@ -25,7 +26,8 @@ import sys
 
 # public name -> the module that defines it
 _EXPORTS = {
-    "Selector": "attent.integrations.pytorch",
+    "Selector": "attent.selection.selector",
+    "build_plan": "attent.selection.plan",
     "AtteNTCallback": "attent.integrations.lightning",
     "SelectionConfig": "attent.selection.config",
     "select": "attent.selection.strategies",

@@ -38,7 +38,6 @@ run that is the same computation as an earlier one).
 
 from __future__ import annotations
 
-from ..selection.deprecation import moved_names
 from .calibration import (
     calibrate_equal_cost,
     calibrate_infobatch,
@@ -62,8 +61,6 @@ from .spec import (
     load_benchmark,
     selection_runs,
 )
-
-__getattr__ = moved_names(__name__, {"METHODS": "attent.benchmark.ARMS"})
 
 __all__ = [
     "ARMS",

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from .. import contract
-from ..config import ConfigError, ExperimentConfig
+from ..experiment.schema import ConfigError, ExperimentConfig
+from ..selection.plan import build_plan
 from .spec import BenchmarkRun, TuneSpec, WorkloadSpec
 
 
@@ -71,7 +72,7 @@ def calibrate_equal_cost(run: BenchmarkRun, reference: ExperimentConfig, attent:
         reference.train.epochs,
         attent_cost,
         reference_cost,
-        samples=lambda e: reference.selection.mean_planned_ratio(e) * e,
+        samples=lambda e: build_plan(reference.selection, e).mean_ratio() * e,
     )
     return with_epochs(run.experiment, epochs)
 

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import contract
-from ..config import ExperimentConfig
 from ..contract import base_method
+from ..experiment.schema import ExperimentConfig
 from .calibration import (
     calibrate_equal_cost,
     calibrate_infobatch,

@@ -8,22 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from .. import contract
-from ..config import (
-    ConfigError,
-    ExperimentConfig,
-    build_experiment,
-    load_section,
-    nest_keys,
-    parse_overrides,
-    read_yaml,
-)
 from ..contract import base_method
+from ..experiment.files import load_section, nest_keys, parse_overrides, read_yaml
+from ..experiment.schema import ConfigError, ExperimentConfig, build_experiment
 from ..selection.config import deep_merge
-from ..selection.deprecation import moved_names, renamed_keys, warn_renamed
-from ..sweep import seed_block
+from ..selection.plan import build_plan
+from ..sweep.spec import seed_block
 
 _ATTENT = {"selection.preset": "{variant}"}
 # The arms a workload may compare, each as overrides on the workload's experiment ("{variant}":
@@ -65,11 +58,6 @@ class TuneSpec(BaseModel):
     # the arms the choice is then applied to; None: `arm` and its variants (train.epochs: all)
     applies_to: list[str] | None = None
 
-    @model_validator(mode="before")
-    @classmethod
-    def _renamed(cls, data: Any) -> Any:
-        return renamed_keys(data, {"method": "arm"}, "benchmark.workloads[].tune[]")
-
     def targets(self, arm: str) -> bool:
         if self.applies_to is not None:
             return arm in self.applies_to or base_method(arm) in self.applies_to
@@ -94,11 +82,6 @@ class WorkloadSpec(BaseModel):
     # arm name -> extra overrides; a name is a key of ARMS, or one with a "+suffix" for a
     # variant of it (e.g. attent+stale: {selection.rescore_stale: true})
     arms: dict[str, dict[str, Any]]
-
-    @model_validator(mode="before")
-    @classmethod
-    def _renamed(cls, data: Any) -> Any:
-        return renamed_keys(data, {"methods": "arms"}, "benchmark.workloads[]")
 
     def selection_metric(self) -> str:
         if self.validation_metric:
@@ -132,16 +115,6 @@ class BenchmarkRun(BaseModel):
     stage: str = contract.BENCH_STAGE_VERDICT
     candidate: tuple[str, Any] | None = None  # selection stage: (key, value) this run tries
 
-    @model_validator(mode="before")
-    @classmethod
-    def _renamed(cls, data: Any) -> Any:
-        return renamed_keys(data, {"method": "arm"}, "BenchmarkRun")
-
-    @property
-    def method(self) -> str:
-        warn_renamed("BenchmarkRun.method", "BenchmarkRun.arm")
-        return self.arm
-
 
 # workload name -> the selection stage's choices so far: config key -> value (applied per TuneSpec)
 Choices = dict[str, list[tuple[TuneSpec, Any]]]
@@ -153,9 +126,6 @@ CALIBRATED_FROM = {
 }
 
 EQUAL_COST_ARMS = (contract.METHOD_FULL_EQUAL_COST, contract.METHOD_RANDOM_EQUAL_COST)
-__getattr__ = moved_names(
-    __name__, {"METHODS": "attent.benchmark.spec.ARMS", "EQUAL_COST_METHODS": "attent.benchmark.spec.EQUAL_COST_ARMS"}
-)
 
 
 def load_benchmark(
@@ -265,7 +235,7 @@ def arm_experiment(
         data = deep_merge(data, {"train": {"epochs": 2 * epochs}})
     elif base_method(arm) == contract.METHOD_FULL_EQUAL_SAMPLES:
         attent = arm_experiment(spec, workload, contract.METHOD_ATTENT, seed, base, cli, chosen, path)
-        planned = attent.selection.mean_planned_ratio(attent.train.epochs) * attent.train.epochs
+        planned = build_plan(attent.selection, attent.train.epochs).mean_ratio() * attent.train.epochs
         data = deep_merge(data, {"train": {"epochs": max(1, round(planned))}})
     return build_experiment(data, source)
 
@@ -282,7 +252,7 @@ def attent_budget(
     """AtteNT's planned budget on the workload: its mean selected ratio over the epochs (with the
     workload's `attent` overrides and choices)."""
     attent = arm_experiment(spec, workload, contract.METHOD_ATTENT, seed, base, cli, chosen, path)
-    return attent.selection.mean_planned_ratio(attent.train.epochs)
+    return build_plan(attent.selection, attent.train.epochs).mean_ratio()
 
 
 # --- the selection stage's candidates ------------------------------------------------------------
@@ -351,7 +321,7 @@ def describe(spec: BenchmarkSpec, runs: list[BenchmarkRun], *, chosen: bool = Fa
         )
         lines.append(
             f"  {run.workload.name:<12} {run.arm:<12} seed {cfg.seed}: {epochs}, "
-            f"{cfg.selection.label(cfg.train.epochs)}"
+            f"{build_plan(cfg.selection, cfg.train.epochs).label}"
             + (f", downstream {[job.name for job in cfg.downstream]}" if cfg.downstream else "")
         )
     tuned = [

@@ -9,7 +9,7 @@ model's trainable parameters θ (the LoRA adapters only, for the LLM task), f be
 ``kernel_output``: vision, the true class's logit; MAE / MultiMAE, the reconstruction loss under
 one seeded mask; LLM, the mean log-likelihood of the response tokens.
 
-The kernel is ``attent.tangent_kernel.empirical_kernel`` (torch.func: vmap over samples of
+The kernel is ``attent.theory.tangent_kernel.empirical_kernel`` (torch.func: vmap over samples of
 jacrev, ``sample_chunk`` samples per call), summed over blocks of at most ``param_chunk``
 parameters, so memory holds probe x block Jacobian entries, not probe x all parameters (each block
 re-runs the probe's forward and backward: time grows with the number of blocks).
@@ -34,9 +34,9 @@ import torch
 from torch import nn
 
 from .. import contract
-from ..config import AntkConfig
-from ..tangent_kernel import empirical_kernel, kernel_drift, relative_distance
+from ..experiment.schema import AntkConfig
 from ..tasks.task import Batch, Task
+from ..theory.tangent_kernel import empirical_kernel, kernel_drift, relative_distance
 
 if TYPE_CHECKING:
     from .tracking import RunLogger

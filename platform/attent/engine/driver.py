@@ -31,7 +31,8 @@ from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig,
 from ray.train.torch import TorchTrainer
 
 from .. import contract
-from ..config import DownstreamJob, ExperimentConfig, flatten
+from ..experiment.files import flatten
+from ..experiment.schema import DownstreamJob, ExperimentConfig
 from . import faults, progress, ray_process
 from .credentials import client_env
 from .dashboard import add_to_training_view

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..config import ExperimentConfig
+from ..experiment.schema import ExperimentConfig
 from ..tasks.config import DataError
 
 FATAL_FILE = ".attent-fatal.json"  # in <storage_path>/<name>/: a deterministic failure, for the driver

@@ -4,9 +4,10 @@ and logs it):
     setup -> [restore] -> per epoch: select -> train_one_epoch -> evaluate -> record
 
 The selection is ``attent.Selector``, the one users put in their own loops: ``select`` begins
-its epoch (a scoring pass and a re-selection when due); ``train_one_epoch`` hands it each batch's
-per-sample losses and back-propagates the weighed losses it returns; ``record`` reads the epoch's
-sums over ranks from it. The recipe keeps what is the engine's: devices, DDP and ``no_sync``,
+its epoch (a scoring pass and a re-selection where the plan says so); ``train_one_epoch`` hands it
+each batch's per-sample losses through ``update``, back-propagates the weighed losses it returns
+and ends the epoch; ``record`` reads the epoch's sums over ranks from it. The learning rate reads
+the plan's training progress (``Plan.progress``), the clock every integration shares. The recipe keeps what is the engine's: devices, DDP and ``no_sync``,
 accumulation windows, the learning-rate schedule, evaluation and the run's counters. It knows
 nothing about any particular task.
 """
@@ -24,9 +25,8 @@ import torch
 import torch.distributed as dist
 
 from .. import contract
-from ..config import ExperimentConfig
-from ..integrations.pytorch import Selector
-from ..selection.schedules import training_progress
+from ..experiment.schema import ExperimentConfig
+from ..selection.selector import Selector
 from ..selection.teacher import Teacher
 from ..tasks import weights
 from ..tasks.registry import build_task
@@ -140,17 +140,7 @@ class TrainingRecipe:
         checkpoint.load_trainable_state(self.raw_model, saved["model"])
         self.optimizer.load_state_dict(saved["optimizer"])
         self.counters = RunCounters(**saved["progress"])
-        if "selector" in saved:
-            self.selector.load_state_dict(saved["selector"])
-        else:  # a 0.1.0 checkpoint: the teacher alone, its totals in the counters
-            self.selector.load_state_dict(
-                {
-                    "teacher": saved["teacher"],
-                    "next_epoch": self.counters.next_epoch,
-                    "samples_backpropagated": self.counters.samples_backpropagated,
-                    "samples_forwarded": self.counters.samples_forwarded,
-                }
-            )
+        self.selector.load_state_dict(saved["selector"])  # refuses, in one line, a format it cannot read
         if self.antk and antk.STATE_KEY in saved:  # the kernels of the epochs before the checkpoint
             self.antk.load_state_dict(saved[antk.STATE_KEY])
         self.ctx.log(f"resumed from checkpoint after epoch {self.counters.next_epoch}")
@@ -207,11 +197,11 @@ class TrainingRecipe:
                 batch = to_device(batch, ctx.device)
                 with self.amp():
                     losses = self.task.per_sample_loss(self.model, batch)  # [B], or [B, C] components
-                losses = selector.weigh(losses)  # recorded as scores; components and loss weights applied
+                losses = selector.update(losses)  # recorded as scores; components and loss weights applied
                 last = position == len(window) - 1  # DDP all-reduces the gradients there only
                 with contextlib.nullcontext() if last or not ctx.distributed else self.model.no_sync():
                     (losses.sum() / in_window).backward()
-            progress = training_progress(epoch, cfg.train.epochs, step / steps)
+            progress = selector.plan.progress(epoch, step / steps)
             factor = lr_factor(progress, self.optim.schedule, self.optim.warmup_ratio)
             for group in self.optimizer.param_groups:  # lr_scale: e.g. layer-wise lr decay
                 group["lr"] = self.optim.lr * factor * group.get("lr_scale", 1.0)
@@ -222,7 +212,7 @@ class TrainingRecipe:
             if steps >= 8 and step % max(1, steps // 4) == 0 and step < steps:
                 loss = selector.metrics()[contract.TRAIN_LOSS]  # this rank's so far
                 ctx.log(f"  epoch {epoch + 1}/{cfg.train.epochs}: {step}/{steps} steps, loss {loss:.4f}")
-        selector.end_epoch()  # the shard's last batch ended it; an empty shard has none
+        selector.end_epoch()  # the epoch's scores and sums merged across ranks
         return steps
 
     def evaluate(self, epoch: int) -> dict[str, float]:

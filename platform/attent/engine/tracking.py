@@ -21,11 +21,14 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from .. import contract
-from ..config import ExperimentConfig, flatten, sqlite_file
-from ..server import DEFAULT_ARTIFACTS
+from ..experiment.files import flatten
+from ..experiment.schema import ExperimentConfig
+from ..experiment.uris import sqlite_file
+from ..selection.plan import build_plan
 from . import faults
 from .credentials import redactor
 from .dashboard import add_to_training_view, write_training_view
+from .tracking_defaults import DEFAULT_ARTIFACTS
 
 
 def client_for(tracking_uri: str) -> MlflowClient:
@@ -185,7 +188,7 @@ def git_commit() -> str:
 
 
 def run_tags(cfg: ExperimentConfig, role: str) -> dict[str, str]:
-    sel, epochs = cfg.selection, cfg.train.epochs
+    sel, plan = cfg.selection, build_plan(cfg.selection, cfg.train.epochs)
     loss_based = sel.method == contract.METHOD_ATTENT  # its strategy: hard, soft or random
     return {
         contract.TAG_TASK: cfg.task.name,
@@ -193,8 +196,8 @@ def run_tags(cfg: ExperimentConfig, role: str) -> dict[str, str]:
         contract.TAG_STRATEGY: sel.strategy if loss_based else contract.NONE,
         contract.TAG_RATIO_SCHEDULE: sel.ratio_schedule.describe() if sel.uses_ratio_schedule else contract.NONE,
         contract.TAG_INTERVAL_SCHEDULE: sel.interval_schedule.describe() if sel.uses_ratio_schedule else contract.NONE,
-        contract.TAG_LABEL: sel.label(epochs),
-        contract.TAG_RATIO_REACHED: f"{sel.ratio_reached(epochs):.4g}" if sel.uses_ratio_schedule else "1",
+        contract.TAG_LABEL: plan.label,
+        contract.TAG_RATIO_REACHED: f"{plan.ratio_reached():.4g}" if sel.uses_ratio_schedule else "1",
         contract.TAG_IDENTITY: contract.identity_hash(flatten(cfg)),
         contract.TAG_ROLE: role,
         contract.TAG_GIT_COMMIT: git_commit(),

@@ -24,7 +24,7 @@ import ray.train.torch
 import torch
 
 from .. import contract
-from ..config import ExperimentConfig
+from ..experiment.schema import ExperimentConfig
 from . import checkpoint, faults, logged_models
 from .counters import timed
 from .recipe import TrainingRecipe, WorkerContext, format_row
@@ -130,7 +130,7 @@ def train_run(payload: dict[str, Any], cfg: ExperimentConfig, started: float, en
         mode = "Ray Train's local mode" if local else f"{ctx.world_size} worker(s)"
         ctx.log(
             f"{cfg.name}: {len(recipe.train_set)} samples, {mode} on {ctx.device}, "
-            f"selection {cfg.selection.label(cfg.train.epochs)}, {cfg.train.epochs} epochs"
+            f"selection {recipe.selector.plan.label}, {cfg.train.epochs} epochs"
         )
         for epoch in range(recipe.counters.next_epoch, cfg.train.epochs):
             row = recipe.run_epoch(epoch)
@@ -217,9 +217,10 @@ def log_final(logger: RunLogger, recipe: TrainingRecipe) -> None:
     ]
     logger.log_json({"num_samples": num_samples, "selections": selections}, "selection_history.json")
     logger.log_json(counters.history, "epoch_history.json")
+    logger.log_json(recipe.selector.plan.summary(), "plan.json")  # the plan the run followed, epoch by epoch
     from . import figures  # matplotlib: only here, not in the driver nor at a worker's start
 
-    label = cfg.selection.label(cfg.train.epochs)
+    label = recipe.selector.plan.label
     for name, figure in figures.training_figures(counters.history, teacher.history, label).items():
         logger.log_figure(figure, f"figures/{name}.png")
     exported = recipe.task.export(recipe.raw_model)

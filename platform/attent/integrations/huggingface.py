@@ -4,15 +4,18 @@
                                    data_collator=collator, selection=attent.SelectionConfig(preset="llm"))
     trainer.train()
 
-The selection is the plain ``Selector``'s (``attent.integrations.pytorch``: a Teacher, its
-sampler, the order-recording that tells which samples a batch holds); this module wires it into
-transformers 5's Trainer loop, each change an override of a Trainer method read from its source:
+The selection is the plain ``Selector``'s (``attent.selection.selector``: its plan, a Teacher, its
+sampler, the order-recording that tells which samples a batch holds), through its public API only;
+this module wires it into transformers 5's Trainer loop, each change an override of a Trainer
+method read from its source, and each only where the method selects (``method="full"`` is
+Trainer's own run, every override passing through):
 
     get_train_dataloader         the loader draws from the Selector's sampler, already this rank's
                                  shard; accelerate's device placement kept, its sharding not applied
     set_initial_training_values  the run's epochs and max_steps (what the LR schedule is sized by)
                                  from the planned subsets (huggingface_plan: num_train_epochs, whole
                                  or fractional, or max_steps)
+    create_scheduler             Trainer's schedule read on the epoch clock (huggingface_plan)
     _run_epoch                   scoring pass and re-selection before each epoch, whose length is
                                  its own subset's (Trainer assumes every epoch as long as the first)
     compute_loss                 one loss per sample, recorded as its score, weighed, reduced as
@@ -39,12 +42,14 @@ selection is its own mean S_i / n_i, so a long answer is not hard for being long
 ``compute_per_sample_loss=fn(model, inputs)`` gives each sample's loss (or S and n), and the batch
 loss is their weighted micro-batch mean, which Trainer divides by the accumulation steps.
 ``method="full"`` reads no score and weighs nothing: without that hook it trains on Trainer's own
-``compute_loss``, whatever the model's loss (no split asked for), and is the plain Trainer's run.
+``compute_loss``, whatever the model's loss (no split asked for), and is the plain Trainer's run;
+with it, on the hook's micro-batch mean, as a selecting run of the same hook does.
 
 A NaN or inf loss trains on as Trainer trains on it (the batch loss is what it is;
 ``logging_nan_inf_filter`` keeps it out of the logged loss); the sample's loss is no score (it
 keeps its previous one, none if it has none), and each epoch logs ``samples_nonfinite``.
-``nonfinite="raise"`` stops at the first such loss instead.
+``nonfinite="raise"`` stops at the end of the epoch that met one instead (the check waits for the
+epoch's merge, so that no training step waits on the GPU).
 """
 
 from __future__ import annotations
@@ -61,12 +66,11 @@ from transformers.trainer_utils import seed_worker
 
 from ..selection import metric_names as names
 from ..selection.config import SelectionConfig
-from ..selection.distributed import all_reduce_sums
+from ..selection.selector import Selector
 from .huggingface_checkpoints import STATE_FILE, SelectionCheckpoints  # noqa: F401 -- STATE_FILE: public here, beside the trainer
 from .huggingface_loss import PerSampleLossHook, Reduction, as_sums_and_counts, own_loss_split
 from .huggingface_plan import PlannedRun
 from .huggingface_settings import setting_problem
-from .pytorch import Selector
 
 # The Trainer methods overridden here, as transformers 5 (read in 5.24) has them: an older Trainer
 # lacks some, and would silently skip the override.
@@ -74,6 +78,7 @@ TRAINER_HOOKS = (
     "get_train_dataloader",
     "set_initial_training_values",
     "_run_epoch",
+    "create_scheduler",
     "compute_loss",
     "_save_checkpoint",
     "_init_training_state",
@@ -85,7 +90,6 @@ if _missing:
     )
 
 
-# Logged with each epoch's selection: samples whose loss was NaN or inf, over every rank
 NONFINITE = ("skip", "raise")
 
 
@@ -122,13 +126,14 @@ class AtteNTTrainerMixin(PlannedRun, SelectionCheckpoints):
         self.selection_seed = self.args.seed if seed is None else seed
         self.selector: Selector | None = None  # built with the train dataloader
         self.planned_batches: list[int] = []  # this rank's batches in each epoch
-        self._epoch_start: dict[str, Any] = {}  # the selection as the current epoch began
-        self._observed: list[tuple[torch.Tensor, torch.Tensor]] = []  # this rank's (indices, scores) this epoch
-        self._batches_left = 0  # of this rank's current epoch
-        self._resume_observed: list | None = None  # a mid-epoch checkpoint's observations, replayed on resume
-        self._nonfinite = 0  # this rank's NaN or inf losses this epoch
         self.refuse_settings()
-        self.add_callback(_EpochEnd(self))
+        if self.selects:
+            self.add_callback(_EpochEnd(self))
+
+    @property
+    def selects(self) -> bool:
+        """Whether the method ever selects: ``method="full"`` is Trainer's own run."""
+        return self.selection.method != "full"
 
     @property
     def needs_per_sample_losses(self) -> bool:
@@ -149,6 +154,8 @@ class AtteNTTrainerMixin(PlannedRun, SelectionCheckpoints):
         """The training loader, drawing this rank's shard of the epoch's subset from the
         Selector's sampler (built here, with the Trainer's collator for its scoring passes)."""
         self.refuse_settings(training=True)
+        if not self.selects:
+            return super().get_train_dataloader()
         dataset, collator = self._training_data()
         args = self.args
         self.selection_seed = args.seed if self.seed is None else self.seed
@@ -164,9 +171,9 @@ class AtteNTTrainerMixin(PlannedRun, SelectionCheckpoints):
             rank=args.process_index,
             world_size=args.world_size,
             shuffle=args.train_sampling_strategy != "sequential",
+            nonfinite=self.nonfinite,
         )
         self.selector.train_batch_size = self._train_batch_size  # sizes the scoring batch
-        self.selector.teacher.nonfinite = "skip"  # "raise" is the trainer's own check, naming the trainer
         loader = DataLoader(
             dataset,
             batch_size=self._train_batch_size,
@@ -214,7 +221,17 @@ class AtteNTTrainerMixin(PlannedRun, SelectionCheckpoints):
     def _run_epoch(self, model, epoch, train_dataloader, steps_in_epoch, num_update_steps_per_epoch, **rest):
         """Trainer's epoch, on this epoch's subset: the scoring pass and re-selection first, then
         as many batches as the subset fills (Trainer would assume the first epoch's count)."""
-        self._begin_selection_epoch(epoch)
+        if not self.selects:
+            return super()._run_epoch(
+                model=model,
+                epoch=epoch,
+                train_dataloader=train_dataloader,
+                steps_in_epoch=steps_in_epoch,
+                num_update_steps_per_epoch=num_update_steps_per_epoch,
+                **rest,
+            )
+        # On a resume inside this epoch the Selector goes on where the checkpoint stood.
+        self.selector.begin_epoch(epoch)
         batches = self.planned_batches[epoch]
         if len(train_dataloader) != batches:  # the plan and the Teacher disagree: a bug, not a setting
             raise RuntimeError(f"epoch {epoch}: the loader holds {len(train_dataloader)} batches, the plan {batches}")
@@ -228,39 +245,10 @@ class AtteNTTrainerMixin(PlannedRun, SelectionCheckpoints):
         )  # ends in _EpochEnd
 
     def _end_selection_epoch(self) -> None:
-        """The epoch's end (its on_epoch_end): the scores merged and the selection logged."""
-        if self.selector.in_epoch:  # a callback or max_steps stopped the epoch before the plan's last batch
-            # begin_epoch counted the whole subset as backpropagated: only what the ranks reached was
-            (reached,) = all_reduce_sums([float(self.selector.sampler.cursor)])
-            subset = self.selector.teacher.subset.numel()
-            self.selector.samples_backpropagated -= subset - min(subset, int(reached))
-            self.selector.end_epoch()
-        (nonfinite,) = all_reduce_sums([float(self._nonfinite)])
-        self.log({**self.selection_metrics(), names.SAMPLES_NONFINITE: int(nonfinite)})
-
-    def _begin_selection_epoch(self, epoch: int) -> None:
-        """The Selector's begin_epoch, remembering the selection as the epoch begins (a mid-epoch
-        checkpoint stores it); on a resume inside this epoch, the observations made before the
-        checkpoint are replayed and the loader's order continues after them."""
-        backpropagated_before = self.selector.samples_backpropagated
-        self._nonfinite = 0
-        # On a resume inside the epoch the teacher is already in the epoch's state: begin_epoch
-        # neither scores nor re-selects again (the re-selection moved its next one past this epoch).
-        self.selector.begin_epoch(epoch)
-        self._epoch_start = {
-            "teacher": self.selector.teacher.state_dict(),
-            "samples_backpropagated": backpropagated_before,
-            "samples_forwarded": self.selector.samples_forwarded,  # the epochs before this one
-        }
-        self._observed, self._batches_left = [], self.planned_batches[epoch]
-        if self._resume_observed is not None:
-            for indices, scores in self._resume_observed:
-                if scores is None:  # method full: no scores
-                    self._advance(len(indices), indices)
-                else:
-                    self._record(scores, indices)
-            self.selector.sampler.resume_at = sum(len(indices) for indices, _ in self._resume_observed)
-            self._resume_observed = None
+        """The epoch's end (its on_epoch_end): the scores merged and the selection logged, also
+        where a callback or max_steps stopped the epoch early (what was trained is what counts)."""
+        self.selector.end_epoch()
+        self.log(self.selection_metrics())
 
     def selection_metrics(self) -> dict[str, float]:
         """The latest epoch's selection, under the names the engine logs to MLflow
@@ -289,15 +277,14 @@ class AtteNTTrainerMixin(PlannedRun, SelectionCheckpoints):
         reduced as the model reduces its own (module docstring). Evaluation, and training where no
         per-sample loss is needed (``method="full"``): Trainer's own loss."""
         if not model.training or return_outputs or not self.needs_per_sample_losses:
-            loss = super().compute_loss(
+            return super().compute_loss(
                 model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
             )
-            if model.training and not self.needs_per_sample_losses:
-                self._advance(self._samples_in_batch())
-            return loss
         sums, counts = self.per_sample_loss(model, inputs)
-        weights = self._record(sums / counts.clamp(min=1))
-        weighted = (sums * weights).sum()
+        if not self.selects:  # method full with compute_per_sample_loss: its micro-batch mean
+            return sums.sum() / counts.sum().clamp(min=1)
+        self._check_one_sample_per_row(len(sums))
+        weighted = self.selector.update(sums / counts.clamp(min=1), train_losses=sums).sum()
         if self.compute_per_sample_loss is not None:  # loss_is_scaled_for_ga is False: Trainer divides
             return weighted / counts.sum().clamp(min=1)
         if num_items_in_batch is not None and self._divides_by_num_items():
@@ -315,47 +302,8 @@ class AtteNTTrainerMixin(PlannedRun, SelectionCheckpoints):
         """Whether the model's own loss divides by the num_items_in_batch it is passed."""
         return self.loss_reduction is None or self.loss_reduction.num_items
 
-    def _record(self, scores: torch.Tensor, indices: torch.Tensor | None = None) -> torch.Tensor:
-        """Record a batch's per-sample scores; its loss weights [B]. Ends the Selector's epoch at
-        the epoch's last batch (also where the loader drops a short one), so that a checkpoint
-        after it holds the merged scores."""
-        if indices is None:
-            self._check_one_sample_per_row(len(scores))
-        self._count_nonfinite(scores)
-        indices, weights = self.selector.record(scores, indices)
-        self._observed.append((indices, scores.detach().float().cpu()))
-        self._batch_done()
-        return weights
-
-    def _advance(self, count: int, indices: torch.Tensor | None = None) -> None:
-        """A batch of ``count`` samples trained on with no score recorded (``method="full"``)."""
-        self._observed.append((self.selector.advance(count, indices), None))
-        self._batch_done()
-
-    def _batch_done(self) -> None:
-        self._batches_left -= 1
-        if self._batches_left == 0:
-            self.selector.end_epoch()
-
-    def _count_nonfinite(self, scores: torch.Tensor) -> None:
-        """Counts this batch's NaN or inf losses (the Teacher leaves them out of its table), or
-        stops at them with ``nonfinite="raise"``."""
-        bad = int((~torch.isfinite(scores.detach())).sum())
-        if bad and self.nonfinite == "raise":
-            raise ValueError(
-                f"{self.trainer_name}: {bad} sample(s) of this batch have a NaN or inf loss and "
-                "nonfinite='raise': the model diverged or the data holds invalid values (nonfinite='skip' "
-                "trains on as Trainer does, their losses unused as scores)"
-            )
-        self._nonfinite += bad
-
-    def _samples_in_batch(self) -> int:
-        """The samples the loader put in the next batch, by the sampler's order."""
-        sampler = self.selector.sampler
-        return min(self._train_batch_size, sampler.order.numel() - sampler.cursor)
-
     def _check_one_sample_per_row(self, rows: int) -> None:
-        samples = self._samples_in_batch()
+        samples = min(self._train_batch_size, self.selector.remaining)
         if rows != samples:
             raise ValueError(
                 f"{self.trainer_name}: a batch of {rows} rows holds {samples} samples: the collator "
@@ -368,9 +316,7 @@ class AtteNTTrainerMixin(PlannedRun, SelectionCheckpoints):
         inputs = self._prepare_inputs(batch)
         with self.compute_loss_context_manager():
             sums, counts = self.per_sample_loss(model, inputs)
-        scores = sums / counts.clamp(min=1)
-        self._count_nonfinite(scores)
-        return scores
+        return sums / counts.clamp(min=1)
 
 
 class _EpochEnd(TrainerCallback):

@@ -16,27 +16,17 @@ STATE_FILE = "attent_selection_rank{rank}.pt"
 
 class SelectionCheckpoints:
     """Trainer's checkpoint hooks with the selection's state, a base of ``AtteNTTrainerMixin``, on
-    the selection it keeps (``selector``, ``planned_batches``, the epoch's start and observations,
-    ``_steps``)."""
-
-    def selection_state(self) -> dict[str, Any]:
-        """This rank's selection state. Between epochs: the Selector's. Inside one: the Selector's
-        state as the epoch began, and this rank's observations since (replayed on resume)."""
-        if not self.selector.in_epoch:
-            return {"selector": self.selector.state_dict(), "observed": None}
-        start = {
-            "teacher": self._epoch_start["teacher"],
-            "next_epoch": self.selector.next_epoch - 1,
-            "samples_backpropagated": self._epoch_start["samples_backpropagated"],
-            "samples_forwarded": self._epoch_start["samples_forwarded"],
-        }
-        return {"selector": start, "observed": list(self._observed)}
+    the selection it keeps (``selector``, ``planned_batches``, ``_steps``). Only for a selecting
+    method: a method that never selects checkpoints as Trainer does."""
 
     def _save_checkpoint(self, model, trial) -> None:
-        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-        os.makedirs(folder, exist_ok=True)
-        state = {**self.selection_state(), "plan": self._plan()}
-        torch.save(state, os.path.join(folder, STATE_FILE.format(rank=self.args.process_index)))
+        if self.selects:
+            folder = os.path.join(
+                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            )
+            os.makedirs(folder, exist_ok=True)
+            state = {"selector": self.selector.state_dict(), "plan": self._plan()}
+            torch.save(state, os.path.join(folder, STATE_FILE.format(rank=self.args.process_index)))
         super()._save_checkpoint(model, trial)
 
     def _init_training_state(
@@ -44,9 +34,11 @@ class SelectionCheckpoints:
     ):
         """Trainer's, with the epoch and the batches to skip in it found from the planned epochs
         (Trainer divides by the first epoch's steps), and the selection's state restored."""
-        super()._init_training_state(
+        trained = super()._init_training_state(
             max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
         )
+        if not self.selects:
+            return trained
         if resume_from_checkpoint is None:
             return 0, 0
         epoch, steps = self._planned_position(self.state.global_step)
@@ -78,19 +70,25 @@ class SelectionCheckpoints:
                 f"{self.args.process_index}: resume from a checkpoint {name} wrote, on as many ranks"
             )
         state = torch.load(path, weights_only=True)
-        resumes_at = state["selector"]["next_epoch"]
-        mid_epoch = state["observed"] is not None
-        if state["plan"] != self._plan() or resumes_at != epoch or mid_epoch != (steps > 0):
+        if state["plan"] != self._plan():
             raise ValueError(
-                f"{name}: the checkpoint was trained on another plan ({state['plan']}, resuming at "
-                f"epoch {resumes_at}) than this run's ({self._plan()}, step {self.state.global_step} "
-                f"in epoch {epoch}): resume with the settings the checkpoint was trained with (batch "
+                f"{name}: the checkpoint was trained on another plan ({state['plan']}) than this run's "
+                f"({self._plan()}): resume with the settings the checkpoint was trained with (batch "
                 "size, accumulation, epochs, selection, drop_last, ranks)"
             )
-        if mid_epoch and self.args.ignore_data_skip:
+        if steps > 0 and self.args.ignore_data_skip:
             raise ValueError(
                 f"{name}: resuming inside an epoch with ignore_data_skip=True would train the epoch's "
                 "first batches twice: set ignore_data_skip=False"
             )
+        inside = state["selector"]["inside_epoch"]
+        # a state inside epoch e, or between epochs before e; at an epoch's start also inside the
+        # epoch before (a step checkpoint at its last step, taken before the epoch's end)
+        at = state["selector"]["next_epoch"] if inside is None else inside["epoch"] + (steps == 0)
+        if at != epoch:
+            raise ValueError(
+                f"{name}: the checkpoint's selection state stands at epoch {at} and the trainer's "
+                f"step {self.state.global_step} in epoch {epoch}: resume from a checkpoint {name} wrote "
+                "in this run's settings"
+            )
         self.selector.load_state_dict(state["selector"])
-        self._resume_observed = state["observed"]

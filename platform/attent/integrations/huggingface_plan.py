@@ -1,10 +1,9 @@
-"""The run's length in the Hugging Face trainer: how many epochs of planned subsets, and how many
-optimiser steps, ``num_train_epochs`` or ``max_steps`` ask for.
+"""The run's length and learning-rate clock in the Hugging Face trainer: how many epochs of the
+selection's plan, and how many optimiser steps, ``num_train_epochs`` or ``max_steps`` ask for.
 
 Trainer counts epochs of the whole training set, each as long as the first. AtteNT's epochs are
-passes over their subsets, each as long as its own subset (``Selector.planned_batches``); the
-ratio and interval schedules run over E epochs, reading progress e / E at epoch e
-(``selection.schedules``). So:
+passes over their subsets, each as long as its own subset (``Plan.batches``); the plan runs over E
+epochs, reading progress e / E at epoch e (``attent.selection.plan``). So:
 
     num_train_epochs = x    E = ceil(x) epochs of the plan; a fractional x trains the last one's
                             first (x - floor(x)) share of its steps, rounded up as Trainer rounds
@@ -12,31 +11,23 @@ ratio and interval schedules run over E epochs, reading progress e / E at epoch 
     max_steps = M > 0       E = the fewest epochs whose planned subsets hold M optimiser steps,
                             the last of them cut short at step M
 
-The LR schedule is sized by those steps, as Trainer sizes it by its own max_steps. A resumed
-run plans the same E and steps from the same settings.
+Trainer's learning-rate schedule is sized by those steps, as Trainer sizes it by its own
+max_steps, and read on the platform's one clock: at each optimiser step, the schedule's value at
+the step where a run of equal epochs would have reached the same training progress in epochs
+(``Plan.step_progress``; the identity where every epoch holds as many steps, e.g. full data). A
+selection run thus follows the engine's learning-rate curve per epoch. A resumed run plans the same
+E and steps from the same settings.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from fractions import Fraction
 
-from .pytorch import planned_subset_sizes
+from torch.optim.lr_scheduler import LambdaLR
 
-
-def epoch_batches(selection, num_samples: int, epochs: int, batch: int, world: int, drop_last: bool) -> list[int]:
-    """This rank's batches in each epoch of a run of ``epochs``, as ``Selector.planned_batches``
-    counts them for the trainer's loader (the sampler pads a rank's shard, the loader may drop a
-    short last batch)."""
-    return [
-        subset_batches(size, batch, world, drop_last) for size in planned_subset_sizes(selection, num_samples, epochs)
-    ]
-
-
-def subset_batches(size: int, batch: int, world: int, drop_last: bool) -> int:
-    """A rank's batches of a subset of ``size``."""
-    shard = math.ceil(size / world)
-    return shard // batch if drop_last else math.ceil(shard / batch)
+from ..selection.plan import Plan, build_plan
 
 
 def fewest_epochs(max_steps: int, steps_of: Callable[[int], int], first: int) -> int:
@@ -57,38 +48,52 @@ def fewest_epochs(max_steps: int, steps_of: Callable[[int], int], first: int) ->
     return low
 
 
+def on_the_epoch_clock(schedule: Callable, at: Callable[[int], Fraction]) -> Callable:
+    """A LambdaLR factor read at the step ``at`` maps each optimiser step to (an int where it is
+    one, so that the identity map is exactly Trainer's schedule)."""
+
+    def factor(step: int) -> float:
+        mapped = at(step)
+        return schedule(int(mapped) if mapped.denominator == 1 else float(mapped))
+
+    return factor
+
+
 class PlannedRun:
     """The run's length for ``AtteNTTrainerMixin`` (a base of it): ``plan_run`` before the
-    Selector is built, Trainer's ``set_initial_training_values`` from the plan."""
+    Selector is built, Trainer's ``set_initial_training_values`` and ``create_scheduler`` from the
+    plan. Only for a selecting method: a method that never selects is Trainer's own run."""
 
-    run_epochs: int = 0  # E: the epochs the Teacher plans, which the schedules run over
+    run_epochs: int = 0  # E: the epochs the plan runs over
     run_max_steps: int = 0  # the optimiser steps the run takes
 
     def _steps(self, batches: int) -> int:
         """Optimiser steps of an epoch of ``batches`` (a short last window still steps)."""
         return math.ceil(batches / self.args.gradient_accumulation_steps)
 
+    def _epoch_steps(self, plan: Plan, num_samples: int) -> list[int]:
+        args = self.args
+        batches = plan.batches(
+            num_samples, self._train_batch_size, args.world_size, drop_last=args.dataloader_drop_last
+        )
+        return [self._steps(b) for b in batches]
+
     def plan_run(self, num_samples: int) -> None:
         """E and the run's optimiser steps from num_train_epochs or max_steps (module docstring)."""
         args = self.args
-
-        def steps(epochs: int) -> list[int]:
-            batches = epoch_batches(
-                self.selection, num_samples, epochs, self._train_batch_size, args.world_size, args.dataloader_drop_last
-            )
-            return [self._steps(b) for b in batches]
-
         if args.max_steps > 0:
 
             def held(epochs: int) -> int:
                 try:
-                    return sum(steps(epochs))
-                except ValueError:  # no plan of so few epochs (interval kind cycles)
+                    return sum(self._epoch_steps(build_plan(self.selection, epochs), num_samples))
+                except ValueError:  # no plan of so few epochs (interval kind cycles, a warm-up)
                     return 0
 
             # no epoch holds more steps than one on all data: the search starts where those would end
             full = self._steps(
-                subset_batches(num_samples, self._train_batch_size, args.world_size, args.dataloader_drop_last)
+                math.ceil(math.ceil(num_samples / args.world_size) / self._train_batch_size)
+                if not args.dataloader_drop_last
+                else math.ceil(num_samples / args.world_size) // self._train_batch_size
             )
             try:
                 epochs = fewest_epochs(args.max_steps, held, max(1, math.ceil(args.max_steps / max(full, 1))))
@@ -101,7 +106,7 @@ class PlannedRun:
             return
         fraction = args.num_train_epochs
         epochs = math.ceil(fraction)
-        planned = steps(epochs)
+        planned = self._epoch_steps(build_plan(self.selection, epochs), num_samples)
         last = planned[-1]
         # Trainer's ceil(x * steps) where every epoch is as long; the last epoch's share otherwise
         cut = math.ceil(fraction * last) - math.floor(fraction) * last if fraction != epochs else last
@@ -109,9 +114,10 @@ class PlannedRun:
 
     def set_initial_training_values(self, args, dataloader):
         """Trainer's values with the planned epochs and steps: max_steps sizes the LR schedule."""
-        _, per_epoch, examples, _, total_batch, steps_in_epoch, _ = super().set_initial_training_values(
-            args, dataloader
-        )
+        values = super().set_initial_training_values(args, dataloader)
+        if not self.selects:
+            return values
+        _, per_epoch, examples, _, total_batch, steps_in_epoch, _ = values
         self.planned_batches = self.selector.planned_batches(self._train_batch_size, args.dataloader_drop_last)
         if 0 in self.planned_batches:
             epoch = self.planned_batches.index(0)
@@ -130,10 +136,21 @@ class PlannedRun:
             self.run_max_steps,
         )
 
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        """Trainer's schedule, read on the epoch clock (module docstring); a scheduler the user
+        passed is left as it is."""
+        created = self.lr_scheduler is None
+        scheduler = super().create_scheduler(num_training_steps, optimizer)
+        if created and self.selects and isinstance(scheduler, LambdaLR):
+            steps = [self._steps(b) for b in self.planned_batches]
+            at = self.selector.plan.step_progress(steps, total=self.run_max_steps)
+            scheduler.lr_lambdas = [on_the_epoch_clock(fn, at) for fn in scheduler.lr_lambdas]
+        return scheduler
+
     def _planned_samples(self) -> int:
         """Samples the run trains on over every rank (Trainer's throughput metrics divide by it):
         each epoch's subset, the last cut-short epoch's share of it."""
-        sizes = planned_subset_sizes(self.selection, len(self.selector.dataset), self.run_epochs)
+        sizes = self.selector.plan.subset_sizes(len(self.selector.dataset))
         samples, left = 0.0, self.run_max_steps
         for size, batches in zip(sizes, self.planned_batches):
             steps = self._steps(batches)

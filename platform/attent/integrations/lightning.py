@@ -6,15 +6,15 @@ settings (three under DDP):
 
     class Model(L.LightningModule):
         def training_step(self, batch, batch_idx):
-            return selection.update(per_sample_loss(self, batch))   # scores recorded, weights applied, mean
+            return selection.update(per_sample_loss(self, batch)).mean()   # scores recorded, weights applied
         def train_dataloader(self):
             return selection.loader(batch_size=64)                   # DataLoader(train_set, sampler=selection.sampler)
 
     trainer = L.Trainer(max_epochs=E, callbacks=[selection], reload_dataloaders_every_n_epochs=1)
                         # under DDP also use_distributed_sampler=False
 
-The selection is ``Selector``'s (``attent.integrations.pytorch``); this module only fits it to
-Lightning's hooks. The choices, from Lightning 2.6's source:
+The selection is ``Selector``'s (``attent.selection.selector``), through its public API; this
+module only fits it to Lightning's hooks. The choices, from Lightning 2.6's source:
 
 * **Losses reach the callback through ``update()``** in ``training_step``, whose return value is
   the loss to back-propagate. The loss weights must act before the backward, and no callback hook
@@ -54,8 +54,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..selection import metric_names as names
 from ..selection.config import SelectionConfig
-from ..selection.deprecation import deprecated_arguments, warn_renamed
-from .pytorch import PerSampleLoss, RecordingSampler, Selector
+from ..selection.sampler import RecordingSampler
+from ..selection.selector import PerSampleLoss, Selector
 
 # the selection metrics logged at each epoch end, under the engine's names (equal on every rank)
 LOGGED_METRICS = (
@@ -79,11 +79,8 @@ class AtteNTCallback(pl.Callback):
     gives it batches moved to the device as training batches are, under the Trainer's precision.
     The sampler, ``loader``, ``update`` and ``planned_steps`` exist from the Trainer's ``setup`` on:
     use them in ``train_dataloader``, ``training_step`` and ``configure_optimizers``.
-    (``config=``, and the config and seed by position, still work with a FutureWarning until
-    0.3.0: CHANGELOG.md.)
     """
 
-    @deprecated_arguments(positional=2, by_position=("selection", "seed"), renamed={"config": "selection"})
     def __init__(
         self,
         dataset: Dataset,
@@ -115,12 +112,6 @@ class AtteNTCallback(pl.Callback):
 
     # --- the user's side -------------------------------------------------------------------------
     @property
-    def config(self) -> SelectionConfig:
-        """Deprecated spelling of ``selection``, removed in 0.3.0."""
-        warn_renamed("AtteNTCallback.config", "AtteNTCallback.selection")
-        return self.selection
-
-    @property
     def sampler(self) -> RecordingSampler:
         return self._built().sampler
 
@@ -129,8 +120,8 @@ class AtteNTCallback(pl.Callback):
         return self._built().loader(batch_size, **kwargs)
 
     def update(self, losses: torch.Tensor, indices: torch.Tensor | None = None) -> torch.Tensor:
-        """``Selector.update``: record the batch's per-sample losses as scores, return the loss to
-        back-propagate (the mean weighed by the selection's loss weights). Return it from
+        """``Selector.update``: record the batch's per-sample losses as scores, return the
+        per-sample training losses weighed by the selection [B]; return their ``.mean()`` from
         ``training_step``."""
         return self._built().update(losses, indices)
 
@@ -139,6 +130,11 @@ class AtteNTCallback(pl.Callback):
         ``configure_optimizers`` (``trainer.estimated_stepping_batches`` knows only the first
         epoch's loader). ``accumulation``: the Trainer's ``accumulate_grad_batches`` unless given."""
         return self._built().planned_steps(batch_size, drop_last, accumulation or self._accumulation)
+
+    def step_progress(self, batch_size: int, drop_last: bool = False, accumulation: int | None = None):
+        """``Selector.step_progress``: for a step-based schedule of ``planned_steps`` steps, the step
+        at which it reads the training progress, in epochs, of each optimiser step."""
+        return self._built().step_progress(batch_size, drop_last, accumulation or self._accumulation)
 
     def metrics(self) -> dict[str, float]:
         """``Selector.metrics`` of the latest epoch ended (what was logged; empty before the first):
@@ -253,7 +249,7 @@ class AtteNTCallback(pl.Callback):
         (the module's transfer hooks included), the forward under the Trainer's precision."""
         if self.loss_fn is None:
             raise ValueError(
-                f"selection '{self.selection.label(self.selector.epochs)}' runs scoring passes: pass "
+                f"selection '{self.selector.plan.label}' runs scoring passes: pass "
                 "AtteNTCallback(loss_fn=...), the per-sample loss training_step hands to update()"
             )
         trainer = module.trainer

@@ -6,25 +6,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
-from .deprecation import RENAMED_KEYS, deprecated_arguments, moved_names, renamed_keys, warn_renamed
-from .schedules import (
-    CycleSchedule,
-    IntervalSchedule,
-    PlannedEpoch,
-    RatioSchedule,
-    cycle_plan,
-    epochs_before_annealing,
-    training_progress,
-)
+from .schedules import CycleSchedule, IntervalSchedule, RatioSchedule
 
 # The values of ``selection.method``: who picks the samples. Each is a class of ``methods.METHODS``.
+# Random is AtteNT's third strategy (``strategy="random"``), as the paper names Hard, Soft and Random.
 METHOD_NAMES = ("attent", "full", "class_weight", "group_weight", "gradnorm", "infobatch")
-# Random is AtteNT's third strategy (``strategy="random"``), as the paper names Hard, Soft and
-# Random. ``method="random"``, which asked for the same uniform subsets at the same schedules,
-# is a deprecated alias of it; runs recorded under it keep their tags.
-DEPRECATED_METHODS = {"random": {"method": "attent", "strategy": "random"}}
-__getattr__ = moved_names(__name__, {"METHODS": "attent.selection.config.METHOD_NAMES"})
-_EPOCHS_RENAMED = deprecated_arguments(positional=2, renamed={"total_epochs": "epochs"})
+# The methods whose pick is a share ``ratio`` of the data and nothing else: without a ratio they
+# would select every sample (the group baselines also weigh the loss, so all data is a use of them).
+RATIO_ONLY_METHODS = ("attent", "class_weight")
 
 # The two variants of the paper. A preset fills every field the user did not set.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -54,32 +43,15 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def deep_merge(base: dict[str, Any], update: dict[str, Any], *, _path: tuple[str, ...] = ()) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     """``update`` over ``base``, section by section: a preset's ``ratio: {kind, start, end}``
     keeps ``kind`` and ``start`` when the user sets only ``ratio.end``. Anything but a mapping
-    (a value, a list, a config object) replaces what it lands on. A renamed key
-    (``deprecation.RENAMED_KEYS``) is read under its new name in both before they merge."""
-    renamed = RENAMED_KEYS.get(_path)
-    if renamed:
-        base, update = (_new_spellings(mapping, renamed, _path) for mapping in (base, update))
+    (a value, a list, a config object) replaces what it lands on."""
     merged = dict(base)
     for key, value in update.items():
         inner = merged.get(key)
-        merged[key] = (
-            deep_merge(inner, value, _path=(*_path, key))
-            if isinstance(value, dict) and isinstance(inner, dict)
-            else value
-        )
+        merged[key] = deep_merge(inner, value) if isinstance(value, dict) and isinstance(inner, dict) else value
     return merged
-
-
-def _new_spellings(data: dict[str, Any], renamed: dict[str, str], path: tuple[str, ...]) -> dict[str, Any]:
-    """Each old key under its new name, with its warning; a mapping that holds both spellings is
-    left for the section's validation to refuse."""
-    for old, new in renamed.items():
-        if old in data and new not in data:
-            data = renamed_keys(data, {old: new}, ".".join(path), stacklevel=5)
-    return data
 
 
 class RatioConfig(BaseModel):
@@ -202,21 +174,6 @@ class SelectionConfig(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _deprecated_method(cls, data: Any) -> Any:
-        """``method="random"`` -> ``strategy="random"`` (method attent), with a FutureWarning.
-        The subsets are the kept spelling's: its random stream is seeded by (seed, attent, random)."""
-        if isinstance(data, dict) and data.get("method") in DEPRECATED_METHODS:
-            warn_renamed(
-                f"selection method {data['method']!r} (selection.method: {data['method']})",
-                "selection.strategy: random (SelectionConfig(strategy='random')), AtteNT's Random "
-                "strategy: the same uniform subsets at the same ratio and interval schedules",
-                stacklevel=4,
-            )
-            data = {**data, **DEPRECATED_METHODS[data["method"]]}
-        return data
-
-    @model_validator(mode="before")
-    @classmethod
     def _apply_preset(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("preset") is not None:
             if data["preset"] not in PRESETS:
@@ -254,6 +211,12 @@ class SelectionConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> SelectionConfig:
+        if self.method in RATIO_ONLY_METHODS and "ratio" not in self.model_fields_set:
+            raise ValueError(
+                f"selection method {self.method} without a ratio would select every sample (the default "
+                "ratio is 1.0): set a ratio (e.g. ratio: {kind: fixed, start: 0.5}), a preset (llm or vit), "
+                "or method: full (a ratio of 1.0 set explicitly is the paper's 100 % row)"
+            )
         if self.method == "group_weight" and not self.group_weights:
             raise ValueError("method group_weight needs group_weights, e.g. [1, 2, 2]")
         if self.group_weights is not None and (
@@ -270,12 +233,6 @@ class SelectionConfig(BaseModel):
                 f"selection.reweight and selection.stratify apply to method attent (any strategy), not {self.method}"
             )
         return self
-
-    @_EPOCHS_RENAMED
-    def selecting_epochs(self, epochs: int) -> int:
-        """Epochs in which the schedules pick subsets: all but the last ``anneal`` share, which train
-        on all data (the first floor((1 - anneal) E), as InfoBatch's annealing counts)."""
-        return epochs_before_annealing(epochs, self.anneal) if self.anneal else epochs
 
     @property
     def ratio_schedule(self) -> RatioSchedule:
@@ -294,82 +251,3 @@ class SelectionConfig(BaseModel):
     def uses_ratio_schedule(self) -> bool:
         """Whether the ratio and interval schedules decide the subsets (not full, not InfoBatch)."""
         return self.method not in ("full", "infobatch")
-
-    @_EPOCHS_RENAMED
-    def planned_ratios(self, epochs: int) -> list[tuple[int, float]]:
-        """(epoch, ratio) of every re-selection a run of ``epochs`` makes, exactly as the
-        Teacher will (same progress definition, same interval rounding; with interval kind
-        cycles, each cycle's first subset epoch, or each of them with ``redraw``). The epochs
-        that train on all data between picks (warm-up, annealing, a cycle's full epochs) are not
-        re-selections: ``epoch_plan`` lists every epoch."""
-        if not self.uses_ratio_schedule:
-            return []
-        if self.uses_cycles:
-            return [(p.epoch, p.ratio) for p in self.epoch_plan(epochs) if p.selects]
-        plan, epoch = [], self.warmup_epochs
-        while epoch < self.selecting_epochs(epochs):
-            progress = training_progress(epoch, epochs)
-            plan.append((epoch, self.ratio_schedule(progress)))
-            epoch += self.interval_schedule(progress)
-        return plan
-
-    def epoch_plan(self, epochs: int) -> list[PlannedEpoch]:
-        """Every epoch of a run of ``epochs``: the share of the data it trains on (1.0: all) and
-        whether a re-selection opens it, as the Teacher will. Either reading of "interval": the
-        progress schedules' (a pick kept until the next; all data in warm-up and annealing), or
-        the released code's cycles (``schedules.cycle_plan``, which refuses an impossible plan)."""
-        if epochs < 1:
-            raise ValueError(f"epochs must be >= 1, got {epochs}")
-        if self.uses_cycles:
-            return cycle_plan(epochs, self.warmup_epochs, self.interval_schedule, self.ratio_schedule)
-        picks, ratio = dict(self.planned_ratios(epochs)), 1.0
-        end, plan = self.selecting_epochs(epochs), []
-        for epoch in range(epochs):
-            ratio = picks.get(epoch, ratio)
-            plan.append(PlannedEpoch(epoch, ratio if epoch < end else 1.0, epoch in picks))
-        return plan
-
-    @_EPOCHS_RENAMED
-    def mean_planned_ratio(self, epochs: int) -> float:
-        """The mean over epochs of the share of the data the schedules select (1 in epochs on all
-        data and without a ratio schedule): the budget a run plans to spend, and 1 minus its
-        ideal sample saving."""
-        return sum(p.ratio for p in self.epoch_plan(epochs)) / epochs
-
-    @_EPOCHS_RENAMED
-    def ratio_reached(self, epochs: int) -> float:
-        """The largest ratio a run selects (1.0 when it trains on all data at some epoch)."""
-        return max(p.ratio for p in self.epoch_plan(epochs))
-
-    @_EPOCHS_RENAMED
-    def label(self, epochs: int | None = None) -> str:
-        """Human-readable row label for tables, e.g. 'Soft · incremental(0.2→0.8) · incremental(1→4)'.
-        Given the run's epochs, a schedule whose end is never selected says what is reached:
-        'incremental(0.2→0.8, reached 0.56)'. The cycles reading, whose ratio steps per cycle and
-        reaches its end: 'Soft · incremental(0.2→0.8) per cycle · cycles(4 × 1→4 subset epochs, re-drawn)'."""
-        if self.method == "full":
-            return "Full data"
-        if self.method == "infobatch":
-            return f"InfoBatch (prune {self.infobatch_prune:g})"
-        head = self.strategy.capitalize() if self.method == "attent" else self.method.replace("_", " ").title()
-        ratio = self.ratio_schedule.describe()
-        plan = self.planned_ratios(epochs) if epochs is not None and not self.uses_cycles else []
-        if self.uses_cycles and self.ratio.kind != "fixed":
-            ratio += " per cycle"
-        if plan and self.ratio.kind != "fixed":
-            reached = max(r for _, r in plan)
-            if abs(reached - self.ratio.end) > 5e-3:
-                ratio = f"{ratio[:-1]}, reached {reached:.2g})"
-        beyond = [
-            text
-            for on, text in (
-                (self.scores == "training" and self.strategy != "random", "free scores"),  # Random reads none
-                (self.rescore_stale, "stale-only scoring"),
-                (self.rescore_fraction < 1, f"scoring {self.rescore_fraction:.0%}"),
-                (self.reweight, "reweighted"),
-                (self.stratify, "per class"),
-                (self.anneal, f"anneal {self.anneal:.1%}"),
-            )
-            if on
-        ]
-        return " · ".join([head, ratio, self.interval_schedule.describe(), *beyond])

@@ -18,13 +18,14 @@ def _device() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
 
 
-def all_reduce_sums(values: list[float]) -> list[float]:
-    """Each value summed over the ranks (the values themselves without a process group)."""
+def all_reduce_sums(values: torch.Tensor) -> torch.Tensor:
+    """Each value of a 1-D float64 tensor summed over the ranks (the values themselves without a
+    process group), on the CPU."""
     if not is_distributed():
-        return values
-    tensor = torch.tensor(values, dtype=torch.float64, device=_device())
+        return values.cpu()
+    tensor = values.to(_device(), torch.float64)
     dist.all_reduce(tensor)
-    return tensor.tolist()
+    return tensor.cpu()
 
 
 def agreed_checksum(subset: torch.Tensor) -> float:
@@ -58,7 +59,7 @@ def all_gather_observations(indices: torch.Tensor, losses: torch.Tensor) -> tupl
     padded_idx = torch.zeros(longest, dtype=torch.long, device=device)
     padded_loss = torch.zeros((longest, *losses.shape[1:]), dtype=torch.float32, device=device)
     padded_idx[: indices.numel()] = indices.to(device)
-    padded_loss[: losses.numel()] = losses.to(device, torch.float32)
+    padded_loss[: losses.shape[0]] = losses.to(device, torch.float32)  # rows, not elements: losses may be [n, C]
     all_idx = [torch.empty_like(padded_idx) for _ in range(world)]
     all_loss = [torch.empty_like(padded_loss) for _ in range(world)]
     dist.all_gather(all_idx, padded_idx)

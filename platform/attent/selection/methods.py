@@ -1,8 +1,8 @@
 """One unit per selection method: what a re-selection picks, and how it weighs the picked samples.
 
-Each method answers ``pick(pool, epoch, k)`` with a ``Pick``; the Teacher owns everything around
-it (the score table, the ratio and interval schedules, the random generator, checkpoints and the
-agreement of ranks). A new method is a class here and one line in ``METHODS``, the registry of
+Each method answers ``pick(pool, epoch, k)`` with a ``Pick``; the plan decides when it is asked and
+for how many samples (``plan``), the Teacher owns everything around it (the score table, the
+random generator, checkpoints and the agreement of ranks). A new method is a class here and one line in ``METHODS``, the registry of
 methods by name; its name goes in ``config.METHOD_NAMES`` and its knobs in ``SelectionConfig``.
 """
 
@@ -41,8 +41,6 @@ class Pick:
 
     subset: torch.Tensor  # ascending indices of the samples trained on
     loss_weights: torch.Tensor | None = None  # [N] per-sample loss weights; None: all 1
-    ratio: float | None = None  # the ratio recorded; None: the scheduled one
-    interval: int | None = None  # epochs it holds; None: the interval schedule's
 
 
 class SelectionMethod:
@@ -50,8 +48,12 @@ class SelectionMethod:
     (modalities), 0 or 1 when it has none."""
 
     name: ClassVar[str]
-    needs_scores = False  # re-selecting reads fresh losses: a scoring pass is due
-    selects = True  # False: trains on all data, never re-selects
+    selects: ClassVar[bool] = True  # False: trains on all data, never re-selects
+
+    @classmethod
+    def reads_scores(cls, config: SelectionConfig) -> bool:
+        """Whether a pick reads the samples' losses (a scoring pass is planned before it)."""
+        return False
 
     def __init__(
         self, config: SelectionConfig, *, num_samples: int, epochs: int, groups: torch.Tensor | None, components: int
@@ -59,7 +61,8 @@ class SelectionMethod:
         self.config, self.num_samples, self.epochs = config, num_samples, epochs
         self.components = max(components, 1)
 
-    def pick(self, pool: Pool, epoch: int, k: int) -> Pick:
+    def pick(self, pool: Pool, epoch: int, k: int | None) -> Pick:
+        """The pick at ``epoch`` of ``k`` samples (None: the method decides how many, InfoBatch)."""
         raise NotImplementedError
 
     def component_weights(self) -> torch.Tensor:
@@ -94,9 +97,9 @@ class AtteNT(SelectionMethod):
         super().__init__(config, num_samples=num_samples, epochs=epochs, groups=groups, components=components)
         self.groups = require_groups(config, groups, num_samples) if config.stratify else None
 
-    @property
-    def needs_scores(self) -> bool:
-        return self.config.strategy != "random"
+    @classmethod
+    def reads_scores(cls, config: SelectionConfig) -> bool:
+        return config.strategy != "random"
 
     def pick(self, pool: Pool, epoch: int, k: int) -> Pick:
         cfg = self.config
@@ -187,7 +190,10 @@ class GradNorm(GroupWeighted):
     groups' mean losses against their first ones (``baselines.gradnorm_update``)."""
 
     name = "gradnorm"
-    needs_scores = True
+
+    @classmethod
+    def reads_scores(cls, config: SelectionConfig) -> bool:
+        return True
 
     def __init__(self, config, *, num_samples, epochs, groups, components):
         super().__init__(config, num_samples=num_samples, epochs=epochs, groups=groups, components=components)
@@ -214,18 +220,14 @@ class GradNorm(GroupWeighted):
 
 class InfoBatch(SelectionMethod):
     """InfoBatch (Qin et al., 2024): each epoch, drop a random share of the below-mean-loss
-    samples and up-weight the kept ones; the epochs after the first floor(δ·E), δ = 1 − final,
-    train on all data (as its official code does)."""
+    samples and up-weight the kept ones (the latest losses, no scoring pass); the plan trains the
+    epochs after the first floor(δ·E), δ = 1 − final, on all data (as its official code does)."""
 
     name = "infobatch"
 
-    def pick(self, pool: Pool, epoch: int, k: int) -> Pick:
-        cfg = self.config
-        if epoch < baselines.infobatch_pruned_epochs(self.epochs, cfg.infobatch_final):
-            subset, weights = baselines.infobatch_prune(pool.scores, cfg.infobatch_prune, generator=pool.generator)
-        else:  # annealing: the final epochs see all data, unweighted
-            subset, weights = torch.arange(self.num_samples), None
-        return Pick(subset, weights, ratio=1.0, interval=1)
+    def pick(self, pool: Pool, epoch: int, k: int | None) -> Pick:
+        subset, weights = baselines.infobatch_prune(pool.scores, self.config.infobatch_prune, generator=pool.generator)
+        return Pick(subset, weights)
 
 
 def require_groups(config: SelectionConfig, groups: torch.Tensor | None, num_samples: int) -> torch.Tensor:

@@ -7,7 +7,7 @@ from __future__ import annotations
 # Per epoch, as the engine logs them and the integrations report them:
 TRAIN_LOSS = "train_loss"  # mean per-sample loss of the epoch's subset, all ranks
 SELECTED_RATIO = "selected_ratio"  # share of the training set trained on
-SAMPLES_BACKPROPAGATED = "samples_backpropagated"  # distinct samples trained on, summed over epochs (padding excluded)
+SAMPLES_BACKPROPAGATED = "samples_backpropagated"  # samples trained on, summed over epochs and ranks (padding excluded)
 SAMPLES_FORWARDED = "samples_forwarded"  # training + scoring forwards, summed over epochs and ranks
 SUBSET_CHECKSUM = "subset_checksum"  # strategies.subset_checksum of the epoch's subset
 # From the epoch's re-selection (carried over while a pick holds):
@@ -19,7 +19,7 @@ SCORE_AGREEMENT = "selection_score_agreement"  # Spearman of training-forward vs
 EPOCH = "epoch"  # epochs begun so far (1 during the first)
 SELECTED = "selected"  # the epoch's subset size
 SAMPLES_SCORED = "samples_scored"  # this rank's scoring-pass samples of the epoch
-SAMPLES_NONFINITE = "samples_nonfinite"  # AtteNTTrainer: the epoch's NaN or inf losses, kept out of the scores
+SAMPLES_NONFINITE = "samples_nonfinite"  # the epoch's NaN or inf losses kept out of the scores (nonfinite="skip")
 
 
 def component_loss_metric(component: str) -> str:

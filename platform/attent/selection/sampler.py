@@ -1,4 +1,6 @@
-"""Sharding the selected subset across ranks, the way DistributedSampler shards a dataset."""
+"""Sharding the selected subset across ranks, the way DistributedSampler shards a dataset, and the
+Selector's sampler, which remembers the order it handed out so that ``Selector.update`` knows which
+samples each batch holds."""
 
 from __future__ import annotations
 
@@ -81,3 +83,47 @@ class SubsetSampler(Sampler[int]):
     def __len__(self) -> int:
         n = self.source.subset.numel()
         return n // self.world_size if self.drop_last else math.ceil(n / self.world_size)
+
+    def real_count(self) -> int:
+        """Samples of this rank's shard that are no padding (the shard's first ones: padding wraps
+        around at the end of the shuffled order, which positions rank + j W >= n hold)."""
+        n = self.source.subset.numel()
+        if self.drop_last:
+            return n // self.world_size
+        return max(0, -(-(n - self.rank) // self.world_size))
+
+
+class RecordingSampler(SubsetSampler):
+    """``SubsetSampler`` that remembers the order it last handed out, and how much of it the
+    Selector has recorded."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.order = torch.empty(0, dtype=torch.long)  # this rank's indices of the current pass
+        self.cursor = 0  # how many of them have been recorded
+        self.passes = 0  # times iterated, for a missing-sampler check
+        # Samples of the next pass recorded before a mid-epoch checkpoint: the pass still hands out
+        # its whole order (a loader that skips batches iterates them too); recording goes on after them.
+        self.resume_at = 0
+
+    def __iter__(self) -> Iterator[int]:
+        self.order, self.cursor, self.resume_at = self._indices(), self.resume_at, 0
+        self.passes += 1
+        return iter(self.order.tolist())
+
+    def take(self, count: int) -> torch.Tensor:
+        """The next ``count`` indices of the pass."""
+        if self.passes == 0:
+            raise RuntimeError(
+                "update() before the sampler was iterated: build the DataLoader with "
+                "sampler=selector.sampler (or use selector.loader(...))"
+            )
+        if self.cursor + count > self.order.numel():
+            raise RuntimeError(
+                f"update() got {count} losses but only {self.order.numel() - self.cursor} of this "
+                "epoch's samples are left: one call per batch, losses per sample (no packing), "
+                "and a DataLoader drawing from selector.sampler"
+            )
+        taken = self.order[self.cursor : self.cursor + count]
+        self.cursor += count
+        return taken

@@ -1,26 +1,13 @@
-"""Selection-ratio and re-selection-interval schedules as pure functions of training progress.
-
-Training progress, the one definition the whole platform uses (selection and learning rate):
-p = (epochs completed + fraction of the current epoch) / total epochs, from 0 at the start of
-training to 1 at its end. A selection made at the start of epoch e sees p = e / E; the learning
-rate at an optimiser step sees the progress reached by that step. Consequently a schedule's end
-value r1 (reached at p = 1) is approached but not selected: with E epochs and a selection every
-epoch the last ratio is r(1 - 1/E). ``SelectionConfig.planned_ratios`` gives the ratios a run
-will actually select, and run labels show the ratio reached where it falls short of r1.
-Intervals are counted in epochs.
-
-A second reading of "interval", the authors' released code's, is ``CycleSchedule`` and
-``cycle_plan``: a warm-up on all data, then K cycles, each opening with a few epochs on a subset
-(the "interval") and ending on all data, the ratio stepping once per cycle. Both readings give a
-per-epoch plan (``PlannedEpoch``) through ``SelectionConfig.epoch_plan``.
+"""The selection's schedules as pure functions: the ratio r(p) of a re-selection at training
+progress p, the interval I(p) a pick is kept (the progress reading of "interval"), and the released
+code's cycles (``CycleSchedule``: subset epochs per cycle, cycle bounds). ``plan`` walks them, once,
+into every epoch of a run; nothing else does. Intervals are counted in epochs.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-from .deprecation import deprecated_arguments
 
 
 def check_ratio(ratio: float) -> float:
@@ -124,55 +111,6 @@ class CycleSchedule:
         return f"cycles({self.cycles} × {subset} subset {unit}{', re-drawn' if self.redraw else ''})"
 
 
-@dataclass(frozen=True)
-class PlannedEpoch:
-    """What one epoch of a run trains on, as planned before it starts."""
-
-    epoch: int
-    ratio: float  # share of the training set trained on (1.0: all data)
-    selects: bool  # opens with a re-selection (after a scoring pass where one is due)
-    cycle: int | None = None  # cycles reading: the cycle (from 0); None in warm-up and otherwise
-
-    @property
-    def all_data(self) -> bool:
-        """Trains on all data without a pick: warm-up, annealing, a cycle's full epochs."""
-        return not self.selects and self.ratio >= 1.0
-
-
-def cycle_plan(epochs: int, warmup: int, cycles: CycleSchedule, ratio: RatioSchedule) -> list[PlannedEpoch]:
-    """The cycles reading's plan, epoch by epoch: ``warmup`` epochs on all data, then K cycles;
-    cycle c trains S_c epochs on subsets at ratio r(c / (K - 1)) (the ratio schedule read at
-    the cycle's place among the cycles, not at the run's progress: incremental 0.2 -> 0.8 over
-    4 cycles gives 0.2, 0.4, 0.6, 0.8; the last cycle reaches r1), picked at the first of them,
-    or at each with ``redraw``; then the rest of the cycle on all data, with no scoring pass.
-    Refuses, in one line, a plan that cannot be run."""
-    if not 0 <= warmup < epochs:
-        raise ValueError(
-            f"interval kind cycles: {warmup} warm-up epoch(s) leave no epoch for the cycles of a {epochs}-epoch run"
-        )
-    if cycles.cycles > epochs - warmup:
-        raise ValueError(
-            f"interval kind cycles: {cycles.cycles} cycles need at least {cycles.cycles} epochs "
-            f"after the {warmup} warm-up epoch(s); the run has {epochs - warmup} "
-            f"(train.epochs = {epochs}): use fewer cycles or more epochs"
-        )
-    bounds = cycles.bounds(epochs, warmup)
-    plan = [PlannedEpoch(epoch, 1.0, False) for epoch in range(warmup)]
-    for c, (first, after) in enumerate(zip(bounds, bounds[1:])):
-        subset = cycles.subset_epochs(c)
-        if subset > after - first:
-            raise ValueError(
-                f"interval kind cycles: cycle {c + 1} of {cycles.cycles} has {after - first} epochs "
-                f"({epochs - warmup} epochs after {warmup} warm-up in {cycles.cycles} cycles) and "
-                f"cannot hold {subset} subset epochs: lower interval.start/end, use fewer cycles "
-                "or more epochs"
-            )
-        r = ratio(cycles.progress(c))
-        plan += [PlannedEpoch(first + i, r, i == 0 or cycles.redraw, c) for i in range(subset)]
-        plan += [PlannedEpoch(epoch, 1.0, False, c) for epoch in range(first + subset, after)]
-    return plan
-
-
 def fixed(ratio: float) -> RatioSchedule:
     return RatioSchedule("fixed", ratio, ratio)
 
@@ -185,22 +123,12 @@ def cosine(start: float = 0.2, end: float = 0.8) -> RatioSchedule:
     return RatioSchedule("cosine", start, end)
 
 
-@deprecated_arguments(positional=3, renamed={"total_epochs": "epochs"})
-def training_progress(epoch: int, epochs: int, fraction: float = 0.0) -> float:
-    """(epoch + fraction of it done) / the run's epochs, clipped to [0, 1]: 0 when training
-    starts, 1 when it ends. The learning rate and the selection schedules both read this."""
-    if epochs < 1:
-        raise ValueError(f"epochs must be >= 1, got {epochs}")
-    return min(1.0, max(0.0, (epoch + fraction) / epochs))
-
-
 def _check_progress(progress: float) -> float:
     if not 0.0 <= progress <= 1.0:
         raise ValueError(f"progress must lie in [0, 1], got {progress!r}")
     return float(progress)
 
 
-@deprecated_arguments(positional=2, renamed={"total_epochs": "epochs"})
 def epochs_before_annealing(epochs: int, final: float) -> int:
     """Epochs before a final share ``final`` of the run trains on all data: floor((1 - final) E),
     as InfoBatch's official code counts (it prunes epoch e, from 1, while e <= (1 - final) E)."""

@@ -5,10 +5,11 @@ attention neural tangent kernel (ANTK), and the teaching experiment of Algorithm
     gradients.py  ∂f/∂W^V, ∂f/∂W^Q_(:,i), ∂f/∂W^K_(:,i) with the importance scalars ω, vs autograd
     teaching.py   the teaching rules compared: greedy (Algorithm 1) vs random vs full teaching of
                   a random target attention layer
-    report.py     summary tables and figures;  experiment.py  MLflow logging;  config.py  settings
+    tangent_kernel.py  the empirical ANTK of any model and its drift (torch.func), which the engine's
+                  ``antk`` tracking uses during training too
+    config.py     the experiment's settings
 
-The empirical ANTK of any model, and its drift, is ``attent.tangent_kernel``, which the engine's
-``antk`` tracking uses during training too.
-
-Run it: ``python -m attent.theory experiments/theory_teaching.yaml [key.path=value ...]``.
+Pure maths (torch): nothing here imports the engine or MLflow. The lab that runs it into MLflow, its
+summary and figures, is ``attent.lab``: ``python -m attent.lab experiments/theory_teaching.yaml
+[key.path=value ...]`` (or `attent theory FILE`).
 """

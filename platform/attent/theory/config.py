@@ -1,5 +1,5 @@
 """The teaching experiment's settings: dataclasses filled from a YAML file plus key.path=value
-overrides (``python -m attent.theory experiments/theory_teaching.yaml teach.lr=0.5``)."""
+overrides (``python -m attent.lab experiments/theory_teaching.yaml teach.lr=0.5``)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError, parse_overrides, read_yaml
+from ..experiment.files import parse_overrides, read_yaml
+from ..experiment.schema import ConfigError
 from ..selection.config import deep_merge
-from ..selection.deprecation import moved_names, renamed_config_keys, warn_renamed
 
 # The teachers the experiment compares (its arms): Algorithm 1's greedy rule (the m sequences of
 # largest discrepancy), m sequences drawn uniformly, and the whole dense set at every iteration.
 TEACHING_RULES = ("greedy", "random", "full")
-__getattr__ = moved_names(__name__, {"METHODS": "attent.theory.config.TEACHING_RULES"})
 
 
 @dataclass
@@ -40,11 +39,6 @@ class TeachConfig:
     target_losses: list[float] = field(default_factory=lambda: [0.1, 0.01])  # report iterations and
     # wall-clock to reach each of these full-set losses
     threads: int = 1  # torch threads (1: stable timings on a shared machine)
-
-    @property
-    def methods(self) -> list[str]:
-        warn_renamed("TeachConfig.methods", "TeachConfig.rules")
-        return self.rules
 
 
 @dataclass
@@ -83,10 +77,6 @@ class TheoryConfig:
 
 def build(data: dict[str, Any], source: str = "config") -> TheoryConfig:
     """A TheoryConfig from nested dicts; unknown keys are refused with their path."""
-    try:
-        data = renamed_config_keys(data, stacklevel=4)
-    except ValueError as error:
-        raise ConfigError(f"{source}: {error}") from None
     return _build(TheoryConfig, data, source).check()
 
 

@@ -14,7 +14,7 @@ A run stops after T iterations or once the full-set loss is below ε (``teach.ep
 per iteration, outside the timed part: the full-set loss (1/(N n d_v) Σ_i ‖f_θ(S_i) − f*(S_i)‖²_F)
 and the largest discrepancy; the cumulative wall-clock of the rule's own work (selection
 scoring + selection + forward/backward/update); and every ``kernel.every`` iterations the
-learner's empirical ANTK on a separate probe set (``attent.tangent_kernel.empirical_kernel``).
+learner's empirical ANTK on a separate probe set (``attent.theory.tangent_kernel.empirical_kernel``).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 import torch
 
 from ..selection.strategies import select
-from ..tangent_kernel import empirical_kernel
 from .config import ProblemConfig, TheoryConfig
 from .learner import attend, init_weights
+from .tangent_kernel import empirical_kernel
 
 
 @dataclass

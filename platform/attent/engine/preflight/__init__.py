@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...config import PreflightError
+from ...experiment.schema import PreflightError
 from .resources import check_local_resources, check_ray_address
 from .store import check_tracking
 

@@ -11,7 +11,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from ...config import PreflightError
+from ...experiment.schema import PreflightError
 from .resources import FIT_EPS, fit_count, fmt_resources, room, trial_shapes
 
 # Set to wait for nodes that will join a cluster without an autoscaler (someone runs `ray start`).

@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Iterable
 
-from ...config import PreflightError
+from ...experiment.schema import PreflightError
 
 FIT_EPS = 1e-9  # float slack in counting how many bundles fit
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ...config import PreflightError, sqlite_file
-from ...server import is_loopback
+from ...experiment.schema import PreflightError
+from ...experiment.uris import sqlite_file
 from ..credentials import (
     FIX,
     INSECURE_TLS_ENV,
@@ -27,6 +27,7 @@ from ..credentials import (
     redact_uri,
     uri_has_password,
 )
+from ..tracking_defaults import is_loopback
 
 TRACKING_PROBE_TIMEOUT_S = 5.0
 

@@ -9,15 +9,15 @@ import sys
 import time
 from pathlib import Path
 
-from .benchmark import run_benchmark
+from ..benchmark import run_benchmark
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks" / "specs"
+BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks" / "specs"
 DEMO_BENCHMARK = BENCHMARKS / "time_to_accuracy_demo.yaml"
 
 
 def demo_overrides() -> list[str]:
     """Fashion-MNIST when Debian's package (or $ATTENT_FASHION_MNIST) is there, else digits."""
-    from .tasks.vision.files import find_fashion_mnist
+    from ..tasks.vision.files import find_fashion_mnist
 
     try:
         find_fashion_mnist(None)
@@ -51,7 +51,7 @@ def dashboard_hint(tracking_uri: str, experiment: str) -> str:
     """How to see the demo's runs: the `attent ui` command over its store, and the link that opens
     the experiment's training runs with the training view (MLflow's home page would open on its
     GenAI pages)."""
-    from .engine.dashboard import UI_DEFAULT_URL, experiment_link
+    from ..engine.dashboard import UI_DEFAULT_URL, experiment_link
 
     command = f"{Path(sys.executable).parent / 'attent'} ui --tracking-uri {tracking_uri}"
     link = experiment_link(tracking_uri, experiment, UI_DEFAULT_URL)

@@ -10,13 +10,13 @@ import os
 import time
 import traceback
 
-from .engine.progress import LOG_DIR_ENV, log_folder  # noqa: F401 -- LOG_DIR_ENV: where tracebacks go
+from ..engine.progress import LOG_DIR_ENV, log_folder  # noqa: F401 -- LOG_DIR_ENV: where tracebacks go
 
 
 def describe(exc: BaseException) -> tuple[str, bool]:
     """(one line, whether the user can mend it by changing what they gave)."""
-    from .config import ConfigError
-    from .engine.faults import RunFault
+    from ..engine.faults import RunFault
+    from ..experiment.schema import ConfigError
 
     if isinstance(exc, (ConfigError, FileNotFoundError, ValueError, RunFault)):
         return one_line(str(exc)), True

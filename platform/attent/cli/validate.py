@@ -12,15 +12,15 @@ def validate(args) -> int:
     benchmark): parsed, every run expanded and checked; nothing runs. The YAML is read before
     anything heavy is imported, so a bad file is refused at once. ``args.decode`` opens every
     data file as well."""
-    from .config import load_experiment, read_yaml
-    from .sweep import describe_sweep, is_sweep_file, load_sweep
+    from ..experiment.files import load_experiment, read_yaml
+    from ..sweep.spec import describe_sweep, is_sweep_file, load_sweep
 
     data = read_yaml(args.config)
     if {"problem", "teach"} & set(data):  # the theory lab's files (attent theory FILE)
-        from .theory.config import load
+        from ..theory.config import load
 
         cfg = load(args.config, args.overrides)
-        from .engine.preflight.store import check_tracking
+        from ..engine.preflight.store import check_tracking
 
         check_tracking(cfg.mlflow.tracking_uri)
         print(
@@ -30,7 +30,7 @@ def validate(args) -> int:
         )
         return 0
     if set(data) == {"benchmark"}:
-        from .benchmark import describe, load_benchmark
+        from ..benchmark import describe, load_benchmark
 
         spec, runs = load_benchmark(args.config, args.overrides, workloads=getattr(args, "workload", None))
         configs = [run.experiment.resolved() for run in runs]
@@ -44,9 +44,9 @@ def validate(args) -> int:
         cfg = configs[0]
         summary = (
             f"task {cfg.task.name}, {cfg.train.epochs} epochs, selection "
-            f"{cfg.selection.label(cfg.train.epochs)}, {cfg.ray.num_workers} worker(s)"
+            f"{cfg.plan.label}, {cfg.ray.num_workers} worker(s)\n{cfg.plan.describe()}"
         )
-    from .engine.preflight import check_experiment
+    from ..engine.preflight import check_experiment
 
     check_experiment(*configs)  # MLflow store, resources, data
     if getattr(args, "decode", False):
@@ -63,7 +63,7 @@ def decode_files(configs) -> None:
     DataError naming each unreadable file."""
     from PIL import Image
 
-    from .tasks.config import DataError
+    from ..tasks.config import DataError
 
     tasks = {}
     for cfg in configs:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import ipaddress
 import os
 import shlex
 import signal
@@ -28,11 +27,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from ..engine.tracking_defaults import is_loopback
+
 if TYPE_CHECKING:
-    from .server_auth import AuthSpec
+    from .auth import AuthSpec
 
 DEFAULT_BACKEND = "sqlite:///mlflow.db"
-DEFAULT_ARTIFACTS = "mlartifacts"
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 5000
 DEFAULT_WORKERS = 4  # MLflow's own default: requests of concurrent trials in parallel
 SQL_DIALECTS = ("sqlite", "postgresql", "mysql", "mssql")  # what MLflow's SQLAlchemy store takes
@@ -51,7 +51,7 @@ class ServerSpec:
     port: int = DEFAULT_PORT
     workers: int = DEFAULT_WORKERS
     allowed_hosts: str | None = None  # None: allowed_hosts_for(host)
-    auth: AuthSpec | None = None  # MLflow's basic-auth app (server_auth), or none
+    auth: AuthSpec | None = None  # MLflow's basic-auth app (attent.server.auth), or none
     tls_cert: str | None = None  # PEM certificate (chain) and its key: HTTPS, served by uvicorn itself
     tls_key: str | None = None
 
@@ -127,17 +127,8 @@ def allowed_hosts_for(host: str) -> list[str]:
 
 
 def wants_auth(host: str, auth: bool | None) -> bool:
-    """Authentication (``server_auth``) on unless asked otherwise beyond loopback; off unless asked on loopback."""
+    """Authentication (``attent.server.auth``) on unless asked otherwise beyond loopback; off unless asked on loopback."""
     return (not is_loopback(host)) if auth is None else auth
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def server_command(spec: ServerSpec) -> list[str]:

@@ -10,9 +10,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ..tangent_kernel import kernel_drift  # noqa: E402
-from .config import TheoryConfig  # noqa: E402
-from .teaching import RunRecord  # noqa: E402
+from ..theory.config import TheoryConfig  # noqa: E402
+from ..theory.tangent_kernel import kernel_drift  # noqa: E402
+from ..theory.teaching import RunRecord  # noqa: E402
 
 COLORS = {"greedy": "tab:red", "random": "tab:blue", "full": "tab:green"}
 DRIFT_FRACTIONS = (0.1, 0.25, 0.5)  # of the run: where the drift to the final kernel is reported

@@ -1,6 +1,6 @@
 """The `attent` command: train, validate, demo, sweep, bench, downstream, theory, report, ui, server, data,
 doctor. Those that read results, serve the tracking store or make data (report, ui, server, data) are in
-service_commands."""
+``attent.cli.services``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from .extras import missing_extra, version
-from .service_commands import add_service_commands, cmd_data, cmd_report, cmd_server, cmd_ui, tracking_uri
+from .services import add_service_commands, cmd_data, cmd_report, cmd_server, cmd_ui, tracking_uri
 
 USAGE_ERROR = 2
 
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     try:
         if getattr(args, "config", None) is not None:  # before any command imports Ray (seconds)
-            from .config import require_file
+            from ..experiment.files import require_file
 
             require_file(args.config)
         code = COMMANDS[args.command](args)
@@ -88,7 +88,7 @@ def report_error(args, exc: Exception) -> int:
 
     if args.debug:
         traceback.print_exception(exc)
-    if (missing := missing_extra(exc)) is not None:  # before errors.py, which needs the platform's packages
+    if (missing := missing_extra(exc)) is not None:  # before cli/errors.py, which needs the platform's packages
         print(f"attent {args.command}: error: {missing}", file=sys.stderr)
         return FAILURE
     from .errors import describe, log_traceback
@@ -165,14 +165,14 @@ def cmd_validate(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from .config import load_experiment
+    from ..experiment.files import load_experiment
 
     cfg = load_experiment(args.config, args.overrides).resolved()
-    from .engine.preflight import check_experiment
+    from ..engine.preflight import check_experiment
 
     check_experiment(cfg)  # refuse before Ray (and torch) is even imported
-    from .engine.driver import run_pipeline
-    from .engine.progress import Console
+    from ..engine.driver import run_pipeline
+    from ..engine.progress import Console
 
     pipeline = run_pipeline(cfg, console=Console.for_cli(args.verbose))
     result, m = pipeline.training, pipeline.training.metrics
@@ -188,27 +188,27 @@ def cmd_train(args) -> int:
 
 
 def cmd_demo(args) -> int:
+    from ..engine.progress import Console
     from .demo import run_demo
-    from .engine.progress import Console
 
     return run_demo(Path(args.workdir), Console.for_cli(args.verbose))
 
 
 def cmd_sweep(args) -> int:
-    from .sweep import run_sweep
+    from ..sweep.tune import run_sweep
 
     results = run_sweep(args.config, resume=args.resume, overrides=args.overrides)
     return 1 if any(r.error is not None for r in results) else 0  # scripts see failed trials
 
 
 def cmd_bench(args) -> int:
-    from .benchmark import executor_overrides, run_benchmark
+    from ..benchmark import executor_overrides, run_benchmark
 
     executor = "local" if args.local else "ray"
     if args.dry_run:
         args.overrides = executor_overrides(executor, args.overrides)
         return cmd_validate(args)
-    from .engine.progress import Console
+    from ..engine.progress import Console
 
     out = run_benchmark(
         args.config,
@@ -227,16 +227,17 @@ def cmd_bench(args) -> int:
 def cmd_downstream(args) -> int:
     """The downstream jobs of a pretraining config on the weights of a given pretraining run,
     linked to it and logged back to it as on `attent train`."""
-    from .config import ConfigError, load_experiment
+    from ..experiment.files import load_experiment
+    from ..experiment.schema import ConfigError
 
     cfg = load_experiment(args.config, args.overrides).resolved()
     if not cfg.downstream:
         raise ConfigError(f"{args.config} has no downstream: section")
-    from .engine.preflight import check_experiment
+    from ..engine.preflight import check_experiment
 
     check_experiment(cfg)
-    from .engine.driver import run_downstream
-    from .engine.progress import Console
+    from ..engine.driver import run_downstream
+    from ..engine.progress import Console
 
     finals = run_downstream(cfg, args.run_id, Console.for_cli(args.verbose))
     for name, value in finals.items():
@@ -252,8 +253,8 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_theory(args) -> int:
-    """`attent theory FILE`: the theory lab (attent.theory), into MLflow."""
-    from .theory.__main__ import run_cli
+    """`attent theory FILE`: the theory lab (attent.lab, running attent.theory's maths), into MLflow."""
+    from ..lab.__main__ import run_cli
 
     return run_cli(args.config, args.overrides, out=args.out)
 
@@ -272,6 +273,3 @@ COMMANDS = {
     "data": cmd_data,
     "doctor": cmd_doctor,
 }
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -27,6 +27,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..experiment.uris import sqlite_file
+
 AUTH_DIR = "mlflow-auth"
 CONFIG_FILE, SECRET_FILE, PASSWORD_FILE, USERS_DB = "basic_auth.ini", "flask_secret", "admin_password", "users.db"
 ADMIN = "admin"
@@ -53,8 +55,6 @@ class AuthSpec:
 
 def auth_spec(backend_uri: str, directory: str | None, default_permission: str, cwd: Path) -> AuthSpec:
     """Where a server over ``backend_uri`` keeps its users and secrets."""
-    from .config import sqlite_file  # not at the top: `attent --help` parses without the platform's packages
-
     database = sqlite_file(backend_uri)
     if directory is not None:
         folder = (cwd / directory).resolve()

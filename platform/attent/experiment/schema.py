@@ -1,6 +1,6 @@
-"""Experiment configs: one YAML file per experiment, loaded into typed, validated objects.
-
-    cfg = load_experiment("experiments/digits_vit.yaml", ["train.epochs=3", "selection.preset=vit"])
+"""The experiment's schema: the typed, validated sections of an experiment file (``task``, ``train``,
+``selection``, ``ray``, ``mlflow``, ``fault``, ``antk``, ``downstream``) and the errors a config that
+cannot run raises. Reading the files is ``attent.experiment.files``.
 
 Unknown keys, wrong types and impossible values are refused with a message naming the key and
 what to change; missing data files are refused by ``check_experiment`` before Ray starts.
@@ -12,12 +12,12 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .selection.config import SelectionConfig, deep_merge
-from .selection.deprecation import renamed_config_keys
-from .tasks.registry import config_classes
+from ..selection.config import SelectionConfig
+from ..selection.plan import Plan, build_plan
+from ..tasks.registry import config_classes
+from .uris import absolute_sqlite_uri
 
 # The `task:` section: one of the registered tasks' configs, chosen by its `name`.
 # Union over the registered tasks' config classes (a tuple), which no `|` spelling can build
@@ -126,10 +126,15 @@ class ExperimentConfig(BaseModel):
     antk: AntkConfig = AntkConfig()  # empirical-kernel tracking on a probe set (no effect on training)
     downstream: list[DownstreamJob] = []  # jobs run on the trained weights afterwards (pretraining tasks)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _renamed_keys(cls, data: Any) -> Any:
-        return renamed_config_keys(data)
+    @model_validator(mode="after")
+    def _plan_runs(self) -> ExperimentConfig:
+        build_plan(self.selection, self.train.epochs)  # an impossible plan is refused here, before any worker starts
+        return self
+
+    @property
+    def plan(self) -> Plan:
+        """The run's selection plan: every epoch's share of the data, re-selection and scoring pass."""
+        return build_plan(self.selection, self.train.epochs)
 
     @model_validator(mode="after")
     def _fault_rank_exists(self) -> ExperimentConfig:
@@ -194,99 +199,11 @@ class ExperimentConfig(BaseModel):
         )
 
 
-def absolute_sqlite_uri(uri: str, base: Path) -> str:
-    """``sqlite:///relative.db`` -> ``sqlite:////abs/base/relative.db``; other URIs unchanged."""
-    prefix = "sqlite:///"
-    if uri.startswith(prefix) and not uri[len(prefix) :].startswith("/"):
-        return prefix + str((base / uri[len(prefix) :]).resolve())
-    return uri
-
-
-def sqlite_file(tracking_uri: str) -> Path | None:
-    """The database file of a ``sqlite://`` store (its query string left out); None for an
-    in-memory store or another scheme. The one reading of a SQLite URI's path."""
-    if not tracking_uri.startswith("sqlite:"):
-        return None
-    path = tracking_uri.split("?", 1)[0].removeprefix("sqlite:///").removeprefix("sqlite://")
-    return Path(path) if path and path != ":memory:" else None
-
-
-def parse_overrides(overrides: list[str]) -> dict[str, Any]:
-    """``["train.epochs=3", "selection.ratio.kind=cosine"]`` -> nested dict; values parsed as YAML."""
-    flat: dict[str, Any] = {}
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep or not key or any(not part for part in key.split(".")):
-            raise ConfigError(f"override {item!r} is not of the form key.path=value")
-        try:
-            flat[key] = yaml.safe_load(raw) if raw else None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"override {item!r}: value is not valid YAML ({exc})") from None
-    return nest_keys(flat)
-
-
-def nest_keys(flat: dict[str, Any]) -> dict[str, Any]:
-    """``{"a.b": 1, "a.c": 2}`` -> ``{"a": {"b": 1, "c": 2}}``."""
-    nested: dict[str, Any] = {}
-    for key, value in flat.items():
-        node = nested
-        *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"{key!r} conflicts with another setting of {part!r}")
-        node[leaf] = value
-    return nested
-
-
-def require_file(path: str | Path) -> Path:
-    """``path``, or a ConfigError naming it and where it was looked for."""
-    path = Path(path)
-    if path.is_file():
-        return path
-    what = "is a folder, not a file" if path.is_dir() else "does not exist"
-    where = "" if path.is_absolute() else f" (looked in {Path.cwd()})"
-    raise ConfigError(
-        f"config file {str(path)!r} {what}{where}. Fix: give the path of a YAML file, e.g. experiments/digits_vit.yaml"
-    )
-
-
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    path = require_file(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(
-            f"{path}: expected a mapping of sections (name, task, train, selection, ...) at the top level"
-        )
-    return data
-
-
-def load_section(path: str | Path, key: str, model: type[BaseModel], *, name: str | None = None):
-    """A file whose single top-level ``key`` (``sweep``, ``benchmark``) holds a mapping, validated
-    into ``model``; ``name`` replaces its ``name`` field."""
-    path = Path(path)
-    raw = read_yaml(path)
-    if set(raw) != {key} or not isinstance(raw[key], dict):
-        raise ConfigError(f"{path}: a {key} file has a single top-level key '{key}' holding a mapping")
-    try:
-        return model.model_validate({**raw[key], **({"name": name} if name else {})})
-    except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, f"{path} ({key})")) from None
-
-
 def build_experiment(data: dict[str, Any], source: str = "config") -> ExperimentConfig:
     try:
         return ExperimentConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, source)) from None
-
-
-def load_experiment(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
-    data = deep_merge(read_yaml(path), parse_overrides(overrides or []))
-    return build_experiment(data, str(path))
 
 
 def format_validation_error(exc: ValidationError, source: str) -> str:
@@ -306,15 +223,3 @@ def _got(err: dict) -> str:
     if err["type"] in ("missing", "extra_forbidden") or isinstance(err.get("input"), dict):
         return ""
     return f" (got {err.get('input')!r})"
-
-
-def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    """Nested dict -> {'a.b.c': value}, for MLflow params and Tune search spaces."""
-    if isinstance(data, BaseModel):
-        data = data.model_dump(mode="json")
-    if not isinstance(data, dict):
-        return {prefix: data}
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        out.update(flatten(value, f"{prefix}.{key}" if prefix else key))
-    return out

@@ -1,4 +1,4 @@
-"""``python -m attent.theory experiments/theory_teaching.yaml [key.path=value ...] [--out DIR]``:
+"""``python -m attent.lab experiments/theory_teaching.yaml [key.path=value ...] [--out DIR]``:
 the gradient check and the teaching experiment, into MLflow (and DIR, if given)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attent.theory", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m attent.lab", description=__doc__.split("\n\n")[0])
     parser.add_argument("config", help="theory YAML, e.g. experiments/theory_teaching.yaml")
     parser.add_argument("overrides", nargs="*", help="key.path=value, e.g. teach.lr=0.25 seeds=[0]")
     parser.add_argument("--out", default=None, help="also write summary.md, summary.json, figures/ here")
@@ -17,8 +17,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_cli(config: str, overrides: list[str], out: str | None = None) -> int:
-    from ..config import ConfigError
-    from .config import load
+    from ..experiment.schema import ConfigError
+    from ..theory.config import load
 
     try:
         cfg = load(config, overrides)

@@ -33,13 +33,13 @@ from pathlib import Path
 from mlflow.entities import Metric, Param, RunStatus
 
 from .. import contract
-from ..config import absolute_sqlite_uri
 from ..engine.tracking import client_for, driver_tags, git_commit, open_experiment
-from ..tangent_kernel import kernel_drift
+from ..experiment.uris import absolute_sqlite_uri
+from ..theory.config import TheoryConfig, flatten
+from ..theory.gradients import gradient_check, gradient_table
+from ..theory.tangent_kernel import kernel_drift
+from ..theory.teaching import RunRecord, run_all
 from . import report
-from .config import TheoryConfig, flatten
-from .gradients import gradient_check, gradient_table
-from .teaching import RunRecord, run_all
 
 TASK_THEORY = "theory"  # attent.task of the lab's runs
 

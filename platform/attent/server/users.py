@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from .engine.credentials import PASSWORD_ENV, USERNAME_ENV
-from .server_auth import ADMIN, PERMISSIONS, check_private, write_private
+from ..engine.credentials import PASSWORD_ENV, USERNAME_ENV
+from .auth import ADMIN, PERMISSIONS, check_private, write_private
 
 
 def tracking_server(uri: str | None) -> str:

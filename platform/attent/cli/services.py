@@ -12,7 +12,7 @@ from pathlib import Path
 
 def add_service_commands(sub) -> None:
     """Commands that read results, serve the tracking store or make data."""
-    from .analysis import command as report  # its parser is the standard library's alone
+    from ..analysis import command as report  # its parser is the standard library's alone
 
     report.add_arguments(sub.add_parser("report", help=report.SUMMARY))
 
@@ -21,7 +21,8 @@ def add_service_commands(sub) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=5000)
 
-    from . import server  # standard library only: the defaults below live there
+    from ..engine.tracking_defaults import DEFAULT_ARTIFACTS
+    from ..server import app as server  # standard library only: the defaults below live there
 
     p = sub.add_parser("server", help="the MLflow tracking server concurrent trials and cluster nodes share")
     p.add_argument(
@@ -32,7 +33,7 @@ def add_service_commands(sub) -> None:
     )
     p.add_argument(
         "--artifacts-destination",
-        default=server.DEFAULT_ARTIFACTS,
+        default=DEFAULT_ARTIFACTS,
         help="where uploaded artifacts land (default ./mlartifacts; s3://... works)",
     )
     p.add_argument(
@@ -66,8 +67,9 @@ def cmd_report(args) -> int:
     """`attent report` (attent.analysis, which reads MLflow through the run contract alone), after the
     experiment's runs left RUNNING by a dead driver are closed KILLED (the report leaves them out);
     with --with, several benchmarks' runs (experiments, stores, saved per_run.csv files) joined."""
-    from .analysis import command as report
-    from .config import ConfigError, sqlite_file
+    from ..analysis import command as report
+    from ..experiment.schema import ConfigError
+    from ..experiment.uris import sqlite_file
 
     if args.experiment is None and not args.sources:
         raise ConfigError(report.NEEDS_A_SOURCE)
@@ -79,7 +81,7 @@ def cmd_report(args) -> int:
             f"no MLflow store at {store}. Fix: give --tracking-uri the store the runs were logged "
             f"to (attent train writes sqlite:///mlflow.db in the folder it runs in)"
         )
-    from .engine.tracking import close_runs_of_dead_drivers_in
+    from ..engine.tracking import close_runs_of_dead_drivers_in
 
     if args.experiment is not None:
         close_runs_of_dead_drivers_in(args.tracking_uri, args.experiment)
@@ -88,14 +90,14 @@ def cmd_report(args) -> int:
 
 def tracking_uri(given: str | None) -> str:
     """The store the CLI reads: given, else $MLFLOW_TRACKING_URI, else ./mlflow.db (as train writes)."""
-    from .config import absolute_sqlite_uri
+    from ..experiment.uris import absolute_sqlite_uri
 
     return absolute_sqlite_uri(given or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db", Path.cwd())
 
 
 def cmd_ui(args) -> int:
     """`mlflow ui` over the store as a child: its links are printed once it answers."""
-    from . import server
+    from ..server import app as server
 
     uri = tracking_uri(args.tracking_uri)
     server.check_port_free(args.host, args.port)
@@ -114,8 +116,8 @@ def cmd_ui(args) -> int:
         "1",
     ]
     base = server.local_url(args.host, args.port)  # a wildcard bind is browsed over loopback
-    from .engine.dashboard import dashboard_links  # imports MLflow while the server starts
-    from .engine.tracking import close_runs_of_dead_drivers_in
+    from ..engine.dashboard import dashboard_links  # imports MLflow while the server starts
+    from ..engine.tracking import close_runs_of_dead_drivers_in
 
     def announce() -> None:
         close_runs_of_dead_drivers_in(uri)  # once the server made the store: no two first writers
@@ -137,7 +139,7 @@ def cmd_ui(args) -> int:
 
 def server_log(kind: str, port: int) -> Path:
     """Where a server's own output goes (its access log): attent's log folder."""
-    from .engine.progress import log_folder
+    from ..engine.progress import log_folder
 
     return log_folder() / f"mlflow-{kind}-{port}.log"
 
@@ -147,7 +149,9 @@ def cmd_server(args) -> int:
     refuses a file store, a taken port, or a server open to the network that cannot require users."""
     if getattr(args, "server_command", None):
         return cmd_server_manage(args)
-    from . import server, server_auth
+    from ..engine.tracking_defaults import is_loopback
+    from ..server import app as server
+    from ..server import auth as server_auth
 
     env = os.environ.get("MLFLOW_TRACKING_URI")  # the server never serves itself: an http URI here is skipped
     backend = tracking_uri(args.backend_store_uri or (env if server.is_sql_uri(env) else server.DEFAULT_BACKEND))
@@ -169,7 +173,7 @@ def cmd_server(args) -> int:
         auth = server_auth.auth_spec(backend, args.auth_dir, args.default_permission, Path.cwd())
         secrets_env = server_auth.prepare(auth)
         spec = replace(spec, auth=auth)
-    elif not server.is_loopback(spec.host):
+    elif not is_loopback(spec.host):
         print(server_auth.NO_AUTH_WARNING.format(host=spec.host, port=spec.port), file=sys.stderr, flush=True)
 
     def announce() -> None:
@@ -194,7 +198,7 @@ def cmd_server(args) -> int:
 
 def add_server_auth_arguments(p) -> None:
     """`attent server`'s authentication and TLS options, and its users/grant subcommands."""
-    from . import server_auth
+    from ..server import auth as server_auth
 
     switch = p.add_mutually_exclusive_group()
     switch.add_argument(
@@ -252,7 +256,7 @@ def add_admin_arguments(p) -> None:
 
 def cmd_server_manage(args) -> int:
     """`attent server users add` / `attent server grant`, through MLflow's auth client."""
-    from . import server_users
+    from ..server import users as server_users
 
     uri = server_users.tracking_server(args.tracking_uri)
     server_users.use_admin_password_file(args.admin_password_file)
@@ -268,7 +272,7 @@ def cmd_server_manage(args) -> int:
 
 def cmd_data(args) -> int:
     """`attent data scenes`: render the offline multi-modal scenes (trimesh + Embree)."""
-    from .tasks.mae.scenes import write_dataset
+    from ..tasks.mae.scenes import write_dataset
 
     s = write_dataset(
         Path(args.out), train=args.train, test=args.test, size=args.size, seed=args.seed, workers=args.workers
