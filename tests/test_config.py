@@ -39,14 +39,13 @@ def test_every_shipped_yaml_parses_and_names_its_command(path):
             load_experiment(path)
 
 
-def test_the_deprecated_random_method_is_the_random_strategy():
-    """``selection.method: random`` (issue 46: one way to ask for Random) still loads, with a
-    FutureWarning naming ``selection.strategy: random``, into the same config and run label."""
-    with pytest.warns(FutureWarning, match="selection.strategy: random"):
-        old = load_experiment(REPO / "experiments/digits_vit.yaml", ["selection.method=random"])
+def test_random_is_a_strategy_and_no_method():
+    """One way to ask for Random: ``selection.strategy: random`` (``selection.method: random``, a
+    spelling of a release never published, is refused naming the methods)."""
     new = load_experiment(REPO / "experiments/digits_vit.yaml", ["selection.strategy=random"])
-    assert old.selection == new.selection and (old.selection.method, old.selection.strategy) == ("attent", "random")
-    assert build_plan(old.selection, old.train.epochs).label == build_plan(new.selection, new.train.epochs).label
+    assert (new.selection.method, new.selection.strategy) == ("attent", "random")
+    with pytest.raises(ConfigError, match="selection.method"):
+        load_experiment(REPO / "experiments/digits_vit.yaml", ["selection.method=random"])
 
 
 def test_overrides_nest_and_parse_yaml_values():

@@ -100,8 +100,8 @@ MAY_IMPORT = {
     "tasks": {"contract"},
     "experiment": {"contract", "selection", "tasks"},
     "theory": {"experiment", "selection"},  # pure maths: no engine, no MLflow
-    # and the Selector users get (integrations.pytorch alone: test_the_engine_selects_through_the_selector)
-    "engine": {"contract", "experiment", "integrations", "selection", "tasks", "theory"},
+    # the Selector users get, selection.selector (test_the_engine_selects_through_the_selector)
+    "engine": {"contract", "experiment", "selection", "tasks", "theory"},
     "server": {"engine", "experiment"},  # the engine's tracking defaults, the store's URIs
     "analysis": {"contract"},
     "sweep": {"contract", "engine", "experiment", "selection", "server"},
@@ -133,9 +133,12 @@ def test_the_package_top_holds_its_parts_not_loose_modules():
 
 
 def test_the_engine_selects_through_the_selector():
-    """The engine's one integration is the plain-PyTorch Selector: no framework adapter."""
-    used = {m for name in GRAPH if layer(name) == "engine" for m in GRAPH[name] if layer(m) == "integrations"}
-    assert used == {"attent.integrations.pytorch"}
+    """The engine selects through the Selector users get (attent.selection.selector), and through no
+    framework adapter; the adapters sit on the Selector too."""
+    engine = {m for name in GRAPH if layer(name) == "engine" for m in GRAPH[name]}
+    assert "attent.selection.selector" in engine and not {m for m in engine if layer(m) == "integrations"}
+    adapters = {m for name in GRAPH if layer(name) == "integrations" for m in GRAPH[name] if layer(m) == "selection"}
+    assert "attent.selection.selector" in adapters
 
 
 @pytest.mark.parametrize("part", sorted(MAY_IMPORT))

@@ -19,8 +19,7 @@ from attent.experiment.files import load_experiment
 from attent.selection.config import SelectionConfig
 from attent.selection.plan import build_plan, cycle_plan
 from attent.selection.sampler import SubsetSampler, shard_indices
-from attent.selection.schedules import CycleSchedule, RatioSchedule
-from attent.selection.strategies import budget
+from attent.selection.schedules import CycleSchedule, RatioSchedule, budget
 from attent.selection.teacher import Teacher
 from conftest import REPO
 from pydantic import ValidationError

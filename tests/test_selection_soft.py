@@ -9,7 +9,8 @@ from attent.selection.baselines import infobatch_prune_for_budget, infobatch_pru
 from attent.selection.config import SelectionConfig
 from attent.selection.methods import InfoBatch, Pool
 from attent.selection.plan import build_plan
-from attent.selection.strategies import budget, hardness, overlap, select, soft_logits
+from attent.selection.schedules import budget
+from attent.selection.strategies import hardness, overlap, select, soft_logits
 from attent.selection.teacher import Teacher, stream_seed
 
 

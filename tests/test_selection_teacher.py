@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 from attent.selection.config import SelectionConfig
-from attent.selection.strategies import budget, hardness
+from attent.selection.schedules import budget
+from attent.selection.strategies import hardness
 from attent.selection.teacher import Teacher
 from teacher_learner import Learner, gen, losses_at
 

@@ -6,7 +6,8 @@ import math
 
 import pytest
 import torch
-from attent.selection.strategies import budget, weighted_sample
+from attent.selection.schedules import budget
+from attent.selection.strategies import weighted_sample
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from selection_reference import FAST, gen

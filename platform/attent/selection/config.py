@@ -248,6 +248,18 @@ class SelectionConfig(BaseModel):
         return self.interval.kind == "cycles" and self.uses_ratio_schedule
 
     @property
+    def selects(self) -> bool:
+        """Whether the method ever re-selects (full data never does)."""
+        return self.method != "full"
+
+    @property
+    def reads_scores(self) -> bool:
+        """Whether a pick reads the samples' losses, so that a scoring pass is planned before it:
+        AtteNT's Hard and Soft and GradNorm's group losses; not Random, the fixed group weights,
+        class weights, nor InfoBatch (which prunes by the latest training losses, never a pass)."""
+        return self.method == "gradnorm" or (self.method == "attent" and self.strategy != "random")
+
+    @property
     def uses_ratio_schedule(self) -> bool:
         """Whether the ratio and interval schedules decide the subsets (not full, not InfoBatch)."""
         return self.method not in ("full", "infobatch")

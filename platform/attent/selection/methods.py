@@ -48,12 +48,6 @@ class SelectionMethod:
     (modalities), 0 or 1 when it has none."""
 
     name: ClassVar[str]
-    selects: ClassVar[bool] = True  # False: trains on all data, never re-selects
-
-    @classmethod
-    def reads_scores(cls, config: SelectionConfig) -> bool:
-        """Whether a pick reads the samples' losses (a scoring pass is planned before it)."""
-        return False
 
     def __init__(
         self, config: SelectionConfig, *, num_samples: int, epochs: int, groups: torch.Tensor | None, components: int
@@ -80,7 +74,6 @@ class FullData(SelectionMethod):
     """Every sample, every epoch: the baseline without selection."""
 
     name = "full"
-    selects = False
 
 
 class AtteNT(SelectionMethod):
@@ -96,10 +89,6 @@ class AtteNT(SelectionMethod):
     def __init__(self, config, *, num_samples, epochs, groups, components):
         super().__init__(config, num_samples=num_samples, epochs=epochs, groups=groups, components=components)
         self.groups = require_groups(config, groups, num_samples) if config.stratify else None
-
-    @classmethod
-    def reads_scores(cls, config: SelectionConfig) -> bool:
-        return config.strategy != "random"
 
     def pick(self, pool: Pool, epoch: int, k: int) -> Pick:
         cfg = self.config
@@ -190,10 +179,6 @@ class GradNorm(GroupWeighted):
     groups' mean losses against their first ones (``baselines.gradnorm_update``)."""
 
     name = "gradnorm"
-
-    @classmethod
-    def reads_scores(cls, config: SelectionConfig) -> bool:
-        return True
 
     def __init__(self, config, *, num_samples, epochs, groups, components):
         super().__init__(config, num_samples=num_samples, epochs=epochs, groups=groups, components=components)

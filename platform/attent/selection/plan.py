@@ -38,11 +38,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .baselines import infobatch_pruned_epochs
 from .config import SelectionConfig
-from .methods import METHODS
-from .schedules import CycleSchedule, RatioSchedule, epochs_before_annealing
-from .strategies import budget
+from .schedules import CycleSchedule, RatioSchedule, budget, epochs_before_annealing
 
 RESCORE, UNSCORED, NO_PASS = "rescore", "unscored", "none"
 
@@ -243,20 +240,19 @@ def build_plan(selection: SelectionConfig, epochs: int) -> Plan:
     trains on all data, a smoke run's plan: ``summary()`` shows its 0 re-selections.)"""
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
-    method = METHODS[selection.method]
-    if not method.selects:
+    if not selection.selects:
         planned = [PlannedEpoch(e, 1.0, False) for e in range(epochs)]
-    elif selection.method == "infobatch":
-        pruning = infobatch_pruned_epochs(epochs, selection.infobatch_final)
+    elif selection.method == "infobatch":  # it prunes the first floor((1 - final) E) epochs, as its code counts
+        pruning = epochs_before_annealing(epochs, selection.infobatch_final)
         planned = [PlannedEpoch(e, None, True) if e < pruning else PlannedEpoch(e, 1.0, False) for e in range(epochs)]
     elif selection.interval.kind == "cycles":
         planned = cycle_plan(epochs, selection.warmup_epochs, selection.interval_schedule, selection.ratio_schedule)
     else:
         planned = progress_plan(selection, epochs)
     scoring = (RESCORE if selection.rescore else UNSCORED) if selection.scores == "latest" else UNSCORED
-    reads = method.reads_scores(selection)
     planned = [
-        PlannedEpoch(p.epoch, p.ratio, p.selects, scoring if p.selects and reads else NO_PASS, p.cycle) for p in planned
+        PlannedEpoch(p.epoch, p.ratio, p.selects, scoring if p.selects and selection.reads_scores else NO_PASS, p.cycle)
+        for p in planned
     ]
     return Plan(selection, epochs, tuple(planned))
 

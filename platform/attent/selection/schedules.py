@@ -16,6 +16,12 @@ def check_ratio(ratio: float) -> float:
     return float(ratio)
 
 
+def budget(num_samples: int, ratio: float) -> int:
+    """Number of samples a ratio keeps: round(ratio * N), at least 1."""
+    check_ratio(ratio)
+    return max(1, min(num_samples, round(ratio * num_samples)))
+
+
 @dataclass(frozen=True)
 class RatioSchedule:
     """r(p): the fraction of the training set selected at progress p."""

@@ -7,17 +7,10 @@ import math
 
 import torch
 
-from .schedules import check_ratio
 from .topk import gumbel, gumbel_top_k, top_k, uniform_top_k
 
 STRATEGIES = ("hard", "soft", "random")
 SOFT_LOGITS = ("raw", "standardized", "log")
-
-
-def budget(num_samples: int, ratio: float) -> int:
-    """Number of samples a ratio keeps: round(ratio * N), at least 1."""
-    check_ratio(ratio)
-    return max(1, min(num_samples, round(ratio * num_samples)))
 
 
 def select(

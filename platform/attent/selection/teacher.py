@@ -18,8 +18,9 @@ from .config import SelectionConfig
 from .distributed import all_gather_observations
 from .methods import METHODS, Pool
 from .plan import Plan, PlannedEpoch, build_plan
+from .schedules import budget
 from .scoring import ScoringPolicy
-from .strategies import budget, hardness, overlap, rank_correlation
+from .strategies import hardness, overlap, rank_correlation
 
 # A scoring pass: given the (global) indices to score, yields (indices, losses) for this rank's share.
 ScoreFn = Callable[[torch.Tensor], Iterable[tuple[torch.Tensor, torch.Tensor]]]
