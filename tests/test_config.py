@@ -10,7 +10,6 @@ import yaml
 from attent.cli.main import main
 from attent.experiment.files import load_experiment, parse_overrides
 from attent.experiment.schema import ConfigError
-from attent.selection.plan import build_plan
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((REPO / "experiments").rglob("*.yaml"))

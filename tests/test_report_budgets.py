@@ -115,17 +115,30 @@ def test_each_config_is_compared_with_the_full_data_run_of_its_own_model(known_s
     assert table.stats["ideal_saving"].tolist() == pytest.approx([0.0, 0.0, 0.5, 0.5])
 
 
+def selection_params(arm: str) -> dict[str, str]:
+    """The selection params of a comparison arm as the engine logs them: Random is AtteNT's
+    Random strategy (selection.method attent, selection.strategy random)."""
+    if arm == "random":
+        return {"selection.method": contract.METHOD_ATTENT, "selection.strategy": "random"}
+    return {"selection.method": arm}
+
+
+def selection_tags(arm: str) -> dict[str, str] | None:
+    return {contract.TAG_STRATEGY: "random"} if arm == "random" else None
+
+
 def test_rows_trained_on_another_budget_than_attent_are_flagged(known_sweep_store, tmp_path):
     """Each row shows its mean selected ratio; one more than 2 % (relative) away from AtteNT's
     0.457 gets a marker and a footnote. Full data is the reference, not a competitor."""
     client, experiment_id = new_experiment(known_sweep_store, "budgets")
     ratios = {"attent": 0.457, "random": 0.457, "class_weight": 0.465, "gradnorm": 0.5, "infobatch": 0.7, "full": 1.0}
-    for method, ratio in ratios.items():
+    for arm, ratio in ratios.items():
         log_run(
             client,
             experiment_id,
-            {"selection.method": method},
+            selection_params(arm),
             {**cost_metrics(100 * ratio, 1000 * ratio, 0.8), contract.MEAN_SELECTED_RATIO: ratio},
+            tags=selection_tags(arm),
         )
     table = build_report("budgets", tracking_uri=known_sweep_store[0], out_dir=tmp_path, log_to_parent=False).tables[0]
     assert table.name == "comparison"
@@ -153,15 +166,18 @@ def test_rows_trained_on_another_budget_than_attent_are_flagged(known_sweep_stor
 
 
 def test_a_budget_is_compared_with_attents_on_the_same_dataset(known_sweep_store, tmp_path):
-    """Random on dataset b matches AtteNT's budget on dataset a, not its own dataset's."""
+    """Random on dataset b matches AtteNT's budget on dataset a, not its own dataset's (class
+    weight at AtteNT's budget beside them: the comparison table)."""
     client, experiment_id = new_experiment(known_sweep_store, "budgets-by-dataset")
     for dataset, attent_ratio, random_ratio in (("a", 0.434, 0.434), ("b", 0.6, 0.434)):
-        for method, ratio in (("full", 1.0), ("attent", attent_ratio), ("random", random_ratio)):
+        arms = (("full", 1.0), ("attent", attent_ratio), ("random", random_ratio), ("class_weight", attent_ratio))
+        for arm, ratio in arms:
             log_run(
                 client,
                 experiment_id,
-                {"task.dataset": dataset, "selection.method": method},
+                {"task.dataset": dataset, **selection_params(arm)},
                 {**cost_metrics(100 * ratio, 1000 * ratio, 0.8), contract.MEAN_SELECTED_RATIO: ratio},
+                tags=selection_tags(arm),
             )
     table = build_report(
         "budgets-by-dataset", tracking_uri=known_sweep_store[0], out_dir=tmp_path, log_to_parent=False

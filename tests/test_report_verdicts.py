@@ -21,18 +21,30 @@ FULL_30 = [0.90, 0.91, 0.92]  # full data's final accuracy per seed at E = 30 ep
 
 
 def log_seeds(
-    client: MlflowClient, experiment_id: str, method: str, accuracies: list[float], epochs: int = 30, ratio: float = 0.5
+    client: MlflowClient,
+    experiment_id: str,
+    method: str,
+    accuracies: list[float],
+    epochs: int = 30,
+    ratio: float = 0.5,
+    strategy: str = "soft",
 ) -> None:
-    """One finished run per seed (0, 1, ...) of ``method`` trained ``epochs`` epochs, as the
-    shipped sweeps log them (``train.epochs`` and the seed among the params)."""
+    """One finished run per seed (0, 1, ...) of ``method`` (AtteNT's: by ``strategy``) trained
+    ``epochs`` epochs, as the shipped sweeps log them (``train.epochs`` and the seed among the params)."""
     budget = 1.0 if method == "full" else ratio
+    attent = method == "attent"
     for seed, accuracy in enumerate(accuracies):
         log_run(
             client,
             experiment_id,
-            {"selection.method": method, contract.PARAM_EPOCHS: epochs, contract.PARAM_SEED: seed},
+            {
+                "selection.method": method,
+                **({"selection.strategy": strategy} if attent else {}),
+                contract.PARAM_EPOCHS: epochs,
+                contract.PARAM_SEED: seed,
+            },
             {**cost_metrics(100 * budget, 1000 * budget, accuracy), contract.MEAN_SELECTED_RATIO: budget},
-            tags={contract.TAG_LABEL: "Soft"} if method == "attent" else None,
+            tags={contract.TAG_STRATEGY: strategy, contract.TAG_LABEL: strategy.capitalize()} if attent else None,
         )
 
 
@@ -83,15 +95,18 @@ def test_a_flat_control_reads_plateaued(known_sweep_store, tmp_path):
 
 
 def test_verdicts_follow_holm_across_the_tables_comparisons(known_sweep_store, tmp_path):
-    """Comparison table, 3 seeds: AtteNT, Random at AtteNT's budget and full data; 3 comparisons
-    (AtteNT and Random against full data, Random against AtteNT), one Holm family. AtteNT − full
-    (−0.026, −0.020, −0.014) is significant alone (p = 0.029) but not after Holm (× 3): inconclusive.
-    Random − full (+0.001, −0.001, 0) passes the TOST within ± 0.01 after Holm: equivalent."""
+    """Comparison table, 3 seeds: AtteNT, class weight and Random (AtteNT's Random strategy) at
+    AtteNT's budget, and full data; 5 comparisons (each against full data, class weight and Random
+    also against AtteNT), one Holm family. AtteNT − full (−0.026, −0.020, −0.014) is significant
+    alone (p = 0.029) but not after Holm: inconclusive. Random − full (+0.001, −0.001, 0) passes the
+    TOST within ± 0.01 after Holm: equivalent."""
     client, experiment_id = new_experiment(known_sweep_store, "regime-holm")
     attent, random = plus(FULL_30, [-0.026, -0.020, -0.014]), plus(FULL_30, [0.001, -0.001, 0.0])
+    class_weight = plus(FULL_30, [0.002, -0.001, 0.0])
     log_seeds(client, experiment_id, "full", FULL_30)
     log_seeds(client, experiment_id, "attent", attent)
-    log_seeds(client, experiment_id, "random", random)
+    log_seeds(client, experiment_id, "attent", random, strategy="random")
+    log_seeds(client, experiment_id, "class_weight", class_weight)
     table = build_report(
         "regime-holm", tracking_uri=known_sweep_store[0], out_dir=tmp_path, log_to_parent=False
     ).tables[0]
@@ -108,18 +123,19 @@ def test_verdicts_follow_holm_across_the_tables_comparisons(known_sweep_store, t
     by = {(p.subject, p.method): p for p in table.comparisons}
     alone = stats.ttest_rel(attent, FULL_30).pvalue
     assert by["AtteNT", "Full data"].p == pytest.approx(alone) and alone < 0.05
-    ps = [
-        stats.ttest_rel(attent, FULL_30).pvalue,
-        stats.ttest_rel(random, FULL_30).pvalue,
-        stats.ttest_rel(random, attent).pvalue,
-    ]
-    holm = multipletests(ps, alpha=0.05, method="holm")[1]
-    assert [
-        by[k].p_holm for k in (("AtteNT", "Full data"), ("Random subset", "Full data"), ("Random subset", "AtteNT"))
-    ] == pytest.approx(list(holm))
+    family = {
+        ("AtteNT", "Full data"): (attent, FULL_30),
+        ("Class weight", "Full data"): (class_weight, FULL_30),
+        ("Class weight", "AtteNT"): (class_weight, attent),
+        ("Random subset", "Full data"): (random, FULL_30),
+        ("Random subset", "AtteNT"): (random, attent),
+    }
+    holm = multipletests([stats.ttest_rel(*pair).pvalue for pair in family.values()], alpha=0.05, method="holm")[1]
+    assert set(by) == set(family)
+    assert [by[k].p_holm for k in family] == pytest.approx(list(holm))
     assert holm[0] > 0.05
     markdown = to_markdown(table)
-    assert "Holm-adjusted across the table's 3 comparisons at 0.05" in markdown
+    assert "Holm-adjusted across the table's 5 comparisons at 0.05" in markdown
     assert "| accuracy 95% CI | vs full data | vs AtteNT |" in markdown.splitlines()[0]
     rows = {r["Method"]: r for r in csv.DictReader(io.StringIO(to_csv(table)))}
     interval = stats.ttest_1samp(FULL_30, 0.0).confidence_interval(0.95)
@@ -133,8 +149,7 @@ def test_verdicts_follow_holm_across_the_tables_comparisons(known_sweep_store, t
 def test_attents_random_strategy_is_the_comparisons_random_subset(known_sweep_store, tmp_path):
     """The comparison sweeps ask for Random as AtteNT's strategy (selection.strategy: random: tags
     method attent, strategy random). Beside other methods those runs are the Random subset row,
-    as the runs recorded under the deprecated selection.method: random are (test above), with
-    the same verdicts against AtteNT, and no ablation table of Soft against Random appears."""
+    with its verdicts (test above), and no ablation table of Soft against Random appears."""
     client, experiment_id = new_experiment(known_sweep_store, "random-strategy")
     finals = {
         ("full", "none"): FULL_30,

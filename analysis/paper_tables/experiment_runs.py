@@ -118,7 +118,6 @@ METHOD_NAMES = {
     "group_weight": "Group weight",
     "gradnorm": "GradNorm",
     "infobatch": "InfoBatch",
-    "random": "Random subset",
     contract.METHOD_FULL: "Full data",
 }
 SHORT_PREFIX = "selection."  # dropped from field names in labels: temperature=0.5

@@ -37,14 +37,16 @@ BASELINE_NAME = METHOD_NAMES[contract.METHOD_FULL]
 PAPER_STRATEGIES = ("random", "hard", "soft")
 PAPER_RATIOS = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4)  # below the 100 % full-data row
 REDRAWN = ", re-drawn"  # in a cycles interval's label (SelectionConfig.label) when each subset epoch re-draws
-RANDOM = "random"  # the Random subset: AtteNT's strategy, and the method tag of the deprecated selection.method
+RANDOM = "random"  # AtteNT's Random strategy (selection.strategy: random; tag attent.strategy)
+RANDOM_SUBSET = "random_subset"  # the comparison's row of AtteNT's Random strategy runs: a row key, no method tag
+ROW_NAMES = {**METHOD_NAMES, RANDOM_SUBSET: "Random subset"}  # the methods' names and that row's
 COMPARISON_METHODS = (
     contract.METHOD_ATTENT,
     "class_weight",
     "group_weight",
     "gradnorm",
     "infobatch",
-    RANDOM,
+    RANDOM_SUBSET,
     contract.METHOD_FULL,
 )
 SCHEDULE_KINDS = ("fixed", "incremental", "cosine")
@@ -164,20 +166,20 @@ def ratio_table(runs: pd.DataFrame, name: str = "ratio") -> Table:
 
 
 def random_strategy(runs: pd.DataFrame) -> pd.Series:
-    """Runs of AtteNT's Random strategy (``selection.strategy: random``). Beside other methods they
-    are the comparison's Random subset, as the runs recorded under the deprecated
-    ``selection.method: random`` (tagged ``attent.method: random``) are."""
+    """Runs of AtteNT's Random strategy (``selection.strategy: random``: tagged ``attent.method:
+    attent``, ``attent.strategy: random``). Beside other methods they are the comparison's Random
+    subset."""
     return runs[METHOD].eq(contract.METHOD_ATTENT) & runs[STRATEGY].eq(RANDOM)
 
 
 def comparison_table(runs: pd.DataFrame, name: str = "comparison") -> Table:
     """Table 6: AtteNT vs the other sample-selection and reweighting methods."""
-    runs = runs.assign(**{METHOD: runs[METHOD].mask(random_strategy(runs), RANDOM)})
+    runs = runs.assign(**{METHOD: runs[METHOD].mask(random_strategy(runs), RANDOM_SUBSET)})
     keyed = runs.assign(Method=method_names(runs))
     rows: list[Row] = []
     for method in unique_in_order(runs[METHOD], COMPARISON_METHODS):
         present = keyed.loc[runs[METHOD].eq(method), "Method"]
-        rows.extend((n,) for n in sorted(set(present)) or [METHOD_NAMES.get(method, method)])
+        rows.extend((n,) for n in sorted(set(present)) or [ROW_NAMES.get(method, method)])
     return build_table(
         name, "Comparison with other methods", keyed, ["Method"], rows, (BASELINE_NAME,), downstream_metrics(keyed)
     )
@@ -245,7 +247,7 @@ def applicable_kinds(runs: pd.DataFrame) -> list[str]:
 
 def method_names(runs: pd.DataFrame) -> pd.Series:
     """Method display name, with the config label added where a method ran several configs."""
-    names = runs[METHOD].map(METHOD_NAMES).fillna(runs[METHOD]).fillna(MISSING)
+    names = runs[METHOD].map(ROW_NAMES).fillna(runs[METHOD]).fillna(MISSING)
     labels_per_method = runs.groupby(METHOD)[LABEL].transform("nunique")
     several = labels_per_method.gt(1) & ~is_full(runs)
     return names.where(~several, names + " (" + runs[LABEL].astype(str) + ")")

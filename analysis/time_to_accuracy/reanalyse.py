@@ -1,8 +1,7 @@
 """Verdicts for an older report's saved runs under today's rules: the ``per_run.csv`` a
 time-to-accuracy report wrote, AtteNT's final metric against each method's, paired by seed,
 Holm-adjusted within each workload (``judge_family``), "equivalent" by a paired TOST within the
-workload's margin. Such benchmarks ran without the 2E control, so their plateau is undetermined,
-and their ``full_equal_cost`` rows were full data at equal samples (relabelled so here).
+workload's margin. Such benchmarks ran without the 2E control, so their plateau is undetermined.
 
     python -m attent.analysis.time_to_accuracy.reanalyse \
         benchmarks/results/time_to_accuracy_small/per_run.csv --margin fmnist-vit=0.01
@@ -14,11 +13,8 @@ import argparse
 from pathlib import Path
 
 import pandas as pd
-from attent import contract
 from attent.analysis.stats import FINAL
 from attent.analysis.time_to_accuracy.results import paired_comparisons, summarize
-
-OLD_EQUAL_COST = contract.METHOD_FULL_EQUAL_COST  # before the measured-cost comparator: equal samples
 
 
 def reanalyse(per_run: pd.DataFrame, margins: dict[str, float]) -> pd.DataFrame:
@@ -26,7 +22,6 @@ def reanalyse(per_run: pd.DataFrame, margins: dict[str, float]) -> pd.DataFrame:
     by the report's own ``paired_comparisons`` (families, budget matches, budgets) on the saved runs."""
     rows = []
     for workload, runs in per_run.groupby("workload", sort=False):
-        runs = runs.assign(method=runs["method"].replace(OLD_EQUAL_COST, contract.METHOD_FULL_EQUAL_SAMPLES))
         margin = margins.get(workload, float(runs["tolerance"].iloc[0]))
         lower = bool(runs["lower_is_better"].iloc[0])
         for p in paired_comparisons(runs, summarize(runs), lower, margin):

@@ -31,9 +31,8 @@ from .selection.metric_names import (  # noqa: F401
 
 # --- tags -----------------------------------------------------------------------------------
 TAG_TASK = "attent.task"  # task name (vision, llm, ...)
-TAG_METHOD = "attent.method"  # attent | full | class_weight | ... (random: runs recorded under
-# the deprecated selection.method random, now attent's strategy random)
-TAG_STRATEGY = "attent.strategy"  # hard | soft | random | none
+TAG_METHOD = "attent.method"  # selection.method: attent | full | class_weight | group_weight | gradnorm | infobatch
+TAG_STRATEGY = "attent.strategy"  # attent's strategy: hard | soft | random (Random); none for the other methods
 TAG_RATIO_SCHEDULE = "attent.ratio_schedule"  # e.g. incremental(0.2→0.8); none without one
 TAG_INTERVAL_SCHEDULE = "attent.interval_schedule"  # e.g. incremental(1→4); none
 TAG_LABEL = "attent.label"  # human row label of the selection config

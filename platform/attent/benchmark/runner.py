@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import contract
 from ..contract import base_method
@@ -36,7 +36,6 @@ from .calibration import (
     choice_record,
     choose,
     computation,
-    latest_run,
     validation_finals,
 )
 from .spec import (
@@ -48,6 +47,9 @@ from .spec import (
     load_benchmark,
     selection_runs,
 )
+
+if TYPE_CHECKING:
+    from ..engine.tracking import TrackingSession
 
 EXECUTORS = ("ray", "local")
 
@@ -95,16 +97,17 @@ class SeedBudget:
 
 class Session:
     """One command's runs: each trained, kept (finished earlier) or recorded from the same
-    computation, as a child of ``parent``."""
+    computation, as a child of ``parent``, all through ``tracking``, the command's one tracking
+    session (the benchmark's store and experiment, which every run of it logs into)."""
 
-    def __init__(self, parent: str, console, budget: SeedBudget):
-        self.parent, self.console, self.budget = parent, console, budget
+    def __init__(self, parent: str, console, budget: SeedBudget, tracking: TrackingSession):
+        self.parent, self.console, self.budget, self.tracking = parent, console, budget, tracking
         self.made: list[tuple[BenchmarkRun, ExperimentConfig]] = []  # runs done, with their final configuration
 
     def train(self, run: BenchmarkRun, counter: str, runs: list[BenchmarkRun]) -> None:
         """``run``, unless it finished earlier; a calibrated arm is calibrated first from the
         runs of its seed; the same computation as an earlier run is recorded, not trained."""
-        done = latest_run(run.experiment)
+        done = self.latest_run(run.experiment)
         if done is not None and done.info.status == contract.STATUS_FINISHED:
             print(f"[bench] {counter} {run.experiment.name}: finished earlier, kept", flush=True)
             self.made.append((run, calibrated(run, runs, quiet=True)))
@@ -129,7 +132,7 @@ class Session:
                 f"(run {source.info.run_id}), recorded again, not trained",
                 flush=True,
             )
-            record_same_run(cfg, source, self.parent, tags)
+            record_same_run(cfg, source, self.parent, tags, self.tracking)
             self.made.append((run, cfg))
             return
         print(f"[bench] {counter} {cfg.name}", flush=True)
@@ -138,6 +141,7 @@ class Session:
         started = time.perf_counter()
         run_pipeline(
             cfg,
+            self.tracking,
             parent_run_id=self.parent,
             role=contract.ROLE_TRIAL,
             extra_tags=tags,
@@ -145,6 +149,12 @@ class Session:
         )
         self.budget.add(run, time.perf_counter() - started)
         self.made.append((run, cfg))
+
+    def latest_run(self, cfg: ExperimentConfig):
+        """The newest MLflow run of ``cfg`` (``engine.tracking.latest_run``), through the session."""
+        from ..engine.tracking import latest_run
+
+        return latest_run(cfg, self.tracking)
 
     def same_computation(self, run: BenchmarkRun, cfg: ExperimentConfig):
         """(the earlier run, its finished MLflow run) of this stage, workload and seed that computes
@@ -154,7 +164,7 @@ class Session:
             if (earlier.stage, earlier.workload.name) == (run.stage, run.workload.name) and computation(
                 earlier_cfg
             ) == mine:
-                found = latest_run(earlier_cfg)
+                found = self.latest_run(earlier_cfg)
                 if found is not None and found.info.status == contract.STATUS_FINISHED:
                     return earlier, found
         return None
@@ -184,16 +194,18 @@ def calibrated(run: BenchmarkRun, runs: list[BenchmarkRun], quiet: bool = False)
     return cfg
 
 
-def record_same_run(cfg: ExperimentConfig, source, parent: str, tags: dict[str, str]) -> str:
+def record_same_run(
+    cfg: ExperimentConfig, source, parent: str, tags: dict[str, str], tracking: TrackingSession | None = None
+) -> str:
     """A new MLflow run of ``cfg`` (its name, parameters and configuration) holding every metric
     history of ``source``, the finished run of the same computation, and tagged with its id."""
     from mlflow.entities import Metric
 
-    from ..engine.tracking import client_for, finish_run, start_or_resume_run
+    from ..engine.tracking import TrackingSession
 
-    uri = cfg.mlflow.tracking_uri
-    client = client_for(uri)
-    run_id, _ = start_or_resume_run(
+    tracking = TrackingSession.serving(tracking, cfg)
+    client = tracking.client
+    run_id, _ = tracking.start_or_resume_run(
         cfg,
         role=contract.ROLE_TRIAL,
         parent_run_id=parent,
@@ -210,7 +222,7 @@ def record_same_run(cfg: ExperimentConfig, source, parent: str, tags: dict[str, 
             client.log_batch(run_id, metrics=points[start : start + 1000])
         ok = True
     finally:
-        finish_run(uri, run_id, ok)
+        tracking.run(run_id).finish(ok)
     return run_id
 
 
@@ -242,16 +254,17 @@ def run_benchmark(
 
     check_experiment(*[run.experiment for run in resolved(candidates + runs)])  # every refusal before any run starts
     uri = resolved(runs[:1])[0].experiment.mlflow.tracking_uri
-    from ..engine.tracking import client_for
+    from ..engine.tracking import TrackingSession
 
-    parent = _parent_run(spec, uri)
-    session = Session(parent, console, SeedBudget(budget_s))
+    tracking = TrackingSession(uri, spec.name)  # the command's one: its runs are the experiment's
+    parent = _parent_run(spec, tracking)
+    session = Session(parent, console, SeedBudget(budget_s), tracking)
     stopped = None
     try:
         choices: dict[str, Any] = {}
         records: list[dict[str, Any]] = []
         for workload in spec.workloads:  # each one's verdict is in before the next one's selection starts
-            choices[workload.name] = select(path, workload, overrides, name, session, uri, records)
+            choices[workload.name] = select(path, workload, overrides, name, session, records)
             _, runs = load_benchmark(path, overrides, name=name, choices=choices, workloads=workloads)
             runs = resolved([run for run in runs if run.workload.name == workload.name])
             print(describe(spec, runs, chosen=True), flush=True)
@@ -264,11 +277,11 @@ def run_benchmark(
             if stopped:
                 break
     except BaseException:  # the parent says so; running the command again continues
-        client_for(uri).set_terminated(parent, "FAILED")
+        tracking.client.set_terminated(parent, "FAILED")
         raise
     how = f"attent report --experiment {spec.name} --tracking-uri {uri}"
     if stopped:
-        client_for(uri).set_terminated(parent, contract.STATUS_KILLED)
+        tracking.client.set_terminated(parent, contract.STATUS_KILLED)
         print(f"[bench] {stopped}: not started. Run the command again to go on; the report: {how}", flush=True)
         return None
     try:
@@ -288,13 +301,11 @@ def resolved(runs: list[BenchmarkRun]) -> list[BenchmarkRun]:
 
 
 def select(
-    path, workload, overrides: list[str], name: str | None, session: Session, uri: str, records: list[dict[str, Any]]
+    path, workload, overrides: list[str], name: str | None, session: Session, records: list[dict[str, Any]]
 ) -> list:
     """The workload's selection stage: each choice in turn, its candidates trained on the
     selection seeds and judged on validation, added to ``records`` (every workload's so far) and
     recorded on the parent run; returns the workload's choices."""
-    from ..engine.tracking import client_for
-
     chosen = []
     for tune in workload.tune:
         tried = resolved(selection_runs(path, workload, tune, chosen, overrides, name=name))
@@ -318,16 +329,16 @@ def select(
             + ("; it is an end of the candidates: a value beyond it may do better" if records[-1]["at_edge"] else ""),
             flush=True,
         )
-        client_for(uri).log_dict(session.parent, records, contract.BENCH_CHOICES_FILE)
+        session.tracking.client.log_dict(session.parent, records, contract.BENCH_CHOICES_FILE)
     return chosen
 
 
-def _parent_run(spec: BenchmarkSpec, tracking_uri: str) -> str:
+def _parent_run(spec: BenchmarkSpec, tracking: TrackingSession) -> str:
     """The benchmark's MLflow parent run (reused when the command runs again)."""
-    from ..engine.tracking import client_for, driver_tags, open_experiment, reopen_run
+    from ..engine.tracking import driver_tags, reopen_run
 
-    client = client_for(tracking_uri)
-    experiment_id = open_experiment(client, spec.name, tracking_uri)
+    client, experiment_id = tracking.client, tracking.open_experiment()
+    tracking.close_runs_of_dead_drivers()
     found = client.search_runs(
         [experiment_id],
         f"tags.`{contract.TAG_ROLE}` = '{contract.ROLE_BENCHMARK}'",

@@ -3,10 +3,11 @@ MLflow run, start the TorchTrainer, close the run, then any downstream jobs). Th
 around the recipe (system metrics, per-epoch logs and checkpoints, final artifacts): ``worker``.
 How a run meets faults (deterministic failures, a dead driver, injected failures): ``faults``.
 
-What ``attent train`` and every sweep or benchmark trial run: ``run_pipeline(cfg)``. The checks
-that refuse a run before anything starts (``preflight.check_experiment``) are the caller's, so
-that the CLI refuses before importing Ray; this module checks only what needs Ray (resources of
-the connected cluster).
+What ``attent train`` and every sweep or benchmark trial run: ``run_pipeline(cfg)``, which opens
+the run's one ``tracking.TrackingSession`` (one client of the store, the experiment) and hands it
+on to the training run and its downstream jobs. The checks that refuse a run before anything
+starts (``preflight.check_experiment``) are the caller's, so that the CLI refuses before importing
+Ray; this module checks only what needs Ray (resources of the connected cluster).
 
 ``ray.num_workers: 0`` runs Ray Train's local mode: the training function in this process (a
 sweep or benchmark trial's own process), with the same ``ray.train`` API but no controller,
@@ -38,8 +39,8 @@ from .credentials import client_env
 from .dashboard import add_to_training_view
 from .preflight.cluster import check_cluster_resources
 from .preflight.resources import worker_bundle
-from .tracking import RunLogger, client_for, close_runs_of_dead_drivers_in, latest_run, start_or_resume_run
-from .worker import EPOCHS_ENDED_UNIX, LOCAL_MODE, ON_EPOCH, train_loop_per_worker
+from .tracking import RunLogger, TrackingSession
+from .worker import EPOCHS_ENDED_UNIX, LOCAL_MODE, ON_EPOCH, TRACKING_CLIENT, train_loop_per_worker
 
 TRAIN_POLL_ENV, TRAIN_POLL_SECONDS = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25"
 # One machine has no spot preemption to watch for: Train's watcher is one more actor process per
@@ -64,12 +65,16 @@ class PipelineResult:
 # --- the driver ---------------------------------------------------------------------------------
 
 
-def run_pipeline(cfg: ExperimentConfig, **train_options) -> PipelineResult:
-    """``train(cfg)``, then ``cfg.downstream`` on its weights."""
-    training = train(cfg, **train_options)
+def run_pipeline(cfg: ExperimentConfig, tracking: TrackingSession | None = None, **train_options) -> PipelineResult:
+    """``train(cfg)``, then ``cfg.downstream`` on its weights, in one tracking session: ``tracking``
+    (a sweep trial's or a benchmark's, of ``cfg``'s store and experiment), else one opened here."""
+    cfg = cfg.resolved()
+    tracking = TrackingSession.serving(tracking, cfg)
+    training = train(cfg, tracking=tracking, **train_options)
     result = PipelineResult(training)
     if cfg.downstream:
-        result.downstream = run_downstream(cfg, training.run_id, train_options.get("console", progress.DEFAULT_CONSOLE))
+        console = train_options.get("console", progress.DEFAULT_CONSOLE)
+        result.downstream = run_downstream(cfg, training.run_id, console, tracking=tracking)
     return result
 
 
@@ -82,17 +87,20 @@ def train(
     callbacks: list | None = None,
     on_epoch: Callable[[dict[str, Any]], None] | None = None,
     console: progress.Console = progress.DEFAULT_CONSOLE,
+    tracking: TrackingSession | None = None,
 ) -> TrainResult:
     """One training run on Ray Train, recorded as one MLflow run. Re-running with the same name
     and storage path resumes from the latest checkpoint into the same MLflow run. ``callbacks``:
     Ray Train's (a sweep trial's ``TuneReportCallback``), which run for real workers only;
     ``on_epoch``: called in local mode with each epoch's reported metrics instead (a sweep
     trial's ``tune.report``). ``console``: what the terminal shows (by default everything Ray
-    prints; the CLI's is one progress line, the rest in the run's log)."""
+    prints; the CLI's is one progress line, the rest in the run's log). ``tracking``: the
+    pipeline's session, used if it is of this run's store and experiment (else one of its own)."""
     cfg = cfg.resolved()
+    tracking = TrackingSession.serving(tracking, cfg)
     with faults.run_lock(cfg):  # a second driver of this run refuses while this one lives
         # before the libraries' output goes to the run's log: this line is for the terminal
-        close_runs_of_dead_drivers_in(cfg.mlflow.tracking_uri, cfg.mlflow.experiment)
+        tracking.close_runs_of_dead_drivers()
         log_file = progress.log_path(cfg.ray.storage_path, cfg.name)
         with progress.captured_output(console, log_file) as terminal:
             name = (extra_tags or {}).get(contract.TAG_RUN_NAME, cfg.name)
@@ -104,7 +112,7 @@ def train(
                 log_file,
                 phase="setting up" if cfg.ray.num_workers == 0 else "starting Ray workers",
             )
-            return _train(cfg, parent_run_id, role, extra_tags, callbacks, on_epoch, line)
+            return _train(cfg, tracking, parent_run_id, role, extra_tags, callbacks, on_epoch, line)
 
 
 def worker_env_vars(console: progress.Console) -> dict[str, str]:
@@ -119,6 +127,7 @@ def worker_env_vars(console: progress.Console) -> dict[str, str]:
 
 def _train(
     cfg: ExperimentConfig,
+    tracking: TrackingSession,
     parent_run_id: str | None,
     role: str,
     extra_tags: dict[str, str] | None,
@@ -131,8 +140,10 @@ def _train(
         ray_init_s = 0.0 if local else ensure_ray(cfg)  # before the MLflow run: the cluster check needs Ray
         if not local:
             check_cluster_resources(cfg)
-        run_id, resumed = start_or_resume_run(cfg, role=role, parent_run_id=parent_run_id, extra_tags=extra_tags)
-        run = RunLogger(cfg.mlflow.tracking_uri, run_id)  # the run's one handle from here to its end
+        run_id, resumed = tracking.start_or_resume_run(
+            cfg, role=role, parent_run_id=parent_run_id, extra_tags=extra_tags
+        )
+        run = tracking.run(run_id)  # the run's one handle from here to its end
     except BaseException:
         line.close(ok=False)
         raise
@@ -148,8 +159,8 @@ def _train(
             "fit_started_unix": time.time(),
             "driver": faults.driver_identity(),
         }
-        if local:  # in-process: a callable travels as it is
-            payload |= {LOCAL_MODE: True, ON_EPOCH: on_epoch}
+        if local:  # in-process: a callable travels as it is, and so does the session's client
+            payload |= {LOCAL_MODE: True, ON_EPOCH: on_epoch, TRACKING_CLIENT: tracking.client}
             # the level LoggingConfig gives workers, here Train's loggers in this process: no INFO
             # lines per report nor "Running in local mode" per run
             logging.getLogger("ray.train").setLevel(logging.WARNING)
@@ -293,11 +304,16 @@ def driver_metrics(
 
 
 def run_downstream(
-    cfg: ExperimentConfig, pretraining_run_id: str, console: progress.Console = progress.DEFAULT_CONSOLE
+    cfg: ExperimentConfig,
+    pretraining_run_id: str,
+    console: progress.Console = progress.DEFAULT_CONSOLE,
+    tracking: TrackingSession | None = None,
 ) -> dict[str, float]:
     """Every downstream job of ``cfg`` on the weights of ``pretraining_run_id``; their final
-    metrics, also logged on the pretraining run."""
-    check_exported(cfg.mlflow.tracking_uri, pretraining_run_id)
+    metrics, also logged on the pretraining run. One tracking session for them all: ``tracking``
+    (the pipeline's), else one opened here."""
+    tracking = TrackingSession.serving(tracking, cfg)
+    check_exported(tracking, pretraining_run_id)
     finals: dict[str, float] = {}
     for job in cfg.downstream:
         job_cfg = job_experiment(cfg, job, pretraining_run_id)
@@ -306,7 +322,7 @@ def run_downstream(
             f"on run {pretraining_run_id}",
             flush=True,
         )
-        done = latest_run(job_cfg)
+        done = tracking.latest_run(job_cfg)
         if done is not None and done.info.status == "FINISHED":
             metrics = dict(done.data.metrics)
         else:
@@ -316,6 +332,7 @@ def run_downstream(
                 role=contract.ROLE_DOWNSTREAM,
                 extra_tags={contract.TAG_PRETRAINING_RUN: pretraining_run_id, contract.TAG_DOWNSTREAM_JOB: job.name},
                 console=console,
+                tracking=tracking,
             ).metrics
         finals.update(
             {
@@ -325,7 +342,7 @@ def run_downstream(
             }
         )
     now = int(time.time() * 1000)
-    client = client_for(cfg.mlflow.tracking_uri)
+    client = tracking.client
     client.log_batch(pretraining_run_id, metrics=[Metric(k, v, now, cfg.train.epochs) for k, v in finals.items()])
     # the dashboard's training view gains the downstream.* columns now, not at the next run
     add_to_training_view(client, client.get_run(pretraining_run_id).info.experiment_id, finals)
@@ -342,16 +359,16 @@ def job_experiment(cfg: ExperimentConfig, job: DownstreamJob, pretraining_run_id
     return job_cfg.model_copy(update={"name": f"{job_cfg.name}-{pretraining_run_id[:8]}-{settings}"})
 
 
-def check_exported(tracking_uri: str, run_id: str) -> None:
+def check_exported(tracking: TrackingSession, run_id: str) -> None:
     """Refuse, before any worker starts, a run that does not exist or exported no weights."""
     from mlflow.exceptions import MlflowException
 
-    client = client_for(tracking_uri)
+    client = tracking.client
     try:
         client.get_run(run_id)
     except MlflowException:
         raise ValueError(
-            f"no MLflow run {run_id!r} in {tracking_uri}: give the pretraining run's id "
+            f"no MLflow run {run_id!r} in {tracking.tracking_uri}: give the pretraining run's id "
             "(attent train prints it; the MLflow UI shows it)"
         ) from None
     if not client.list_artifacts(run_id, contract.PRETRAINED_ARTIFACT):

@@ -6,7 +6,8 @@
   once, and the driver raises it as a ``RunFault``: one line, naming the file and the fix;
 - **a driver that dies** (SIGKILL, a closed laptop): workers on its machine stop within a second
   (``watch_driver``), so no orphaned training goes on logging into its MLflow run; and a second
-  driver of the same run refuses while one is alive (``run_lock``);
+  driver of the same run refuses while one is alive (``run_lock``); the next command on this machine
+  ends its runs left RUNNING as KILLED (``close_runs_of_dead_drivers``, by the ``driver_tags`` of each);
 - **injected failures** (``fault:`` in a config) to exercise restarts.
 """
 
@@ -17,13 +18,19 @@ import fcntl
 import json
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from .. import contract
 from ..experiment.schema import ExperimentConfig
 from ..tasks.config import DataError
+
+if TYPE_CHECKING:  # MLflow is imported by the code that hands a client over, not at a worker's start
+    from mlflow.tracking import MlflowClient
 
 FATAL_FILE = ".attent-fatal.json"  # in <storage_path>/<name>/: a deterministic failure, for the driver
 LOCK_FILE = ".attent-driver.lock"  # in <storage_path>/<name>/: held by the live driver of the run
@@ -201,6 +208,80 @@ def run_lock(cfg: ExperimentConfig) -> Iterator[None]:
         finally:
             handle.truncate(0)
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# --- runs whose driver died: the next command on this machine closes them KILLED ----------------
+def driver_tags() -> dict[str, str]:
+    """The tag naming this process as the driver of a run, so that any later command on this
+    machine can tell whether the run's driver still lives."""
+    return {contract.TAG_DRIVER: json.dumps(process_identity())}
+
+
+def reopen_run(client: MlflowClient, run_id: str) -> None:
+    """A run this process goes on with: tagged as its driver first, then RUNNING (the other order
+    would show a RUNNING run with a dead driver to a command looking in between)."""
+    for key, value in driver_tags().items():
+        client.set_tag(run_id, key, value)
+    client.update_run(run_id, status=contract.STATUS_RUNNING)
+
+
+def close_runs_of_dead_drivers(client: MlflowClient, experiment_ids: list[str]) -> list[str]:
+    """End KILLED the RUNNING runs of these experiments whose driver is gone (SIGKILL, a closed
+    laptop: nothing closed them), saying so in one line; their names. A run whose driver ran on
+    another machine is left as it is: only that machine can see its process (and the run's lock
+    file may lie on storage this one does not share)."""
+    closed = []
+    for run in search_runs_paged(
+        client,
+        experiment_ids,
+        f"attributes.status = '{contract.STATUS_RUNNING}'",
+        order_by=["attributes.start_time ASC"],
+    ):
+        identity = run_driver(run)
+        if identity is None or driver_alive(identity) is not False:
+            continue
+        if run_driver(client.get_run(run.info.run_id)) != identity:  # a new driver reopened it meanwhile
+            continue
+        driver = describe_driver(identity)
+        client.set_tag(
+            run.info.run_id,
+            contract.TAG_CLOSED_AS_KILLED,
+            f"its driver ({driver}) was gone at {time.strftime('%Y-%m-%d %H:%M:%S')}",
+        )
+        client.set_terminated(run.info.run_id, status=contract.STATUS_KILLED)
+        closed.append((run.info.run_name, driver))
+    if len(closed) == 1:
+        ((name, driver),) = closed
+        print(f"[attent] closed 1 run left RUNNING by a dead driver ({driver}): {name} → KILLED", file=sys.stderr)
+    elif closed:
+        print(
+            f"[attent] closed {len(closed)} runs left RUNNING by dead drivers: "
+            + ", ".join(f"{name} ({driver}) → KILLED" for name, driver in closed),
+            file=sys.stderr,
+        )
+    return [name for name, _ in closed]
+
+
+def run_driver(run) -> dict[str, object] | None:
+    """The driver a run is tagged with (None for runs from before the tag, or a tag not ours)."""
+    try:
+        identity = json.loads(run.data.tags.get(contract.TAG_DRIVER, "null"))
+    except ValueError:
+        return None
+    return identity if isinstance(identity, dict) and "pid" in identity else None
+
+
+def search_runs_paged(
+    client: MlflowClient, experiment_ids: list[str], filter_string: str, order_by: list[str] | None = None
+) -> list:
+    from mlflow.utils import get_results_from_paginated_fn
+
+    return get_results_from_paginated_fn(
+        lambda count, token: client.search_runs(
+            experiment_ids, filter_string, max_results=count, order_by=order_by, page_token=token
+        ),
+        1000,
+    )
 
 
 # --- injected failures --------------------------------------------------------------------------

@@ -17,6 +17,7 @@ MLflow's fluent API: the process's tracking URI ($MLFLOW_TRACKING_URI in the wor
 from __future__ import annotations
 
 import copy
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -24,12 +25,22 @@ from .. import contract
 from ..tasks.task import AdapterModel, Task, TorchModel
 from ..tasks.weights import mlflow_pytorch
 
+if TYPE_CHECKING:
+    import mlflow
+
 
 def log_trained_model(
-    task: Task, model: torch.nn.Module, *, run_id: str, step: int, registered_model: str | None = None
+    task: Task,
+    model: torch.nn.Module,
+    *,
+    run_id: str,
+    step: int,
+    registered_model: str | None = None,
+    client: mlflow.MlflowClient | None = None,
 ) -> str | None:
     """Log ``task``'s model of ``model`` as run ``run_id``'s model, linked to its metrics at
-    ``step``; its model id, or None when the task logs no model."""
+    ``step``; its model id, or None when the task logs no model. ``client``: rank 0's, of the
+    run's store (else one of the process's tracking URI)."""
     import mlflow
 
     exported = task.model_to_log(model)
@@ -44,7 +55,7 @@ def log_trained_model(
         MLFLOW_USER,
     )
 
-    client = mlflow.MlflowClient()
+    client = client or mlflow.MlflowClient()
     run = client.get_run(run_id)
     # The run's source tags (the driver's command, user and commit): the fluent
     # initialize_logged_model would resolve this process's, which in a Ray worker name Ray's

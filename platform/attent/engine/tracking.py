@@ -1,6 +1,7 @@
 """MLflow bookkeeping. The driver owns the run's life (create or resume, params, tags, final
-status); rank 0 of the workers writes metrics and artifacts into it by run id, which works
-across Ray processes and machines."""
+status) through one ``TrackingSession`` per run, made once and handed on; rank 0 of the workers
+writes metrics and artifacts into it by run id, which works across Ray processes and machines,
+through one client per worker process (``process_client``; in local mode, the driver's own)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import hashlib
 import json
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -25,30 +25,36 @@ from ..experiment.files import flatten
 from ..experiment.schema import ExperimentConfig
 from ..experiment.uris import sqlite_file
 from ..selection.plan import build_plan
-from . import faults
 from .credentials import redactor
 from .dashboard import add_to_training_view, write_training_view
+from .faults import close_runs_of_dead_drivers, driver_tags, reopen_run  # also this module's names
 from .tracking_defaults import DEFAULT_ARTIFACTS
 
 
 def client_for(tracking_uri: str) -> MlflowClient:
-    if tracking_uri.startswith("sqlite:"):
-        open_sqlite_store(tracking_uri)
-    return MlflowClient(tracking_uri=tracking_uri)
-
-
-@functools.cache
-def open_sqlite_store(tracking_uri: str) -> None:
-    """This process's first use of a SQLite store, under a file lock beside it: MLflow creates and
-    migrates the schema on first use, and two processes doing so at once into a new file left it
-    unreadable. Later uses in the process skip the lock."""
+    """A new client of the store. This process's first of a SQLite store is made under a file lock
+    beside it: MLflow creates and migrates the schema as a client opens the store, and two
+    processes doing so at once into a new file left it unreadable. Later ones skip the lock."""
+    path = None if tracking_uri in _OPENED_SQLITE else sqlite_file(tracking_uri)
+    if path is None:
+        return MlflowClient(tracking_uri=tracking_uri)
     from filelock import FileLock
 
-    path = sqlite_file(tracking_uri)
-    if path is None:
-        return
     with FileLock(f"{path}.lock", timeout=300):
-        MlflowClient(tracking_uri=tracking_uri).search_experiments(max_results=1)
+        client = MlflowClient(tracking_uri=tracking_uri)
+        client.search_experiments(max_results=1)
+    _OPENED_SQLITE.add(tracking_uri)
+    return client
+
+
+_OPENED_SQLITE: set[str] = set()  # the SQLite stores this process has opened (under the lock)
+
+
+@functools.lru_cache(maxsize=8)
+def process_client(tracking_uri: str) -> MlflowClient:
+    """This process's one client of a store: a Ray worker's, made at its first run's start and
+    kept for the runs and restarts it trains (it cannot share the driver's, another process's)."""
+    return client_for(tracking_uri)
 
 
 def ensure_experiment(client: MlflowClient, name: str, tracking_uri: str) -> str:
@@ -83,94 +89,23 @@ def open_experiment(client: MlflowClient, name: str, tracking_uri: str) -> str:
     return experiment_id
 
 
-# --- runs whose driver died -------------------------------------------------------------------
-def driver_tags() -> dict[str, str]:
-    """The tag naming this process as the driver of a run, so that any later command on this
-    machine can tell whether the run's driver still lives."""
-    return {contract.TAG_DRIVER: json.dumps(faults.process_identity())}
-
-
-def reopen_run(client: MlflowClient, run_id: str) -> None:
-    """A run this process goes on with: tagged as its driver first, then RUNNING (the other order
-    would show a RUNNING run with a dead driver to a command looking in between)."""
-    for key, value in driver_tags().items():
-        client.set_tag(run_id, key, value)
-    client.update_run(run_id, status=contract.STATUS_RUNNING)
-
-
-def close_runs_of_dead_drivers(client: MlflowClient, experiment_ids: list[str]) -> list[str]:
-    """End KILLED the RUNNING runs of these experiments whose driver is gone (SIGKILL, a closed
-    laptop: nothing closed them), saying so in one line; their names. A run whose driver ran on
-    another machine is left as it is: only that machine can see its process (and the run's lock
-    file may lie on storage this one does not share)."""
-    closed = []
-    for run in search_runs_paged(
-        client,
-        experiment_ids,
-        f"attributes.status = '{contract.STATUS_RUNNING}'",
-        order_by=["attributes.start_time ASC"],
-    ):
-        identity = run_driver(run)
-        if identity is None or faults.driver_alive(identity) is not False:
-            continue
-        if run_driver(client.get_run(run.info.run_id)) != identity:  # a new driver reopened it meanwhile
-            continue
-        driver = faults.describe_driver(identity)
-        client.set_tag(
-            run.info.run_id,
-            contract.TAG_CLOSED_AS_KILLED,
-            f"its driver ({driver}) was gone at {time.strftime('%Y-%m-%d %H:%M:%S')}",
-        )
-        client.set_terminated(run.info.run_id, status=contract.STATUS_KILLED)
-        closed.append((run.info.run_name, driver))
-    if len(closed) == 1:
-        ((name, driver),) = closed
-        print(f"[attent] closed 1 run left RUNNING by a dead driver ({driver}): {name} → KILLED", file=sys.stderr)
-    elif closed:
-        print(
-            f"[attent] closed {len(closed)} runs left RUNNING by dead drivers: "
-            + ", ".join(f"{name} ({driver}) → KILLED" for name, driver in closed),
-            file=sys.stderr,
-        )
-    return [name for name, _ in closed]
-
-
 def close_runs_of_dead_drivers_in(tracking_uri: str, experiment: str | None = None) -> list[str]:
     """``close_runs_of_dead_drivers`` for one experiment by name (nothing if it does not exist),
     or for every experiment of the store. A SQLite store not yet made has none (and is not made
     here: a command refused later must leave nothing behind)."""
-    database = sqlite_file(tracking_uri)
-    if database is not None and not database.exists():
+    if experiment is not None:
+        return TrackingSession(tracking_uri, experiment).close_runs_of_dead_drivers()
+    if not store_exists(tracking_uri):
         return []
     client = client_for(tracking_uri)
-    if experiment is None:
-        ids = [e.experiment_id for e in client.search_experiments()]
-    else:
-        found = client.get_experiment_by_name(experiment)
-        ids = [found.experiment_id] if found else []
+    ids = [e.experiment_id for e in client.search_experiments()]
     return close_runs_of_dead_drivers(client, ids) if ids else []
 
 
-def run_driver(run) -> dict[str, object] | None:
-    """The driver a run is tagged with (None for runs from before the tag, or a tag not ours)."""
-    try:
-        identity = json.loads(run.data.tags.get(contract.TAG_DRIVER, "null"))
-    except ValueError:
-        return None
-    return identity if isinstance(identity, dict) and "pid" in identity else None
-
-
-def search_runs_paged(
-    client: MlflowClient, experiment_ids: list[str], filter_string: str, order_by: list[str] | None = None
-) -> list:
-    from mlflow.utils import get_results_from_paginated_fn
-
-    return get_results_from_paginated_fn(
-        lambda count, token: client.search_runs(
-            experiment_ids, filter_string, max_results=count, order_by=order_by, page_token=token
-        ),
-        1000,
-    )
+def store_exists(tracking_uri: str) -> bool:
+    """False for a SQLite store whose file is not made yet (any other store: True)."""
+    database = sqlite_file(tracking_uri)
+    return database is None or database.exists()
 
 
 def git_commit() -> str:
@@ -206,20 +141,9 @@ def run_tags(cfg: ExperimentConfig, role: str) -> dict[str, str]:
     }
 
 
-def latest_run(cfg: ExperimentConfig):
+def latest_run(cfg: ExperimentConfig, tracking: TrackingSession | None = None):
     """The newest MLflow run of this experiment's storage path + name (any status), or None."""
-    client = client_for(cfg.mlflow.tracking_uri)
-    experiment = client.get_experiment_by_name(cfg.mlflow.experiment)
-    if experiment is None:
-        return None
-    key = f"{cfg.ray.storage_path}/{cfg.name}"
-    found = client.search_runs(
-        [experiment.experiment_id],
-        filter_string=f"tags.`{contract.TAG_RUN_KEY}` = '{key}'",
-        order_by=["attribute.start_time DESC"],
-        max_results=1,
-    )
-    return found[0] if found else None
+    return TrackingSession.serving(tracking, cfg).latest_run(cfg)
 
 
 def start_or_resume_run(
@@ -228,36 +152,126 @@ def start_or_resume_run(
     role: str = "run",
     parent_run_id: str | None = None,
     extra_tags: dict[str, str] | None = None,
+    tracking: TrackingSession | None = None,
 ) -> tuple[str, bool]:
-    """(run id, resumed). A run with the same storage path and name that did not finish is
-    reopened, so re-running a crashed experiment adds to the same MLflow run."""
-    client = client_for(cfg.mlflow.tracking_uri)
-    experiment_id = ensure_experiment(client, cfg.mlflow.experiment, cfg.mlflow.tracking_uri)
-    previous = latest_run(cfg)
-    if previous and previous.info.status != contract.STATUS_FINISHED:
-        reopen_run(client, previous.info.run_id)
-        return previous.info.run_id, True
-    hide = redactor()  # no MLflow password, nor one written into a URI, in what the run records
-    tags = {
-        **run_tags(cfg, role),
-        **driver_tags(),
-        **(extra_tags or {}),
-    }  # extra_tags may name the run (a benchmark's arm and seed)
-    if parent_run_id:
-        tags[contract.TAG_PARENT_RUN_ID] = parent_run_id
-    tags = {key: hide(value) for key, value in tags.items()}
-    run = client.create_run(experiment_id, run_name=tags[contract.TAG_RUN_NAME], tags=tags)
-    params = {k: hide(_param(v)) for k, v in flatten(cfg).items()}
-    items = list(params.items())
-    for i in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
-        client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in items[i : i + 100]])
-    client.log_text(run.info.run_id, hide(yaml_dump(cfg)), "config.yaml")
-    return run.info.run_id, False
+    """(run id, resumed): ``TrackingSession.start_or_resume_run``, in ``tracking`` (or a session of its own)."""
+    session = TrackingSession.serving(tracking, cfg)
+    return session.start_or_resume_run(cfg, role=role, parent_run_id=parent_run_id, extra_tags=extra_tags)
 
 
 def finish_run(tracking_uri: str, run_id: str, ok: bool) -> None:
     """End the run; the dashboard's training view then shows its metrics too."""
     RunLogger(tracking_uri, run_id).finish(ok)
+
+
+class TrackingSession:
+    """The driver's tracking for one run, its downstream jobs included: the store's URI (as the
+    resolved config gives it), its SQLite file if any, one client (made on first use: a store not
+    yet made stays unmade until a run is created), and the experiment's id once found or opened.
+    ``run_pipeline`` (or ``run_downstream``, a sweep trial, a benchmark) makes it once and hands it
+    on; each run it creates or reopens gets its handle from it (``run``), on the same client."""
+
+    def __init__(self, tracking_uri: str, experiment: str, client: MlflowClient | None = None):
+        self.tracking_uri, self.experiment = tracking_uri, experiment
+        self.sqlite_file = sqlite_file(tracking_uri)
+        self.experiment_id: str | None = None  # found active, or opened: nothing to create or restore
+        self._client = client
+
+    @classmethod
+    def of(cls, cfg: ExperimentConfig) -> TrackingSession:
+        """The session of a (resolved) config's store and experiment."""
+        return cls(cfg.mlflow.tracking_uri, cfg.mlflow.experiment)
+
+    @staticmethod
+    def serving(tracking: TrackingSession | None, cfg: ExperimentConfig) -> TrackingSession:
+        """``tracking`` if it is the session of ``cfg``'s store and experiment; one on its client
+        for another experiment of its store; else (or with none) a new one of ``cfg``'s."""
+        if tracking is None or tracking.tracking_uri != cfg.mlflow.tracking_uri:
+            return TrackingSession.of(cfg)
+        if tracking.experiment != cfg.mlflow.experiment:
+            return TrackingSession(tracking.tracking_uri, cfg.mlflow.experiment, tracking._client)
+        return tracking
+
+    @property
+    def client(self) -> MlflowClient:
+        if self._client is None:
+            self._client = client_for(self.tracking_uri)
+        return self._client
+
+    def find_experiment(self) -> str | None:
+        """The experiment's id if it exists (nothing is created or restored), else None."""
+        if self.experiment_id is None:
+            found = self.client.get_experiment_by_name(self.experiment)
+            if found is None:
+                return None
+            if found.lifecycle_stage != "deleted":
+                self.experiment_id = found.experiment_id
+            return found.experiment_id
+        return self.experiment_id
+
+    def open_experiment(self) -> str:
+        """The experiment's id, created (or restored from deletion) if needed."""
+        if self.experiment_id is None:
+            self.experiment_id = ensure_experiment(self.client, self.experiment, self.tracking_uri)
+        return self.experiment_id
+
+    def close_runs_of_dead_drivers(self) -> list[str]:
+        """``close_runs_of_dead_drivers`` in the experiment; nothing, and nothing made, in a
+        SQLite store not yet made or an experiment that does not exist."""
+        if self.sqlite_file is not None and not self.sqlite_file.exists():
+            return []
+        found = self.find_experiment()
+        return close_runs_of_dead_drivers(self.client, [found]) if found is not None else []
+
+    def latest_run(self, cfg: ExperimentConfig):
+        """The newest MLflow run of ``cfg``'s storage path + name (any status), or None."""
+        experiment_id = self.find_experiment()
+        if experiment_id is None:
+            return None
+        key = f"{cfg.ray.storage_path}/{cfg.name}"
+        found = self.client.search_runs(
+            [experiment_id],
+            filter_string=f"tags.`{contract.TAG_RUN_KEY}` = '{key}'",
+            order_by=["attribute.start_time DESC"],
+            max_results=1,
+        )
+        return found[0] if found else None
+
+    def start_or_resume_run(
+        self,
+        cfg: ExperimentConfig,
+        *,
+        role: str = "run",
+        parent_run_id: str | None = None,
+        extra_tags: dict[str, str] | None = None,
+    ) -> tuple[str, bool]:
+        """(run id, resumed). A run with the same storage path and name that did not finish is
+        reopened, so re-running a crashed experiment adds to the same MLflow run."""
+        client, experiment_id = self.client, self.open_experiment()
+        previous = self.latest_run(cfg)
+        if previous and previous.info.status != contract.STATUS_FINISHED:
+            reopen_run(client, previous.info.run_id)
+            return previous.info.run_id, True
+        hide = redactor()  # no MLflow password, nor one written into a URI, in what the run records
+        tags = {
+            **run_tags(cfg, role),
+            **driver_tags(),
+            **(extra_tags or {}),
+        }  # extra_tags may name the run (a benchmark's arm and seed)
+        if parent_run_id:
+            tags[contract.TAG_PARENT_RUN_ID] = parent_run_id
+        tags = {key: hide(value) for key, value in tags.items()}
+        run = client.create_run(experiment_id, run_name=tags[contract.TAG_RUN_NAME], tags=tags)
+        params = {k: hide(_param(v)) for k, v in flatten(cfg).items()}
+        items = list(params.items())
+        for i in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
+            client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in items[i : i + 100]])
+        client.log_text(run.info.run_id, hide(yaml_dump(cfg)), "config.yaml")
+        return run.info.run_id, False
+
+    def run(self, run_id: str) -> RunLogger:
+        """The handle of one run of the store, on the session's client."""
+        return RunLogger(self.tracking_uri, run_id, client=self.client)
 
 
 def yaml_dump(cfg: ExperimentConfig) -> str:
@@ -266,10 +280,12 @@ def yaml_dump(cfg: ExperimentConfig) -> str:
 
 class RunLogger:
     """One MLflow run's handle: the driver's through its pipeline (progress line, driver
-    metrics, the log, the end) and rank 0's writer, on one client."""
+    metrics, the log, the end) and rank 0's writer, on one client (``client``: one it shares,
+    the driver's ``TrackingSession``'s or a worker's ``process_client``; else a new one)."""
 
-    def __init__(self, tracking_uri: str, run_id: str):
-        self.client, self.run_id, self.tracking_uri = client_for(tracking_uri), run_id, tracking_uri
+    def __init__(self, tracking_uri: str, run_id: str, client: MlflowClient | None = None):
+        self.run_id, self.tracking_uri = run_id, tracking_uri
+        self.client = client if client is not None else client_for(tracking_uri)
 
     def get(self):
         """The run as the store has it now (metrics, tags, status)."""

@@ -29,11 +29,12 @@ from . import checkpoint, faults, logged_models
 from .counters import timed
 from .recipe import TrainingRecipe, WorkerContext, format_row
 from .system_metrics import start_system_metrics, stop_system_metrics
-from .tracking import RunLogger
+from .tracking import RunLogger, process_client
 
 EPOCHS_ENDED_UNIX = "epochs_ended_unix"  # last report only: when the last epoch ended (driver's teardown)
 LOCAL_MODE = "local_mode"  # payload key: the run is Ray Train's local mode (this process)
 ON_EPOCH = "on_epoch"  # payload key, local mode: called with each epoch's reported metrics
+TRACKING_CLIENT = "tracking_client"  # payload key, local mode: the driver's MLflow client (this process's)
 
 
 def train_loop_per_worker(payload: dict[str, Any]) -> None:
@@ -98,7 +99,7 @@ def train_run(payload: dict[str, Any], cfg: ExperimentConfig, started: float, en
     tracking: dict[str, float] = {}  # set-up seconds of the MLflow logger and monitor
     with node_system_metrics(payload, context, tracking):
         with timed(tracking, "tracking"):
-            logger = RunLogger(payload["tracking_uri"], payload["run_id"]) if ctx.rank == 0 else None
+            logger = run_logger(payload) if ctx.rank == 0 else None
         recipe = TrainingRecipe(cfg, ctx)
         recipe.setup(wrap_model=wrap_model)
         state, skipped = checkpoint.load_newest_intact(*storage)
@@ -144,6 +145,14 @@ def train_run(payload: dict[str, Any], cfg: ExperimentConfig, started: float, en
                     log_final(logger, recipe)
             report(recipe, epoch, row, epochs_ended, train_report, storage if local else None, payload.get(ON_EPOCH))
             faults.maybe_fail(cfg, epoch, ctx.rank)
+
+
+def run_logger(payload: dict[str, Any]) -> RunLogger:
+    """Rank 0's handle of the run: on the driver's client in local mode (the same process), else
+    on this worker process's one client of the store, kept across the runs and restarts it trains."""
+    uri = payload["tracking_uri"]
+    client = payload.get(TRACKING_CLIENT) or process_client(uri)
+    return RunLogger(uri, payload["run_id"], client=client)
 
 
 @contextlib.contextmanager
@@ -246,6 +255,7 @@ def log_model(logger: RunLogger, recipe: TrainingRecipe) -> None:
             run_id=logger.run_id,
             step=cfg.train.epochs,
             registered_model=cfg.mlflow.registered_model,
+            client=logger.client,
         )
     except Exception as error:  # noqa: BLE001 -- export, flavour and store errors alike
         reason = f"{type(error).__name__}: {error}"

@@ -178,7 +178,7 @@ class AtteNTCallback(pl.Callback):
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         selector = self.selector
-        if selector.train_batch_size is None and selector.teacher.needs_scoring(selector.next_epoch):
+        if selector.train_batch_size is None and selector.needs_scoring(selector.next_epoch):
             # this pass comes before Lightning asks for the train loader, whose batch sizes it
             selector.train_batch_size = training_batch_size(trainer, pl_module)
         self._prepare(selector.next_epoch)

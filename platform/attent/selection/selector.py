@@ -101,14 +101,9 @@ class Selector:
                 f"score_dataset has {len(self.score_dataset)} items, the training set {len(dataset)}: "
                 "item i of both must be the same sample"
             )
+        components, n = len(self.components), len(dataset)
         self.teacher = Teacher(
-            len(dataset),
-            selection,
-            epochs,
-            seed=seed,
-            groups=groups,
-            components=len(self.components),
-            nonfinite=nonfinite,
+            n, selection, epochs, seed=seed, groups=groups, components=components, nonfinite=nonfinite
         )
         self.sampler = RecordingSampler(
             self.teacher, self.rank, self.world_size, seed=seed, shuffle=shuffle, drop_last=drop_last
@@ -126,6 +121,10 @@ class Selector:
     def plan(self) -> Plan:
         """The run's plan: every epoch's share of the data, re-selection and scoring pass."""
         return self.teacher.plan
+
+    def needs_scoring(self, epoch: int) -> bool:
+        """Whether ``begin_epoch(epoch)`` runs a scoring pass (the plan's, where still due)."""
+        return self.teacher.needs_scoring(epoch)
 
     def _reset_sums(self) -> None:
         """This rank's sums over the epoch so far (device tensors once a batch is recorded)."""
@@ -160,7 +159,7 @@ class Selector:
         self.end_epoch()
         self._reset_sums()
         self.epoch = epoch
-        if score_fn is None and self.teacher.needs_scoring(epoch):
+        if score_fn is None and self.needs_scoring(epoch):
             if self.model is None or self.loss_fn is None:
                 raise ValueError(
                     f"epoch {epoch} needs a scoring pass (selection {self.plan.label}): "
@@ -204,6 +203,7 @@ class Selector:
         self.teacher.observe(indices, losses)
         weights, component_weights = self._weights(losses, indices if not in_order else None, start, count)
         scores = losses.detach().float()
+        scores = scores.cpu() if scores.device.type == "mps" else scores  # MPS has no float64 for the sums
         if self.components:  # a sample's score: the sum of its components
             sums = scores.sum(dim=0).double()
             self._component_sums = sums if self._component_sums is None else self._component_sums + sums

@@ -12,13 +12,16 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import contract
 from ..engine.tracking_defaults import DEFAULT_ARTIFACTS
 from ..experiment.schema import ConfigError, ExperimentConfig
 from ..experiment.uris import sqlite_file
 from .spec import Sweep, load_sweep
+
+if TYPE_CHECKING:
+    from ..engine.tracking import TrackingSession
 
 
 def run_trial(config: dict[str, Any], tracking_uri: str | None = None) -> None:
@@ -31,21 +34,24 @@ def run_trial(config: dict[str, Any], tracking_uri: str | None = None) -> None:
     from ray.tune.integration.ray_train import TuneReportCallback
 
     from ..engine.driver import run_downstream, run_pipeline
-    from ..engine.tracking import latest_run
+    from ..engine.tracking import TrackingSession
 
     cfg = ExperimentConfig.model_validate(trial["experiment"])
     if tracking_uri:
         cfg = cfg.model_copy(update={"mlflow": cfg.mlflow.model_copy(update={"tracking_uri": tracking_uri})})
-    done = latest_run(cfg)
+    cfg = cfg.resolved()  # resolved already in the sweep's driver: the paths stay as they are
+    tracking = TrackingSession.of(cfg)  # the trial's one session, handed on to its run and jobs
+    done = tracking.latest_run(cfg)
     if done is not None and done.info.status == "FINISHED":
         # Finished, but the driver died before Tune saved that: finish its downstream jobs and
         # report, do not train again.
-        downstream = run_downstream(cfg, done.info.run_id) if cfg.downstream else {}
+        downstream = run_downstream(cfg, done.info.run_id, tracking=tracking) if cfg.downstream else {}
         tune.report({**done.data.metrics, **downstream})
         return
     local = cfg.ray.num_workers == 0  # Ray Train's local mode: the trial trains in this process
     result = run_pipeline(
         cfg,
+        tracking,
         parent_run_id=trial["parent_run_id"],
         role="trial",
         extra_tags={contract.TAG_SWEEP: trial["sweep"], contract.TAG_TRIAL: trial["id"]},
@@ -107,7 +113,8 @@ def run_sweep(path: str | Path, *, resume: bool = False, overrides: list[str] | 
 
     ensure_ray(base)  # before the parent run: the cluster check needs Ray
     check_cluster_resources(*(cfg for _, cfg in trials), driver=TRIAL_DRIVER_RESOURCES)
-    parent_id = _parent_run(base, sweep.spec.name, tune_path)  # creates the experiment, store-side
+    store = tracking.TrackingSession.of(base)  # the sweep driver's one client, for its parent run
+    parent_id = _parent_run(store, base, sweep.spec.name, tune_path)  # creates the experiment, store-side
     ok = False
     try:
         start = time.perf_counter()
@@ -119,9 +126,8 @@ def run_sweep(path: str | Path, *, resume: bool = False, overrides: list[str] | 
         failed = [r for r in results if r.error is not None]
         ok = not failed
         elapsed = time.perf_counter() - start
-        client = tracking.client_for(base.mlflow.tracking_uri)
-        client.log_metric(parent_id, "sweep_wallclock_s", elapsed)
-        client.log_metric(parent_id, "trials_failed", len(failed))
+        store.client.log_metric(parent_id, "sweep_wallclock_s", elapsed)
+        store.client.log_metric(parent_id, "trials_failed", len(failed))
         print(
             f"[attent] sweep {sweep.spec.name}: {len(results) - len(failed)}/{len(results)} trials finished "
             f"in {elapsed:.0f}s",
@@ -129,7 +135,7 @@ def run_sweep(path: str | Path, *, resume: bool = False, overrides: list[str] | 
         )
         return results
     finally:
-        tracking.finish_run(base.mlflow.tracking_uri, parent_id, ok)
+        store.run(parent_id).finish(ok)
 
 
 def _check_resume(tune_path: str, name: str, resume: bool) -> None:
@@ -260,12 +266,13 @@ def _tuner(
     )
 
 
-def _parent_run(base: ExperimentConfig, name: str, key: str) -> str:
-    """The sweep's MLflow parent run: reopened on --resume, created otherwise."""
+def _parent_run(store: TrackingSession, base: ExperimentConfig, name: str, key: str) -> str:
+    """The sweep's MLflow parent run: reopened on --resume, created otherwise. ``store``: the
+    sweep driver's ``TrackingSession`` of ``base``'s store and experiment."""
     from ..engine import tracking
 
-    client = tracking.client_for(base.mlflow.tracking_uri)
-    experiment_id = tracking.open_experiment(client, base.mlflow.experiment, base.mlflow.tracking_uri)
+    client, experiment_id = store.client, store.open_experiment()
+    store.close_runs_of_dead_drivers()
     found = client.search_runs(
         [experiment_id], filter_string=f"tags.`{contract.TAG_SWEEP_KEY}` = '{key}'", max_results=1
     )
