@@ -1,20 +1,18 @@
 """Shared fixtures: one real Ray cluster (``ray start --head`` on 127.0.0.1) for the whole
-session, the repository's paths, and a scratch MLflow SQLite store per test."""
+session, the runs several tests read, and a scratch MLflow SQLite store per test. The paths and
+helpers the tests import are in ``tests.helpers`` (``paths``, ``processes``)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-BIN = Path(sys.executable).parent
+from tests.helpers.paths import BIN
+from tests.helpers.processes import free_port, poll_train_workers_often, stop_ray_processes
+
 # `ray start` in Ray 2.60 turns on token auth; Ray reads the mode once, at import, so set it
 # before any test module imports ray.
 os.environ["RAY_AUTH_MODE"] = "token"
@@ -45,26 +43,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def poll_train_workers_often() -> None:
-    """What ``attent train`` sets for the local Ray it starts (and cluster.yaml for a cluster):
-    Ray Train's controller polls its workers every 0.25 s, not 2 s, so a run's reports after a
-    checkpoint and its teardown do not wait ~5 s; and it starts no preemption watcher (one actor
-    process fewer per run). Ray processes started after this inherit both."""
-    from attent.engine.driver import PREEMPTION_WATCHER_ENV, TRAIN_POLL_ENV, TRAIN_POLL_SECONDS
-
-    os.environ.setdefault(TRAIN_POLL_ENV, TRAIN_POLL_SECONDS)
-    os.environ.setdefault(PREEMPTION_WATCHER_ENV, "0")  # as attent's own local Ray: no spot nodes here
-
-
 def pytest_configure(config):
-    import ranks
     import tqdm
+
+    from tests.helpers import ranks
 
     refuse_ungrouped_loadgroup(config)
     tqdm.tqdm.monitor_interval = 0  # no monitor thread (above)
@@ -125,39 +107,11 @@ def ray_cluster(tmp_path_factory):
         os.environ["RAY_ADDRESS"] = old_address
 
 
-def ray_processes(temp_dir: Path) -> list:
-    """The processes of one local cluster: those started with its temp dir, and their children."""
-    import psutil
-
-    mine = []
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            if any(str(temp_dir) in part for part in proc.info["cmdline"] or ()):
-                mine += [proc, *proc.children(recursive=True)]
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return mine
-
-
-def stop_ray_processes(temp_dir: Path) -> None:
-    """Stop the Ray processes of one local cluster. Unlike `ray stop`, leaves any other Ray on
-    the machine alone (parallel sessions)."""
-    import psutil
-
-    mine = ray_processes(temp_dir)
-    for proc in mine:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(mine, timeout=30)
-
-
 @pytest.fixture(scope="session")
 def reference_runs(ray_cluster, tmp_path_factory):
-    """(name, variant) -> that reference run (``shared_runs``), trained on first use, once per
+    """(name, variant) -> that reference run (``tests.helpers.shared_runs``), trained on first use, once per
     session."""
-    import shared_runs
+    from tests.helpers import shared_runs
 
     root = tmp_path_factory.mktemp("reference")
     trained = {}
@@ -181,7 +135,7 @@ def restarted_reference(reference_runs):
 def known_sweep_store(tmp_path_factory):
     """(tracking URI, sweep parent run id, report folder) of report_store's known sweep, built once
     for the report tests; some add experiments of their own beside it."""
-    from report_store import known_sweep
+    from tests.helpers.report_store import known_sweep
 
     return known_sweep(tmp_path_factory)
 
@@ -189,7 +143,7 @@ def known_sweep_store(tmp_path_factory):
 @pytest.fixture(scope="session")
 def digits_sweeps(ray_cluster, tmp_path_factory):
     """The two small digits sweeps (``shared_runs``), run once per session on first use."""
-    import shared_runs
+    from tests.helpers import shared_runs
 
     return shared_runs.run_digits_sweeps(tmp_path_factory.mktemp("sweeps"))
 
@@ -198,7 +152,7 @@ def digits_sweeps(ray_cluster, tmp_path_factory):
 def empty_store(tmp_path_factory) -> Path:
     """A new SQLite tracking store, its tables created once per session (MLflow's migrations, ~2 s
     each time): the tests' scratch stores are copies of it. The stores whose creation is under
-    test are made by the test (``test_faults``, ``test_preflight``)."""
+    test are made by the test (tests/engine/test_faults.py, test_preflight.py)."""
     import mlflow
 
     path = tmp_path_factory.mktemp("empty-store") / "mlflow.db"
@@ -212,38 +166,6 @@ def mlflow_uri(tmp_path, empty_store) -> str:
 
     shutil.copyfile(empty_store, tmp_path / "mlflow.db")
     return f"sqlite:///{tmp_path / 'mlflow.db'}"
-
-
-@contextlib.contextmanager
-def start_tracking_server(backend_uri: str, artifacts: Path):
-    """`attent server` on 127.0.0.1 (a SQL backend, proxied artifact store) in its own process
-    group, its URL yielded once /health answers; stopped with its workers afterwards."""
-    from attent.server import app as server
-
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            str(BIN / "attent"),
-            "server",
-            "--backend-store-uri",
-            backend_uri,
-            "--artifacts-destination",
-            str(artifacts),
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        server.wait_ready(url, proc)
-        yield url
-    finally:
-        server.stop(proc)
 
 
 RAY_FIXTURES = {"ray_cluster", "reference_runs", "restarted_reference", "digits_sweeps"}

@@ -9,7 +9,8 @@ import sys
 
 import attent
 import pytest
-from conftest import REPO
+
+from tests.helpers.paths import REPO
 
 
 def _python(code: str) -> subprocess.CompletedProcess:

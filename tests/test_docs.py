@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+
+from tests.helpers.paths import REPO
 
 NEEDED = ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python")
 MISSING = [

@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+
+from tests.helpers.paths import REPO
 
 PLATFORM = REPO / "platform"
 ANALYSIS = REPO / "analysis"  # installed as attent.analysis (pyproject.toml)
@@ -265,3 +266,94 @@ def test_no_module_over_400_lines():
         if lines > MAX_LINES
     )
     assert too_long == [], f"modules over {MAX_LINES} lines: {', '.join(too_long)}"
+
+
+# --- tests/ mirrors the package -------------------------------------------------------------------
+TESTS = REPO / "tests"
+# the tests of the whole, beside the parts: the layout, the packaging and its install, the docs, the one import, one
+# spelling per concept, and the suite's own CPU meter (tests/helpers/suite_cpu.py)
+TOP_LEVEL_TESTS = {
+    "test_attent_import.py",
+    "test_docs.py",
+    "test_layout.py",
+    "test_light_install.py",
+    "test_one_spelling.py",
+    "test_packaging.py",
+    "test_suite_cpu.py",
+}
+TEST_FOLDERS = set(LEVEL) | {"system", "helpers"}  # a part's tests; the system tier; what the tests share
+DATA_FOLDERS = {"fixtures", "results"}  # the tests' input files; what the suite measured of itself
+
+
+def folders_named(*names: str) -> list[Path]:
+    return sorted(p for p in TESTS.iterdir() if p.is_dir() and p.name in names)
+
+
+def test_tests_mirror_the_package():
+    """tests/<part>/ holds the tests of the package's part of that name (tests/analysis/ the report's), tests/system/
+    the system tier, tests/helpers/ what the tests share; beside them only conftest.py and the tests of the whole.
+    Every folder of modules is a package, so that two test modules of one name (a part's and its system tier's)
+    are two modules."""
+    folders = {p.name for p in TESTS.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert sorted(folders - TEST_FOLDERS - DATA_FOLDERS) == []
+    loose = {p.name for p in TESTS.glob("*.py")} - {"__init__.py", "conftest.py"}
+    assert sorted(loose ^ TOP_LEVEL_TESTS) == []
+    packages = [TESTS, *folders_named(*TEST_FOLDERS)]
+    assert [str(p.relative_to(REPO)) for p in packages if not (p / "__init__.py").is_file()] == []
+    nested = sorted(str(p.relative_to(REPO)) for folder in packages[1:] for p in folder.iterdir() if p.is_dir())
+    assert [p for p in nested if not p.endswith("__pycache__")] == []
+
+
+def test_a_parts_folder_holds_test_modules_and_helpers_hold_none():
+    """A part's folder and the system tier's hold test modules (and a conftest.py); what two modules share is in
+    tests/helpers/, which holds no test module."""
+    stray = sorted(
+        str(p.relative_to(REPO))
+        for folder in folders_named(*TEST_FOLDERS - {"helpers"})
+        for p in folder.glob("*.py")
+        if not p.name.startswith("test_") and p.name not in ("__init__.py", "conftest.py")
+    )
+    assert stray == []
+    assert sorted(p.name for p in (TESTS / "helpers").glob("test_*.py")) == []
+
+
+def test_the_system_tier_is_its_folder():
+    """tests/system/conftest.py marks every test under it ``system``; no test elsewhere is marked so (``make test``
+    runs ``-m "not system"``)."""
+
+    def marks_system(path: Path) -> bool:
+        return any(
+            isinstance(node, ast.Attribute) and ast.unparse(node) == "pytest.mark.system"
+            for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        )
+
+    assert sorted(str(p.relative_to(REPO)) for p in TESTS.rglob("*.py") if marks_system(p)) == [
+        "tests/system/conftest.py"
+    ]
+
+
+def imported_test_modules(path: Path) -> set[str]:
+    """The test modules (``tests.<folder>.test_*``) ``path`` imports, at its top or inside a function, or names
+    as a string (``pytest.importorskip("tests.engine.test_faults")``)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("tests."):
+            names.add(node.value)
+        elif isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return {n for n in names if n.split(".")[0] == "tests" and n.split(".")[-1].startswith("test_")}
+
+
+def test_a_test_module_imports_no_test_module_of_another_part():
+    """What tests of two parts share lives in tests/helpers/ (which imports no test module); a module of the system
+    tier may import its part's module (the helpers of a split file)."""
+    crossing = sorted(
+        f"{path.relative_to(REPO)} -> {name}"
+        for path in TESTS.rglob("*.py")
+        for where in [path.relative_to(TESTS).parts[:-1]]
+        for name in imported_test_modules(path)
+        if where[:1] == ("helpers",) or (where[:1] != ("system",) and tuple(name.split(".")[1:-1]) != where)
+    )
+    assert crossing == []

@@ -22,9 +22,10 @@ from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 
 import pytest
-from conftest import REPO
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from tests.helpers.paths import REPO
 
 pytestmark = pytest.mark.timeout(900)
 PLATFORM_PACKAGES = ("ray", "mlflow")

@@ -8,7 +8,8 @@ import ast
 
 import pytest
 from attent.experiment.schema import ConfigError
-from conftest import REPO
+
+from tests.helpers.paths import REPO
 
 SHIMS = {"deprecated_arguments", "warn_renamed", "moved_names", "renamed_keys", "renamed_config_keys"}
 

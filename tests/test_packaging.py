@@ -13,9 +13,10 @@ import sys
 from importlib.metadata import packages_distributions, version
 
 import pytest
-from conftest import REPO
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from tests.helpers.paths import REPO
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
@@ -213,5 +214,5 @@ print(json.dumps(sorted({{m.partition(".")[0] for m in set(sys.modules) - before
 
 def test_no_experiment_points_outside_a_clone():
     """A user-facing experiment reads data a clone has, the hub or $ATTENT_DATA_DIR: never the
-    workplace's ../shared/ (tests reach it through conftest.SHARED)."""
+    workplace's ../shared/ (tests reach it through tests.helpers.paths.SHARED)."""
     assert [p.name for p in (REPO / "experiments").rglob("*.yaml") if "../shared" in p.read_text()] == []

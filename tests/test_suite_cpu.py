@@ -1,17 +1,14 @@
-"""tests/suite_cpu.py, the plugin that charges each test the machine-wide CPU spent while it
+"""tests/helpers/suite_cpu.py, the plugin that charges each test the machine-wide CPU spent while it
 ran, on a pytest session of its own (pytester)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 pytest_plugins = "pytester"
-TESTS = Path(__file__).resolve().parent
 
 
-def test_each_test_is_charged_at_least_its_own_cpu_and_files_are_summed(pytester, monkeypatch):
-    monkeypatch.syspath_prepend(str(TESTS))
+def test_each_test_is_charged_at_least_its_own_cpu_and_files_are_summed(pytester):
     pytester.makepyfile(
         test_work="""
         import time
@@ -26,7 +23,7 @@ def test_each_test_is_charged_at_least_its_own_cpu_and_files_are_summed(pytester
     """
     )
     out = pytester.path / "cpu.json"
-    result = pytester.runpytest("-p", "suite_cpu", f"--suite-cpu={out}", "-p", "no:cacheprovider")
+    result = pytester.runpytest("-p", "tests.helpers.suite_cpu", f"--suite-cpu={out}", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
     charged = json.loads(out.read_text())
     assert set(charged) == {"test_work.py::test_spins", "test_work.py::test_idle"}

@@ -44,8 +44,8 @@ STUDIES = {
     "faults_report": "eight faults provoked through the CLI (`benchmarks/robustness/faults_report.py`)",
     "fixed_cost": "a training run's fixed cost, phase by phase; local mode beside one Ray worker "
     "(`benchmarks/overheads/fixed_cost.py`)",
-    "gpu_tier": "notes per lent GPU node: the GPU tests and the LLM specs run there (`tests/test_gpu.py`, "
-    "`attent bench --local`; no spec or script of its own)",
+    "gpu_tier": "notes per lent GPU node: the GPU tests and the LLM specs run there (`tests/engine/test_gpu.py`, "
+    "`tests/system/test_gpu.py`, `attent bench --local`; no spec or script of its own)",
     "hf_overhead": "AtteNTTrainer's cost over Hugging Face's Trainer on one GPU "
     "(`benchmarks/overheads/hf_overhead.py`)",
     "hf_vs_engine": "one LoRA job through Trainer, AtteNTTrainer and the engine "

@@ -23,7 +23,7 @@ from .. import contract
 # The runs a view lists: all but the parents of sweeps and benchmarks (a run's page names its parent)
 PARENT_ROLES = (contract.ROLE_SWEEP, contract.ROLE_BENCHMARK, contract.ROLE_THEORY)
 RUNS_SHOWN = " and ".join(f"tags.`{contract.TAG_ROLE}` != '{role}'" for role in PARENT_ROLES)
-# MLflow 3.17's UI (its JavaScript bundle, mlflow/server/js/build; tests/test_first_look.py finds
+# MLflow 3.17's UI (its JavaScript bundle, mlflow/server/js/build; tests/cli/test_first_look.py finds
 # each of these there). The experiment's bare route redirects by the GenAI / Model training switch
 # to its GenAI overview, keeping no view, so the link names the Runs tab itself. The switch reads
 # ``workflowType`` from the query, else what the browser last clicked, else GenAI; in 3.17 it also

@@ -114,7 +114,7 @@ def log_torch_model(exported: TorchModel, **options):
         outputs=Schema([TensorSpec(output.dtype, (any_batch, *output.shape[1:]))]),
     )
     # validate_serving_input=False: MLflow would load the model back and predict on the example,
-    # seconds per run that the tests do once (tests/test_models.py).
+    # seconds per run that the tests do once (tests/engine/test_models.py).
     pytorch_flavour = mlflow_pytorch()
     return pytorch_flavour.log_model(
         module,
