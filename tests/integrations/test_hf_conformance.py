@@ -201,7 +201,7 @@ def test_built_for_evaluation_only(preset, tmp_path):
     assert torch.equal(
         torch.as_tensor(ours.predict(evaluation).predictions), torch.as_tensor(plain.predict(evaluation).predictions)
     )
-    with pytest.raises(ValueError, match="AtteNTTrainer: training requires a train_dataset") as error:
+    with pytest.raises(ValueError, match="Trainer: training requires a train_dataset") as error:
         ours.train()
     assert "\n" not in str(error.value)
     ours.train_dataset = samples()

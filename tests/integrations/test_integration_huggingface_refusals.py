@@ -27,7 +27,6 @@ REFUSED = {
     "infobatch": (dict(selection=SelectionConfig(method="infobatch")), {}, "InfoBatch"),
     "nothing to train": ({}, dict(num_train_epochs=0), "set num_train_epochs or max_steps above 0"),
     "group_by_length": ({}, dict(train_sampling_strategy="group_by_length"), "use 'random' or 'sequential'"),
-    "auto batch size": ({}, dict(auto_find_batch_size=True), "set per_device_train_batch_size"),
     "compute_loss_func": (
         dict(compute_loss_func=lambda outputs, labels, num_items_in_batch=None: outputs.loss),
         {},
@@ -73,7 +72,7 @@ def test_a_collator_that_merges_samples_is_refused_at_the_first_batch(tmp_path):
     assert "\n" not in str(error.value)
 
 
-def test_resuming_a_checkpoint_without_selection_state_or_with_other_settings_is_refused(tmp_path):
+def test_resuming_a_checkpoint_without_selection_state_is_refused_and_one_of_other_settings_replanned(tmp_path, caplog):
     Trainer(
         model=tiny_llama(),
         args=training_args(tmp_path / "plain", save_strategy="epoch", num_train_epochs=1),
@@ -106,6 +105,11 @@ def test_resuming_a_checkpoint_without_selection_state_or_with_other_settings_is
         data_collator=collate,
         selection=SelectionConfig(preset="llm"),
     )
-    with pytest.raises(ValueError, match="resume with the settings the checkpoint was trained with") as error:
+    with caplog.at_level("WARNING", logger="attent"):
         other_batch.train(resume_from_checkpoint=str(tmp_path / "b" / "checkpoint-3"))
-    assert "\n" not in str(error.value)
+    said = [r.getMessage() for r in caplog.records if r.name == "attent"]
+    assert said == [
+        "AtteNTTrainer: resuming with batch_size 8 (was 4): re-planned from epoch 0 after its 3 step(s), on the checkpoint's subsets"
+    ]
+    # the 28 samples left of epoch 0, then two epochs of the 70 % (28), in batches of 8
+    assert other_batch.state.global_step == 3 + 4 + 2 * 4

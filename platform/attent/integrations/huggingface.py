@@ -12,6 +12,9 @@ Trainer's own run, every override passing through):
 
     get_train_dataloader         the loader draws from the Selector's sampler, already this rank's
                                  shard; accelerate's device placement kept, its sharding not applied
+    _get_train_sampler           the Selector's sampler, for a subclass that builds its own loader
+                                 (checked, with its length, before the first step)
+    train                        notes the checkpoint a run resumes from (its plan is read from it)
     set_initial_training_values  the run's epochs and max_steps (what the LR schedule is sized by)
                                  from the planned subsets (huggingface_plan: num_train_epochs, whole
                                  or fractional, or max_steps)
@@ -19,14 +22,16 @@ Trainer's own run, every override passing through):
     _run_epoch                   scoring pass and re-selection before each epoch, whose length is
                                  its own subset's (Trainer assumes every epoch as long as the first)
     compute_loss                 one loss per sample, recorded as its score, weighed, reduced as
-                                 Trainer reduces
+                                 Trainer reduces; the epoch ends at its last batch
+    log                          the epoch's selection in the next row Trainer logs with a loss, an
+                                 evaluation or the run's summary: never a row of its own
     _save_checkpoint, _init_training_state   the selection's state saved per rank with each
                                  checkpoint and restored on resume_from_checkpoint
                                  (huggingface_checkpoints)
 
-and one callback of its own, whose on_epoch_end logs the epoch's selection before Trainer's
-epoch-end evaluation and save, so that the checkpoint's log history (and what Ray's
-RayTrainReportCallback reports with it) holds the epoch's selection.
+and one callback of its own, whose on_epoch_end ends an epoch a callback or max_steps stopped
+early, before Trainer's epoch-end logging, evaluation and save, so that the checkpoint's log
+history (and what Ray's RayTrainReportCallback reports with it) holds the epoch's selection.
 
 The objective: each sample's loss is the model's own loss split by sample (``huggingface_loss``:
 at the first forward the model computes its loss on the batch and the split whose total equals it
@@ -70,12 +75,13 @@ from ..selection.selector import Selector
 from .huggingface_checkpoints import STATE_FILE, SelectionCheckpoints  # noqa: F401 -- STATE_FILE: public here, beside the trainer
 from .huggingface_loss import PerSampleLossHook, Reduction, as_sums_and_counts, own_loss_split
 from .huggingface_plan import PlannedRun
-from .huggingface_settings import setting_problem
+from .huggingface_settings import loader_problem, setting_problem
 
 # The Trainer methods overridden here, as transformers 5 (read in 5.24) has them: an older Trainer
 # lacks some, and would silently skip the override.
 TRAINER_HOOKS = (
     "get_train_dataloader",
+    "_get_train_sampler",
     "set_initial_training_values",
     "_run_epoch",
     "create_scheduler",
@@ -126,6 +132,8 @@ class AtteNTTrainerMixin(PlannedRun, SelectionCheckpoints):
         self.selection_seed = self.args.seed if seed is None else seed
         self.selector: Selector | None = None  # built with the train dataloader
         self.planned_batches: list[int] = []  # this rank's batches in each epoch
+        self.resume_from: str | None = None  # the checkpoint train() resumes from
+        self._selection_logs: dict[str, float] = {}  # the latest epoch's, for the next row logged
         self.refuse_settings()
         if self.selects:
             self.add_callback(_EpochEnd(self))
@@ -144,8 +152,9 @@ class AtteNTTrainerMixin(PlannedRun, SelectionCheckpoints):
     # --- settings that would break the selection (huggingface_settings), refused in one line naming the fix
     def refuse_settings(self, training: bool = False) -> None:
         """At construction, and again as train() starts (``training``: a training set is due,
-        and the arguments may have changed since)."""
-        problem = setting_problem(self, training)
+        and the arguments may have changed since). A method that never selects is Trainer's own
+        run: nothing is refused."""
+        problem = setting_problem(self, training) if self.selects else None
         if problem:
             raise ValueError(f"{self.trainer_name}: {problem}")
 
@@ -158,22 +167,7 @@ class AtteNTTrainerMixin(PlannedRun, SelectionCheckpoints):
             return super().get_train_dataloader()
         dataset, collator = self._training_data()
         args = self.args
-        self.selection_seed = args.seed if self.seed is None else self.seed
-        self.plan_run(len(dataset))
-        self.selector = Selector(
-            dataset,
-            selection=self.selection,
-            epochs=self.run_epochs,
-            seed=self.selection_seed,
-            model=self.model,
-            loss_fn=self._scoring_losses,
-            collate_fn=collator,
-            rank=args.process_index,
-            world_size=args.world_size,
-            shuffle=args.train_sampling_strategy != "sequential",
-            nonfinite=self.nonfinite,
-        )
-        self.selector.train_batch_size = self._train_batch_size  # sizes the scoring batch
+        self._build_selector(dataset, collator)
         loader = DataLoader(
             dataset,
             batch_size=self._train_batch_size,
@@ -206,6 +200,43 @@ class AtteNTTrainerMixin(PlannedRun, SelectionCheckpoints):
             non_blocking=self.accelerator.non_blocking,
             use_stateful_dataloader=self.accelerator.use_stateful_dataloader,
         )
+
+    def _build_selector(self, dataset, collator) -> Selector:
+        """The run's plan and its Selector (with the Trainer's collator for its scoring passes)."""
+        args = self.args
+        self.selection_seed = args.seed if self.seed is None else self.seed
+        self.plan_run(len(dataset))
+        self.selector = Selector(
+            dataset,
+            selection=self.selection,
+            epochs=self.run_epochs,
+            seed=self.selection_seed,
+            model=self.model,
+            loss_fn=self._scoring_losses,
+            collate_fn=collator,
+            rank=args.process_index,
+            world_size=args.world_size,
+            shuffle=args.train_sampling_strategy != "sequential",
+            nonfinite=self.nonfinite,
+        )
+        self.selector.train_batch_size = self._train_batch_size  # sizes the scoring batch
+        return self.selector
+
+    def _get_train_sampler(self, train_dataset=None):
+        """The Selector's sampler, for a subclass's own ``get_train_dataloader`` (Trainer's builds
+        its loader around it); Trainer's own sampler where nothing is selected."""
+        if not self.selects:
+            return super()._get_train_sampler(train_dataset)
+        self.refuse_settings(training=True)
+        dataset, collator = self._training_data()
+        return self._build_selector(dataset, collator).sampler
+
+    def check_training_loader(self, loader) -> None:
+        """Refuses, in one line before the first step, a train loader (a subclass's own) that does
+        not draw this run's batches from the Selector's sampler alone."""
+        problem = loader_problem(self, loader)
+        if problem:
+            raise ValueError(f"{self.trainer_name}'s get_train_dataloader {problem}")
 
     def _training_data(self):
         """(dataset, collator) as Trainer's own training loader has them: a ``datasets.Dataset``
@@ -245,10 +276,20 @@ class AtteNTTrainerMixin(PlannedRun, SelectionCheckpoints):
         )  # ends in _EpochEnd
 
     def _end_selection_epoch(self) -> None:
-        """The epoch's end (its on_epoch_end): the scores merged and the selection logged, also
-        where a callback or max_steps stopped the epoch early (what was trained is what counts)."""
-        self.selector.end_epoch()
-        self.log(self.selection_metrics())
+        """The epoch's end, at its last batch or at on_epoch_end where a callback or max_steps
+        stopped it early (what was trained is what counts): the scores merged, the selection kept
+        for the next row Trainer logs."""
+        if self.selector.in_epoch:
+            self.selector.end_epoch()
+            self._selection_logs = self.selection_metrics()
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Trainer's, the latest epoch's selection added to the first row after it that carries a
+        loss, an evaluation or the run's summary: the log history reads as Trainer's, row for row."""
+        carries = any(key == "loss" or key.startswith("eval_") or key == "train_runtime" for key in logs)
+        if self._selection_logs and carries:
+            logs, self._selection_logs = {**logs, **self._selection_logs}, {}
+        super().log(logs, start_time)
 
     def selection_metrics(self) -> dict[str, float]:
         """The latest epoch's selection, under the names the engine logs to MLflow
@@ -285,6 +326,8 @@ class AtteNTTrainerMixin(PlannedRun, SelectionCheckpoints):
             return sums.sum() / counts.sum().clamp(min=1)
         self._check_one_sample_per_row(len(sums))
         weighted = self.selector.update(sums / counts.clamp(min=1), train_losses=sums).sum()
+        if self.selector.remaining == 0:  # the epoch's last batch: its row logged at this step carries it
+            self._end_selection_epoch()
         if self.compute_per_sample_loss is not None:  # loss_is_scaled_for_ga is False: Trainer divides
             return weighted / counts.sum().clamp(min=1)
         if num_items_in_batch is not None and self._divides_by_num_items():
@@ -320,14 +363,18 @@ class AtteNTTrainerMixin(PlannedRun, SelectionCheckpoints):
 
 
 class _EpochEnd(TrainerCallback):
-    """Ends the trainer's selection epoch at on_epoch_end, which Trainer calls just before its
-    epoch-end logging, evaluation and save."""
+    """Ends the trainer's selection epoch at on_epoch_end where its last batch did not (a callback
+    or max_steps stopped it), which Trainer calls just before its epoch-end logging, evaluation and
+    save; asks Trainer for that log row where the epoch's selection is not logged yet."""
 
     def __init__(self, trainer: AtteNTTrainerMixin):
         self.trainer = trainer
 
     def on_epoch_end(self, args, state, control, **kwargs):
         self.trainer._end_selection_epoch()
+        if self.trainer._selection_logs:  # the epoch's last step logged no row: Trainer logs one now
+            control.should_log = True
+        return control
 
 
 class AtteNTTrainer(AtteNTTrainerMixin, Trainer):

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch.distributed as dist
 from torch.utils.data import IterableDataset
 from transformers import DataCollatorWithFlattening
@@ -11,7 +13,8 @@ from transformers.trainer_utils import has_length
 
 def setting_problem(trainer, training: bool = False) -> str | None:
     """What in ``trainer``'s data, collator or TrainingArguments the selection cannot work with,
-    and how to fix it; None if nothing. A trainer may be built without a training set (to
+    and how to fix it; None if nothing (asked only of a selecting method: ``method="full"`` is
+    Trainer's own run). A trainer may be built without a training set (to
     evaluate, or given one later): ``training`` (when train() starts) requires one. What only a
     per-sample loss needs is refused only where one is computed (not for ``method="full"``
     without ``compute_per_sample_loss``, which trains on Trainer's own loss)."""
@@ -40,11 +43,6 @@ def setting_problem(trainer, training: bool = False) -> str | None:
         problem = (
             f"train_sampling_strategy={args.train_sampling_strategy!r} would replace AtteNT's sampler: "
             "use 'random' or 'sequential'"
-        )
-    elif args.auto_find_batch_size:
-        problem = (
-            "auto_find_batch_size changes the batch size mid-run, which the planned steps and the "
-            "selection state do not follow: set per_device_train_batch_size"
         )
     elif per_sample and trainer.compute_loss_func is not None:
         problem = (
@@ -76,3 +74,34 @@ def setting_problem(trainer, training: bool = False) -> str | None:
             "samples from the sampler's order: keep dataloader_in_order=True"
         )
     return problem
+
+
+def loader_problem(trainer, loader) -> str | None:
+    """What is wrong with the train loader a subclass's ``get_train_dataloader`` returned, and how
+    to fix it; None if it draws this run's batches from the Selector's sampler alone."""
+    fix = (
+        "build it with sampler=self._get_train_sampler() and this trainer's batch size, or return "
+        "super().get_train_dataloader()"
+    )
+    if trainer.selector is None or not draws_from(loader, trainer.selector.sampler):
+        return f"returns a loader that does not draw from the selection's sampler: {fix}"
+    samples, batch = len(trainer.selector.sampler), trainer._train_batch_size  # the sampler's pass as it stands
+    wanted = samples // batch if trainer.args.dataloader_drop_last else math.ceil(samples / batch)
+    if len(loader) != wanted:
+        return f"returns a loader of {len(loader)} batches where the sampler's {samples} samples make {wanted}: {fix}"
+    processes = getattr(getattr(loader, "batch_sampler", None), "num_processes", 1)
+    if processes > 1:
+        return (
+            f"shards the selection's sampler again over {processes} processes (accelerator.prepare): return "
+            "super().get_train_dataloader(), whose loader each process draws from alone"
+        )
+    return None
+
+
+def draws_from(loader, sampler, depth: int = 4) -> bool:
+    """Whether ``loader`` (a DataLoader, or accelerate's wrapper of one) draws from ``sampler``."""
+    if loader is sampler:
+        return True
+    if depth == 0 or loader is None:
+        return False
+    return any(draws_from(getattr(loader, name, None), sampler, depth - 1) for name in ("sampler", "batch_sampler"))

@@ -103,13 +103,21 @@ class RecordingSampler(SubsetSampler):
         self.cursor = 0  # how many of them have been recorded
         self.passes = 0  # times iterated, for a missing-sampler check
         # Samples of the next pass recorded before a mid-epoch checkpoint: the pass still hands out
-        # its whole order (a loader that skips batches iterates them too); recording goes on after them.
+        # its whole order (a loader that skips batches iterates them too), or with ``skip_resumed``
+        # only the rest (for a loop whose batching changed, which cannot skip whole batches);
+        # recording goes on after them.
         self.resume_at = 0
+        self.skip_resumed = False
 
     def __iter__(self) -> Iterator[int]:
-        self.order, self.cursor, self.resume_at = self._indices(), self.resume_at, 0
+        self.order, self.cursor = self._indices(), self.resume_at
+        start = self.resume_at if self.skip_resumed else 0
+        self.resume_at, self.skip_resumed = 0, False
         self.passes += 1
-        return iter(self.order.tolist())
+        return iter(self.order[start:].tolist())
+
+    def __len__(self) -> int:
+        return super().__len__() - (self.resume_at if self.skip_resumed else 0)
 
     def take(self, count: int) -> torch.Tensor:
         """The next ``count`` indices of the pass."""

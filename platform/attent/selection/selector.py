@@ -114,7 +114,7 @@ class Selector:
         self.samples_forwarded = 0  # training and scoring forwards, summed over epochs and ranks
         self._epoch_metrics: dict[str, float] = {}
         self._checksum = math.nan
-        self._in_epoch = False
+        self._in_epoch = self._skip_trained = False
         self._reset_sums()
 
     @property
@@ -128,11 +128,9 @@ class Selector:
 
     def _reset_sums(self) -> None:
         """This rank's sums over the epoch so far (device tensors once a batch is recorded)."""
-        self._loss_sum: torch.Tensor | float = 0.0
-        self._component_sums: torch.Tensor | None = None
+        self._loss_sum, self._component_sums = 0.0, None
         self._seen, self._scored, self._skipped_before = 0, 0, self.teacher.skipped
-        self._on_device: tuple[int, torch.device, torch.dtype] | None = None  # (pass, device, dtype) cached for
-        self._pass_weights = self._pass_component_weights = None
+        self._on_device = self._pass_weights = self._pass_component_weights = None  # (pass, device, dtype): the weights
 
     def loader(self, batch_size: int, **kwargs) -> DataLoader:
         """``DataLoader(dataset, batch_size, sampler=selector.sampler, **kwargs)``, with the
@@ -154,7 +152,7 @@ class Selector:
         ``indices``. After ``load_state_dict`` of a state taken inside epoch e, ``begin_epoch(e)``
         goes on where the state was taken."""
         if self._in_epoch and epoch == self.epoch:  # a state restored inside this epoch
-            self.sampler.resume_at = self.sampler.cursor
+            self.sampler.resume_at, self.sampler.skip_resumed = self.sampler.cursor, self._skip_trained
             return self.teacher.subset
         self.end_epoch()
         self._reset_sums()
@@ -317,11 +315,9 @@ class Selector:
     def step_progress(
         self, batch_size: int, drop_last: bool = False, accumulation: int = 1
     ) -> Callable[[int], Fraction]:
-        """For a step-based learning-rate schedule of ``planned_steps(...)`` steps: optimiser step
-        s -> the step at which that schedule has reached the training progress, in epochs, of s
-        steps of this run (the platform's one clock, ``attent.selection.plan``); e.g.
-        ``LambdaLR(optimizer, lambda s: schedule(float(at(s))))``. The identity where every epoch
-        trains on all data."""
+        """For a schedule of ``planned_steps(...)`` steps: step s -> the schedule's step at the
+        training progress, in epochs, of s steps of this run (``Plan.step_progress``), e.g.
+        ``LambdaLR(optimizer, lambda s: schedule(float(at(s))))``."""
         return self.plan.step_progress(self.plan.steps(self.planned_batches(batch_size, drop_last), accumulation))
 
     def metrics(self) -> dict[str, float]:
@@ -384,8 +380,11 @@ class Selector:
             "inside_epoch": inside,
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any], skip_trained: bool = False) -> None:
+        """``skip_trained``: a state taken inside an epoch resumes with a pass that leaves out the
+        samples this rank trained on before it (a loop that cannot skip those batches itself)."""
         check_state_format(state, "the selector's state")
+        self._skip_trained = skip_trained
         self.teacher.load_state_dict(state["teacher"])
         self.next_epoch = state["next_epoch"]
         self.samples_backpropagated = state["samples_backpropagated"]
