@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 
 
-def lr_factor(progress: float, schedule: str, warmup_ratio: float = 0.0) -> float:
-    """Multiplier of the base learning rate at progress in [0, 1]."""
+def lr_factor(progress: float, schedule: str, warmup_ratio: float = 0.0, floor: float = 0.0) -> float:
+    """Multiplier of the base learning rate at progress in [0, 1]; ``floor``: the share of the base
+    rate the decay ends at (min_lr / lr), as MAE's schedule decays to its min_lr."""
     if warmup_ratio > 0 and progress < warmup_ratio:
         return max(progress / warmup_ratio, 1e-3)
     if schedule == "constant":
@@ -21,7 +22,9 @@ def lr_factor(progress: float, schedule: str, warmup_ratio: float = 0.0) -> floa
     rest = (progress - warmup_ratio) / max(1.0 - warmup_ratio, 1e-12)
     rest = min(max(rest, 0.0), 1.0)
     if schedule == "cosine":
-        return 0.5 * (1.0 + math.cos(math.pi * rest))
-    if schedule == "linear":
-        return 1.0 - rest
-    raise ValueError(f"unknown learning-rate schedule {schedule!r}")
+        decayed = 0.5 * (1.0 + math.cos(math.pi * rest))
+    elif schedule == "linear":
+        decayed = 1.0 - rest
+    else:
+        raise ValueError(f"unknown learning-rate schedule {schedule!r}")
+    return floor + (1.0 - floor) * decayed if floor else decayed

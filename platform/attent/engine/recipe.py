@@ -54,10 +54,16 @@ class WorkerContext:
 
 
 def resolve_optimizer(spec: OptimizerSpec, cfg: ExperimentConfig) -> OptimizerSpec:
-    """The task's defaults with every ``train:`` field the user set on top."""
+    """The task's defaults with every ``train:`` field the user set on top; ``base_lr`` scaled by
+    the global batch / 256 (MAE's convention)."""
     train = cfg.train
+    lr = train.lr
+    if train.base_lr is not None:
+        global_batch = train.global_batch_size or train.batch_size * max(1, cfg.ray.num_workers)
+        lr = train.base_lr * global_batch / 256
     chosen = {
-        "lr": train.lr,
+        "lr": lr,
+        "min_lr": train.min_lr if "min_lr" in train.model_fields_set else None,
         "weight_decay": train.weight_decay,
         "betas": train.betas,
         "schedule": train.schedule,
@@ -202,7 +208,9 @@ class TrainingRecipe:
                 with contextlib.nullcontext() if last or not ctx.distributed else self.model.no_sync():
                     (losses.sum() / in_window).backward()
             progress = selector.plan.progress(epoch, step / steps)
-            factor = lr_factor(progress, self.optim.schedule, self.optim.warmup_ratio)
+            factor = lr_factor(
+                progress, self.optim.schedule, self.optim.warmup_ratio, self.optim.min_lr / self.optim.lr
+            )
             for group in self.optimizer.param_groups:  # lr_scale: e.g. layer-wise lr decay
                 group["lr"] = self.optim.lr * factor * group.get("lr_scale", 1.0)
             if cfg.train.grad_clip:

@@ -38,7 +38,11 @@ class TrainConfig(BaseModel):
     epochs: int = Field(..., ge=1)  # passes over the (selected) data
     batch_size: int = Field(64, ge=1)  # per worker, per micro-step
     global_batch_size: int | None = Field(None, ge=1)  # reached by gradient accumulation across workers
-    lr: float | None = Field(None, gt=0)  # None: the task's default
+    lr: float | None = Field(None, gt=0)  # None: the task's default (or from base_lr)
+    # MAE's convention: lr = base_lr x global batch / 256 (the global batch: global_batch_size, else
+    # batch_size x workers); give lr or base_lr, not both
+    base_lr: float | None = Field(None, gt=0)
+    min_lr: float = Field(0.0, ge=0)  # the floor the cosine or linear schedule decays to
     weight_decay: float | None = Field(None, ge=0)  # None: the task's default (not on norms, biases, embeddings)
     betas: tuple[float, float] | None = None  # AdamW betas; None: the task's default
     schedule: Literal["cosine", "linear", "constant"] | None = None  # over epochs of progress
@@ -52,6 +56,15 @@ class TrainConfig(BaseModel):
     # start the model from these weights: a logged model (models:/<model_id>, models:/<name>/<version>,
     # runs:/<run_id>/model) or a Ray checkpoint folder of a run of the same task and shape; None: fresh
     init_weights: str | None = None
+    compile: bool = False  # torch.compile the model (changes kernels, so numerics: opt-in)
+    fused_optimizer: bool | None = None  # fused AdamW; None: on CUDA
+    tf32: bool = False  # TF32 matmuls for fp32 on GPUs that have them (changes numerics: opt-in)
+
+    @model_validator(mode="after")
+    def _one_learning_rate(self) -> TrainConfig:
+        if self.lr is not None and self.base_lr is not None:
+            raise ValueError("train: set lr (absolute) or base_lr (per 256 samples of the global batch), not both")
+        return self
 
 
 class RayConfig(BaseModel):

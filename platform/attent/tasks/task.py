@@ -33,6 +33,7 @@ class OptimizerSpec:
     eps: float = 1e-8
     schedule: Literal["cosine", "linear", "constant"] = "cosine"  # over training progress
     warmup_ratio: float = 0.0  # share of training progress
+    min_lr: float = 0.0  # the floor the schedule decays to
     global_batch_size: int | None = None  # reached by gradient accumulation; None: none
 
 
