@@ -75,7 +75,7 @@ def load_histories(client: MlflowClient, run_ids: list[str], keys: list[str]) ->
     return pd.DataFrame(rows, columns=["run_id", "key", "step", "value"])
 
 
-# Downstream jobs in the order the paper's pretraining tables (3, 5, 6) report them; other jobs
+# Downstream jobs in the order the paper's pretraining tables (3, 7, 8) report them; other jobs
 # follow by name.
 DOWNSTREAM_JOB_ORDER = ("classification", "semseg", "depth")
 

@@ -138,7 +138,7 @@ def redraw_groups(intervals: list[str]) -> list[list[str]]:
 
 
 def ratio_table(runs: pd.DataFrame, name: str = "ratio") -> Table:
-    """Table 5: fixed sample ratios 100 % (full data), 90 %, ..., 40 %."""
+    """Table 7: fixed sample ratios 100 % (full data), 90 %, ..., 40 %."""
     headers = ["Sample ratio", "Strategy", "Interval schedule"]
     fixed = runs[runs[METHOD].eq(contract.METHOD_ATTENT) & runs[RATIO_KIND].eq("fixed")]
     baseline: Row = (f"100% ({BASELINE_NAME.lower()})", MISSING, MISSING)
@@ -173,7 +173,7 @@ def random_strategy(runs: pd.DataFrame) -> pd.Series:
 
 
 def comparison_table(runs: pd.DataFrame, name: str = "comparison") -> Table:
-    """Table 6: AtteNT vs the other sample-selection and reweighting methods."""
+    """Table 8: AtteNT vs the other sample-selection and reweighting methods."""
     runs = runs.assign(**{METHOD: runs[METHOD].mask(random_strategy(runs), RANDOM_SUBSET)})
     keyed = runs.assign(Method=method_names(runs))
     rows: list[Row] = []

@@ -23,7 +23,7 @@ from tests.helpers.report_store import cost_metrics, log_run, new_experiment
 
 
 def test_fixed_ratio_runs_build_the_sample_ratio_table(known_sweep_store, tmp_path):
-    """Table 5 from what the engine logs (params selection.ratio.kind/start)."""
+    """Table 7 (sample ratios) from what the engine logs (params selection.ratio.kind/start)."""
     client, experiment_id = new_experiment(known_sweep_store, "fixed-ratios")
     log_run(
         client,

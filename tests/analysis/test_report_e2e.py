@@ -1,7 +1,7 @@
 """End to end: the two small digits sweeps (``shared_runs``: Ray Tune + Train on the session's
 Ray cluster, MLflow in SQLite), then ``attent.analysis.paper_tables.report.build_report`` on what they logged.
 
-Fixed sample ratios 80 and 50 % plus full data (the paper's Table 5); and the ablation (Table 3):
+Fixed sample ratios 80 and 50 % plus full data (the paper's Table 7); and the ablation (Table 3):
 full data, the incremental ratio schedule at two soft-selection temperatures (they share a label
 and must not be averaged together) and the cosine schedule. What the tables need from the
 engine is the MLflow contract (``attent.contract``): if the engine does not log one of its names,

@@ -51,7 +51,8 @@ DIGITS = {
         "model": {"preset": "vit_tiny_cpu", "patch_size": 2},
     },
     "train": {"epochs": 4, "batch_size": 32},
-    "ray": {"num_workers": 2},
+    # a checkpoint after every epoch: the restarted variant and the fault tests resume from one
+    "ray": {"num_workers": 2, "checkpoint_every": 1},
 }
 REFERENCE_RUNS: dict[str, dict[str, Any]] = {
     "digits-soft": deep_merge(DIGITS, {"selection": {"preset": "vit"}}),
@@ -316,7 +317,8 @@ def digits_run(root: Path, uri: str, name: str, *, experiment: str, **sections: 
         },
         "train": {"epochs": 3, "batch_size": 64},
         "selection": {"preset": "vit"},
-        "ray": {"num_workers": 0, "storage_path": str(root / "ray_results")},
+        # a checkpoint after every epoch: the fault and resume tests restart from one
+        "ray": {"num_workers": 0, "storage_path": str(root / "ray_results"), "checkpoint_every": 1},
         "mlflow": {"tracking_uri": uri, "experiment": experiment},
     }
     return build_experiment(deep_merge(base, sections))

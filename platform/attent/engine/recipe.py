@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import itertools
 import math
+import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -81,6 +82,7 @@ class TrainingRecipe:
         self.cfg, self.ctx = cfg, ctx
         self.counters = RunCounters()
         self.setup_seconds: dict[str, float] = {}  # the set-up's parts (contract.SETUP_PARTS)
+        self.checkpointed_at = time.monotonic()  # rank 0's clock of ray.checkpoint_minutes
 
     # --- setup --------------------------------------------------------------------------------
     def setup(self, wrap_model=lambda model: model) -> None:
@@ -105,7 +107,16 @@ class TrainingRecipe:
         groups = self.task.parameter_groups(self.raw_model, self.optim.weight_decay)
         # Gathered once, not per step: a walk of the LoRA model takes 2 ms, ~1 % of an H100 step
         self.trainable = self.task.trainable_parameters(self.raw_model)
-        self.optimizer = torch.optim.AdamW(groups, lr=self.optim.lr, betas=self.optim.betas, eps=self.optim.eps)
+        on_gpu = ctx.device.type == "cuda"
+        fused = cfg.train.fused_optimizer if cfg.train.fused_optimizer is not None else on_gpu
+        self.optimizer = torch.optim.AdamW(
+            groups, lr=self.optim.lr, betas=self.optim.betas, eps=self.optim.eps, fused=fused or None
+        )
+        if cfg.train.tf32 and on_gpu:  # opt-in: TF32 matmuls round fp32 inputs to 10 bits of mantissa
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        if cfg.train.compile:  # the training forward; the scoring pass and evaluation stay eager
+            self.model = torch.compile(self.model)
+        workers = loader_workers(cfg, ctx)
         self.selector = Selector(
             self.train_set,
             selection=cfg.selection,
@@ -116,13 +127,16 @@ class TrainingRecipe:
             collate_fn=self.task.collate,
             score_dataset=self.task.scoring_dataset(),
             score_batch_size=cfg.train.scoring_batch_size,  # None: sized from the training batch
-            score_num_workers=cfg.train.loader_workers,
+            score_num_workers=workers,
             groups=self.task.group_labels(),
             components=self.task.loss_components,
             rank=ctx.rank,
             world_size=ctx.world_size,
         )
-        self.loader = self.selector.loader(cfg.train.batch_size, num_workers=cfg.train.loader_workers)
+        # pinned batches copy to the GPU asynchronously; persistent workers start once, not per epoch
+        self.loader = self.selector.loader(
+            cfg.train.batch_size, num_workers=workers, pin_memory=on_gpu, persistent_workers=workers > 0
+        )
         self.antk = antk.tracker_for(
             cfg, self.task, self.raw_model, ctx.rank, ctx.device
         )  # None unless antk.enabled, rank 0
@@ -200,17 +214,18 @@ class TrainingRecipe:
             # shards (the sampler pads), so DDP's average over ranks makes it the mean over all.
             in_window = sum(len(batch["index"]) for batch in window)
             for position, batch in enumerate(window):
-                batch = to_device(batch, ctx.device)
-                with self.amp():
-                    losses = self.task.per_sample_loss(self.model, batch)  # [B], or [B, C] components
-                losses = selector.update(losses)  # recorded as scores; components and loss weights applied
-                last = position == len(window) - 1  # DDP all-reduces the gradients there only
+                # DDP all-reduces the gradients at the window's last micro-batch only: the forward
+                # too must run inside no_sync, where DDP decides whether the backward syncs
+                last = position == len(window) - 1
                 with contextlib.nullcontext() if last or not ctx.distributed else self.model.no_sync():
+                    batch = to_device(batch, ctx.device)
+                    with self.amp():
+                        losses = self.task.per_sample_loss(self.model, batch)  # [B], or [B, C] components
+                    losses = selector.update(losses)  # recorded as scores; components and loss weights applied
                     (losses.sum() / in_window).backward()
             progress = selector.plan.progress(epoch, step / steps)
-            factor = lr_factor(
-                progress, self.optim.schedule, self.optim.warmup_ratio, self.optim.min_lr / self.optim.lr
-            )
+            floor = self.optim.min_lr / self.optim.lr if self.optim.lr else 0.0  # lr 0: tests that freeze weights
+            factor = lr_factor(progress, self.optim.schedule, self.optim.warmup_ratio, floor)
             for group in self.optimizer.param_groups:  # lr_scale: e.g. layer-wise lr decay
                 group["lr"] = self.optim.lr * factor * group.get("lr_scale", 1.0)
             if cfg.train.grad_clip:
@@ -293,6 +308,14 @@ def format_row(row: dict[str, float], epochs: int) -> str:
         f"(train {row[contract.time_metric('train')]:.1f}s, scoring {row[contract.time_metric('scoring')]:.1f}s), "
         f"eval {row[contract.time_metric('eval')]:.1f}s"
     )
+
+
+def loader_workers(cfg: ExperimentConfig, ctx: WorkerContext) -> int:
+    """``train.loader_workers``, else on a GPU the CPUs Ray gives the worker but one (the training
+    process's), on the CPU none."""
+    if cfg.train.loader_workers is not None:
+        return cfg.train.loader_workers
+    return max(0, int(cfg.ray.cpus_per_worker) - 1) if ctx.device.type == "cuda" else 0
 
 
 def to_device(batch: Batch, device: torch.device) -> Batch:

@@ -192,12 +192,15 @@ def report(
     on_epoch: Callable[[dict], None] | None = None,
 ) -> None:
     """Report the epoch through Ray Train (a barrier: every rank reports), with a checkpoint
-    every ``ray.checkpoint_every`` epochs and after the last one. The last report carries the
+    every ``ray.checkpoint_every`` epochs (else once ``ray.checkpoint_minutes`` have passed since
+    the last one, as rank 0 counts them) and after the last one. The last report carries the
     time the epochs ended, from which the driver measures the run's teardown. In local mode
     (``local_storage``: the run's filesystem and folder) the checkpoint is persisted here."""
     cfg = recipe.cfg
     last = epoch + 1 == cfg.train.epochs
-    due = last or (epoch + 1) % cfg.ray.checkpoint_every == 0
+    every, minutes = cfg.ray.checkpoint_every, cfg.ray.checkpoint_minutes
+    since = time.monotonic() - recipe.checkpointed_at
+    due = last or ((epoch + 1) % every == 0 if every else since >= 60 * minutes)
     with recipe.counters.timed("checkpoint"):
         saved = checkpoint.save(recipe.state_dict()) if recipe.ctx.rank == 0 and due else None
         metrics = {k: v for k, v in row.items() if v == v}
@@ -209,6 +212,7 @@ def report(
         train_report(metrics, checkpoint=ray.train.Checkpoint.from_directory(saved.name) if handed else None)
         if saved:
             saved.cleanup()
+            recipe.checkpointed_at = time.monotonic()
     if on_epoch is not None:
         on_epoch(metrics)
 

@@ -52,7 +52,9 @@ class TrainConfig(BaseModel):
     scoring_batch_size: int | None = Field(None, ge=1)  # re-scoring pass; None: 2 x batch_size (4 x on GPU)
     scoring_precision: Literal["fp32", "bf16"] | None = None  # re-scoring pass; None: `precision`
     eval_every: int = Field(1, ge=1)  # evaluate every n epochs (and at the end)
-    loader_workers: int = Field(0, ge=0)  # DataLoader worker processes per Ray worker
+    # DataLoader worker processes per Ray worker; None: on a GPU the worker's CPUs but one
+    # (ray.cpus_per_worker - 1), on the CPU none (they would compete with training for its cores)
+    loader_workers: int | None = Field(None, ge=0)
     # start the model from these weights: a logged model (models:/<model_id>, models:/<name>/<version>,
     # runs:/<run_id>/model) or a Ray checkpoint folder of a run of the same task and shape; None: fresh
     init_weights: str | None = None
@@ -77,7 +79,11 @@ class RayConfig(BaseModel):
     storage_path: str = "ray_results"  # checkpoints; a run resumes from <storage_path>/<name>
     max_failures: int = Field(1, ge=-1)  # worker-group restarts from the latest checkpoint
     checkpoints_to_keep: int = Field(2, ge=1)
-    checkpoint_every: int = Field(1, ge=1)  # epochs between checkpoints (the last epoch always saves)
+    # epochs between checkpoints (the last epoch always saves); None: at the first epoch end
+    # checkpoint_minutes after the last checkpoint (or the start): a long run saves every few
+    # minutes, not after each of its 800 epochs, a short one at its end
+    checkpoint_every: int | None = Field(None, ge=1)
+    checkpoint_minutes: float = Field(10.0, gt=0)
     # how Ray places the workers: PACK fills a node first; SPREAD/STRICT_SPREAD put them on different nodes
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
 

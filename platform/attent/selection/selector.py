@@ -35,6 +35,7 @@ from .config import SelectionConfig
 from .distributed import agreed_checksum, all_reduce_sums
 from .plan import Plan
 from .sampler import RecordingSampler, shard_indices
+from .scoring_pass import ScoringLoader
 from .teacher import STATE_FORMAT, ScoreFn, Teacher, check_state_format
 
 # Scoring batch = this x the training batch, per device type. Scoring keeps no activations for a
@@ -96,6 +97,7 @@ class Selector:
         self.components = tuple(components)
         self.train_batch_size: int | None = None  # loader()'s, which sizes the scoring batch
         self.score_dataset = dataset if score_dataset is None else score_dataset
+        self._scoring_loader = ScoringLoader(self.score_dataset, collate_fn, score_num_workers)
         if len(self.score_dataset) != len(dataset):
             raise ValueError(
                 f"score_dataset has {len(self.score_dataset)} items, the training set {len(dataset)}: "
@@ -270,19 +272,12 @@ class Selector:
         under inference mode (no autograd bookkeeping) and in eval mode (dropout off), the
         model's mode restored after."""
         shard = shard_indices(indices, self.rank, self.world_size, shuffle=False)
-        batch_size = self.scoring_batch_size()
-        loader = DataLoader(
-            self.score_dataset,
-            batch_size=batch_size,
-            sampler=shard.tolist(),
-            collate_fn=self.collate_fn,
-            num_workers=self.score_num_workers,
-        )
+        on_gpu = next(self.model.parameters()).device.type == "cuda"
         was_training = self.model.training
         self.model.eval()
         try:
             with torch.inference_mode():
-                for batch_indices, batch in zip(shard.split(batch_size), loader):
+                for batch_indices, batch in self._scoring_loader.batches(shard, self.scoring_batch_size(), on_gpu):
                     losses = self.loss_fn(self.model, batch)
                     self._scored += losses.shape[0]
                     yield batch_indices, losses

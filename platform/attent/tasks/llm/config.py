@@ -78,7 +78,8 @@ class LLMTaskConfig(TaskConfig):
     # bf16/fp16 weights); "off" or no such kernel: the chunked loss
     # (YAML reads a bare `off`, in a file or `task.fused_loss=off`, as false: taken as "off")
     fused_loss: Annotated[Literal["auto", "off"], BeforeValidator(lambda v: "off" if v is False else v)] = "auto"
-    # metamathqa | codefeedback | wizardlm | gsm8k | mbpp, or a local .jsonl/.json/.parquet file
+    # metamathqa | codefeedback | wizardlm (Evol-Instruct 70k) | wizardlm_evol_instruct_196k (the
+    # paper's: Evol-Instruct V2) | gsm8k | mbpp, or a local .jsonl/.json/.parquet file
     dataset: str = "gsm8k"
     # offline mirror of named datasets and evaluation suites (<dir>/gsm8k/train.jsonl ...);
     # None = $ATTENT_DATA_DIR; files missing there come from the HF hub

@@ -143,6 +143,19 @@ SOURCES: dict[str, DataSource] = {
         _wizardlm_example,
         keep=_wizardlm_keep,
     ),
+    # The paper's dialogue set, WizardLM/evol_instruct_196k: WizardLM's Evol-Instruct V2, now
+    # WizardLMTeam/WizardLM_evol_instruct_V2_196k. The hub holds its 143k evolved conversations
+    # (ShareGPT-style rows); its card leaves merging the original ShareGPT conversations (about
+    # 196k rows in all) to the user, for their licence: a merged file at
+    # <data_dir>/wizardlm_evol_instruct_196k/train.{jsonl,json,parquet} is read instead.
+    "wizardlm_evol_instruct_196k": DataSource(
+        "WizardLMTeam/WizardLM_evol_instruct_V2_196k",
+        None,
+        ("train",),
+        "wizardlm_evol_instruct_196k/train",
+        _wizardlm_example,
+        keep=_wizardlm_keep,
+    ),
     "gsm8k": DataSource(
         "openai/gsm8k",
         "main",

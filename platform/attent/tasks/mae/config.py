@@ -22,6 +22,9 @@ from attent.tasks.vit import PRESETS
 
 Modality = Literal["rgb", "depth", "semseg"]
 Target = Literal["classification", "semseg", "depth"]
+# a downstream job's training augmentation (attent.tasks.mae.augment): the pretraining's crop and
+# flip, large scale jittering (the paper's for NYUv2), or the crop then RandAugment (ImageNet-S50)
+Augmentation = Literal["crop", "lsj", "rand_augment"]
 MLFLOW_ARTIFACT_SCHEMES = ("runs:/", "models:/", "mlflow-artifacts:/")
 
 
@@ -171,7 +174,10 @@ class MaskedPretrainingConfig(MultiModalDataConfig):
         inherited = self.model_dump(
             include={"data_path", "img_size", "num_semseg_classes", "split_seed", "cache", "eval_batch_size", "model"}
         )
-        return {**inherited, "name": "mae_downstream", "pretrained": pretrained, **job}
+        task = {**inherited, "name": "mae_downstream", "pretrained": pretrained, **job}
+        if isinstance(job.get("model"), dict):  # the job's model fields (e.g. drop_path_rate) on the encoder's
+            task["model"] = {**inherited["model"], **job["model"]}
+        return task
 
 
 class MAETaskConfig(MaskedPretrainingConfig):
@@ -229,6 +235,10 @@ class DownstreamTaskConfig(MultiModalDataConfig):
     # a weights file or a Ray checkpoint directory; None: random initialisation (the from-scratch reference)
     layer_decay: float = Field(0.75, gt=0, le=1)  # finetune: lr x decay^(depth - layer) per block
     head_hidden: int | None = Field(None, gt=0)  # dense heads: a hidden 3x3 conv of this width; None: linear
+    # training augmentation: crop (the pretraining's random resized crop + flip), lsj (large scale
+    # jittering, scale 0.1-2: the paper's for NYUv2 semseg and depth) or rand_augment (the crop, then
+    # RandAugment 2 ops at magnitude 9 on RGB: the paper's Rand(9, 0.5) for ImageNet-S50)
+    augmentation: Augmentation = "crop"
 
     def modalities_needed(self) -> tuple[str, ...]:
         return ("rgb",) if self.target == "classification" else ("rgb", self.target)

@@ -8,15 +8,25 @@ score table on it), so subsets are new datasets (``select``), not ``torch.utils.
 
 Every file is first brought to S x S (shorter side resized to S, centre crop; rgb bilinear with
 antialias, depth and semseg nearest); training items then get MultiMAE's augmentation, the same
-random resized crop and horizontal flip on every modality. Small splits are decoded once into
-uint8 / uint16 tensors; large ones are decoded per item.
+random resized crop and horizontal flip on every modality. Where the data has a decoded cache
+(``attent data cache``: every sample at S x S in memory-mapped uint8 / uint16 arrays, see
+``attent.tasks.cache``) the items are read from it; else small splits are decoded once into
+memory and large ones per item.
+
+Datasets with ``integers`` (the training and scoring sets a task hands the engine) yield the
+stored integers instead: rgb uint8 [3,S,S], depth uint16 [1,S,S] (depth units), semseg uint8
+[S,S], a quarter of the bytes; ``to_model_inputs`` makes the float inputs from them on whatever
+device the batch is on, the same values as the float items (the same operations on the same
+integers).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +38,7 @@ from torch.utils.data import Dataset
 from torchvision.transforms import InterpolationMode, RandomResizedCrop
 
 from attent.contract import DATASET_EVAL, DATASET_TRAIN, DATASET_VALIDATION, DatasetDescription
+from attent.tasks import cache as decoded
 from attent.tasks.config import DataError, unreadable
 from attent.tasks.mae.files import MODALITIES, SPLITS, read_metadata, scan_root
 from attent.tasks.task import stratified_holdout, stratified_subset
@@ -35,8 +46,9 @@ from attent.tasks.task import stratified_holdout, stratified_subset
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 IGNORE_INDEX = 255  # semseg id of pixels without a label
-CROP_SCALE, CROP_RATIO = (0.5, 1.0), (3 / 4, 4 / 3)  # MultiMAE's random resized crop
-CACHE_LIMIT_BYTES = 200 * 2**20  # cache=None decodes a split up front below this decoded size
+CROP_SCALE, CROP_RATIO = (0.2, 1.0), (3 / 4, 4 / 3)  # the paper's and the released code's (MAE's) crop
+CACHE_LIMIT_BYTES = 200 * 2**20  # without a decoded cache, cache=None decodes a split up front below this size
+CACHE_KIND = "multimodal"  # index.json's kind of a decoded cache of this layout
 BYTES_PER_PIXEL = {"rgb": 3, "depth": 2, "semseg": 1}  # decoded and stored at img_size
 INTERPOLATION = {
     "rgb": InterpolationMode.BILINEAR,
@@ -102,6 +114,80 @@ def decode_all(paths: list[dict[str, Path]], fmt: Format) -> dict[str, torch.Ten
     return {m: torch.stack([decode(p[m], m, fmt) for p in paths]) for m in fmt.modalities}
 
 
+def stored_rows(img_size: int, modalities: tuple[str, ...]) -> dict[str, tuple[tuple[int, ...], str]]:
+    """A decoded cache's row per modality: rgb uint8 [S, S, 3] (as decoded: channels last, the
+    layout the uint8 crop is fastest on), depth uint16 [S, S], semseg uint8 [S, S]."""
+    shapes = {"rgb": ((img_size, img_size, 3), "uint8"), "depth": ((img_size, img_size), "uint16")}
+    return {m: shapes.get(m, ((img_size, img_size), "uint8")) for m in modalities}
+
+
+def decode_row(paths: list[dict[str, Path]], fmt: Format, i: int) -> dict[str, np.ndarray]:
+    """Sample i decoded as ``decode`` does, in the cache's row layout (``stored_rows``)."""
+    rows = {}
+    for m in fmt.modalities:
+        t = decode(paths[i][m], m, fmt)
+        rows[m] = (t.permute(1, 2, 0) if m == "rgb" else t[0]).numpy()
+    return rows
+
+
+class MemoryStore:
+    """Decoded images held in memory: {modality: [N, C, S, S]} (``decode_all``)."""
+
+    def __init__(self, images: dict[str, torch.Tensor]):
+        self.images = images
+
+    def image(self, modality: str, row: int) -> torch.Tensor:
+        return self.images[modality][row]
+
+
+class DiskStore:
+    """A decoded cache's arrays of one split, memory-mapped (``attent.tasks.cache``); rows come
+    out as ``decode`` gives them ([C, S, S]; rgb a channels-last view of its [S, S, 3] row)."""
+
+    def __init__(self, arrays: dict[str, decoded.MappedArray], folder: Path):
+        self.arrays, self.folder = arrays, folder
+
+    def image(self, modality: str, row: int) -> torch.Tensor:
+        t = torch.from_numpy(self.arrays[modality].row(row))
+        return t.permute(2, 0, 1) if modality == "rgb" else t[None]
+
+
+Store = MemoryStore | DiskStore
+
+
+# --- model inputs ---------------------------------------------------------------------------
+
+_STATS: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _stats(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """ImageNet's mean and std as [3, 1, 1] float32 on a device (made once per device)."""
+    if device not in _STATS:
+        _STATS[device] = (
+            torch.tensor(IMAGENET_MEAN, device=device).view(3, 1, 1),
+            torch.tensor(IMAGENET_STD, device=device).view(3, 1, 1),
+        )
+    return _STATS[device]
+
+
+def to_model_inputs(batch: dict[str, Any], depth_unit_m: float) -> dict[str, Any]:
+    """Stored integers -> model inputs, for an item or a batch, on the device they are on: rgb
+    uint8 -> (x / 255 - mean) / std, depth uint16 -> float metres (0 stays 0: invalid),
+    semseg uint8 -> long. Float (already prepared) values pass as they are."""
+    out = dict(batch)
+    rgb = batch.get("rgb")
+    if rgb is not None and rgb.dtype == torch.uint8:
+        mean, std = _stats(rgb.device)
+        out["rgb"] = ((rgb.float() / 255 - mean) / std).contiguous()
+    depth = batch.get("depth")
+    if depth is not None and not depth.is_floating_point():
+        out["depth"] = depth.float() * depth_unit_m
+    semseg = batch.get("semseg")
+    if semseg is not None and semseg.dtype != torch.long:
+        out["semseg"] = semseg.long()
+    return out
+
+
 def augment_images(images: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """MultiMAE's training augmentation, identical on every modality: a random resized crop
     (scale 0.5-1, aspect 3/4-4/3; nearest for depth and semseg) and a horizontal flip.
@@ -130,21 +216,23 @@ class MultiModalDataset(Dataset):
         fmt: Format,
         *,
         augment: bool = False,
-        cache: dict[str, torch.Tensor] | None = None,
+        store: Store | None = None,
+        rows: torch.Tensor | None = None,
+        integers: bool = False,
     ):
-        assert len(paths) == len(labels) and all(len(c) == len(paths) for c in (cache or {}).values())
         self.paths, self.labels, self.fmt = paths, labels.long(), fmt
-        self.augment, self.cache = augment, cache
-        self._mean = torch.tensor(IMAGENET_MEAN).view(3, 1, 1)
-        self._std = torch.tensor(IMAGENET_STD).view(3, 1, 1)
+        self.rows = torch.arange(len(paths)) if rows is None else torch.as_tensor(rows, dtype=torch.long)
+        assert len(paths) == len(self.labels) == len(self.rows)
+        self.augment, self.store, self.integers = augment, store, integers
 
     def __len__(self) -> int:
         return len(self.labels)
 
     def images(self, i: int) -> dict[str, torch.Tensor]:
         """Sample i at img_size in stored dtypes (uint8 rgb / semseg, uint16 depth), unaugmented."""
-        if self.cache is not None:
-            return {m: self.cache[m][i] for m in self.fmt.modalities}
+        if self.store is not None:
+            row = int(self.rows[i])
+            return {m: self.store.image(m, row) for m in self.fmt.modalities}
         return {m: decode(self.paths[i][m], m, self.fmt) for m in self.fmt.modalities}
 
     def __getitem__(self, i: int) -> dict[str, Any]:
@@ -152,25 +240,37 @@ class MultiModalDataset(Dataset):
         if self.augment:
             images = augment_images(images)
         item: dict[str, Any] = {"index": i, "label": int(self.labels[i])}
-        if "rgb" in images:
-            item["rgb"] = (images["rgb"].float() / 255 - self._mean) / self._std
-        if "depth" in images:
-            item["depth"] = images["depth"].float() * self.fmt.depth_unit_m  # 0 stays 0: invalid
-        if "semseg" in images:
-            item["semseg"] = images["semseg"][0].long()
-        return item
+        for m in ("rgb", "depth", "semseg"):  # the batch's key order, whatever the modalities' order
+            if m in images:
+                item[m] = images[m][0] if m == "semseg" else images[m]
+        return item if self.integers else to_model_inputs(item, self.fmt.depth_unit_m)
+
+    def _like(self, **changes: Any) -> MultiModalDataset:
+        kept = {
+            "paths": self.paths,
+            "labels": self.labels,
+            "fmt": self.fmt,
+            "augment": self.augment,
+            "store": self.store,
+            "rows": self.rows,
+            "integers": self.integers,
+        }
+        kept.update(changes)
+        return MultiModalDataset(kept.pop("paths"), kept.pop("labels"), kept.pop("fmt"), **kept)
 
     def select(self, indices: torch.Tensor) -> MultiModalDataset:
-        """A new dataset of these samples, re-indexed from 0 (cache and augmentation kept)."""
+        """A new dataset of these samples, re-indexed from 0 (store, augmentation and item
+        kind kept; the stored images are not copied)."""
         idx = torch.as_tensor(indices, dtype=torch.long)
-        cache = None if self.cache is None else {m: t[idx] for m, t in self.cache.items()}
-        return MultiModalDataset(
-            [self.paths[i] for i in idx.tolist()], self.labels[idx], self.fmt, augment=self.augment, cache=cache
-        )
+        return self._like(paths=[self.paths[i] for i in idx.tolist()], labels=self.labels[idx], rows=self.rows[idx])
 
     def without_augmentation(self) -> MultiModalDataset:
         """The same files in the same order, without random transforms (deterministic scoring)."""
-        return MultiModalDataset(self.paths, self.labels, self.fmt, augment=False, cache=self.cache)
+        return self._like(augment=False)
+
+    def with_integers(self, integers: bool = True) -> MultiModalDataset:
+        """The same samples yielding the stored integers (``integers``) or the model's floats."""
+        return self._like(integers=integers)
 
 
 @dataclass(frozen=True)
@@ -210,12 +310,22 @@ class MultiModalSplits:
         return replace(self, train=train, test=test, val=val)
 
 
+def stack(values: list[torch.Tensor]) -> torch.Tensor:
+    """torch.stack, in the items' own memory order: channels-last [C, H, W] views (rows of a
+    decoded cache) stack into a channels-last batch with one plain copy, not a strided one."""
+    first = values[0]
+    if first.ndim == 3 and not first.is_contiguous() and first.permute(1, 2, 0).is_contiguous():
+        if all(v.stride() == first.stride() for v in values):
+            return torch.stack([v.permute(1, 2, 0) for v in values]).permute(0, 3, 1, 2)
+    return torch.stack(values)
+
+
 def collate(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
     """Items -> a batch: each key stacked; "index" and "label" as LongTensor[B]."""
     batch = {}
     for key in items[0]:
         values = [item[key] for item in items]
-        batch[key] = torch.tensor(values, dtype=torch.long) if key in ("index", "label") else torch.stack(values)
+        batch[key] = torch.tensor(values, dtype=torch.long) if key in ("index", "label") else stack(values)
     return batch
 
 
@@ -257,6 +367,29 @@ def _semseg_names(meta: dict, num_semseg_classes: int | None, modalities, root: 
     return [str(i) for i in range(num_semseg_classes)]
 
 
+def sample_keys(found: list[dict[str, str]], modality: str) -> list[str]:
+    """A split's samples as a decoded cache lists them: "<class>/<stem>", the same in every
+    modality folder."""
+    return [os.path.splitext(f[modality])[0] for f in found]
+
+
+def _cached_store(index: dict, folder: Path, split: str, keys: list[str], fmt: Format) -> DiskStore:
+    """A split's arrays in a decoded cache, after checking they are this split's samples, at
+    this size, with these modalities and semseg ids below the task's class count."""
+    entry = decoded.check(index, folder, kind=CACHE_KIND, img_size=fmt.img_size, split=split, keys=keys)
+    missing = [m for m in fmt.modalities if m not in entry["arrays"]]
+    rebuild = f"rebuild it with `{decoded.command(index.get('source', '<root>'), fmt.img_size)} --force`"
+    if missing:
+        raise ValueError(f"{folder} caches {sorted(entry['arrays'])}, not {missing}; {rebuild}")
+    built = index.get("num_semseg_classes")
+    if "semseg" in fmt.modalities and fmt.num_semseg_classes is not None and built and built > fmt.num_semseg_classes:
+        raise ValueError(
+            f"{folder} was built for {built} semseg classes, more than num_semseg_classes="
+            f"{fmt.num_semseg_classes}; {rebuild}"
+        )
+    return DiskStore(decoded.arrays(folder, split, fmt.modalities), folder)
+
+
 def _want_cache(cache: bool | None, n: int, fmt: Format) -> bool:
     """cache=None: decode up front when the split is small once decoded at img_size."""
     if cache is not None:
@@ -274,9 +407,13 @@ def load_multimodal(
     cache: bool | None = None,
     num_semseg_classes: int | None = None,
     splits: tuple[str, str] = SPLITS,
+    cache_path: str | None = None,
 ) -> MultiModalSplits:
     """The (train, test) splits of a multi-modal root; only the train split is augmented.
-    Raises FileNotFoundError / ValueError (files.check_multimodal_root) for a broken layout."""
+    ``cache_path`` (``attent.tasks.cache.locate``): the decoded cache to read the images from;
+    without one, ``cache`` says whether to decode them into memory first (None: when small).
+    Raises FileNotFoundError / ValueError (files.check_multimodal_root) for a broken layout, and
+    for a decoded cache of other files or another size."""
     root, modalities = Path(root).expanduser(), tuple(modalities)
     found = scan_root(root, splits=splits, modalities=modalities)
     meta = read_metadata(root) or {}
@@ -285,14 +422,61 @@ def load_multimodal(
     fmt = Format(
         modalities, img_size, float(meta.get("depth_unit_m", 0.001)), len(semseg) if "semseg" in modalities else None
     )
+    folder = decoded.locate(cache_path, root, img_size)
+    index = decoded.read_index(folder) if folder is not None else None
     datasets = []
     for split, augmented in zip(splits, (augment, False)):
         paths = [{m: root / split / m / f[m] for m in modalities} for f in found[split]]
         ids = {name: k for k, name in enumerate(classes)}
         labels = torch.tensor([ids[f[modalities[0]].split("/")[0]] for f in found[split]])
-        stored = decode_all(paths, fmt) if _want_cache(cache, len(paths), fmt) else None
-        datasets.append(MultiModalDataset(paths, labels, fmt, augment=augmented, cache=stored))
+        if index is not None:
+            stored = _cached_store(index, folder, split, sample_keys(found[split], modalities[0]), fmt)
+        else:
+            stored = MemoryStore(decode_all(paths, fmt)) if _want_cache(cache, len(paths), fmt) else None
+        datasets.append(MultiModalDataset(paths, labels, fmt, augment=augmented, store=stored))
     return MultiModalSplits(datasets[0], datasets[1], classes, semseg)
+
+
+def build_cache(
+    root: str | os.PathLike,
+    out: str | os.PathLike | None = None,
+    *,
+    img_size: int,
+    modalities: tuple[str, ...] = MODALITIES,
+    num_semseg_classes: int | None = None,
+    splits: tuple[str, ...] = SPLITS,
+    workers: int | None = None,
+    force: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Decode every sample of a multi-modal root once, as ``load_multimodal`` decodes it (the
+    same ``decode``: bitwise the same images), into a decoded cache at ``out`` (default
+    ``<root>/.attent-cache/<img_size>px``). Semseg ids are checked against the class count as
+    they are decoded. Returns the cache's index with the build's seconds and bytes."""
+    root, modalities = Path(root).expanduser(), tuple(modalities)
+    found = scan_root(root, splits=splits, modalities=modalities)
+    meta = read_metadata(root) or {}
+    semseg = _semseg_names(meta, num_semseg_classes, modalities, root)
+    fmt = Format(
+        modalities, img_size, float(meta.get("depth_unit_m", 0.001)), len(semseg) if "semseg" in modalities else None
+    )
+    parts = {}
+    for split in splits:
+        paths = [{m: root / split / m / f[m] for m in modalities} for f in found[split]]
+        parts[split] = decoded.Split(
+            sample_keys(found[split], modalities[0]), partial(decode_row, paths, fmt), stored_rows(img_size, modalities)
+        )
+    return decoded.build(
+        out or decoded.default_folder(root, img_size),
+        kind=CACHE_KIND,
+        img_size=img_size,
+        source=root,
+        splits=parts,
+        workers=workers,
+        force=force,
+        meta={"modalities": list(modalities), "num_semseg_classes": fmt.num_semseg_classes},
+        progress=progress,
+    )
 
 
 # --- what a run records of its data (MLflow run inputs) --------------------------------------

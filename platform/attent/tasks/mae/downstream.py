@@ -3,7 +3,10 @@
 
 The encoder comes from a pretraining run's logged model (``models:/<model_id>``,
 ``runs:/<id>/model``), its ``pretrained`` artifact (``runs:/<id>/pretrained``), a weights file it
-wrote, or a Ray checkpoint directory of the run; only its RGB input is kept.
+wrote, or a Ray checkpoint directory of the run; only its RGB input is kept. Training images get
+the job's ``augmentation`` (``attent.tasks.mae.augment``: the pretraining's crop, large scale
+jittering, or the crop then RandAugment); the job's ``img_size`` may differ from the pretraining's
+(positions are fixed sin-cos, built for the job's grid).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from torch import nn
 
 from attent import contract
 from attent.tasks import weights
-from attent.tasks.mae import data
+from attent.tasks.mae import augment, data
 from attent.tasks.mae.config import DownstreamTaskConfig
 from attent.tasks.mae.metrics import build_metrics
 from attent.tasks.mae.model import IGNORE_INDEX, DownstreamModel, rgb_encoder_state
@@ -71,7 +74,14 @@ class DownstreamTask(Task):
 
     def __init__(self, config: DownstreamTaskConfig, seed: int):
         self.config, self.seed, self.target = config, seed, config.target
-        self.splits = load_splits(config, config.modalities_needed(), augment=True, seed=seed)
+        augmentation = config.augmentation
+        self.splits = load_splits(
+            config, config.modalities_needed(), augment=augment.data_side(augmentation), seed=seed
+        )
+        # what training reads: the split, with the job's augmentation on top where it adds one
+        self.train_set = (
+            self.splits.train if augmentation == "crop" else augment.Augmented(self.splits.train, augmentation)
+        )
         self.spec = config.model.spec(("rgb",), config.img_size)
         self.outputs = {
             "classification": len(self.splits.scene_classes),
@@ -79,8 +89,8 @@ class DownstreamTask(Task):
             "depth": 1,
         }[self.target]
 
-    def train_dataset(self) -> data.MultiModalDataset:
-        return self.splits.train
+    def train_dataset(self) -> data.MultiModalDataset | augment.Augmented:
+        return self.train_set
 
     def collate(self, items: list[dict[str, Any]]) -> Batch:
         return data.collate(items)

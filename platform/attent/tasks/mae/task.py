@@ -44,6 +44,7 @@ def load_splits(config, modalities: tuple[str, ...], *, augment: bool, seed: int
         augment=augment,
         cache=config.cache,
         num_semseg_classes=config.num_semseg_classes,
+        cache_path=config.cache_path,
     )
     return splits.limited(
         config.train_limit, config.test_limit, data_seed(config.split_seed, seed), val_limit=config.val_limit
@@ -90,16 +91,24 @@ class MaskedPretrainingTask(Task):
         self.budget = config.visible_budget(self.spec.patches)
         self.alpha = getattr(config, "alpha", None)
         self.loss_components = self.modalities if len(self.modalities) > 1 else ()
-        self._scoring_set = self.splits.train.without_augmentation()
+        # what the engine's loaders read: the stored integers, made model inputs on the device
+        self._train_set = self.splits.train.with_integers()
+        self._scoring_set = self._train_set.without_augmentation()
 
     def train_dataset(self) -> data.MultiModalDataset:
-        return self.splits.train
+        return self._train_set
 
     def scoring_dataset(self) -> data.MultiModalDataset:
         return self._scoring_set
 
     def collate(self, items: list[dict[str, Any]]) -> Batch:
+        return self.prepare(data.collate(items))
+
+    def loader_collate(self, items: list[dict[str, Any]]) -> Batch:
         return data.collate(items)
+
+    def prepare(self, batch: Batch) -> Batch:
+        return data.to_model_inputs(batch, self.splits.train.fmt.depth_unit_m)
 
     def group_labels(self) -> torch.Tensor:
         return self.splits.train.labels  # scene classes: the class-weight baseline's groups
@@ -115,6 +124,7 @@ class MaskedPretrainingTask(Task):
         return OptimizerSpec(lr=1e-4, weight_decay=0.05, betas=(0.9, 0.95), schedule="cosine", warmup_ratio=0.05)
 
     def per_sample_loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        batch = self.prepare(batch)
         masks = masking.random_masks(
             len(batch["index"]),
             len(self.modalities),
@@ -126,6 +136,7 @@ class MaskedPretrainingTask(Task):
         return self._losses(model, batch, masks)
 
     def score(self, model: nn.Module, batch: Batch, round_: int) -> torch.Tensor:
+        batch = self.prepare(batch)
         return self._losses(model, batch, self._seeded(batch["index"], round_, model))
 
     def kernel_output(self, model: nn.Module, batch: Batch) -> torch.Tensor:
@@ -133,7 +144,7 @@ class MaskedPretrainingTask(Task):
         shared by every sample, seeded by the run's seed: one deterministic function f for all
         inputs, as a kernel needs, drawn outside the vmapped sample (no random op inside)."""
         sentinel = torch.full((len(batch["index"]),), KERNEL_MASK_INDEX)
-        losses = self._losses(model, batch, self._seeded(sentinel, 0, model))
+        losses = self._losses(model, self.prepare(batch), self._seeded(sentinel, 0, model))
         return losses if losses.ndim == 1 else losses.sum(dim=1)
 
     def _seeded(self, indices: torch.Tensor, round_: int, model: nn.Module) -> masking.Masks:
