@@ -89,6 +89,7 @@ def start_run(name: str, address: str, tracking_url: str, storage) -> subprocess
         "ray.cpus_per_worker=1",
         "ray.placement_strategy=STRICT_SPREAD",
         "ray.max_failures=1",
+        "ray.checkpoint_every=1",  # a checkpoint per epoch: the restart resumes from one
         f"ray.storage_path={storage}",
         f"mlflow.tracking_uri={tracking_url}",
         f"mlflow.experiment={EXPERIMENT}",

@@ -1,5 +1,5 @@
 """The `attent` command: train, validate, demo, sweep, bench, downstream, theory, report, ui, server, data,
-doctor. Those that read results, serve the tracking store or make data (report, ui, server, data) are in
+doctor, kuberay. Those that read results, serve the tracking store or make data (report, ui, server, data) are in
 ``attent.cli.services``."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from .extras import missing_extra, version
+from .kuberay import add_kuberay_command, cmd_kuberay
 from .services import add_service_commands, cmd_data, cmd_report, cmd_server, cmd_ui, tracking_uri
 
 USAGE_ERROR = 2
@@ -31,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     add_run_commands(sub)
     add_service_commands(sub)
+    add_kuberay_command(sub)
     # argparse fills a positional list only with the words before the first option, so
     # `attent bench spec.yaml --workload w train.epochs=3` leaves the override over: take it
     args, extra = parser.parse_known_args(argv)
@@ -272,4 +274,5 @@ COMMANDS = {
     "theory": cmd_theory,
     "data": cmd_data,
     "doctor": cmd_doctor,
+    "kuberay": cmd_kuberay,
 }

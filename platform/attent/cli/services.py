@@ -52,7 +52,7 @@ def add_service_commands(sub) -> None:
     )
     add_server_auth_arguments(p)
 
-    p = sub.add_parser("data", help="generate offline data sets")
+    p = sub.add_parser("data", help="generate offline data sets, or decode one once into a cache")
     data = p.add_subparsers(dest="data_command", required=True)
     p = data.add_parser("scenes", help="rendered rgb/depth/semseg scenes in MultiMAE's layout")
     p.add_argument("--out", required=True, help="a new folder for <split>/{rgb,depth,semseg}/<class>/")
@@ -61,6 +61,22 @@ def add_service_commands(sub) -> None:
     p.add_argument("--size", type=int, default=32, help="image side in pixels (32-64 tested)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=None, help="processes (default: all CPUs)")
+    p = data.add_parser(
+        "cache",
+        help="decode a data set's images once, at the training size, into memory-mapped uint8/uint16 arrays "
+        "that runs read instead of the files (task.cache_path)",
+    )
+    p.add_argument(
+        "source",
+        help="an experiment YAML (its task's data_path, img_size, channels) or a data folder: "
+        "MultiMAE's <split>/{rgb,depth,semseg}/ layout or an image folder of class subfolders",
+    )
+    p.add_argument("--img-size", type=int, default=None, help="square size (default: the experiment's img_size)")
+    p.add_argument("--out", default=None, help="the cache folder (default: <data>/.attent-cache/<img_size>px)")
+    p.add_argument("--workers", type=int, default=None, help="processes decoding (default: the CPUs available)")
+    p.add_argument("--force", action="store_true", help="rebuild a cache that is there")
+    p.add_argument("--color-mode", choices=("rgb", "grayscale"), default=None, help="an image folder's channels")
+    p.add_argument("--num-semseg-classes", type=int, default=None, help="multi-modal data without dataset.json")
 
 
 def cmd_report(args) -> int:
@@ -271,7 +287,10 @@ def cmd_server_manage(args) -> int:
 
 
 def cmd_data(args) -> int:
-    """`attent data scenes`: render the offline multi-modal scenes (trimesh + Embree)."""
+    """`attent data scenes`: render the offline multi-modal scenes (trimesh + Embree);
+    `attent data cache`: decode a data set once into a cache (``attent.tasks.cache``)."""
+    if args.data_command == "cache":
+        return _cache_data(args)
     from ..tasks.mae.scenes import write_dataset
 
     s = write_dataset(
@@ -280,5 +299,63 @@ def cmd_data(args) -> int:
     print(
         f"{s['out']}: {s['train']} train + {s['test']} test scenes at {s['size']} px "
         f"(seed {s['seed']}) in {s['seconds']:.1f}s with {s['workers']} worker(s)"
+    )
+    return 0
+
+
+def _cache_target(args) -> dict:
+    """What `attent data cache` decodes: kind, root, size, channels or modalities, from an
+    experiment's task or a data folder."""
+    from ..tasks.mae.files import MODALITIES
+
+    source = Path(args.source).expanduser()
+    target = {"img_size": args.img_size, "in_chans": 1 if args.color_mode == "grayscale" else 3, "out": args.out}
+    if source.is_file():
+        from ..experiment.files import load_experiment
+
+        task = load_experiment(source).resolved().task
+        if task.name == "vision" and task.dataset != "image_folder":
+            raise SystemExit(f"attent data cache: {task.dataset} is read from arrays in memory; nothing to cache")
+        if not hasattr(task, "data_path") or task.name not in ("vision", "mae", "multimae", "mae_downstream"):
+            raise SystemExit(f"attent data cache: task {task.name!r} reads no image files; nothing to cache")
+        root = Path(task.data_path)
+        target["img_size"] = args.img_size or getattr(task, "image_size", None) or task.img_size
+        if task.name == "vision":
+            target["in_chans"] = task.in_chans if args.color_mode is None else target["in_chans"]
+        if task.cache_path not in (None, "auto", "required") and target["out"] is None:
+            target["out"] = task.cache_path
+    else:
+        root = source
+    if target["img_size"] is None:
+        raise SystemExit("attent data cache: give --img-size (the task's img_size) for a data folder")
+    present = [m for m in MODALITIES if (root / "train" / m).is_dir()]
+    target.update(root=root, kind="multimodal" if present else "image_folder", modalities=tuple(present))
+    return target
+
+
+def _cache_data(args) -> int:
+    """`attent data cache SOURCE`: every sample decoded once at img_size into memory-mapped arrays."""
+    target = _cache_target(args)
+    progress = lambda message: print(f"[attent] {message}", flush=True)  # noqa: E731
+    common = {"workers": args.workers, "force": args.force, "progress": progress, "img_size": target["img_size"]}
+    if target["kind"] == "multimodal":
+        from ..tasks.mae.data import build_cache
+
+        index = build_cache(
+            target["root"],
+            target["out"],
+            modalities=target["modalities"],
+            num_semseg_classes=args.num_semseg_classes,
+            **common,
+        )
+    else:
+        from ..tasks.vision.data import build_cache
+
+        index = build_cache(target["root"], target["out"], in_chans=target["in_chans"], **common)
+    counts = ", ".join(f"{entry['count']} {split}" for split, entry in index["splits"].items())
+    print(
+        f"{index['out']}: {counts} samples at {index['img_size']} px, {index['bytes'] / 2**30:.2f} GiB, "
+        f"in {index['seconds']:.1f}s with {index['workers']} worker(s). Runs of {target['root']} at this size "
+        "read it by default (task.cache_path: auto); `required` refuses to run without it"
     )
     return 0

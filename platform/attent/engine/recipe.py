@@ -60,7 +60,7 @@ def resolve_optimizer(spec: OptimizerSpec, cfg: ExperimentConfig) -> OptimizerSp
     train = cfg.train
     lr = train.lr
     if train.base_lr is not None:
-        global_batch = train.global_batch_size or train.batch_size * max(1, cfg.ray.num_workers)
+        global_batch = train.global_batch_size or train.batch_size * max(1, cfg.ray.max_workers)
         lr = train.base_lr * global_batch / 256
     chosen = {
         "lr": lr,

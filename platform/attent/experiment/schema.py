@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..selection.config import SelectionConfig
 from ..selection.plan import Plan, build_plan
@@ -72,7 +72,10 @@ class TrainConfig(BaseModel):
 class RayConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     address: str | None = None  # None: $RAY_ADDRESS, else a local Ray started on demand
-    num_workers: int = Field(1, ge=0)  # Ray Train workers (DDP ranks); 0: Ray Train's local mode (this process)
+    # Ray Train workers (DDP ranks); 0: Ray Train's local mode (this process); [min, max]: elastic
+    # training (Ray Train V2): it starts once min are up, goes on with fewer when one is lost (a
+    # restart counted against max_failures) and grows back to max when capacity returns
+    num_workers: int | tuple[int, int] = 1
     use_gpu: bool = False  # one GPU per worker
     cpus_per_worker: float = Field(1, gt=0)
     resources_per_worker: dict[str, float] | None = None  # extra custom resources
@@ -86,6 +89,29 @@ class RayConfig(BaseModel):
     checkpoint_minutes: float = Field(10.0, gt=0)
     # how Ray places the workers: PACK fills a node first; SPREAD/STRICT_SPREAD put them on different nodes
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
+
+    @field_validator("num_workers")
+    @classmethod
+    def _workers(cls, value: int | tuple[int, int]) -> int | tuple[int, int]:
+        if isinstance(value, int) and value < 0:
+            raise ValueError(f"ray.num_workers must be >= 0, got {value}")
+        if isinstance(value, tuple) and not 1 <= value[0] <= value[1]:
+            raise ValueError(f"ray.num_workers [min, max] needs 1 <= min <= max, got {list(value)}")
+        return value
+
+    @property
+    def elastic(self) -> bool:
+        return isinstance(self.num_workers, tuple)
+
+    @property
+    def max_workers(self) -> int:
+        """The most workers the run trains on (0: local mode); what resources are sized for."""
+        return self.num_workers[1] if self.elastic else self.num_workers
+
+    @property
+    def min_workers(self) -> int:
+        """The fewest workers it starts or goes on with."""
+        return self.num_workers[0] if self.elastic else self.num_workers
 
 
 class MLflowConfig(BaseModel):
@@ -157,8 +183,17 @@ class ExperimentConfig(BaseModel):
 
     @model_validator(mode="after")
     def _fault_rank_exists(self) -> ExperimentConfig:
-        if self.fault.fail_rank >= max(1, self.ray.num_workers):  # local mode: one rank, 0
+        if self.fault.fail_rank >= max(1, self.ray.min_workers):  # local mode: one rank, 0
             raise ValueError(f"fault.fail_rank={self.fault.fail_rank} but ray.num_workers={self.ray.num_workers}")
+        return self
+
+    @model_validator(mode="after")
+    def _elastic_keeps_the_global_batch(self) -> ExperimentConfig:
+        if self.ray.elastic and self.train.global_batch_size is None:
+            raise ValueError(
+                f"ray.num_workers {list(self.ray.num_workers)} trains on a changing number of workers: set "
+                "train.global_batch_size, which gradient accumulation keeps whatever their number"
+            )
         return self
 
     @model_validator(mode="after")

@@ -87,7 +87,7 @@ def concurrency(max_concurrent: int | None, trials: list[ExperimentConfig], clus
     largest: dict[str, float] = {}
     for cfg in trials:
         for name, amount in worker_bundle(cfg).items():
-            largest[name] = max(largest.get(name, 0.0), amount * max(1, cfg.ray.num_workers))
+            largest[name] = max(largest.get(name, 0.0), amount * max(1, cfg.ray.max_workers))
     fits = [int(cluster.get(name, 0.0) // amount) for name, amount in largest.items() if amount > 0]
     return max(1, min(fits, default=1))
 

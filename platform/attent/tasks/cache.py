@@ -13,8 +13,8 @@ A cache folder holds one data set at one image size::
 Its default place is beside the data, ``<data_path>/.attent-cache/<S>px``; a task's
 ``cache_path`` says whether and where to read one (``locate``). A task compares a split's listing
 (the samples' relative paths, in order) with the cache's digest and refuses a cache built from
-other files. Standard library and numpy only (``attent validate`` checks a cache's index without
-torch).
+other files. Standard library only at import (numpy when arrays are read or written): the task
+configs and ``attent validate`` check a cache's index without numpy or torch.
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 FORMAT = 1  # index.json's "format": bumped when the layout changes (older caches are refused)
 INDEX = "index.json"
@@ -128,6 +129,8 @@ class MappedArray:
     @property
     def array(self) -> np.ndarray:
         if self._array is None:
+            import numpy as np
+
             self._array = np.load(self.path, mmap_mode="r")
         return self._array
 
@@ -144,7 +147,7 @@ class MappedArray:
 
     def row(self, i: int) -> np.ndarray:
         """Row i, copied out of the map (a writable array torch can take)."""
-        return np.array(self.array[i])
+        return self.array[i].copy()
 
     def __getstate__(self) -> dict[str, Any]:
         return {"path": self.path, "_array": None}
@@ -173,6 +176,8 @@ _WORK: dict[str, Any] = {}  # a build worker's split and open arrays
 
 
 def _open_for_writing(folder: Path, split_name: str, split: Split) -> None:
+    import numpy as np
+
     _WORK["decode"] = split.decode
     _WORK["out"] = {name: np.load(folder / f"{split_name}.{name}.npy", mmap_mode="r+") for name in split.rows}
 
@@ -187,6 +192,8 @@ def _fill(rows: range) -> None:
 
 
 def _build_split(folder: Path, name: str, split: Split, workers: int, progress: Callable[[str], None] | None) -> None:
+    import numpy as np
+
     n = len(split.keys)
     for array, (shape, dtype) in split.rows.items():
         np.lib.format.open_memmap(folder / f"{name}.{array}.npy", mode="w+", dtype=np.dtype(dtype), shape=(n, *shape))
@@ -262,3 +269,31 @@ def build(
         shutil.rmtree(temporary, ignore_errors=True)
     size = sum(f.stat().st_size for f in out.iterdir())
     return {**index, "seconds": time.perf_counter() - start, "bytes": size, "workers": workers, "out": str(out)}
+
+
+# --- config fields --------------------------------------------------------------------------
+
+CONFIG_HELP = (
+    "the decoded cache (`attent data cache`) to read the images from: auto (default), "
+    "<data_path>/.attent-cache/<img_size>px when it is there, else the image files; required, "
+    "that folder, refused without a cache; a folder; null, the image files"
+)
+
+
+def absolute(cache_path: str | None, base: Path) -> str | None:
+    """A config's cache_path with a relative folder made absolute against ``base`` (keywords and
+    absolute folders as they are)."""
+    if cache_path is None or cache_path in KEYWORDS or Path(cache_path).expanduser().is_absolute():
+        return cache_path
+    return str((base / cache_path).resolve())
+
+
+def check_config(cache_path: str | None, data_path: str | os.PathLike, img_size: int) -> None:
+    """What ``attent validate`` and the driver check of a cache_path before Ray starts: a
+    required or named cache is there (FileNotFoundError with the command otherwise), and its
+    index is readable, of this size."""
+    folder = locate(cache_path, data_path, img_size)
+    if folder is not None and cache_path != AUTO:
+        index = read_index(folder)
+        if index.get("img_size") != img_size:
+            raise ValueError(f"{folder} caches images at {index.get('img_size')} px, the task reads {img_size} px")

@@ -93,6 +93,21 @@ class Task(abc.ABC):
     def collate(self, items: list[Any]) -> Batch:
         """Items -> batch dict with ``"index"`` (LongTensor[B]) plus model inputs."""
 
+    def loader_collate(self, items: list[Any]) -> Batch:
+        """Items -> the batch the engine's loaders (training and scoring) ship to the device,
+        where ``prepare`` makes the model inputs of it. By default ``collate``'s batch. A task
+        whose items are stored integers (uint8 images) collates them as they are here, a
+        quarter of float32's bytes through the loader's queue and the host-to-device copy."""
+        return self.collate(items)
+
+    def prepare(self, batch: Batch) -> Batch:
+        """A shipped batch (``loader_collate``), on its device -> the model inputs ``collate``
+        gives (the same values: normalisation on the device). By default the batch as it is.
+        Idempotent (a prepared batch passes unchanged): a task calls it at the top of
+        ``per_sample_loss``, ``score`` and ``kernel_output``, so a loop that ships ``collate``'s
+        batches works too."""
+        return batch
+
     def scoring_dataset(self) -> Dataset:
         """The training set as scoring passes read it: same items and indices, and no random
         augmentation where training has some (scores must compare like with like)."""

@@ -35,7 +35,7 @@ def trial_shapes(cfgs: Iterable) -> list[tuple[int, dict[str, float], str]]:
     seen: dict[tuple, tuple[int, dict[str, float], str]] = {}
     for cfg in cfgs:
         # local mode (0 workers): the one rank runs in the trial's process, which asks for the bundle
-        n, bundle, strategy = max(1, cfg.ray.num_workers), worker_bundle(cfg), cfg.ray.placement_strategy
+        n, bundle, strategy = max(1, cfg.ray.min_workers), worker_bundle(cfg), cfg.ray.placement_strategy
         seen.setdefault((n, tuple(sorted(bundle.items())), strategy), (n, bundle, strategy))
     return sorted(seen.values(), key=lambda s: -s[0] * sum(s[1].values()))
 

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from attent.tasks import cache as decoded
 from attent.tasks.config import TaskConfig, is_relative_path
 from attent.tasks.mae import files
 from attent.tasks.vit import PRESETS
@@ -122,7 +123,10 @@ class MultiModalDataConfig(TaskConfig):
     train_limit: int | None = Field(None, gt=0)  # class-stratified subset of the rest of the train split; None: all
     test_limit: int | None = Field(None, gt=0)  # class-stratified subset of the test split; None: all
     split_seed: int | None = None  # seeds validation and limits; None: the run's seed, an int: fixed for all runs
-    cache: bool | None = None  # decode every image once into memory; None: when the split is small
+    cache: bool | None = None  # without a decoded cache: decode every image into memory first; None: when small
+    # the decoded cache (`attent data cache`) to read: auto, <data_path>/.attent-cache/<img_size>px
+    # when there (else the files); required, refused without it; a folder; null, the files
+    cache_path: str | None = decoded.AUTO
     eval_batch_size: int = Field(256, gt=0)  # test / validation images per forward pass in evaluate
     model: MaskedModelConfig = Field(default_factory=MaskedModelConfig)  # encoder (+ decoders)
 
@@ -138,8 +142,13 @@ class MultiModalDataConfig(TaskConfig):
             for modality, relative in sample.items()
         ]
 
+    def with_absolute_paths(self, base: Path):
+        config = super().with_absolute_paths(base)
+        return config.model_copy(update={"cache_path": decoded.absolute(config.cache_path, base)})
+
     def check_data(self) -> None:
         files.check_multimodal_root(self.data_path, modalities=self.modalities_needed())
+        decoded.check_config(self.cache_path, self.data_path, self.img_size)
         if (
             self.num_semseg_classes is None
             and "semseg" in self.modalities_needed()
@@ -175,6 +184,9 @@ class MaskedPretrainingConfig(MultiModalDataConfig):
             include={"data_path", "img_size", "num_semseg_classes", "split_seed", "cache", "eval_batch_size", "model"}
         )
         task = {**inherited, "name": "mae_downstream", "pretrained": pretrained, **job}
+        if "cache_path" not in job:  # the pretraining's decoded cache where the job reads its data at its size
+            same = all(task[key] == inherited[key] for key in ("data_path", "img_size"))
+            task["cache_path"] = self.cache_path if same else decoded.AUTO
         if isinstance(job.get("model"), dict):  # the job's model fields (e.g. drop_path_rate) on the encoder's
             task["model"] = {**inherited["model"], **job["model"]}
         return task
@@ -249,7 +261,8 @@ class DownstreamTaskConfig(MultiModalDataConfig):
                 update={
                     "data_path": str((base / self.data_path).resolve())
                     if is_relative_path(self.data_path)
-                    else self.data_path
+                    else self.data_path,
+                    "cache_path": decoded.absolute(self.cache_path, base),
                 }
             )
         return super().with_absolute_paths(base)

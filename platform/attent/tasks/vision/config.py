@@ -8,6 +8,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from attent.tasks import cache
 from attent.tasks.config import TaskConfig
 from attent.tasks.vision import files
 from attent.tasks.vision.files import NATIVE_IMG_SIZE
@@ -58,6 +59,9 @@ class VisionTaskConfig(TaskConfig):
     model: VisionModelConfig = Field(default_factory=VisionModelConfig)  # the ViT
     eval_batch_size: int = Field(512, gt=0)  # test / validation images per forward pass in evaluate
     label_smoothing: float = Field(0.0, ge=0, lt=1)  # of the training loss (the test loss has none)
+    # image_folder: the decoded cache (`attent data cache`) to read: auto, <data_path>/.attent-cache/
+    # <img_size>px when there (else the files); required, refused without it; a folder; null, the files
+    cache_path: str | None = cache.AUTO
 
     @field_validator("val_limit", "train_limit", "test_limit", "img_size")
     @classmethod
@@ -83,6 +87,8 @@ class VisionTaskConfig(TaskConfig):
             raise ValueError("digits ships with scikit-learn; drop data_path")
         if self.download and self.dataset != "fashion_mnist":
             raise ValueError("download only applies to dataset: fashion_mnist; drop it")
+        if self.dataset != "image_folder" and self.cache_path not in (cache.AUTO, None):
+            raise ValueError(f"{self.dataset} is read from arrays in memory, not files: drop cache_path")
         self.vit_config(num_classes=1)  # a patch size or head count that does not fit fails here
         return self
 
@@ -110,10 +116,16 @@ class VisionTaskConfig(TaskConfig):
         folders = [root / "train", root / "test"] if files.has_train_test(root) else [root]
         return [(Path(path), "image") for folder in folders for path in files.scan_classes(folder)[1]]
 
+    def with_absolute_paths(self, base: Path) -> VisionTaskConfig:
+        config = super().with_absolute_paths(base)
+        return config.model_copy(update={"cache_path": cache.absolute(config.cache_path, base)})
+
     def check_data(self) -> None:
         """Raise FileNotFoundError saying how to get the data if it is missing (downloads
-        Fashion-MNIST once here when ``download`` is set, so workers do not race to)."""
+        Fashion-MNIST once here when ``download`` is set, so workers do not race to), or the
+        decoded cache ``cache_path`` requires."""
         if self.dataset == "fashion_mnist":
             files.ensure_fashion_mnist(self.data_path, self.download)
         elif self.dataset == "image_folder":
             files.check_image_folder(self.data_path)
+            cache.check_config(self.cache_path, self.data_path, self.image_size)

@@ -4,6 +4,13 @@ Every dataset is map-style and yields ``{"index": i, "image": FloatTensor[C, H, 
 with ``index`` its own position (the AtteNT teacher keys its score table on it), so subsets are
 new datasets (``select``) rather than ``torch.utils.data.Subset`` views. Images are stored as
 uint8 and normalised per item: 60k Fashion-MNIST images take 47 MB and load in well under a second.
+
+Datasets with ``integers`` (the training and scoring sets the task hands the engine) yield the
+stored ``uint8`` image instead (Fashion-MNIST and digits at their native size, folder images at
+img_size); ``model_inputs`` makes the float image of a batch of them on its device, the same
+values as the float items. Folder images are resized to img_size in uint8 (torch's antialiased
+bilinear uint8 kernel) once per read, or once for good in a decoded cache (``attent data cache``,
+``attent.tasks.cache``), which the dataset then reads instead of the files.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torch.utils.data import Dataset
 
+from attent.tasks import cache as decoded
 from attent.tasks.config import unreadable
 from attent.tasks.task import stratified_holdout, stratified_subset
 from attent.tasks.vision.files import (
@@ -39,24 +47,66 @@ from attent.tasks.vision.files import (
     scan_classes,
 )
 
+CACHE_KIND = "image_folder"  # index.json's kind of a decoded cache of an image folder
+
 # --- items and batches ----------------------------------------------------------------------
 
 
 def to_model_input(image: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, img_size: int) -> torch.Tensor:
-    """uint8 [C, H, W] -> normalised float [C, img_size, img_size]."""
+    """uint8 [C, H, W] (or a batch [B, C, H, W]) -> normalised float [(B,) C, img_size, img_size]."""
     x = image.float() / 255
     if x.shape[-2:] != (img_size, img_size):
-        x = F.interpolate(x[None], size=(img_size, img_size), mode="bilinear", antialias=True, align_corners=False)[0]
-    return (x - mean) / std
+        batch = x if x.ndim == 4 else x[None]
+        x = F.interpolate(batch, size=(img_size, img_size), mode="bilinear", antialias=True, align_corners=False)
+        x = x if image.ndim == 4 else x[0]
+    return ((x - mean) / std).contiguous()
+
+
+_STATS: dict[tuple[tuple, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def model_inputs(
+    batch: dict[str, Any], stats: tuple[Sequence[float], Sequence[float]], img_size: int
+) -> dict[str, Any]:
+    """A batch of stored uint8 images -> the float batch ``collate`` gives of float items, on the
+    device the batch is on (the same operations on the same integers: the same values). A float
+    batch passes as it is."""
+    image = batch["image"]
+    if image.is_floating_point():
+        return batch
+    key = (tuple(map(tuple, stats)), image.device)
+    if key not in _STATS:  # made once per device: no host-to-device copy per batch
+        _STATS[key] = tuple(torch.tensor(s, device=image.device).view(-1, 1, 1) for s in stats)
+    mean, std = _STATS[key]
+    return {**batch, "image": to_model_input(image, mean, std, img_size)}
+
+
+def stack(values: list[torch.Tensor]) -> torch.Tensor:
+    """torch.stack, in the items' own memory order: channels-last [C, H, W] views (rows of a
+    decoded cache) stack into a channels-last batch with one plain copy, not a strided one."""
+    first = values[0]
+    if first.ndim == 3 and not first.is_contiguous() and first.permute(1, 2, 0).is_contiguous():
+        if all(v.stride() == first.stride() for v in values):
+            return torch.stack([v.permute(1, 2, 0) for v in values]).permute(0, 3, 1, 2)
+    return torch.stack(values)
 
 
 def collate(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-    """Items -> {index: LongTensor[B], image: FloatTensor[B, C, H, W], label: LongTensor[B]}."""
+    """Items -> {index: LongTensor[B], image: [B, C, H, W] (the items' dtype), label: LongTensor[B]}."""
     return {
         "index": torch.tensor([item["index"] for item in items], dtype=torch.long),
-        "image": torch.stack([item["image"] for item in items]),
+        "image": stack([item["image"] for item in items]),
         "label": torch.tensor([item["label"] for item in items], dtype=torch.long),
     }
+
+
+def resize_uint8(chw: torch.Tensor, img_size: int) -> torch.Tensor:
+    """uint8 [C, H, W] -> uint8 [C, img_size, img_size]: torch's antialiased bilinear uint8
+    kernel (fastest on a channels-last image, as decoded), within 1 of the float resize."""
+    if tuple(chw.shape[-2:]) == (img_size, img_size):
+        return chw
+    out = F.interpolate(chw[None], size=(img_size, img_size), mode="bilinear", antialias=True, align_corners=False)
+    return out[0]
 
 
 class TensorImageDataset(Dataset):
@@ -69,10 +119,11 @@ class TensorImageDataset(Dataset):
         *,
         img_size: int,
         stats: tuple[Sequence[float], Sequence[float]],
+        integers: bool = False,
     ):
         assert images.dtype == torch.uint8 and images.ndim == 4 and len(images) == len(labels)
         self.images, self.labels = images, labels.long()
-        self.img_size, self.stats = img_size, stats
+        self.img_size, self.stats, self.integers = img_size, stats, integers
         self._mean = torch.tensor(stats[0]).view(-1, 1, 1)
         self._std = torch.tensor(stats[1]).view(-1, 1, 1)
 
@@ -84,46 +135,97 @@ class TensorImageDataset(Dataset):
         return len(self.labels)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        image = to_model_input(self.images[i], self._mean, self._std, self.img_size)
+        image = (
+            self.images[i] if self.integers else to_model_input(self.images[i], self._mean, self._std, self.img_size)
+        )
         return {"index": i, "image": image, "label": int(self.labels[i])}
 
     def select(self, indices: torch.Tensor) -> TensorImageDataset:
         """A new dataset of these items, re-indexed from 0."""
-        return TensorImageDataset(self.images[indices], self.labels[indices], img_size=self.img_size, stats=self.stats)
+        return TensorImageDataset(
+            self.images[indices], self.labels[indices], img_size=self.img_size, stats=self.stats, integers=self.integers
+        )
+
+    def with_integers(self, integers: bool = True) -> TensorImageDataset:
+        """The same images yielding the stored uint8 (native size) or the model's floats."""
+        return TensorImageDataset(self.images, self.labels, img_size=self.img_size, stats=self.stats, integers=integers)
 
 
 class ImageFolderDataset(Dataset):
-    """Image files read lazily, converted to grayscale or RGB and resized to img_size."""
+    """Image files, converted to grayscale or RGB and resized to img_size in uint8: read from a
+    decoded cache's rows (``cache``: a memory-mapped uint8 [N, S, S, C] array and the row of
+    each image) when there is one, else decoded per read."""
 
-    def __init__(self, paths: Sequence[Path], labels: torch.Tensor, *, img_size: int, in_chans: int):
+    def __init__(
+        self,
+        paths: Sequence[Path],
+        labels: torch.Tensor,
+        *,
+        img_size: int,
+        in_chans: int,
+        cache: decoded.MappedArray | None = None,
+        rows: torch.Tensor | None = None,
+        integers: bool = False,
+    ):
         assert in_chans in (1, 3) and len(paths) == len(labels)
         self.paths, self.labels = list(paths), labels.long()
         self.img_size, self.in_chans = img_size, in_chans
-        mean, std = IMAGE_FOLDER_STATS[in_chans]
-        self._mean = torch.tensor(mean).view(-1, 1, 1)
-        self._std = torch.tensor(std).view(-1, 1, 1)
+        self.cache, self.integers = cache, integers
+        self.rows = torch.arange(len(self.paths)) if rows is None else torch.as_tensor(rows, dtype=torch.long)
+        self.stats = IMAGE_FOLDER_STATS[in_chans]
+        self._mean = torch.tensor(self.stats[0]).view(-1, 1, 1)
+        self._std = torch.tensor(self.stats[1]).view(-1, 1, 1)
 
     def __len__(self) -> int:
         return len(self.labels)
 
+    def pixels(self, i: int) -> torch.Tensor:
+        """Image i as uint8 [C, img_size, img_size] (from a cache: a channels-last view)."""
+        if self.cache is not None:
+            return torch.from_numpy(self.cache.row(int(self.rows[i]))).permute(2, 0, 1)
+        return decode_image(self.paths[i], self.in_chans, self.img_size)
+
     def __getitem__(self, i: int) -> dict[str, Any]:
-        try:
-            with Image.open(self.paths[i]) as img:
-                pixels = np.atleast_3d(np.array(img.convert("L" if self.in_chans == 1 else "RGB")))
-        except (OSError, SyntaxError, Image.DecompressionBombError) as exc:  # PIL's errors for broken files
-            raise unreadable(self.paths[i], "image", exc) from exc
-        chw = torch.from_numpy(pixels).permute(2, 0, 1)
-        image = to_model_input(chw, self._mean, self._std, self.img_size)
+        image = self.pixels(i)
+        if not self.integers:
+            image = to_model_input(image, self._mean, self._std, self.img_size)
         return {"index": i, "image": image, "label": int(self.labels[i])}
 
-    def select(self, indices: torch.Tensor) -> ImageFolderDataset:
-        """A new dataset of these items, re-indexed from 0."""
+    def _like(self, **changes: Any) -> ImageFolderDataset:
+        kept = {"paths": self.paths, "labels": self.labels, "rows": self.rows, "integers": self.integers}
+        kept.update(changes)
         return ImageFolderDataset(
-            [self.paths[i] for i in indices.tolist()],
-            self.labels[indices],
+            kept.pop("paths"),
+            kept.pop("labels"),
             img_size=self.img_size,
             in_chans=self.in_chans,
+            cache=self.cache,
+            **kept,
         )
+
+    def select(self, indices: torch.Tensor) -> ImageFolderDataset:
+        """A new dataset of these items, re-indexed from 0 (a cache's images are not copied)."""
+        idx = torch.as_tensor(indices, dtype=torch.long)
+        return self._like(paths=[self.paths[i] for i in idx.tolist()], labels=self.labels[idx], rows=self.rows[idx])
+
+    def with_integers(self, integers: bool = True) -> ImageFolderDataset:
+        """The same images yielding the stored uint8 or the model's floats."""
+        return self._like(integers=integers)
+
+
+def decode_image(path: Path, in_chans: int, img_size: int) -> torch.Tensor:
+    """An image file as uint8 [C, img_size, img_size] (grayscale or RGB; ``resize_uint8``)."""
+    try:
+        with Image.open(path) as img:
+            pixels = np.atleast_3d(np.array(img.convert("L" if in_chans == 1 else "RGB")))
+    except (OSError, SyntaxError, Image.DecompressionBombError) as exc:  # PIL's errors for broken files
+        raise unreadable(path, "image", exc) from exc
+    return resize_uint8(torch.from_numpy(pixels).permute(2, 0, 1), img_size)
+
+
+def decode_row(paths: Sequence[Path], in_chans: int, img_size: int, i: int) -> dict[str, np.ndarray]:
+    """Image i in a decoded cache's row layout: uint8 [S, S, C]."""
+    return {"image": decode_image(paths[i], in_chans, img_size).permute(1, 2, 0).numpy()}
 
 
 ImageDataset = TensorImageDataset | ImageFolderDataset
@@ -241,26 +343,104 @@ def _class_tensors(root: Path) -> tuple[tuple[str, ...], list[Path], torch.Tenso
     return classes, paths, torch.tensor(labels, dtype=torch.long)
 
 
+def folder_splits(root: Path) -> list[str]:
+    """The folders of an image folder read as splits: ["train", "test"], or [""] (root itself)."""
+    return ["train", "test"] if has_train_test(root) else [""]
+
+
+def _split_name(folder: str) -> str:
+    return folder or "all"
+
+
+def _keys(root: Path, paths: list[Path]) -> list[str]:
+    return [path.relative_to(root).as_posix() for path in paths]
+
+
+def _cached(
+    index: dict, cache_folder: Path, root: Path, folder: str, paths: list[Path], in_chans: int, img_size: int
+) -> decoded.MappedArray:
+    """The decoded cache's image array of one folder, after checking it holds these files at
+    this size and in these channels."""
+    entry = decoded.check(
+        index, cache_folder, kind=CACHE_KIND, img_size=img_size, split=_split_name(folder), keys=_keys(root, paths)
+    )
+    if entry.get("in_chans") != in_chans:
+        raise ValueError(
+            f"{cache_folder} holds {entry.get('in_chans')}-channel images, the task reads {in_chans}; rebuild it "
+            f"with `{decoded.command(root, img_size)} --color-mode {'grayscale' if in_chans == 1 else 'rgb'} --force`"
+        )
+    return decoded.arrays(cache_folder, _split_name(folder), ["image"])["image"]
+
+
 def load_image_folder(
-    root: str | os.PathLike, *, img_size: int, in_chans: int = 3, test_fraction: float = 0.2, seed: int = 0
+    root: str | os.PathLike,
+    *,
+    img_size: int,
+    in_chans: int = 3,
+    test_fraction: float = 0.2,
+    seed: int = 0,
+    cache_path: str | None = None,
 ) -> ImageSplits:
     """Class-per-subfolder images: root/train and root/test when both exist, otherwise a
-    class-stratified split of root's images."""
+    class-stratified split of root's images. ``cache_path`` (``attent.tasks.cache.locate``):
+    the decoded cache to read them from instead of the files."""
     root = check_image_folder(root)
-    dataset = partial(ImageFolderDataset, img_size=img_size, in_chans=in_chans)
+    cache_folder = decoded.locate(cache_path, root, img_size)
+    index = decoded.read_index(cache_folder) if cache_folder is not None else None
+
+    def dataset(folder: str) -> tuple[tuple[str, ...], ImageFolderDataset]:
+        classes, paths, labels = _class_tensors(root / folder if folder else root)
+        array = None if index is None else _cached(index, cache_folder, root, folder, paths, in_chans, img_size)
+        return classes, ImageFolderDataset(paths, labels, img_size=img_size, in_chans=in_chans, cache=array)
+
     if has_train_test(root):
-        classes, train_paths, train_labels = _class_tensors(root / "train")
-        test_classes, test_paths, test_labels = _class_tensors(root / "test")
+        classes, train = dataset("train")
+        test_classes, test = dataset("test")
         if test_classes != classes:
             raise ValueError(
                 f"{root}/train has classes {classes} but {root}/test has "
                 f"{test_classes}; give both the same class subfolders"
             )
-        return ImageSplits(dataset(train_paths, train_labels), dataset(test_paths, test_labels), classes)
-    classes, paths, labels = _class_tensors(root)
-    train, test = stratified_split(labels, test_fraction, seed)
-    full = dataset(paths, labels)
+        return ImageSplits(train, test, classes)
+    classes, full = dataset("")
+    train, test = stratified_split(full.labels, test_fraction, seed)
     return ImageSplits(full.select(train), full.select(test), classes)
+
+
+def build_cache(
+    root: str | os.PathLike,
+    out: str | os.PathLike | None = None,
+    *,
+    img_size: int,
+    in_chans: int = 3,
+    workers: int | None = None,
+    force: bool = False,
+    progress=None,
+) -> dict[str, Any]:
+    """Decode every image of an image folder once, as ``ImageFolderDataset`` decodes it
+    (``decode_image``: bitwise the same uint8), into a decoded cache at ``out`` (default
+    ``<root>/.attent-cache/<img_size>px``): one uint8 [N, S, S, C] array per folder read as a
+    split (train and test, or all). Returns the cache's index with the build's seconds and bytes."""
+    root = check_image_folder(root)
+    splits = {}
+    for folder in folder_splits(root):
+        _, paths, _ = scan_classes(root / folder if folder else root)
+        splits[_split_name(folder)] = decoded.Split(
+            _keys(root, paths),
+            partial(decode_row, paths, in_chans, img_size),
+            {"image": ((img_size, img_size, in_chans), "uint8")},
+            extra={"in_chans": in_chans},
+        )
+    return decoded.build(
+        out or decoded.default_folder(root, img_size),
+        kind=CACHE_KIND,
+        img_size=img_size,
+        source=root,
+        splits=splits,
+        workers=workers,
+        force=force,
+        progress=progress,
+    )
 
 
 # --- what a run records of its data (MLflow run inputs) --------------------------------------

@@ -41,6 +41,7 @@ def load_splits(config: VisionTaskConfig, seed: int) -> data.ImageSplits:
             in_chans=config.in_chans,
             test_fraction=config.test_fraction,
             seed=seed,
+            cache_path=config.cache_path,
         )
     return splits.limited(config.train_limit, config.test_limit, seed, val_limit=config.val_limit)
 
@@ -53,12 +54,20 @@ class VisionTask(Task):
     def __init__(self, config: VisionTaskConfig, seed: int):
         self.config, self.seed = config, seed
         self.splits = load_splits(config, seed)
+        self._train_set = self.splits.train.with_integers()  # the engine's loaders ship uint8
 
     def train_dataset(self) -> data.ImageDataset:
-        return self.splits.train
+        return self._train_set
 
     def collate(self, items: list[dict[str, Any]]) -> Batch:
+        return self.prepare(data.collate(items))
+
+    def loader_collate(self, items: list[dict[str, Any]]) -> Batch:
         return data.collate(items)
+
+    def prepare(self, batch: Batch) -> Batch:
+        """uint8 images -> normalised float at img_size, on the batch's device."""
+        return data.model_inputs(batch, self.splits.train.stats, self.config.image_size)
 
     def group_labels(self) -> torch.Tensor:
         return self.splits.train.labels
@@ -87,7 +96,7 @@ class VisionTask(Task):
 
     def per_sample_loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         device = next(model.parameters()).device
-        logits = model(batch["image"].to(device, non_blocking=True))
+        logits = model(self._image(batch, device))
         return F.cross_entropy(
             logits.float(),
             batch["label"].to(device, non_blocking=True),
@@ -100,8 +109,13 @@ class VisionTask(Task):
         gradient is the logits' weighted by the softmax's errors, so its kernel shrinks as the
         model fits and would read as drift."""
         device = next(model.parameters()).device
-        logits = model(batch["image"].to(device)).float()
+        logits = model(self._image(batch, device)).float()
         return logits.gather(1, batch["label"].to(device)[:, None]).squeeze(1)
+
+    def _image(self, batch: Batch, device: torch.device) -> torch.Tensor:
+        """The batch's model input on the model's device (uint8 moved first, then prepared)."""
+        moved = {"image": batch["image"].to(device, non_blocking=True)}
+        return self.prepare(moved)["image"]
 
     def model_to_log(self, model: nn.Module) -> TorchModel:
         """The classifier: images [B, C, H, W] as the data prepares them -> class logits."""
