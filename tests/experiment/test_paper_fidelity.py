@@ -89,7 +89,11 @@ def test_the_comparison_has_the_papers_three_baselines_at_its_70_percent_budget(
         (cfg,) = by_method[method]
         assert build_plan(cfg.selection, cfg.train.epochs).mean_ratio() == pytest.approx(0.7), method
         assert cfg.train.epochs == 800
-    assert by_method["group_weight"][0].selection.group_weights == [1, 2, 2]  # RGB : SemSeg : Depth as rgb, depth, semseg
+    assert by_method["group_weight"][0].selection.group_weights == [
+        1,
+        2,
+        2,
+    ]  # RGB : SemSeg : Depth as rgb, depth, semseg
     assert by_method["group_weight"][0].task.modalities == ("rgb", "depth", "semseg")
     attent = [c for c in by_method["attent"] if c.selection.strategy == "soft"]
     (cfg,) = attent
@@ -157,7 +161,8 @@ def test_lora_alpha_is_lora_r_on_every_linear_layer():
     model = add_lora(transformers.LlamaForCausalLM(config), r=8, dropout=0.0)
     lora = model.peft_config["default"]
     assert lora.lora_alpha == lora.r == 8
-    assert set(lora.target_modules) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    adapted = {name.rsplit(".", 1)[-1] for name in lora.target_modules}  # peft names the modules in full
+    assert adapted == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
 
 
 def test_table_1_trains_on_the_sets_the_paper_names():

@@ -118,7 +118,11 @@ def test_a_jobs_model_fields_land_on_the_encoders():
             "task": {"name": "multimae", "data_path": "/nowhere", "model": {"preset": "vit_small_cpu"}},
             "train": {"epochs": 1},
             "downstream": [
-                {"name": "semseg", "task": {"target": "semseg", "model": {"drop_path_rate": 0.1}}, "train": {"epochs": 1}}
+                {
+                    "name": "semseg",
+                    "task": {"target": "semseg", "model": {"drop_path_rate": 0.1}},
+                    "train": {"epochs": 1},
+                }
             ],
         }
     )

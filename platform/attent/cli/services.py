@@ -324,12 +324,18 @@ def _cache_target(args) -> dict:
             target["in_chans"] = task.in_chans if args.color_mode is None else target["in_chans"]
         if task.cache_path not in (None, "auto", "required") and target["out"] is None:
             target["out"] = task.cache_path
+        kind = "image_folder" if task.name == "vision" else "multimodal"
+        needed = task.modalities_needed() if kind == "multimodal" else ()
     else:
-        root = source
+        root, needed = source, ()
+        if not root.is_dir():
+            raise SystemExit(f"attent data cache: {root} is neither an experiment YAML nor a data folder")
+        kind = "multimodal" if any((root / "train" / m).is_dir() for m in MODALITIES) else "image_folder"
     if target["img_size"] is None:
         raise SystemExit("attent data cache: give --img-size (the task's img_size) for a data folder")
-    present = [m for m in MODALITIES if (root / "train" / m).is_dir()]
-    target.update(root=root, kind="multimodal" if present else "image_folder", modalities=tuple(present))
+    # every modality the data has (a cache serves mae, multimae and the downstream jobs alike)
+    present = tuple(m for m in MODALITIES if (root / "train" / m).is_dir()) or tuple(needed)
+    target.update(root=root, kind=kind, modalities=present)
     return target
 
 
