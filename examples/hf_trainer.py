@@ -3,6 +3,9 @@
 
     PYTHONPATH=platform python examples/hf_trainer.py --limit 200 --epochs 3
 
+Needs `pip install 'attent[hf,peft]' datasets` (LoRA is peft's, GSM8K is read with datasets; from a
+clone, `pip install '.[hf,peft]' datasets`).
+
 The prompt's labels are -100, so a problem's loss is the mean loss of its answer's tokens.
 Prints one JSON line per epoch, the selection as Trainer logged it, and a last line with the
 steps taken and planned (the test suite reads them).

@@ -6,6 +6,8 @@ on GSM8K, the ``llm`` preset) on several Ray Train workers, logged to MLflow by 
     ray job submit --working-dir . -- python examples/ray_hf_trainer.py --limit 200 \\
         --tracking-uri sqlite:////abs/path/mlflow.db --output-dir /abs/path/runs/ray_hf_trainer
 
+Needs `pip install 'attent[platform]'` (Ray Train, MLflow, transformers, peft, datasets).
+
 Every worker builds the same AtteNTTrainer (same data, same seed): Ray's process group makes them one
 DDP job, the ranks merge their per-sample losses, pick the same subset and each trains on its own shard
 of it. Each rank writes what it chose and trained on to OUTPUT_DIR/rank<r>/selection.json (the test suite

@@ -4,6 +4,9 @@ have the highest loss).
 
     PYTHONPATH=platform python examples/trl_sft.py --limit 200 --epochs 3
 
+Needs `pip install 'attent[trl,peft]' datasets` (LoRA is peft's, GSM8K is read with datasets; from a
+clone, `pip install '.[trl,peft]' datasets`).
+
 TRL's completion_only_loss (on by default for prompt-completion data) labels the prompt -100, so
 a problem's loss is the mean loss of its answer's tokens. Prints one JSON line per epoch, the
 selection as Trainer logged it, and a last line with the steps taken and planned.

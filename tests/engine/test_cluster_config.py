@@ -12,6 +12,7 @@ import json
 import re
 import shlex
 import subprocess
+import tomllib
 import types
 from pathlib import Path
 
@@ -86,6 +87,13 @@ def options(args: list[str]) -> dict[str, str]:
                 value = args[i + 1]
             out[key] = value
     return out
+
+
+def short_options(args: list[str]) -> dict[str, str]:
+    """-k value pairs (openssl's and pip's single-dash options)."""
+    return {
+        arg: args[i + 1] for i, arg in enumerate(args[:-1]) if arg.startswith("-") and not args[i + 1].startswith("-")
+    }
 
 
 def exported(command: str) -> dict[str, str]:
@@ -201,28 +209,44 @@ def test_the_code_is_pinned_to_one_commit_in_one_place(name):
     shas = ARCHIVE.findall(text)
     assert len(shas) == 1, f"the commit should be named once, found {shas}"
     cfg = load(name)
+    extras, _ = cluster_install(cfg)
+    assert set(extras) <= set(project_optional_dependencies()), "extras the project does not declare"
+    assert cfg["file_mounts"].get("~/attent-dist"), "the archive directory is not mounted on the nodes"
+
+
+def cluster_install(cfg: dict) -> tuple[list[str], list[str]]:
+    """(extras, `uv pip install` arguments) of the one setup command installing ``ARCHIVE=...<sha>.tar.gz``."""
     install = [cmd for cmd in commands(cfg, "setup_commands") if ARCHIVE.search(cmd)]
     assert len(install) == 1, "the pinned archive is installed by one setup command (head and workers)"
-    requirement = next(w for w in words(install[0]) if ARCHIVE.search(w))
-    match = re.fullmatch(r"attent\[([\w,-]+)\] @ file://\$HOME/attent-dist/attent-[0-9a-f]{40}\.tar\.gz", requirement)
-    assert match, requirement
-    assert set(match.group(1).split(",")) <= project_extras(), "extras the project does not declare"
-    assert "psycopg2-binary" in words(install[0]), "MLflow's PostgreSQL driver"
-    assert cfg["file_mounts"].get("~/attent-dist"), "the archive directory is not mounted on the nodes"
+    assert re.fullmatch(r"ARCHIVE=~/attent-dist/attent-[0-9a-f]{40}\.tar\.gz", words(install[0])[0]), install[0]
+    args = invocation(install[0], "~/.local/bin/uv", "pip", "install")
+    match = re.fullmatch(r"attent\[([\w,-]+)\] @ file://\$ARCHIVE", args[-1])
+    return (match.group(1).split(","), args) if match else pytest.fail(args[-1])
 
 
 def test_both_files_pin_the_same_commit():
     assert len({ARCHIVE.search((REPO / name).read_text()).group(1) for name in FILES}) == 1
 
 
-def project_extras() -> set[str]:
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10: the installed metadata says the same
-        from importlib.metadata import metadata
+def project_optional_dependencies() -> dict[str, list[str]]:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
 
-        return set(metadata("attent").get_all("Provides-Extra") or [])
-    return set(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+
+@pytest.mark.parametrize("name", FILES)
+def test_the_nodes_install_the_locks_versions_and_the_servers_extra(name):
+    """The Ray (and all else) `make test` passed on: the archive's lock is the install's constraints; the
+    server extra brings what the head's `attent server --auth` needs (Flask-WTF) and its PostgreSQL driver."""
+    cfg = load(name)
+    extras, args = cluster_install(cfg)
+    assert {"platform", "server"} <= set(extras)
+    install = next(cmd for cmd in commands(cfg, "setup_commands") if ARCHIVE.search(cmd))
+    lock, extract = short_options(args).get("-c"), invocation(install, "tar")
+    assert lock, "uv pip install takes no constraints"
+    assert extract[0] == "-xzOf" and extract[1] == "$ARCHIVE" and extract[-1] == "*/requirements/platform.lock"
+    assert f"> {lock}" in " ".join(words(install)), "the lock is not extracted to the constraints file"
+    assert {"Flask-WTF", "psycopg2-binary"} <= {
+        re.split(r"[<>=]", r)[0] for r in project_optional_dependencies()["server"]
+    }
 
 
 @pytest.mark.parametrize("name", FILES)
@@ -241,15 +265,43 @@ def test_the_head_starts_the_tracking_server_on_its_private_address(name):
     ray_head = options(invocation(command, "ray", "start") or [])
     assert "--head" in ray_head and ray_head.get("--node-ip-address") == host
     env = exported(command)
-    assert env.get("MLFLOW_TRACKING_URI") == f"http://{host}:{port}"
+    assert env.get("MLFLOW_TRACKING_URI") == f"https://{host}:{port}"
     assert env.get("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S") == TRAIN_POLL
     assert ray_head.get("--dashboard-host") in ("127.0.0.1", "localhost")
     # workers reach the server at the head's address, which the autoscaler gives them
     command, args = find(cfg, "worker_start_ray_commands", "ray", "start")
     head_address = options(args)["--address"].rpartition(":")[0]
     env = exported(command)
-    assert env.get("MLFLOW_TRACKING_URI") == f"http://{head_address}:{port}"
+    assert env.get("MLFLOW_TRACKING_URI") == f"https://{head_address}:{port}"
     assert env.get("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S") == TRAIN_POLL
+
+
+SHARED_CERT = "/shared/attent-tls/tls.crt"  # on the file system every node mounts
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_the_tracking_server_speaks_tls_that_every_node_trusts_as_the_guide_says(name):
+    """No password crosses the cluster's network in clear: the head's server serves HTTPS with a
+    certificate made for its address (the key 0600 in a 0700 folder of the head's), and every node,
+    head and workers, trusts that certificate from the shared file system, in what `ray start`
+    starts and in what `ray exec` runs (~/.bashrc)."""
+    cfg = load(name)
+    command, args = find(cfg, "head_start_ray_commands", "attent", "server")
+    cert, key = options(args).get("--tls-cert"), options(args).get("--tls-key")
+    assert cert and key, "the server speaks plain HTTP"
+    made = invocation(command, "openssl", "req")
+    made = short_options(made or [])
+    assert made["-keyout"] == key and made["-out"] == cert
+    assert "IP:$HEAD_IP" in made["-addext"] and "IP:127.0.0.1" in made["-addext"]  # the SSH tunnel's
+    assert "umask 077" in command and f"mkdir -p -m 700 {key.rpartition('/')[0]}" in command
+    assert invocation(command, "install", "-m", "644") == [cert, SHARED_CERT]
+    worker, _ = find(cfg, "worker_start_ray_commands", "ray", "start")
+    for env in (exported(command), exported(worker)):
+        assert env.get("MLFLOW_TRACKING_SERVER_CERT_PATH") == SHARED_CERT
+    bashrc = next(cmd for cmd in commands(cfg, "setup_commands") if ">> ~/.bashrc" in cmd)
+    assert f"MLFLOW_TRACKING_SERVER_CERT_PATH={SHARED_CERT}" in bashrc
+    guide = (REPO / "docs" / "guides" / "cluster.md").read_text()
+    assert SHARED_CERT in guide and "https://" in guide and "plain HTTP" not in guide
 
 
 @pytest.mark.parametrize("name", FILES)
@@ -264,6 +316,8 @@ def test_the_head_sets_up_the_database_the_server_uses(name):
     assert match, f"{uri}: name the driver (postgresql+psycopg2://...)"
     driver, database = match.groups()
     installed = {w for cmd in commands(cfg, "setup_commands", "head_setup_commands") for w in words(cmd)}
+    extras, _ = cluster_install(cfg)  # the server extra brings psycopg2-binary
+    installed |= {re.split(r"[<>=\[ ]", r)[0] for e in extras for r in project_optional_dependencies().get(e, [])}
     assert installed & DRIVER_PACKAGES[driver], f"{driver} is never installed"
     setup = " ; ".join(commands(cfg, "head_setup_commands"))
     assert re.search(r"apt-get .*install .*\bpostgresql\b", setup)

@@ -205,3 +205,30 @@ def test_strict_spread_on_a_local_ray_is_refused(tmp_path, short_ray_tmp):
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "STRICT_SPREAD puts each of the ray.num_workers=2 workers on its own node" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_store_inside_ray_job_submits_copy_of_the_working_dir_is_refused(tmp_path, monkeypatch):
+    """`ray job submit --working-dir .` runs the job in Ray's copy of the folder, deleted after the
+    job: the default sqlite:///mlflow.db and ray_results resolved inside it, and the run never reached
+    the user's store. Refused before anything starts, naming the absolute paths; absolute ones pass."""
+    from attent.engine.preflight import check_experiment
+    from attent.experiment.files import load_experiment
+    from attent.experiment.schema import PreflightError
+
+    copy = tmp_path / "session_x" / "runtime_resources" / "working_dir_files" / "_ray_pkg_0123abcd"
+    copy.mkdir(parents=True)
+    monkeypatch.chdir(copy)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    for overrides, key in (
+        ([], "mlflow.tracking_uri"),
+        ([f"mlflow.tracking_uri=sqlite:///{tmp_path}/m.db"], "ray.storage_path"),
+    ):
+        cfg = load_experiment(DIGITS, overrides).resolved()
+        with pytest.raises(PreflightError) as refused:
+            check_experiment(cfg)
+        assert str(refused.value).startswith(f"{key} resolves to {copy}/")
+        assert "ray.storage_path=/<abs path>/ray_results" in str(refused.value)
+    cfg = load_experiment(DIGITS, [f"mlflow.tracking_uri=sqlite:///{tmp_path}/m.db", f"ray.storage_path={tmp_path}/rr"])
+    from attent.engine.preflight import check_outside_job_copy
+
+    check_outside_job_copy(cfg.resolved())

@@ -1,6 +1,7 @@
 """Preflight of the MLflow tracking store: a server that answers its health check passes; a
 gateway error, a closed port or a silent server is refused in seconds with the fix in the message;
-a SQLite store is checked without being created. Real HTTP servers and sockets."""
+a SQLite store is checked without being created; a user who may only read the run's experiment is
+refused naming the grant. Real HTTP servers and sockets."""
 
 from __future__ import annotations
 
@@ -101,3 +102,66 @@ def test_sqlite_store_in_a_read_only_directory_is_refused(tmp_path):
             store.check_tracking(f"sqlite:///{ro / 'mlflow.db'}")
     finally:
         ro.chmod(0o755)
+
+
+class _Permissions(http.server.BaseHTTPRequestHandler):
+    """A tracking server with users, as far as the permission check asks it: experiment `shared`
+    exists (id 7), `hidden` is forbidden, others do not exist; the user's permission on 7 is set."""
+
+    permission = "READ"
+
+    def do_GET(self):  # noqa: N802
+        import json
+
+        if "get-by-name" in self.path:
+            code, body = (
+                (200, {"experiment": {"experiment_id": "7"}})
+                if "=shared" in self.path
+                else (403, {})
+                if "=hidden" in self.path
+                else (404, {"error_code": "RESOURCE_DOES_NOT_EXIST"})
+            )
+        elif "/users/permissions/get" in self.path and "resource_id=7" in self.path and "username=bob" in self.path:
+            code, body = 200, {"allowed": False, "permission": self.permission}
+        else:
+            code, body = 404, {}
+        self.send_response(code)
+        self.end_headers()
+        self.wfile.write(json.dumps(body).encode())
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize(
+    "experiment,permission,refused",
+    [("shared", "READ", "READ"), ("shared", "NO_PERMISSIONS", "NO_PERMISSIONS"), ("hidden", "READ", "NO_PERMISSIONS"),
+     ("shared", "EDIT", None), ("shared", "MANAGE", None), ("new-one", "READ", None)],
+)  # fmt: skip
+def test_a_user_who_may_only_read_the_experiment_is_refused_before_anything_runs(
+    experiment, permission, refused, monkeypatch, tmp_path
+):
+    from attent.engine.preflight.permission import check_can_log
+
+    handler = type("H", (_Permissions,), {"permission": permission})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.mlflow/credentials but these
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "bob")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "bobs-password")
+    uri = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        if refused is None:
+            check_can_log(uri, experiment)
+            return
+        with pytest.raises(PreflightError) as error:
+            check_can_log(uri, experiment)
+        message = str(error.value)
+        assert f"gives user 'bob' {refused} on experiment {experiment!r}" in message
+        assert f"attent server grant bob {experiment} EDIT" in message and "bobs-password" not in message
+        monkeypatch.delenv(
+            "MLFLOW_TRACKING_PASSWORD"
+        )  # no user: nothing to ask (the server's 401 is the store check's)
+        check_can_log(uri, experiment)
+    finally:
+        server.shutdown()

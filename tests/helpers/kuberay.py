@@ -1,7 +1,8 @@
 """Offline validation of Kubernetes manifests: KubeRay's RayCluster and RayJob against the
 openAPIV3Schema of the pinned release's CRDs (deploy/kubernetes/schemas/, KubeRay v1.7.0), unknown
 fields refused as `kubeconform -strict` refuses them (every object schema with properties and no
-``additionalProperties`` or ``x-kubernetes-preserve-unknown-fields`` closed), then the cross-field rules
+``additionalProperties`` or ``x-kubernetes-preserve-unknown-fields`` closed; a required field with a
+default filled in as the API server does), then the cross-field rules
 KubeRay's operator applies that a schema cannot say (ray-operator/controllers/ray/utils/validation.go:
 ValidateRayClusterSpec, ValidateRayJobSpec, the metadata's names), and the structure of the plain
 objects the deployment ships: Namespace, PersistentVolumeClaim, Deployment, Service.
@@ -44,9 +45,13 @@ def load(path: Path) -> list[dict]:
 
 
 def strict(schema):
-    """``schema`` with every object that lists properties closed to others (kubeconform -strict)."""
+    """``schema`` with every object that lists properties closed to others (kubeconform -strict), and a
+    required field that has a default no longer required (the API server fills defaults in first)."""
     if isinstance(schema, dict):
         schema = {key: strict(value) for key, value in schema.items()}
+        defaults = {name for name, field in schema.get("properties", {}).items() if "default" in field}
+        if defaults & set(schema.get("required", [])):
+            schema["required"] = [name for name in schema["required"] if name not in defaults]
         if (
             "properties" in schema
             and "additionalProperties" not in schema
@@ -222,21 +227,21 @@ def raycluster_rules(spec: dict, at: str) -> list[str]:
             found.append(f"{at}.{where}.rayStartParams.labels: not supported; use the group's labels field")
         if where == "headGroupSpec":
             continue
-        low, high = group.get("minReplicas"), group.get("maxReplicas")
-        if not autoscaling and (low is None or high is None):
-            found.append(f"{at}.{where}: minReplicas and maxReplicas are both needed without autoscaling")
-        if low is not None and high is not None and low > high:
+        low, high = group.get("minReplicas", 0), group.get("maxReplicas", 2**31 - 1)  # the CRD's defaults
+        if low > high:
             found.append(f"{at}.{where}.minReplicas: {low} is greater than maxReplicas {high}")
         if group.get("idleTimeoutSeconds") is not None and spec.get("autoscalerOptions", {}).get("version") != "v2":
             found.append(f"{at}.{where}.idleTimeoutSeconds: needs autoscalerOptions.version v2")
-        if group.get("suspend"):
-            found.append(f"{at}.{where}.suspend: needs the RayJobDeletionPolicy feature gate")
+        if group.get("suspend") and autoscaling:
+            found.append(f"{at}.{where}.suspend: a worker group cannot be suspended with the autoscaler on")
     auth = spec.get("authOptions") or {}
     if auth.get("mode", "disabled") == "token":
         if not spec.get("rayVersion"):
             found.append(f"{at}.rayVersion: required with authOptions.mode token (Ray 2.52.0 or later)")
         elif version(spec["rayVersion"]) < TOKEN_AUTH_MIN_RAY:
-            found.append(f"{at}.rayVersion: {spec['rayVersion']} is below 2.52.0, the least authOptions.mode token needs")
+            found.append(
+                f"{at}.rayVersion: {spec['rayVersion']} is below 2.52.0, the least authOptions.mode token needs"
+            )
     elif auth.get("enableK8sTokenAuth"):
         found.append(f"{at}.authOptions.enableK8sTokenAuth: needs authOptions.mode token")
     if auth.get("enableK8sTokenAuth") and auth.get("secretName"):
@@ -260,9 +265,11 @@ def rayjob_rules(spec: dict) -> list[str]:
     if spec.get("ttlSecondsAfterFinished", 0) < 0:
         found.append("spec.ttlSecondsAfterFinished: must be non-negative")
     if spec.get("ttlSecondsAfterFinished", 0) > 0 and not shutdown:
-        found.append("spec.ttlSecondsAfterFinished: needs shutdownAfterJobFinishes: true (nothing is deleted without it)")
+        found.append(
+            "spec.ttlSecondsAfterFinished: needs shutdownAfterJobFinishes: true (nothing is deleted without it)"
+        )
     if "deletionStrategy" in spec:
-        found.append("spec.deletionStrategy: needs the RayJobDeletionPolicy feature gate")
+        found += deletion_rules(spec)
     if "rayClusterSpec" not in spec and not selector:
         found.append("spec.rayClusterSpec: one of rayClusterSpec or clusterSelector is needed")
     if selector:
@@ -290,6 +297,53 @@ def rayjob_rules(spec: dict) -> list[str]:
         if (cluster.get("authOptions") or {}).get("enableK8sTokenAuth"):
             found.append("spec.rayClusterSpec.authOptions.enableK8sTokenAuth: not supported for a RayJob")
         found += raycluster_rules(cluster, "spec.rayClusterSpec")
+    return found
+
+
+DELETION_ORDER = ("DeleteWorkers", "DeleteCluster", "DeleteSelf")  # TTLs must not decrease along it
+
+
+def deletion_rules(spec: dict) -> list[str]:
+    """validateDeletionConfiguration: legacy onSuccess/onFailure, or deletionRules, never both."""
+    strategy, at = spec["deletionStrategy"], "spec.deletionStrategy"
+    shutdown = spec.get("shutdownAfterJobFinishes", False)
+    autoscaling = bool((spec.get("rayClusterSpec") or {}).get("enableInTreeAutoscaling"))
+    legacy, rules = {"onSuccess", "onFailure"} & set(strategy), strategy.get("deletionRules") or []
+    if rules and shutdown:
+        return [f"{at}.deletionRules: not with shutdownAfterJobFinishes: true"]
+    if rules and legacy:
+        return [f"{at}.deletionRules: not with onSuccess/onFailure"]
+    if not rules and len(legacy) < 2:
+        return [f"{at}: needs both onSuccess and onFailure, or deletionRules"]
+    found = []
+    if legacy:
+        policies = {key: strategy[key].get("policy") for key in ("onSuccess", "onFailure")}
+        found += [f"{at}.{key}.policy: required field missing" for key, policy in policies.items() if policy is None]
+        if autoscaling and "DeleteWorkers" in policies.values():
+            found.append(f"{at}: DeleteWorkers does not work with the autoscaler on")
+        if shutdown and "DeleteNone" in policies.values():
+            found.append(f"{at}: DeleteNone contradicts shutdownAfterJobFinishes: true")
+        return found
+    ttls: dict[tuple[str, str], dict[str, int]] = {}
+    for i, rule in enumerate(rules):
+        condition = rule.get("condition", {})
+        keys = {"jobStatus", "jobDeploymentStatus"} & set(condition)
+        if len(keys) != 1:
+            found.append(f"{at}.deletionRules[{i}].condition: exactly one of jobStatus, jobDeploymentStatus")
+            continue
+        if autoscaling and rule.get("policy") == "DeleteWorkers":
+            found.append(f"{at}.deletionRules[{i}].policy: DeleteWorkers does not work with the autoscaler on")
+        key = keys.pop()
+        seen = ttls.setdefault((key, condition[key]), {})
+        if rule.get("policy") in seen:
+            found.append(f"{at}.deletionRules[{i}]: a second rule for {rule.get('policy')} on {key} {condition[key]}")
+        seen[rule.get("policy")] = condition.get("ttlSeconds", 0)
+    for (key, value), by_policy in ttls.items():
+        ordered = [by_policy[p] for p in DELETION_ORDER if p in by_policy]
+        if ordered != sorted(ordered):
+            found.append(
+                f"{at}.deletionRules: on {key} {value}, TTLs must be DeleteWorkers <= DeleteCluster <= DeleteSelf"
+            )
     return found
 
 

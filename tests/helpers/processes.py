@@ -8,6 +8,7 @@ import contextlib
 import os
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 from tests.helpers.paths import BIN
@@ -88,3 +89,12 @@ def start_tracking_server(backend_uri: str, artifacts: Path):
         yield url
     finally:
         server.stop(proc)
+
+
+def wait_for_line(path: Path, text: str, seconds: float = 60) -> str:
+    """A process's output file once it holds ``text`` (or at the deadline): `attent server`
+    announces itself just after it first answers, so a test that read the file at once raced it."""
+    deadline = time.monotonic() + seconds
+    while text not in path.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return path.read_text()

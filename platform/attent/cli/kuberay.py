@@ -121,13 +121,15 @@ def container(role: str, image: str, resources: dict[str, str], namespace: str) 
     return spec
 
 
-def pod_template(role: str, image: str, resources: dict[str, str], namespace: str) -> dict:
+def pod_template(
+    role: str, image: str, resources: dict[str, str], namespace: str, credentials: str = CREDENTIALS_SECRET
+) -> dict:
     spec = {
         "securityContext": {"runAsUser": UID, "runAsGroup": UID, "fsGroup": UID},
         "containers": [container(role, image, resources, namespace)],
         "volumes": [
             {"name": "shared", "persistentVolumeClaim": {"claimName": SHARED_CLAIM}},
-            {"name": "mlflow-credentials", "secret": {"secretName": CREDENTIALS_SECRET, "defaultMode": 0o440}},
+            {"name": "mlflow-credentials", "secret": {"secretName": credentials, "defaultMode": 0o440}},
             # the certificate alone: the key stays in the tracking server's pod
             {
                 "name": "tracking-tls",
@@ -149,14 +151,14 @@ def worker_resources(bundle: dict[str, float], per_pod: int, memory_per_cpu: str
     return resources
 
 
-def cluster_spec(image: str, namespace: str, group: dict) -> dict:
+def cluster_spec(image: str, namespace: str, group: dict, credentials: str) -> dict:
     """A rayClusterSpec: token auth, a head that trains nothing, one worker group."""
     return {
         "rayVersion": RAY_VERSION,
         "authOptions": {"mode": "token", "secretName": RAY_TOKEN_SECRET},
         "headGroupSpec": {
             "rayStartParams": {"num-cpus": "0"},  # drivers only: every Train worker lands on a worker pod
-            "template": pod_template("head", image, HEAD_RESOURCES, namespace),
+            "template": pod_template("head", image, HEAD_RESOURCES, namespace, credentials),
         },
         "workerGroupSpecs": [group],
     }
@@ -173,6 +175,7 @@ def manifest(
     workers_per_pod: int = 1,
     max_pods: int | None = None,
     memory_per_cpu: str = "4Gi",
+    credentials: str = CREDENTIALS_SECRET,
 ) -> dict:
     """The RayJob (or, with ``cluster``, the RayCluster) of the experiment or sweep at ``path``."""
     if workers_per_pod < 1:
@@ -181,14 +184,15 @@ def manifest(
     per_pod = min(workers_per_pod, workers)
     pods = math.ceil(workers / per_pod) * at_once
     kind = "gpu" if bundle.get("GPU") else "cpu"
-    template = pod_template("worker", image, worker_resources(bundle, per_pod, memory_per_cpu), namespace)
+    resources = worker_resources(bundle, per_pod, memory_per_cpu)
+    template = pod_template("worker", image, resources, namespace, credentials)
     labels = {"app.kubernetes.io/part-of": "attent"}
     if cluster:
         if max_pods is not None and max_pods < 1:
             raise ValueError(f"--max-pods {max_pods}: give at least 1")
         top = max_pods or pods
         group = {"groupName": kind, "replicas": 0, "minReplicas": 0, "maxReplicas": top, "rayStartParams": {}}
-        spec = cluster_spec(image, namespace, {**group, "template": template})
+        spec = cluster_spec(image, namespace, {**group, "template": template}, credentials)
         spec = {
             "enableInTreeAutoscaling": True,
             "autoscalerOptions": {"idleTimeoutSeconds": IDLE_TIMEOUT_S, "upscalingMode": "Default"},
@@ -216,7 +220,7 @@ def manifest(
         "shutdownAfterJobFinishes": True,  # the cluster goes when the job ends ...
         "ttlSecondsAfterFinished": TTL_S,  # ... after its logs were kept this long
         "backoffLimit": 0,  # a failed run is not retried from scratch: `attent` resumes from its checkpoints
-        "rayClusterSpec": cluster_spec(image, namespace, {**group, "template": template}),
+        "rayClusterSpec": cluster_spec(image, namespace, {**group, "template": template}, credentials),
     }
     metadata = {"name": dns_label(name or run_name), "namespace": namespace, "labels": labels}
     return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": metadata, "spec": spec}
@@ -229,7 +233,9 @@ def image_path(path: str) -> str:
         try:
             file = file.resolve().relative_to(Path.cwd().resolve())
         except ValueError:
-            raise ValueError(f"{path} is outside this checkout: give a file of the repository the image holds") from None
+            raise ValueError(
+                f"{path} is outside this checkout: give a file of the repository the image holds"
+            ) from None
     if ".." in file.parts:
         raise ValueError(f"{path}: give the file relative to the top of the checkout the image was built from")
     return f"{IMAGE_ROOT}/{file.as_posix()}"
@@ -237,7 +243,9 @@ def image_path(path: str) -> str:
 
 def header(argv: list[str] | None) -> str:
     command = " ".join(["attent", "kuberay", *(argv or [])])
-    return f"# {command}\n# Written by `attent kuberay` (docs/guides/kubernetes.md): regenerate it, rather than edit it.\n"
+    return (
+        f"# {command}\n# Written by `attent kuberay` (docs/guides/kubernetes.md): regenerate it, rather than edit it.\n"
+    )
 
 
 def to_yaml(document: dict, argv: list[str] | None = None) -> str:
@@ -260,6 +268,11 @@ def add_kuberay_command(sub) -> None:
     p.add_argument("--workers-per-pod", type=int, default=1, help="Ray Train workers per pod (8: one 8-GPU node's)")
     p.add_argument("--max-pods", type=int, default=None, help="--cluster: the most worker pods (default: one run's)")
     p.add_argument("--memory-per-cpu", default="4Gi", help="pod memory per CPU (default 4Gi)")
+    p.add_argument(
+        "--credentials-secret",
+        default=CREDENTIALS_SECRET,
+        help=f"the Secret holding the MLflow user's credentials file, key credentials (default {CREDENTIALS_SECRET})",
+    )
     p.add_argument("--out", default=None, help="write the manifest here (default: print it)")
 
 
@@ -274,6 +287,7 @@ def cmd_kuberay(args) -> int:
         workers_per_pod=args.workers_per_pod,
         max_pods=args.max_pods,
         memory_per_cpu=args.memory_per_cpu,
+        credentials=args.credentials_secret,
     )
     argv = [args.config, *args.overrides, "--image", args.image]
     argv += ["--cluster"] if args.cluster else []
@@ -289,5 +303,12 @@ def cmd_kuberay(args) -> int:
 
 def option_values(args) -> dict[str, object]:
     """The options given away from their defaults, for the manifest's header line."""
-    defaults = {"name": None, "namespace": NAMESPACE, "workers_per_pod": 1, "max_pods": None, "memory_per_cpu": "4Gi"}
+    defaults = {
+        "name": None,
+        "namespace": NAMESPACE,
+        "workers_per_pod": 1,
+        "max_pods": None,
+        "memory_per_cpu": "4Gi",
+        "credentials_secret": CREDENTIALS_SECRET,
+    }
     return {key: getattr(args, key) for key, default in defaults.items() if getattr(args, key) != default}

@@ -11,7 +11,8 @@ beside a SQLite store, else in the folder the server starts in), 0700, every fil
   processes, later restarts and other servers given the same folder agree on it;
 * ``admin_password``: the admin's password, made once; MLflow ships no usable default (it refuses
   the ``password1234`` of its older releases and, on a users database that still has it, replaces it
-  with this one at start). Its path is printed, never its content.
+  with this one at start). Its path is printed, never its content;
+* ``users.db`` (SQLite stores): the users and their password hashes, made 0600 before MLflow opens it.
 
 The users database lies beside the tracking store: ``users.db`` in that folder for SQLite, the
 same database for PostgreSQL (MLflow's auth tables have their own names and migration table).
@@ -94,6 +95,7 @@ def prepare(spec: AuthSpec) -> dict[str, str]:
         f"authorization_function = {AUTH_FUNCTION}\n"
     )
     write_private(folder / CONFIG_FILE, config)
+    private_database(sqlite_file(spec.database_uri))
     return {
         "MLFLOW_AUTH_CONFIG_PATH": str(folder / CONFIG_FILE),
         "MLFLOW_FLASK_SERVER_SECRET_KEY": secret,
@@ -102,6 +104,20 @@ def prepare(spec: AuthSpec) -> dict[str, str]:
         "MLFLOW_AUTH_ADMIN_USERNAME": ADMIN,
         "MLFLOW_AUTH_ADMIN_PASSWORD": password,
     }
+
+
+def private_database(path: Path | None) -> None:
+    """The SQLite users database readable by its owner alone: made empty, 0600, before MLflow opens
+    it (SQLite takes an empty file for a new database and gives its journals the file's mode), or
+    narrowed to 0600 where an earlier start left it as the umask made it. Its password hashes are
+    the server's secrets as much as the files beside it."""
+    if path is None:
+        return
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        os.fchmod(descriptor, 0o600)
+    finally:
+        os.close(descriptor)
 
 
 def check_private(path: Path, *, directory: bool = False) -> None:
