@@ -345,3 +345,18 @@ def write_rows(path: Path, rows: list[dict[str, Any]], columns: Iterable[str]) -
         writer.writeheader()
         for row in rows:
             writer.writerow({k: row.get(k, "") for k in columns})
+
+
+def clock(read_batch, batches: int, repeats: int) -> dict[str, float]:
+    """Median over repeats of (samples per CPU-second, samples per wall-second) of
+    ``read_batch(b) -> samples`` over ``batches`` batches; one uncounted pass first."""
+    cpu_rates, wall_rates = [], []
+    for repeat in range(repeats + 1):
+        cpu, wall, done = time.process_time(), time.perf_counter(), 0
+        for b in range(batches):
+            done += read_batch(b)
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        if repeat:
+            cpu_rates.append(done / cpu)
+            wall_rates.append(done / wall)
+    return {"cpu_rate": statistics.median(cpu_rates), "wall_rate": statistics.median(wall_rates)}

@@ -9,7 +9,8 @@ import torch
 from attent.engine.recipe import TrainingRecipe, WorkerContext
 from attent.experiment.schema import build_experiment
 from attent.tasks.mae import augment, scenes
-from attent.tasks.mae.data import IGNORE_INDEX, IMAGENET_MEAN, IMAGENET_STD
+from attent.tasks.mae.data import IMAGENET_MEAN, IMAGENET_STD
+from attent.tasks.mae.files import IGNORE_INDEX
 
 SIZE = 32
 
@@ -54,6 +55,26 @@ def test_lsj_moves_every_modality_alike():
         assert torch.equal(out["semseg"][valid], (column // 4).long())
 
 
+def test_lsj_on_stored_integers_pads_grey_and_keeps_the_dtypes():
+    size = SIZE
+    column = torch.arange(size).expand(size, size)
+    item = {
+        "index": 0,
+        "label": 0,
+        "rgb": torch.full((3, size, size), 200, dtype=torch.uint8),
+        "depth": (1000 + column)[None].to(torch.uint16),
+        "semseg": (column // 4).to(torch.uint8),
+    }
+    torch.manual_seed(0)
+    out = augment.large_scale_jitter(item, scale=(0.5, 0.5))
+    assert [out[m].dtype for m in ("rgb", "depth", "semseg")] == [torch.uint8, torch.uint16, torch.uint8]
+    assert out["rgb"][:, -1, -1].tolist() == [128, 128, 128] and out["rgb"][:, 0, 0].tolist() == [200, 200, 200]
+    assert int(out["depth"][0, -1, -1]) == 0 and int(out["semseg"][-1, -1]) == IGNORE_INDEX
+    valid = out["depth"][0].int() > 0
+    assert torch.equal(out["semseg"][valid].long(), ((out["depth"][0][valid].int() - 1000) // 4).long())
+    assert augment.rand_augment(item)["rgb"].dtype == torch.uint8
+
+
 def test_lsj_enlarges_without_padding():
     torch.manual_seed(1)
     out = augment.large_scale_jitter(column_item(), scale=(2.0, 2.0))
@@ -84,6 +105,7 @@ def test_a_job_trains_under_its_augmentation(scene_root, target, augmentation):
     r.setup()
     train = r.task.train_dataset()
     assert isinstance(train, augment.Augmented) and train.augmentation == augmentation
+    assert train.fmt is r.task.splits.train.fmt  # what the wrapper does not hold is the dataset's
     assert torch.equal(train.labels, r.task.splits.train.labels) and len(train) == len(r.task.splits.train)
     assert not r.task.splits.train.augment or augmentation == "rand_augment"  # lsj jitters plain images
     assert torch.isfinite(torch.tensor(r.run_epoch(0)["train_loss"]))

@@ -116,7 +116,7 @@ def test_items_have_the_documented_shapes_units_and_indices(scenes):
 def test_lazy_decoding_matches_the_cache_and_resizes(scenes):
     cached = load_multimodal(scenes, img_size=32, cache=True).test
     lazy = load_multimodal(scenes, img_size=32, cache=False).test
-    assert cached.cache is not None and lazy.cache is None
+    assert cached.store is not None and lazy.store is None
     for key in ("rgb", "depth", "semseg"):
         assert torch.equal(cached[3][key], lazy[3][key])
     small = load_multimodal(scenes, img_size=16, modalities=("depth", "semseg"), cache=False).test

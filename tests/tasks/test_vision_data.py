@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from attent.tasks.task import stratified_holdout
-from attent.tasks.vision import data, files
+from attent.tasks.vision import data, files, folder
 from attent.tasks.vision.config import VisionTaskConfig
 from attent.tasks.vision.task import load_splits
 from PIL import Image
@@ -283,8 +283,8 @@ def write_pngs(root, classes: dict[str, int], count: int) -> None:
 def test_image_folder_grayscale_and_rgb(tmp_path):
     write_pngs(tmp_path, {"black": 0, "white": 255}, count=5)
 
-    rgb = data.load_image_folder(tmp_path, img_size=16, in_chans=3, seed=0)
-    gray = data.load_image_folder(tmp_path, img_size=12, in_chans=1, seed=0)
+    rgb = folder.load_image_folder(tmp_path, img_size=16, in_chans=3, seed=0)
+    gray = folder.load_image_folder(tmp_path, img_size=12, in_chans=1, seed=0)
 
     assert rgb.classes == ("black", "white")
     assert (len(rgb.train), len(rgb.test)) == (8, 2)
@@ -301,7 +301,7 @@ def test_image_folder_with_train_and_test_subfolders(tmp_path):
     write_pngs(tmp_path / "train", {"a": 10, "b": 20, "c": 30}, count=4)
     write_pngs(tmp_path / "test", {"a": 10, "b": 20, "c": 30}, count=2)
 
-    splits = data.load_image_folder(tmp_path, img_size=8, in_chans=1)
+    splits = folder.load_image_folder(tmp_path, img_size=8, in_chans=1)
 
     assert splits.classes == ("a", "b", "c")
     assert class_counts(splits.train)[:3] == [4, 4, 4]

@@ -203,7 +203,10 @@ def cmd_server(args) -> int:
             if not server_auth.admin_password_works(local, spec.auth):
                 print(server_auth.STALE_PASSWORD.format(path=spec.auth.password_file), file=sys.stderr, flush=True)
         if spec.tls_cert:
-            print(f"HTTPS with {spec.tls_cert}: clients export MLFLOW_TRACKING_SERVER_CERT_PATH=<it or its CA>")
+            print(
+                f"HTTPS with {spec.tls_cert}: clients export MLFLOW_TRACKING_SERVER_CERT_PATH=<it or its CA>",
+                flush=True,
+            )
         if log:
             print(f"(the server's own log: {log})", flush=True)
 
@@ -355,7 +358,7 @@ def _cache_data(args) -> int:
             **common,
         )
     else:
-        from ..tasks.vision.data import build_cache
+        from ..tasks.vision.folder import build_cache
 
         index = build_cache(target["root"], target["out"], in_chans=target["in_chans"], **common)
     counts = ", ".join(f"{entry['count']} {split}" for split, entry in index["splits"].items())

@@ -6,7 +6,7 @@ Items are ``{"index": i, "label": scene class, "rgb": [3,S,S], "depth": [1,S,S] 
 "semseg": [S,S] ids}``, ``index`` the item's position in its dataset (the AtteNT teacher keys its
 score table on it), so subsets are new datasets (``select``), not ``torch.utils.data.Subset``.
 
-Every file is first brought to S x S (shorter side resized to S, centre crop; rgb bilinear with
+Every file is first brought to S x S (``decode.py``: shorter side resized to S, centre crop; rgb bilinear with
 antialias, depth and semseg nearest); training items then get MultiMAE's augmentation, the same
 random resized crop and horizontal flip on every modality. Where the data has a decoded cache
 (``attent data cache``: every sample at S x S in memory-mapped uint8 / uint16 arrays, see
@@ -30,129 +30,33 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torchvision.transforms.v2.functional as TF
-from PIL import Image
 from torch.utils.data import Dataset
-from torchvision.transforms import InterpolationMode, RandomResizedCrop
+from torchvision.transforms import RandomResizedCrop
 
 from attent.contract import DATASET_EVAL, DATASET_TRAIN, DATASET_VALIDATION, DatasetDescription
 from attent.tasks import cache as decoded
-from attent.tasks.config import DataError, unreadable
+from attent.tasks.mae.decode import (
+    CACHE_KIND,
+    INTERPOLATION,
+    Format,
+    MemoryStore,
+    Store,
+    cached_store,
+    decode,
+    decode_all,
+    decode_row,
+    sample_keys,
+    stored_rows,
+    want_cache,
+)
 from attent.tasks.mae.files import MODALITIES, SPLITS, read_metadata, scan_root
 from attent.tasks.task import stratified_holdout, stratified_subset
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-IGNORE_INDEX = 255  # semseg id of pixels without a label
 CROP_SCALE, CROP_RATIO = (0.2, 1.0), (3 / 4, 4 / 3)  # the paper's and the released code's (MAE's) crop
-CACHE_LIMIT_BYTES = 200 * 2**20  # without a decoded cache, cache=None decodes a split up front below this size
-CACHE_KIND = "multimodal"  # index.json's kind of a decoded cache of this layout
-BYTES_PER_PIXEL = {"rgb": 3, "depth": 2, "semseg": 1}  # decoded and stored at img_size
-INTERPOLATION = {
-    "rgb": InterpolationMode.BILINEAR,
-    "depth": InterpolationMode.NEAREST_EXACT,
-    "semseg": InterpolationMode.NEAREST_EXACT,
-}
-DEPTH_MODES = ("I;16", "I;16B", "I;16L", "I", "L")  # integer depth PNGs (values in depth units)
-
-
-@dataclass(frozen=True)
-class Format:
-    """How the files of a dataset are read: which modalities, at what size, in what units."""
-
-    modalities: tuple[str, ...]
-    img_size: int
-    depth_unit_m: float = 0.001
-    num_semseg_classes: int | None = None  # checked when given: ids must be below it, or 255
-
-
-# --- decoding -------------------------------------------------------------------------------
-
-
-def _pixels(path: Path, modality: str) -> np.ndarray:
-    """A file's pixels as uint8 [H, W, 3] (rgb), uint16 [H, W] (depth) or uint8 [H, W] (semseg)."""
-    try:
-        with Image.open(path) as img:
-            if modality == "rgb":
-                return np.array(img.convert("RGB"))
-            if modality == "depth" and img.mode not in DEPTH_MODES:
-                raise DataError(f"{path}: depth must be an integer PNG (16-bit), not mode {img.mode}")
-            values = np.asarray(img).astype(np.int64)  # 'P' semseg: palette indices, not colours
-    except (OSError, SyntaxError, Image.DecompressionBombError) as exc:  # PIL's errors for broken files
-        raise unreadable(path, f"{modality} image", exc) from exc
-    top = 65535 if modality == "depth" else 255
-    if values.ndim != 2 or values.min() < 0 or values.max() > top:
-        raise DataError(
-            f"{path}: {modality} must be one channel of values 0..{top}, "
-            f"got shape {values.shape} and range {values.min()}..{values.max()}"
-        )
-    return values.astype(np.uint16 if modality == "depth" else np.uint8)
-
-
-def decode(path: Path, modality: str, fmt: Format) -> torch.Tensor:
-    """One file as a [C, S, S] tensor in its stored dtype: shorter side resized to S, centre crop."""
-    t = torch.from_numpy(np.ascontiguousarray(_pixels(path, modality)))
-    t = t.permute(2, 0, 1) if t.ndim == 3 else t[None]
-    size = fmt.img_size
-    if tuple(t.shape[-2:]) != (size, size):
-        t = TF.resize(t, [size], interpolation=INTERPOLATION[modality], antialias=modality == "rgb")
-        t = TF.center_crop(t, [size, size])
-    if modality == "semseg" and fmt.num_semseg_classes is not None:
-        bad = (t >= fmt.num_semseg_classes) & (t != IGNORE_INDEX)
-        if bad.any():
-            raise DataError(
-                f"{path}: semseg ids {sorted(set(t[bad].tolist()))[:5]} are not below "
-                f"num_semseg_classes={fmt.num_semseg_classes} (nor {IGNORE_INDEX}, ignore)"
-            )
-    return t.contiguous()
-
-
-def decode_all(paths: list[dict[str, Path]], fmt: Format) -> dict[str, torch.Tensor]:
-    """Every file of every sample, stacked per modality: {modality: [N, C, S, S]}."""
-    return {m: torch.stack([decode(p[m], m, fmt) for p in paths]) for m in fmt.modalities}
-
-
-def stored_rows(img_size: int, modalities: tuple[str, ...]) -> dict[str, tuple[tuple[int, ...], str]]:
-    """A decoded cache's row per modality: rgb uint8 [S, S, 3] (as decoded: channels last, the
-    layout the uint8 crop is fastest on), depth uint16 [S, S], semseg uint8 [S, S]."""
-    shapes = {"rgb": ((img_size, img_size, 3), "uint8"), "depth": ((img_size, img_size), "uint16")}
-    return {m: shapes.get(m, ((img_size, img_size), "uint8")) for m in modalities}
-
-
-def decode_row(paths: list[dict[str, Path]], fmt: Format, i: int) -> dict[str, np.ndarray]:
-    """Sample i decoded as ``decode`` does, in the cache's row layout (``stored_rows``)."""
-    rows = {}
-    for m in fmt.modalities:
-        t = decode(paths[i][m], m, fmt)
-        rows[m] = (t.permute(1, 2, 0) if m == "rgb" else t[0]).numpy()
-    return rows
-
-
-class MemoryStore:
-    """Decoded images held in memory: {modality: [N, C, S, S]} (``decode_all``)."""
-
-    def __init__(self, images: dict[str, torch.Tensor]):
-        self.images = images
-
-    def image(self, modality: str, row: int) -> torch.Tensor:
-        return self.images[modality][row]
-
-
-class DiskStore:
-    """A decoded cache's arrays of one split, memory-mapped (``attent.tasks.cache``); rows come
-    out as ``decode`` gives them ([C, S, S]; rgb a channels-last view of its [S, S, 3] row)."""
-
-    def __init__(self, arrays: dict[str, decoded.MappedArray], folder: Path):
-        self.arrays, self.folder = arrays, folder
-
-    def image(self, modality: str, row: int) -> torch.Tensor:
-        t = torch.from_numpy(self.arrays[modality].row(row))
-        return t.permute(2, 0, 1) if modality == "rgb" else t[None]
-
-
-Store = MemoryStore | DiskStore
 
 
 # --- model inputs ---------------------------------------------------------------------------
@@ -190,7 +94,7 @@ def to_model_inputs(batch: dict[str, Any], depth_unit_m: float) -> dict[str, Any
 
 def augment_images(images: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """MultiMAE's training augmentation, identical on every modality: a random resized crop
-    (scale 0.5-1, aspect 3/4-4/3; nearest for depth and semseg) and a horizontal flip.
+    (scale CROP_SCALE, aspect 3/4-4/3; nearest for depth and semseg) and a horizontal flip.
     Draws from torch's global generator (seeded per DataLoader worker)."""
     first = next(iter(images.values()))
     top, left, h, w = RandomResizedCrop.get_params(first, list(CROP_SCALE), list(CROP_RATIO))
@@ -367,37 +271,6 @@ def _semseg_names(meta: dict, num_semseg_classes: int | None, modalities, root: 
     return [str(i) for i in range(num_semseg_classes)]
 
 
-def sample_keys(found: list[dict[str, str]], modality: str) -> list[str]:
-    """A split's samples as a decoded cache lists them: "<class>/<stem>", the same in every
-    modality folder."""
-    return [os.path.splitext(f[modality])[0] for f in found]
-
-
-def _cached_store(index: dict, folder: Path, split: str, keys: list[str], fmt: Format) -> DiskStore:
-    """A split's arrays in a decoded cache, after checking they are this split's samples, at
-    this size, with these modalities and semseg ids below the task's class count."""
-    entry = decoded.check(index, folder, kind=CACHE_KIND, img_size=fmt.img_size, split=split, keys=keys)
-    missing = [m for m in fmt.modalities if m not in entry["arrays"]]
-    rebuild = f"rebuild it with `{decoded.command(index.get('source', '<root>'), fmt.img_size)} --force`"
-    if missing:
-        raise ValueError(f"{folder} caches {sorted(entry['arrays'])}, not {missing}; {rebuild}")
-    built = index.get("num_semseg_classes")
-    if "semseg" in fmt.modalities and fmt.num_semseg_classes is not None and built and built > fmt.num_semseg_classes:
-        raise ValueError(
-            f"{folder} was built for {built} semseg classes, more than num_semseg_classes="
-            f"{fmt.num_semseg_classes}; {rebuild}"
-        )
-    return DiskStore(decoded.arrays(folder, split, fmt.modalities), folder)
-
-
-def _want_cache(cache: bool | None, n: int, fmt: Format) -> bool:
-    """cache=None: decode up front when the split is small once decoded at img_size."""
-    if cache is not None:
-        return cache
-    size = n * fmt.img_size**2 * sum(BYTES_PER_PIXEL[m] for m in fmt.modalities)
-    return size < CACHE_LIMIT_BYTES
-
-
 def load_multimodal(
     root: str | os.PathLike,
     *,
@@ -430,9 +303,9 @@ def load_multimodal(
         ids = {name: k for k, name in enumerate(classes)}
         labels = torch.tensor([ids[f[modalities[0]].split("/")[0]] for f in found[split]])
         if index is not None:
-            stored = _cached_store(index, folder, split, sample_keys(found[split], modalities[0]), fmt)
+            stored = cached_store(index, folder, split, sample_keys(found[split], modalities[0]), fmt)
         else:
-            stored = MemoryStore(decode_all(paths, fmt)) if _want_cache(cache, len(paths), fmt) else None
+            stored = MemoryStore(decode_all(paths, fmt)) if want_cache(cache, len(paths), fmt) else None
         datasets.append(MultiModalDataset(paths, labels, fmt, augment=augmented, store=stored))
     return MultiModalSplits(datasets[0], datasets[1], classes, semseg)
 

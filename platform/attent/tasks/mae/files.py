@@ -16,6 +16,7 @@ MODALITIES = ("rgb", "depth", "semseg")
 SPLITS = ("train", "test")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")  # rgb may be JPEG; depth and semseg are PNG
 METADATA = "dataset.json"
+IGNORE_INDEX = 255  # semseg id of pixels without a label
 HOW_TO_GET = (
     "generate offline scenes with `attent data scenes --out DIR`, or prepare NYUv2 / ImageNet-S50 as MultiMAE does"
 )

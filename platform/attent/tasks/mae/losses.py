@@ -8,7 +8,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from attent.tasks.mae.model import IGNORE_INDEX, patchify
+from attent.tasks.mae.files import IGNORE_INDEX
+from attent.tasks.mae.model import patchify
 
 DEPTH_EPS = 1e-6
 
