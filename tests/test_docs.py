@@ -96,6 +96,7 @@ def test_the_site_builds_strictly_with_complete_references(tmp_path):
         "server",
         "data",
         "doctor",
+        "kuberay",
     ):
         assert f"attent {command}" in text
 
@@ -123,3 +124,13 @@ def test_the_readme_links_point_at_files_of_the_repository():
             broken.append(target)
     assert broken == []
     assert len(readme.splitlines()) <= 250
+
+
+@pytest.mark.parametrize("page", ["docs/guides/experiments.md", "docs/guides/ray.md"])
+def test_the_guides_first_ray_job_submit_gives_absolute_store_and_checkpoints(page):
+    """`ray job submit --working-dir .` as the guides first wrote it: the default sqlite:///mlflow.db and
+    ray_results resolved inside Ray's temporary copy of the folder, and the run never reached the user's
+    store (the caveat came paragraphs later). `attent` now refuses that; the first command gives both."""
+    text = (REPO / page).read_text().replace("\\\n", " ")
+    first = next(line for line in text.splitlines() if "ray job submit --working-dir" in line and "attent " in line)
+    assert "mlflow.tracking_uri=sqlite:///$PWD/" in first and "ray.storage_path=$PWD/" in first, first

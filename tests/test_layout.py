@@ -84,7 +84,7 @@ LEVELS = [
     {"contract", "integrations"},  # MLflow's names (the selection's metric names among them); AtteNT in users' loops
     {"tasks"},  # the Task interface and the workloads
     {"experiment"},  # the experiment file's schema (its task sections from the registry) and its reading
-    {"theory"},  # the theory lab's maths and the empirical ANTK
+    {"theory", "cost"},  # the theory lab's maths and the empirical ANTK; `attent plan`'s estimate
     {"engine"},  # the run on Ray Train and in MLflow
     {"server", "analysis"},  # the tracking server; the report
     {"sweep", "lab"},  # Ray Tune sweeps (their own tracking server); the theory lab's runner
@@ -101,6 +101,7 @@ MAY_IMPORT = {
     "tasks": {"contract"},
     "experiment": {"contract", "selection", "tasks"},
     "theory": {"experiment", "selection"},  # pure maths: no engine, no MLflow
+    "cost": {"experiment", "selection", "tasks"},  # the plan's work, the tasks' probes: no Ray, no MLflow
     # the Selector users get, selection.selector (test_the_engine_selects_through_the_selector)
     "engine": {"contract", "experiment", "selection", "tasks", "theory"},
     "server": {"engine", "experiment"},  # the engine's tracking defaults, the store's URIs
@@ -185,7 +186,14 @@ def test_no_analysis_module_imports_the_report_command():
 
 @pytest.mark.parametrize("task", ["llm", "mae", "vision"])
 def test_a_task_package_imports_only_itself_and_the_task_interface(task):
-    shared = {"attent.contract", "attent.tasks.task", "attent.tasks.config", "attent.tasks.vit", "attent.tasks.weights"}
+    shared = {
+        "attent.contract",
+        "attent.tasks.task",
+        "attent.tasks.config",
+        "attent.tasks.vit",
+        "attent.tasks.weights",
+        "attent.tasks.cache",  # the decoded cache of the image tasks' files
+    }
     own = f"attent.tasks.{task}"
     outside = sorted(
         f"{name} -> {m}"
@@ -277,6 +285,7 @@ TOP_LEVEL_TESTS = {
     "test_docs.py",
     "test_layout.py",
     "test_light_install.py",
+    "test_makefile.py",
     "test_one_spelling.py",
     "test_packaging.py",
     "test_suite_cpu.py",

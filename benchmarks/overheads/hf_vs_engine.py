@@ -77,7 +77,7 @@ import os
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the suite's harness
@@ -325,7 +325,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="attent-hf-vs-engine-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d%H%M%S")  # fresh run names: the engine never resumes
+    stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S")  # fresh run names: the engine never resumes
     started = time.perf_counter()
     rows: list[dict] = finished_rows(args)
     for seed in args.seeds:

@@ -66,6 +66,8 @@ STUDIES = {
     "paper_tables": "the paper's tables on digits (`attent sweep experiments/sweeps/*_digits.yaml`, `attent report`; "
     "a folder per sweep; `subset_classes*/`: `benchmarks/run_analysis/subset_classes.py`)",
     "phase_costs": "a training step, a scoring pass, loading and a re-selection per sample, by integration and workload (`benchmarks/speed/phase_costs.py`)",
+    "run_plan": "the paper's Tables 1, 2, 3, 7 and 8 and the first milestone priced by `attent plan` on A100 and H100 "
+    "(`benchmarks/cost/run_plan.py`)",
     "preset_limits": "each selection plan's realized saving against its limit, side by side with full data "
     "(`benchmarks/speed/preset_limits.py`)",
     "free_score_agreement": "free scores against a fresh scoring pass, Spearman at each re-selection (`benchmarks/speed/free_score_agreement.py`)",

@@ -111,7 +111,9 @@ CHECKPOINT_STATE_FILE = "state.pt"  # the file in each of a run's Ray Train chec
 # SELECTION_HARDNESS, SELECTION_OVERLAP, SCORE_AGREEMENT (selection.metric_names)
 NUM_TRAIN_SAMPLES = "num_train_samples"
 OPTIMIZER_STEPS = "optimizer_steps"
-GRAD_ACCUMULATION = "grad_accumulation"
+GRAD_ACCUMULATION = "grad_accumulation"  # micro-batches per optimiser step (step: the epoch it applies from)
+LEARNING_RATE = "learning_rate"  # per epoch: the rate of its last optimiser step (progress (e + 1) / E)
+RANKS = "ranks"  # the workers training (step: the epoch from which; an elastic run's changes at its restarts)
 RESTORED_AT_EPOCH = "restored_at_epoch"  # a worker group (re)started from a checkpoint: its first epoch (step = it)
 
 # Time split (seconds, cumulative over epochs). What selection changes is the method's cost:

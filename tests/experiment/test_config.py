@@ -124,3 +124,26 @@ def test_missing_file_is_refused(capsys):
 def test_validate_accepts_a_good_file(capsys):
     assert main(["validate", str(REPO / "experiments/digits_vit.yaml")]) == 0
     assert "OK" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        # two workers of 64 already take 128 samples a step: a global batch of 64 cannot be kept
+        (["ray.num_workers=2", "train.global_batch_size=64"], "lower train.batch_size to 32"),
+        # three workers of 64 take 192 samples a step: 256 is no whole number of steps
+        (["ray.num_workers=3", "train.global_batch_size=256"], "not a multiple of train.batch_size=64 x 3"),
+    ],
+)
+def test_a_global_batch_accumulation_cannot_reach_is_refused(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_experiment(REPO / "experiments/digits_vit.yaml", overrides)
+
+
+def test_an_elastic_run_may_round_its_accumulation_at_world_sizes_that_do_not_divide_it():
+    # 1, 2 and 4 workers of 32 keep 128 exactly; 3 round up to 2 micro-batches (192)
+    cfg = load_experiment(
+        REPO / "experiments/digits_vit.yaml",
+        ["ray.num_workers=[1, 4]", "train.batch_size=32", "train.global_batch_size=128"],
+    )
+    assert (cfg.ray.min_workers, cfg.ray.max_workers, cfg.train.global_batch_size) == (1, 4, 128)

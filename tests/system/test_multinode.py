@@ -160,3 +160,97 @@ def test_two_node_run_survives_losing_a_worker(two_nodes, tracking_server, tmp_p
     # the artifacts went through the server to its artifact store
     names = {a.path for a in client.list_artifacts(resumed.info.run_id)}
     assert {"config.yaml", "epoch_history.json", "selection_history.json"} <= names
+
+
+@pytest.fixture
+def two_fresh_nodes():
+    """A cluster of its own for the elastic run, whose second node the test kills for good."""
+    from ray._private import ray_constants
+    from ray.cluster_utils import Cluster
+
+    poll_train_workers_often()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    second = cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    yield cluster.address, second.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid
+    cluster.shutdown()
+
+
+ELASTIC = [
+    "ray.num_workers=[1, 2]",  # elastic: it starts on two, goes on with one
+    "train.batch_size=32",
+    "train.global_batch_size=64",  # 2 x 32, or 1 x 32 x 2 accumulated
+    "selection.preset=null",
+    "selection.strategy=random",  # picks that read no loss: the same whatever the ranks trained
+    "selection.ratio={kind: incremental, start: 0.3, end: 0.9}",
+    "ray.max_failures=2",
+]
+
+
+def test_an_elastic_run_loses_a_node_and_goes_on_with_one_worker(two_fresh_nodes, tracking_server, tmp_path):
+    """``ray.num_workers: [1, 2]`` on two one-CPU nodes: the second node is killed after epoch 2; Ray Train restarts
+    the group with the one worker left, from the latest checkpoint, in the same MLflow run, which finishes with the
+    plan's subsets, the global batch of 64 (accumulation 1 on two ranks, 2 on one) and the learning rate of each
+    epoch's progress."""
+    from attent.engine.lr import lr_factor
+    from attent.experiment.files import load_experiment
+    from attent.selection.teacher import Teacher
+
+    address, second_raylet = two_fresh_nodes
+    client = mlflow.MlflowClient(tracking_server)
+    overrides = [
+        "name=elastic",
+        "train.epochs=4",
+        "ray.cpus_per_worker=1",
+        "ray.checkpoint_every=1",
+        f"ray.storage_path={tmp_path / 'shared_storage'}",
+        f"mlflow.tracking_uri={tracking_server}",
+        f"mlflow.experiment={EXPERIMENT}",
+        *ELASTIC,
+    ]
+    env = {**os.environ, "RAY_ADDRESS": address, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [str(BIN / "attent"), "train", "experiments/digits_vit.yaml", *overrides],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.time() + 300
+    while time.time() < deadline:  # the second node dies for good once two epochs are logged
+        assert proc.poll() is None, "the run ended before the node could be killed"
+        runs = the_run(client, "elastic")
+        if runs and len(client.get_metric_history(runs[0].info.run_id, contract.TRAIN_LOSS)) >= 2:
+            # the raylet and its Train worker both: a worker whose raylet dies trains on, orphaned
+            workers = train_workers(second_raylet)
+            assert len(workers) == 1, workers
+            os.kill(second_raylet, signal.SIGKILL)
+            workers[0].kill()
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError("the elastic run logged fewer than 2 epochs in 300 s")
+    out = finish(proc)
+    (run,) = the_run(client, "elastic")
+    assert run.info.status == "FINISHED", out[-3000:]
+    history = {
+        name: [(int(m.step), m.value) for m in client.get_metric_history(run.info.run_id, name)]
+        for name in (contract.RANKS, contract.GRAD_ACCUMULATION, contract.RESTORED_AT_EPOCH)
+    }
+    assert history[contract.RESTORED_AT_EPOCH], (history, out.replace("\r", "\n")[-6000:])
+    (restored_at, _), *_ = history[contract.RESTORED_AT_EPOCH]
+    assert 2 <= restored_at < 4
+    assert history[contract.RANKS] == [(0, 2.0), (restored_at, 1.0)]
+    assert history[contract.GRAD_ACCUMULATION] == [(0, 1.0), (restored_at, 2.0)]  # 64 = 2 x 32 x 1 = 1 x 32 x 2
+    # the plan's subsets, as a teacher alone draws them (Random reads no loss)
+    cfg = load_experiment(REPO / "experiments/digits_vit.yaml", ["train.epochs=4", *ELASTIC])
+    epochs, subsets = shared_runs.histories(tracking_server, run.info.run_id, tmp_path)
+    teacher = Teacher(int(run.data.metrics[contract.NUM_TRAIN_SAMPLES]), cfg.selection, 4, seed=cfg.seed)
+    for epoch in range(4):
+        teacher.begin_epoch(epoch)
+    assert subsets == [r.indices.tolist() for r in teacher.history]
+    # each epoch ends at the learning rate of its progress, on two ranks and on one
+    lr = cfg.train.lr or 1e-3
+    rates = [row[contract.LEARNING_RATE] for row in sorted(epochs, key=lambda r: r["epoch"])]
+    assert rates == pytest.approx([lr * lr_factor((e + 1) / 4, "cosine", 0.0) for e in range(4)], rel=1e-9)

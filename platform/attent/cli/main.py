@@ -1,4 +1,4 @@
-"""The `attent` command: train, validate, demo, sweep, bench, downstream, theory, report, ui, server, data,
+"""The `attent` command: train, validate, plan, demo, sweep, bench, downstream, theory, report, ui, server, data,
 doctor, kuberay. Those that read results, serve the tracking store or make data (report, ui, server, data) are in
 ``attent.cli.services``."""
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .extras import missing_extra, version
 from .kuberay import add_kuberay_command, cmd_kuberay
+from .plan import add_plan_command, cmd_plan
 from .services import add_service_commands, cmd_data, cmd_report, cmd_server, cmd_ui, tracking_uri
 
 USAGE_ERROR = 2
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     add_run_commands(sub)
     add_service_commands(sub)
     add_kuberay_command(sub)
+    add_plan_command(sub)
     # argparse fills a positional list only with the words before the first option, so
     # `attent bench spec.yaml --workload w train.epochs=3` leaves the override over: take it
     args, extra = parser.parse_known_args(argv)
@@ -119,6 +121,11 @@ def add_run_commands(sub) -> None:
     )
     p.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db")
     p.add_argument("--storage-path", default="ray_results", help="where checkpoints go (ray.storage_path)")
+    p.add_argument(
+        "--data-dir",
+        default=None,
+        help="the offline mirror the LLM task reads (task.data_dir; default $ATTENT_DATA_DIR)",
+    )
 
     p = sub.add_parser("demo", help="full-data baseline vs AtteNT on real data, offline, a few minutes")
     p.add_argument("--workdir", default=".", help="where mlflow.db and ray_results/ go")
@@ -251,7 +258,7 @@ def cmd_doctor(args) -> int:
     """`attent doctor`: a self-check of this node, one line per check."""
     from .doctor import run_checks
 
-    return run_checks(tracking_uri(args.tracking_uri), Path(args.storage_path))
+    return run_checks(tracking_uri(args.tracking_uri), Path(args.storage_path), args.data_dir)
 
 
 def cmd_theory(args) -> int:
@@ -275,4 +282,5 @@ COMMANDS = {
     "data": cmd_data,
     "doctor": cmd_doctor,
     "kuberay": cmd_kuberay,
+    "plan": cmd_plan,
 }

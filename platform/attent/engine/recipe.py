@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import logging
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -93,6 +94,14 @@ class TrainingRecipe:
         with timed(self.setup_seconds, "data"):
             self.task: Task = build_task(cfg.task, seed=cfg.seed)
             self.train_set = self.task.train_dataset()
+        expected = cfg.task.expected_train_samples
+        if expected is not None and expected != len(self.train_set) and ctx.rank == 0:
+            logging.getLogger(__name__).warning(
+                "task.expected_train_samples is %d but the training set holds %d: attent plan priced "
+                "another run; correct the field",
+                expected,
+                len(self.train_set),
+            )
         with timed(self.setup_seconds, "model"):
             model = self.task.build_model()
             if cfg.train.init_weights:  # before DDP wraps it: every rank starts from the same weights
@@ -124,7 +133,7 @@ class TrainingRecipe:
             seed=cfg.seed,
             model=self.raw_model,
             loss_fn=self.scoring_loss,
-            collate_fn=self.task.collate,
+            collate_fn=self.task.loader_collate,
             score_dataset=self.task.scoring_dataset(),
             score_batch_size=cfg.train.scoring_batch_size,  # None: sized from the training batch
             score_num_workers=workers,
@@ -239,7 +248,7 @@ class TrainingRecipe:
         return steps
 
     def evaluate(self, epoch: int) -> dict[str, float]:
-        if (epoch + 1) % self.cfg.train.eval_every and epoch + 1 != self.cfg.train.epochs:
+        if epoch not in self.cfg.train.evaluation_epochs():
             return {}
         self.raw_model.eval()
         with torch.no_grad(), self.amp():
@@ -272,6 +281,8 @@ class TrainingRecipe:
                     contract.SUBSET_CHECKSUM,
                 )
             },
+            contract.LEARNING_RATE: self.optimizer.param_groups[0]["lr"]
+            / self.optimizer.param_groups[0].get("lr_scale", 1.0),
             **counters.time_metrics(),
             **evals,
             **{name: selection[name] for name in components},

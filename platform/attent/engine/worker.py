@@ -109,7 +109,13 @@ def train_run(payload: dict[str, Any], cfg: ExperimentConfig, started: float, en
             recipe.restore(state)
             if logger:  # a restart after a failure, or a re-run resuming: visible on the run
                 logger.log_metrics(
-                    {contract.RESTORED_AT_EPOCH: recipe.counters.next_epoch}, step=recipe.counters.next_epoch
+                    {
+                        contract.RESTORED_AT_EPOCH: recipe.counters.next_epoch,
+                        # an elastic run may go on with other ranks: the accumulation keeps its global batch
+                        contract.RANKS: ctx.world_size,
+                        contract.GRAD_ACCUMULATION: recipe.accumulation,
+                    },
+                    step=recipe.counters.next_epoch,
                 )
                 if skipped:
                     logger.set_tag(contract.TAG_SKIPPED_CHECKPOINTS, "; ".join(f"{p}: {why}" for p, why in skipped))
@@ -125,6 +131,7 @@ def train_run(payload: dict[str, Any], cfg: ExperimentConfig, started: float, en
                     contract.TIME_WORKER_START: max(0.0, entered - payload["fit_started_unix"]),
                     contract.NUM_TRAIN_SAMPLES: len(recipe.train_set),
                     contract.GRAD_ACCUMULATION: recipe.accumulation,
+                    contract.RANKS: ctx.world_size,
                 }
             )
             logger.log_datasets(recipe.task.describe_data())  # once per run: a restart restores instead

@@ -68,6 +68,11 @@ class TrainConfig(BaseModel):
             raise ValueError("train: set lr (absolute) or base_lr (per 256 samples of the global batch), not both")
         return self
 
+    def evaluation_epochs(self) -> range | list[int]:
+        """The epochs (from 0) after which a run evaluates: every ``eval_every``-th, and the last."""
+        every = list(range(self.eval_every - 1, self.epochs, self.eval_every))
+        return every if every and every[-1] == self.epochs - 1 else [*every, self.epochs - 1]
+
 
 class RayConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -193,6 +198,24 @@ class ExperimentConfig(BaseModel):
             raise ValueError(
                 f"ray.num_workers {list(self.ray.num_workers)} trains on a changing number of workers: set "
                 "train.global_batch_size, which gradient accumulation keeps whatever their number"
+            )
+        train, ray = self.train, self.ray
+        if train.global_batch_size is None:
+            return self
+        widest = train.batch_size * max(1, ray.max_workers)
+        if train.global_batch_size < widest:
+            raise ValueError(
+                f"train.global_batch_size={train.global_batch_size} is less than one step of train.batch_size="
+                f"{train.batch_size} on {max(1, ray.max_workers)} worker(s) ({widest}): lower train.batch_size to "
+                f"{max(1, train.global_batch_size // max(1, ray.max_workers))} or raise the global batch"
+            )
+        # a fixed world size must reach it exactly; an elastic one rounds the accumulation up at
+        # the sizes that do not divide it (the run logs its ranks and accumulation at each start)
+        if not ray.elastic and train.global_batch_size % widest:
+            raise ValueError(
+                f"train.global_batch_size={train.global_batch_size} is not a multiple of train.batch_size="
+                f"{train.batch_size} x {max(1, ray.max_workers)} worker(s) = {widest}: gradient accumulation "
+                "cannot reach it; choose a batch size that divides it"
             )
         return self
 

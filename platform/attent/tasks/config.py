@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class DataError(ValueError):
@@ -34,6 +34,9 @@ class TaskConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
     name: str
+    # The training set's size (after its limits) where the data is not on this machine: what
+    # `attent plan` prices the run's work by. A run that reads another size says so in its log.
+    expected_train_samples: int | None = Field(None, ge=1)
     # Fields holding local paths: made absolute against the submitting directory, so Ray workers
     # (other processes, other working directories) read the same files.
     path_fields: ClassVar[tuple[str, ...]] = ()

@@ -46,8 +46,13 @@ def config_classes() -> tuple[type[TaskConfig], ...]:
     return classes
 
 
+def task_class(name: str) -> type[Task]:
+    """The Task class registered as ``name`` (imports only what that task needs)."""
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; registered: {', '.join(TASKS)}")
+    return _load(TASKS[name].task)
+
+
 def build_task(task_config: TaskConfig, seed: int) -> Task:
-    """The Task for a validated ``task:`` section (imports only what that task needs)."""
-    if task_config.name not in TASKS:
-        raise ValueError(f"unknown task {task_config.name!r}; registered: {', '.join(TASKS)}")
-    return _load(TASKS[task_config.name].task)(task_config, seed=seed)
+    """The Task for a validated ``task:`` section."""
+    return task_class(task_config.name)(task_config, seed=seed)

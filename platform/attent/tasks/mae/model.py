@@ -21,9 +21,9 @@ from timm.models.vision_transformer import Block
 from torch import nn
 
 from attent.tasks.mae.config import MaskedAutoencoderSpec
+from attent.tasks.mae.files import IGNORE_INDEX
 
 SEMSEG = "semseg"
-IGNORE_INDEX = 255  # semseg pixels without a label
 
 
 def sincos_positions(grid: int, dim: int) -> torch.Tensor:
@@ -58,7 +58,7 @@ class MultiModalEncoder(nn.Module):
         )
         self.modality_embed = nn.Parameter(torch.zeros(len(spec.modalities), 1, spec.embed_dim))
         self.register_buffer("pos_embed", sincos_positions(spec.grid, spec.embed_dim), persistent=False)
-        rates = torch.linspace(0, spec.drop_path_rate, spec.depth).tolist()
+        rates = torch.linspace(0, spec.drop_path_rate, spec.depth, device="cpu").tolist()  # a meta build too
         self.blocks = nn.Sequential(
             *[Block(spec.embed_dim, spec.num_heads, spec.mlp_ratio, qkv_bias=True, drop_path=rate) for rate in rates]
         )

@@ -22,6 +22,7 @@ from attent.tasks.mae.model import MaskedAutoencoder
 from attent.tasks.task import (
     Batch,
     OptimizerSpec,
+    Probe,
     Task,
     TorchModel,
     data_seed,
@@ -49,6 +50,19 @@ def load_splits(config, modalities: tuple[str, ...], *, augment: bool, seed: int
     return splits.limited(
         config.train_limit, config.test_limit, data_seed(config.split_seed, seed), val_limit=config.val_limit
     )
+
+
+def semseg_class_count(config) -> tuple[int, tuple[str, ...]]:
+    """(classes, the assumption made where neither the config nor the data's dataset.json says):
+    MultiMAE's pseudo labels have COCO's 133 panoptic classes."""
+    from attent.tasks.mae.files import read_metadata
+
+    if config.num_semseg_classes is not None:
+        return config.num_semseg_classes, ()
+    listed = (read_metadata(config.data_path) if config.data_path else None) or {}
+    if listed.get("semseg_classes"):
+        return len(listed["semseg_classes"]), ()
+    return 133, ("133 semseg classes (MultiMAE's COCO pseudo labels; task.num_semseg_classes sets it)",)
 
 
 def encoder_inputs(batch: Batch, modalities: tuple[str, ...]) -> dict[str, torch.Tensor]:
@@ -84,16 +98,51 @@ class MaskedPretrainingTask(Task):
     name = "multimae"
 
     def __init__(self, config: MaskedPretrainingConfig, seed: int):
-        self.config, self.seed = config, seed
-        self.modalities = config.modality_names()
-        self.splits = load_splits(config, self.modalities, augment=True, seed=seed)
-        self.spec = config.model.spec(self.modalities, config.img_size, len(self.splits.semseg_classes))
-        self.budget = config.visible_budget(self.spec.patches)
-        self.alpha = getattr(config, "alpha", None)
-        self.loss_components = self.modalities if len(self.modalities) > 1 else ()
+        self.splits = load_splits(config, config.modality_names(), augment=True, seed=seed)
+        self._shape(config, seed, len(self.splits.semseg_classes))
+        self.depth_unit_m = self.splits.train.fmt.depth_unit_m  # stored depth integers -> metres
         # what the engine's loaders read: the stored integers, made model inputs on the device
         self._train_set = self.splits.train.with_integers()
         self._scoring_set = self._train_set.without_augmentation()
+
+    def _shape(self, config: MaskedPretrainingConfig, seed: int, semseg_classes: int) -> None:
+        """What the model and the losses need of the data: its semseg class count."""
+        self.config, self.seed = config, seed
+        self.modalities = config.modality_names()
+        self.spec = config.model.spec(self.modalities, config.img_size, semseg_classes)
+        self.budget = config.visible_budget(self.spec.patches)
+        self.alpha = getattr(config, "alpha", None)
+        self.loss_components = self.modalities if len(self.modalities) > 1 else ()
+
+    @classmethod
+    def probe(cls, config: MaskedPretrainingConfig) -> Probe:
+        """The masked autoencoder at the configured size, its own training and scoring losses, on
+        random images of every modality; the semseg class count from the config or the data's
+        dataset.json, else MultiMAE's 133 (COCO's panoptic classes, its pseudo labels)."""
+        modalities = config.modality_names()
+        classes, assumed = semseg_class_count(config) if "semseg" in modalities else (0, ())
+        task = cls.__new__(cls)  # its losses without its data
+        task._shape(config, 0, classes)
+        task.depth_unit_m = 1.0  # its batches are in metres already
+        size = config.img_size
+
+        def batch(n: int, device: torch.device) -> Batch:
+            images = {
+                "rgb": lambda: torch.randn(n, 3, size, size, device=device),
+                "depth": lambda: torch.rand(n, 1, size, size, device=device) * 10,
+                "semseg": lambda: torch.randint(0, max(classes, 1), (n, size, size), device=device),
+            }
+            return {"index": torch.arange(n), **{m: images[m]() for m in modalities}}
+
+        return Probe(
+            build_model=lambda: MaskedAutoencoder(task.spec),
+            batch=batch,
+            train_loss=task.per_sample_loss,
+            score_loss=lambda model, b: task.score(model, b, 0),
+            sample=f"{size} px, {'+'.join(modalities)}, {task.budget} of {task.spec.patches * len(modalities)} "
+            "tokens visible",
+            assumptions=assumed,
+        )
 
     def train_dataset(self) -> data.MultiModalDataset:
         return self._train_set
@@ -108,7 +157,7 @@ class MaskedPretrainingTask(Task):
         return data.collate(items)
 
     def prepare(self, batch: Batch) -> Batch:
-        return data.to_model_inputs(batch, self.splits.train.fmt.depth_unit_m)
+        return data.to_model_inputs(batch, self.depth_unit_m)
 
     def group_labels(self) -> torch.Tensor:
         return self.splits.train.labels  # scene classes: the class-weight baseline's groups

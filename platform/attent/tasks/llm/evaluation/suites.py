@@ -153,6 +153,7 @@ class EvalSuite(abc.ABC):
 
     name: str
     metric: str  # suffix of the reported key, e.g. "accuracy" -> "gsm8k_accuracy"
+    size: int  # its problems, as published (what `attent plan` prices an evaluation by)
 
     @functools.cached_property
     def problems(self) -> list[Problem]:
@@ -172,7 +173,7 @@ class EvalSuite(abc.ABC):
 
 
 class GSM8K(EvalSuite):
-    name, metric = "gsm8k", "accuracy"
+    name, metric, size = "gsm8k", "accuracy", 1319
 
     def __init__(self, folder: Path | None):
         self.folder = folder
@@ -191,7 +192,7 @@ class GSM8K(EvalSuite):
 
 
 class MATH(EvalSuite):
-    name, metric = "math", "accuracy"
+    name, metric, size = "math", "accuracy", 5000
 
     def __init__(self, folder: Path | None, hub_repo: str | Path = MATH_HUB):
         self.folder = folder
@@ -210,7 +211,7 @@ class MATH(EvalSuite):
 
 
 class CHAMP(MATH):
-    name = "champ"
+    name, size = "champ", 270
 
     def __init__(self):
         super().__init__(folder=None)
@@ -245,7 +246,7 @@ class CodeSuite(EvalSuite):
 
 
 class HumanEval(CodeSuite):
-    name = "humaneval"
+    name, size = "humaneval", 164
 
     def load(self) -> list[Problem]:
         return load_humaneval()
@@ -258,7 +259,7 @@ class HumanEval(CodeSuite):
 
 
 class MBPP(CodeSuite):
-    name = "mbpp"
+    name, size = "mbpp", 500  # tasks 11-510
 
     def __init__(self, folder: Path | None, timeout: float, memory_mb: int):
         super().__init__(timeout, memory_mb)

@@ -1,0 +1,166 @@
+"""What the paper's tables cost at its own scale, priced by ``attent plan`` before any GPU is paid
+for, and what the paper's reported times imply about the utilisation its runs reached.
+
+    python benchmarks/cost/run_plan.py [--mfu 0.4] [--out FOLDER]
+
+Each table's sweep file (and the first milestone) is priced as shipped on an A100 80GB and an
+H100, and Table 1 again in the paper's precision on its four GPUs (fp32, with and without TF32).
+Every figure is ``attent plan --json``'s: the work from the selection plan, the FLOPs counted on
+the meta device, the hours at a stated model-FLOPs utilisation (``--mfu``). Costs are at the
+illustrative rates of ``RATES`` (round numbers, not quotes: rerun ``attent plan
+--price-per-gpu-hour`` with yours). Writes ``README.md`` and ``results.json`` (every plan) into
+``--out``, by default a new folder ``benchmarks/results/run_plan/<date>-<machine>-<commit>/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the suite's harness
+import harness  # noqa: E402
+
+SWEEPS = "experiments/sweeps"
+TABLES = [  # (what, file, overrides)
+    ("Milestone: LLaMA-2-7B on MetaMathQA's 100k slice, 3 seeds", f"{SWEEPS}/milestone_llama2_metamath_gpu.yaml", []),
+    ("Table 2: Multi-Modal MAE with and without AtteNT", f"{SWEEPS}/multimae_with_without_gpu.yaml", []),
+    ("Table 8: AtteNT against three sampling methods", f"{SWEEPS}/comparison_multimae_gpu.yaml", []),
+    ("Table 7: fixed sample ratios", f"{SWEEPS}/ratio_multimae_gpu.yaml", []),
+    ("Table 3: the schedule and strategy ablation (MAE)", f"{SWEEPS}/ablation_multimae_gpu.yaml", []),
+    ("Table 1: three 7B models x three data sets", f"{SWEEPS}/table1_llm_gpu.yaml", []),
+]
+PAPER_PRECISION = [  # Table 1 as the paper's appendix states it: Float32 on 4 A100 80GB
+    ("Table 1 in fp32 on 4 GPUs, TF32 off", ["task.dtype=float32", "train.precision=fp32", "ray.num_workers=4"]),
+    (
+        "Table 1 in fp32 on 4 GPUs, TF32 on",
+        ["task.dtype=float32", "train.precision=fp32", "ray.num_workers=4", "train.tf32=true"],
+    ),
+]
+GPUS = ("a100-80gb", "h100")
+RATES = {"a100-80gb": {"on demand": 4.0, "spot": 1.6}, "h100": {"on demand": 6.0, "spot": 2.4}}  # $ / GPU-hour
+PAPER_TIMES = [  # (what, the plan, the run's label in it, reported minutes, GPUs): Tables 1 and 2, without AtteNT
+    ("Table 1, LLaMA-2-7B, MetaMathQA, full data", "milestone", "method=full", 246, 4, "its 100k slice at 512 tokens"),
+    (
+        "Table 1, LLaMA-2-7B, MetaMathQA, full data",
+        "table1",
+        "model=Llama-2-7b-hf dataset=metamathqa method=full",
+        246,
+        4,
+        "all 395k at 1,024",
+    ),
+    (
+        "Table 2, Multi-Modal MAE pre-training, full data",
+        "table2",
+        "preset=None method=full",
+        1234,
+        4,
+        "800 epochs of 64,431 images",
+    ),
+]
+
+
+def plan(file: str, overrides: list[str], gpu: str, mfu: float) -> dict:
+    """``attent plan`` of one file, read from its JSON."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "plan.json"
+        command = [
+            str(Path(sys.executable).with_name("attent")),
+            "plan",
+            file,
+            *overrides,
+            "--gpu",
+            gpu,
+            "--mfu",
+            str(mfu),
+            "--json",
+            str(out),
+        ]
+        subprocess.run(command, cwd=harness.REPO, check=True, stdout=subprocess.DEVNULL)
+        return json.loads(out.read_text())
+
+
+def summary(result: dict) -> dict:
+    """A plan's totals: runs, GPU-hours of the method and of evaluation, hours one run after another."""
+    runs = result["runs"]
+    return {
+        "runs": len(runs),
+        "method_gpu_hours": sum(r["method_gpu_hours"] for r in runs),
+        "eval_gpu_hours": sum(r["eval_gpu_hours"] for r in runs),
+        "serial_hours": sum(r["wall_clock_hours"] for r in runs),  # one run at a time, each on its workers
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mfu", type=float, default=0.4, help="model FLOPs utilisation assumed")
+    parser.add_argument("--out", type=Path, help="results folder (default: a new stamped one)")
+    args = parser.parse_args()
+    info = harness.machine()
+    results: dict = {"command": harness.command_line(), "mfu": args.mfu, "rates": RATES, "plans": {}}
+    for what, file, overrides in TABLES:
+        for gpu in GPUS:
+            print(f"{what} on {gpu} ...", flush=True)
+            results["plans"][f"{what} | {gpu}"] = plan(file, overrides, gpu, args.mfu)
+    for what, overrides in PAPER_PRECISION:
+        print(f"{what} ...", flush=True)
+        results["plans"][f"{what} | a100-80gb"] = plan(
+            f"{SWEEPS}/table1_llm_gpu.yaml", overrides, "a100-80gb", args.mfu
+        )
+    out = harness.results_folder(args.out, info)
+    harness.write_json(out / "results.json", results)
+    harness.write_readme(out, "The paper's tables priced by attent plan", results["command"], render(results), info)
+    print(out / "README.md")
+
+
+def render(results: dict) -> str:
+    plans, mfu = results["plans"], results["mfu"]
+    lines = [
+        f"## GPU-hours and cost at {mfu:.0%} model-FLOPs utilisation",
+        "",
+        "| what | runs (downstream jobs too) | GPU | method GPU-h | evaluation GPU-h | hours, one run after another | on demand | spot |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for key, result in plans.items():
+        what, gpu = key.split(" | ")
+        s, rate = summary(result), results["rates"][gpu]
+        hours = s["method_gpu_hours"] + s["eval_gpu_hours"]
+        lines.append(
+            f"| {what} | {s['runs']} | {gpu} | {s['method_gpu_hours']:,.1f} | {s['eval_gpu_hours']:,.1f} | "
+            f"{s['serial_hours']:,.1f} | ${hours * rate['on demand']:,.0f} | ${hours * rate['spot']:,.0f} |"
+        )
+    rates = "; ".join(
+        f"{gpu} ${r['on demand']:.2f} on demand, ${r['spot']:.2f} spot" for gpu, r in results["rates"].items()
+    )
+    lines += [
+        "",
+        f"Rates per GPU-hour, illustrative round numbers (not quotes): {rates}. Hours one run after another: "
+        "each run on its own workers (8 GPUs; the fp32 rows 4), as `max_concurrent: 1` runs them.",
+        "",
+        "## What the paper's reported times imply",
+        "",
+        "| the paper's run | counted as | reported | counted FLOPs | implied TFLOP/s per A100 | of bf16 peak | of TF32 | of fp32 |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    sources = {"milestone": "Milestone", "table1": "Table 1:", "table2": "Table 2:"}
+    for what, source, label, minutes, gpus, counted in PAPER_TIMES:
+        key = next(k for k in plans if k.startswith(sources[source]) and k.endswith("| a100-80gb"))
+        run = next(r for r in plans[key]["runs"] if r.get("label") == label)
+        rate = run["method_flops"] / (minutes * 60 * gpus)
+        lines.append(
+            f"| {what} | {counted} | {minutes} min on {gpus} | {run['method_flops']:.2e} | {rate / 1e12:,.0f} | "
+            f"{rate / 312e12:.0%} | {rate / 156e12:.0%} | {rate / 19.5e12:.0%} |"
+        )
+    lines += [
+        "",
+        "Counted FLOPs: every sample at its full length (the LLM's padded `max_length`: an upper bound on its "
+        "tokens); A100 dense peaks 312 (bf16), 156 (TF32), 19.5 (fp32) TFLOP/s.",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""What `attent plan` counts of an LLM run: the base model's architecture with the run's adapters, on
+token sequences of the configured length, and the sizes of its training set and evaluations."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+from attent.tasks.llm.config import LLMTaskConfig
+from attent.tasks.llm.data import IGNORE_INDEX, SOURCES, draw_problems
+from attent.tasks.llm.loss import causal_lm, final_hidden_states, response_token_loss
+from attent.tasks.llm.model import DTYPES, add_lora, checkpoint_activations, model_config
+from attent.tasks.task import Batch, Probe
+
+
+def llm_probe(task_class, config: LLMTaskConfig) -> Probe:
+    """The base model's architecture (``model_config``: no weights, no network) with the run's
+    LoRA adapters and gradient checkpointing, on sequences of ``max_length`` random tokens,
+    half prompt and half response: an upper bound, batches being padded to their longest
+    sequence only. On the meta device the LM head's loss is counted over every position,
+    a bound too (the task's loss projects only the response tokens, whose positions the
+    meta device cannot select); elsewhere the losses are the task's own."""
+    from transformers import AutoModelForCausalLM
+
+    task = task_class.__new__(task_class)  # its losses without its tokenizer or data
+    task.config, task.seed = config, 0
+    architecture = model_config(config.model)
+    length, vocab = config.max_length, architecture.vocab_size
+
+    def build(blocks: int | None = None) -> nn.Module:
+        shape = architecture if blocks is None else _with_blocks(architecture, blocks)
+        model = AutoModelForCausalLM.from_config(shape, dtype=DTYPES[config.dtype])
+        if config.gradient_checkpointing:
+            checkpoint_activations(model)
+        return add_lora(model, config.lora_r, config.lora_dropout)
+
+    def batch(n: int, device: torch.device) -> Batch:
+        ids = torch.randint(0, vocab, (n, length), device=device)
+        labels = ids.clone()
+        labels[:, : length // 2] = IGNORE_INDEX
+        return {"index": torch.arange(n), "input_ids": ids, "labels": labels, "attention_mask": torch.ones_like(ids)}
+
+    def loss(model: nn.Module, b: Batch) -> torch.Tensor:
+        if not b["input_ids"].is_meta:
+            return task.per_sample_loss(model, b)
+        # a causal mask of 4 dims, which Hugging Face takes as it is: from a 2-dim one (or none)
+        # it reads values to decide whether it needs one, which the meta device has not
+        n, t = b["input_ids"].shape
+        causal = torch.ones(t, t, dtype=torch.bool, device=b["input_ids"].device).tril().expand(n, 1, t, t)
+        hidden = final_hidden_states(model, b["input_ids"], causal)
+        logits = causal_lm(model).get_output_embeddings()(hidden).float()
+        return response_token_loss(logits, b["labels"])
+
+    samples, assumed = llm_train_samples(config)
+    evaluation = llm_evaluation(config)
+    return Probe(
+        build_model=build,
+        batch=batch,
+        train_loss=loss,
+        score_loss=loss,
+        sample=f"{length:,} tokens",
+        train_samples=samples,
+        eval_samples=evaluation[0],
+        eval_forwards=evaluation[1],
+        assumptions=assumed + evaluation[2],
+        build_with_blocks=build,
+        depth=architecture.num_hidden_layers,
+        key=config.model_dump_json(
+            include={"model", "dtype", "lora_r", "gradient_checkpointing", "max_length", "loss_chunk_tokens"}
+        ),
+    )
+
+
+def llm_evaluation(config: LLMTaskConfig) -> tuple[int, float, tuple[str, ...]]:
+    """(samples, forwards per sample, assumptions) of one evaluation: each generated answer a
+    prompt of at most ``max_length`` tokens and ``max_new_tokens`` decoded ones (a forward of
+    one token each), gsm8k_loss one forward per solution."""
+    from attent.tasks.llm.evaluation.suites import CHAMP, GSM8K, MATH, MBPP, HumanEval
+
+    cfg, sizes = config.eval, {suite.name: suite.size for suite in (GSM8K, MATH, CHAMP, HumanEval, MBPP)}
+    generated, forwarded, assumed = 0, 0, ()
+    for name in cfg.suites:
+        if name == "gsm8k_loss":
+            forwarded += cfg.response_loss_limit or GSM8K.size
+        elif name == "mt_bench":
+            generated += 2 * 80  # two turns of its 80 questions
+            assumed = ("MT-Bench's judge model is not priced",)
+        else:
+            generated += min(cfg.eval_limit or sizes[name], sizes[name])
+    per_answer = (config.max_length + cfg.max_new_tokens) / config.max_length
+    samples = generated + forwarded
+    return samples, (generated * per_answer + forwarded) / max(samples, 1), assumed
+
+
+def llm_train_samples(config: LLMTaskConfig) -> tuple[int | None, tuple[str, ...]]:
+    """(the training set's size, what it assumes) for a named set its card counts, after the
+    validation hold-out and ``train_limit`` as ``draw_problems`` takes them; None otherwise."""
+    source = SOURCES.get(config.dataset)
+    if source is None or source.records is None:
+        return None, ()
+    train, _ = draw_problems(
+        source.records, train_limit=config.train_limit, val_limit=config.val_limit, seed=0, keep_first=True
+    )
+    bound = source.records_bound and len(train) == source.records - (config.val_limit or 0)
+    return len(train), (
+        (f"{config.dataset}: {source.records:,} rows, its card's count before filtering (an upper bound)",)
+        if bound
+        else ()
+    )
+
+
+def _with_blocks(architecture, blocks: int):
+    """The architecture with ``blocks`` decoder layers (every layer alike: the same attention)."""
+    shape = copy.deepcopy(architecture)
+    shape.num_hidden_layers = blocks
+    if getattr(shape, "layer_types", None):  # per-layer attention kinds: the first's for each
+        shape.layer_types = shape.layer_types[:1] * blocks
+    return shape
