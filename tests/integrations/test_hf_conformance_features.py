@@ -60,6 +60,17 @@ def test_full_resumes_with_a_changed_batch_size_or_accumulation_as_trainer(chang
     assert_same(*runs)
 
 
+@pytest.mark.parametrize("selection", [FULL, SelectionConfig(preset="llm")], ids=["full", "llm"])
+def test_resume_true_without_a_checkpoint_is_refused_as_trainer(selection, tmp_path):
+    """``resume_from_checkpoint=True`` on an output_dir with no checkpoint: Trainer's ValueError, not a
+    silent run from scratch (what Hugging Face's ``test_can_resume_training`` found)."""
+    for cls in (AtteNTTrainer, Trainer):
+        trainer = build(cls, tmp_path / cls.__name__, selection=selection)
+        with pytest.raises(ValueError, match="No valid checkpoint found"):
+            trainer.train(resume_from_checkpoint=True)
+        assert trainer.state.global_step == 0
+
+
 class OutOfMemoryOnce(TrainerCallback):
     """Simulates CUDA running out of memory at the first step of a batch of ``limit`` or more, as
     Hugging Face's own tests do: Trainer then halves the batch and starts again."""

@@ -204,9 +204,10 @@ class PlannedRun:
     def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, ignore_keys_for_eval=None, **kwargs):
         """Trainer's, noting the checkpoint it resumes from before its loader is built (the plan
         of a resumed run is read from it)."""
-        if resume_from_checkpoint is True:
-            resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
-        self.resume_from = resume_from_checkpoint or None
+        resumed = resume_from_checkpoint
+        if resumed is True:  # Trainer resolves it again, and refuses an output_dir without one
+            resumed = get_last_checkpoint(self.args.output_dir)
+        self.resume_from = resumed or None
         return super().train(resume_from_checkpoint, trial, ignore_keys_for_eval, **kwargs)
 
     def set_initial_training_values(self, args, dataloader):
