@@ -68,7 +68,7 @@ class TrainConfig(BaseModel):
             raise ValueError("train: set lr (absolute) or base_lr (per 256 samples of the global batch), not both")
         return self
 
-    def evaluation_epochs(self) -> range | list[int]:
+    def evaluation_epochs(self) -> list[int]:
         """The epochs (from 0) after which a run evaluates: every ``eval_every``-th, and the last."""
         every = list(range(self.eval_every - 1, self.epochs, self.eval_every))
         return every if every and every[-1] == self.epochs - 1 else [*every, self.epochs - 1]
