@@ -164,27 +164,7 @@ def _train(
             # the level LoggingConfig gives workers, here Train's loggers in this process: no INFO
             # lines per report nor "Running in local mode" per run
             logging.getLogger("ray.train").setLevel(logging.WARNING)
-        trainer = TorchTrainer(
-            train_loop_per_worker,
-            train_loop_config=payload,
-            scaling_config=ScalingConfig(
-                num_workers=cfg.ray.num_workers,
-                use_gpu=cfg.ray.use_gpu,
-                resources_per_worker=None if local else worker_bundle(cfg),
-                placement_strategy=cfg.ray.placement_strategy,
-            ),
-            run_config=RunConfig(
-                name=cfg.name,
-                storage_path=cfg.ray.storage_path,
-                callbacks=None if local else callbacks,
-                failure_config=FailureConfig(max_failures=cfg.ray.max_failures),
-                checkpoint_config=CheckpointConfig(num_to_keep=cfg.ray.checkpoints_to_keep),
-                # Train's per-report INFO lines would drown the epoch summaries; Train V2's print
-                # patch would echo every worker print twice.
-                logging_config=LoggingConfig(log_level="WARNING"),
-                worker_runtime_env={"env_vars": worker_env_vars(line.console)},
-            ),
-        )
+        trainer = build_trainer(cfg, payload, callbacks, line.console)
         try:
             result = fit_locally(trainer, cfg, line) if local else trainer.fit()
         except Exception:
@@ -208,6 +188,34 @@ def _train(
             with contextlib.suppress(Exception):
                 run.log_files([line.log_file], "logs")
         run.finish(ok)
+
+
+def build_trainer(
+    cfg: ExperimentConfig, payload: dict, callbacks: list | None, console: progress.Console
+) -> TorchTrainer:
+    """Ray Train's trainer of the run: its workers from ``ray:`` (none in local mode), quiet logs."""
+    local = cfg.ray.num_workers == 0
+    return TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config=payload,
+        scaling_config=ScalingConfig(
+            num_workers=cfg.ray.num_workers,
+            use_gpu=cfg.ray.use_gpu,
+            resources_per_worker=None if local else worker_bundle(cfg),
+            placement_strategy=cfg.ray.placement_strategy,
+        ),
+        run_config=RunConfig(
+            name=cfg.name,
+            storage_path=cfg.ray.storage_path,
+            callbacks=None if local else callbacks,
+            failure_config=FailureConfig(max_failures=cfg.ray.max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=cfg.ray.checkpoints_to_keep),
+            # Train's per-report INFO lines would drown the epoch summaries; Train V2's print
+            # patch would echo every worker print twice.
+            logging_config=LoggingConfig(log_level="WARNING"),
+            worker_runtime_env={"env_vars": worker_env_vars(console)},
+        ),
+    )
 
 
 def fit_locally(trainer: TorchTrainer, cfg: ExperimentConfig, line: progress.RunProgress):

@@ -102,39 +102,7 @@ def train_run(payload: dict[str, Any], cfg: ExperimentConfig, started: float, en
             logger = run_logger(payload) if ctx.rank == 0 else None
         recipe = TrainingRecipe(cfg, ctx)
         recipe.setup(wrap_model=wrap_model)
-        state, skipped = checkpoint.load_newest_intact(*storage)
-        if state is not None:
-            for path, why in skipped:
-                ctx.log(f"skipped checkpoint {path}: {why}")
-            recipe.restore(state)
-            if logger:  # a restart after a failure, or a re-run resuming: visible on the run
-                logger.log_metrics(
-                    {
-                        contract.RESTORED_AT_EPOCH: recipe.counters.next_epoch,
-                        # an elastic run may go on with other ranks: the accumulation keeps its global batch
-                        contract.RANKS: ctx.world_size,
-                        contract.GRAD_ACCUMULATION: recipe.accumulation,
-                    },
-                    step=recipe.counters.next_epoch,
-                )
-                if skipped:
-                    logger.set_tag(contract.TAG_SKIPPED_CHECKPOINTS, "; ".join(f"{p}: {why}" for p, why in skipped))
-        elif logger:
-            setup = time.perf_counter() - started
-            parts = {**tracking, **recipe.setup_seconds}
-            parts["other"] = setup - sum(parts.values())
-            logger.log_metrics(
-                {
-                    contract.TIME_SETUP: setup,
-                    **{contract.setup_metric(k): v for k, v in parts.items()},
-                    # the driver's clock: one machine, or nodes kept in sync by NTP
-                    contract.TIME_WORKER_START: max(0.0, entered - payload["fit_started_unix"]),
-                    contract.NUM_TRAIN_SAMPLES: len(recipe.train_set),
-                    contract.GRAD_ACCUMULATION: recipe.accumulation,
-                    contract.RANKS: ctx.world_size,
-                }
-            )
-            logger.log_datasets(recipe.task.describe_data())  # once per run: a restart restores instead
+        start_or_restore(recipe, ctx, logger, storage, tracking, started, entered, payload)
         mode = "Ray Train's local mode" if local else f"{ctx.world_size} worker(s)"
         ctx.log(
             f"{cfg.name}: {len(recipe.train_set)} samples, {mode} on {ctx.device}, "
@@ -152,6 +120,53 @@ def train_run(payload: dict[str, Any], cfg: ExperimentConfig, started: float, en
                     log_final(logger, recipe)
             report(recipe, epoch, row, epochs_ended, train_report, storage if local else None, payload.get(ON_EPOCH))
             faults.maybe_fail(cfg, epoch, ctx.rank)
+
+
+def start_or_restore(
+    recipe: TrainingRecipe,
+    ctx: WorkerContext,
+    logger: RunLogger | None,
+    storage,
+    tracking: dict[str, float],
+    started: float,
+    entered: float,
+    payload: dict[str, Any],
+) -> None:
+    """The newest intact checkpoint restored, and the restart recorded on the run (the epoch it
+    resumes at, its ranks); else the first start's set-up time and data recorded."""
+    state, skipped = checkpoint.load_newest_intact(*storage)
+    if state is not None:
+        for path, why in skipped:
+            ctx.log(f"skipped checkpoint {path}: {why}")
+        recipe.restore(state)
+        if logger:  # a restart after a failure, or a re-run resuming: visible on the run
+            logger.log_metrics(
+                {
+                    contract.RESTORED_AT_EPOCH: recipe.counters.next_epoch,
+                    # an elastic run may go on with other ranks: the accumulation keeps its global batch
+                    contract.RANKS: ctx.world_size,
+                    contract.GRAD_ACCUMULATION: recipe.accumulation,
+                },
+                step=recipe.counters.next_epoch,
+            )
+            if skipped:
+                logger.set_tag(contract.TAG_SKIPPED_CHECKPOINTS, "; ".join(f"{p}: {why}" for p, why in skipped))
+    elif logger:
+        setup = time.perf_counter() - started
+        parts = {**tracking, **recipe.setup_seconds}
+        parts["other"] = setup - sum(parts.values())
+        logger.log_metrics(
+            {
+                contract.TIME_SETUP: setup,
+                **{contract.setup_metric(k): v for k, v in parts.items()},
+                # the driver's clock: one machine, or nodes kept in sync by NTP
+                contract.TIME_WORKER_START: max(0.0, entered - payload["fit_started_unix"]),
+                contract.NUM_TRAIN_SAMPLES: len(recipe.train_set),
+                contract.GRAD_ACCUMULATION: recipe.accumulation,
+                contract.RANKS: ctx.world_size,
+            }
+        )
+        logger.log_datasets(recipe.task.describe_data())  # once per run: a restart restores instead
 
 
 def run_logger(payload: dict[str, Any]) -> RunLogger:
