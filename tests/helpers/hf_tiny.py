@@ -56,7 +56,8 @@ def tiny_llama(seed: int = 0) -> LlamaForCausalLM:
     return LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, **TINY_LLAMA))
 
 
-def training_args(output_dir, **overrides) -> TrainingArguments:
+def training_settings(output_dir, **overrides) -> dict:
+    """The tests' Trainer settings (TrainingArguments' keywords; TRL's SFTConfig takes them too)."""
     base = dict(
         output_dir=str(output_dir),
         per_device_train_batch_size=4,
@@ -69,7 +70,11 @@ def training_args(output_dir, **overrides) -> TrainingArguments:
         seed=0,
         disable_tqdm=True,
     )
-    return TrainingArguments(**{**base, **overrides})
+    return {**base, **overrides}
+
+
+def training_args(output_dir, **overrides) -> TrainingArguments:
+    return TrainingArguments(**training_settings(output_dir, **overrides))
 
 
 class RecordingTrainer(AtteNTTrainer):

@@ -9,7 +9,7 @@ import torch
 from attent.selection.config import SelectionConfig
 from transformers import GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
 
-from tests.helpers.hf_tiny import flat_weights, losses_of
+from tests.helpers.hf_tiny import flat_weights, losses_of, training_settings
 
 # --- TRL's SFTTrainer: its fused head, its completion-only and assistant-only masks ---------------------------
 # A ChatML template with the generation markers TRL's assistant_only_loss reads (SmolLM2's own has none).
@@ -81,17 +81,9 @@ def sft_trainer(trainer_class, tmp_path, name, data, tokenizer, **overrides):
     import datasets
     from trl import SFTConfig
 
-    config = dict(
-        output_dir=str(tmp_path / trainer_class.__name__),
-        per_device_train_batch_size=4,
+    config = training_settings(
+        tmp_path / trainer_class.__name__,
         num_train_epochs=2,
-        learning_rate=1e-2,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        seed=0,
-        disable_tqdm=True,
         bf16=False,
         max_length=64,
         train_sampling_strategy="sequential",

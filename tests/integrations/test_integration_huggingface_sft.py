@@ -10,7 +10,7 @@ import torch
 from attent.selection.config import SelectionConfig
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from tests.helpers.hf_tiny import losses_of, selection_rows
+from tests.helpers.hf_tiny import losses_of, selection_rows, training_settings
 
 
 # --- TRL's SFTTrainer --------------------------------------------------------------------------------------
@@ -24,16 +24,7 @@ def sft_run(trainer_class, tmp_path, name, tokenizer, selection=None, **override
     import datasets
 
     config = SFTConfig(
-        output_dir=str(tmp_path / name),
-        per_device_train_batch_size=4,
-        num_train_epochs=2,
-        learning_rate=1e-2,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        seed=0,
-        disable_tqdm=True,
+        **training_settings(tmp_path / name, num_train_epochs=2),
         bf16=False,
         gradient_checkpointing=False,
         max_length=64,
