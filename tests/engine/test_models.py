@@ -26,9 +26,8 @@ from attent.tasks.mae import scenes
 from attent.tasks.mae.task import LoggedEncoder
 from mlflow import MlflowClient
 from mlflow.entities import LoggedModelStatus
-from transformers import LlamaConfig, LlamaForCausalLM
 
-from tests.helpers.llm_tiny import EXAMPLES, make_task, tiny_tokenizer
+from tests.helpers.llm_tiny import EXAMPLES, make_task, save_tiny_llama, tiny_tokenizer
 from tests.helpers.paths import SHARED
 
 DIGITS_TASK = {
@@ -172,20 +171,7 @@ def test_an_mae_encoder_is_logged_over_its_modalities_and_downstream_jobs_start_
 def tiny_llm(tmp_path) -> tuple[Path, Path]:
     """(a random 2-layer Llama checkpoint folder, a training file): an LLM task without the hub."""
     base, data = tmp_path / "tiny-llama", tmp_path / "train.jsonl"
-    tokenizer = tiny_tokenizer()
-    LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=len(tokenizer),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-        )
-    ).save_pretrained(base)
-    tokenizer.save_pretrained(base)
+    save_tiny_llama(base, tiny_tokenizer())
     data.write_text("\n".join(json.dumps(e) for e in EXAMPLES))
     return base, data
 

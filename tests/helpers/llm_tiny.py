@@ -52,18 +52,25 @@ def checkpoint(tmp_path_factory) -> Path:
     cached = smollm2_checkpoint_dir()
     tokenizer = AutoTokenizer.from_pretrained(cached) if cached.is_dir() else tiny_tokenizer()
     torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-    LlamaForCausalLM(config).save_pretrained(folder)
+    return save_tiny_llama(folder, tokenizer, max_position_embeddings=512)
+
+
+def save_tiny_llama(folder: Path, tokenizer: PreTrainedTokenizerBase, **config) -> Path:
+    """A random 2-layer Llama (32 wide, grouped-query attention) for this tokenizer, saved with it
+    as a checkpoint folder: an LLM task without the hub. ``config``: LlamaConfig's other settings."""
+    LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            **config,
+        )
+    ).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
 

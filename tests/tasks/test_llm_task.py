@@ -16,9 +16,17 @@ from attent.tasks.llm.task import LLMTask
 from attent.tasks.task import OptimizerSpec
 from peft.tuners.lora import LoraLayer
 from torch import nn
-from transformers import LlamaConfig, LlamaForCausalLM
 
-from tests.helpers.llm_tiny import EXAMPLES, checkpoint, make_task, model, task, tiny_tokenizer, train_file  # noqa: F401  (fixtures)
+from tests.helpers.llm_tiny import (  # noqa: F401  (fixtures)
+    EXAMPLES,
+    checkpoint,
+    make_task,
+    model,
+    save_tiny_llama,
+    task,
+    tiny_tokenizer,
+    train_file,
+)
 from tests.helpers.paths import DATASETS
 
 
@@ -228,21 +236,7 @@ def test_a_checkpoint_restores_a_model_whose_frozen_lm_head_is_tied_to_the_embed
     twice, and a checkpoint (the adapters only) lacks both names, which restoring must accept."""
     from attent.engine import checkpoint as checkpoints
 
-    tokenizer = tiny_tokenizer()
-    LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=len(tokenizer),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            tie_word_embeddings=True,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-        )
-    ).save_pretrained(tmp_path)
-    tokenizer.save_pretrained(tmp_path)
+    save_tiny_llama(tmp_path, tiny_tokenizer(), tie_word_embeddings=True)
     trained = make_task(tmp_path, train_file).build_model()
     with torch.no_grad():
         for name, parameter in trained.named_parameters():
