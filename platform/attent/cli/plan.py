@@ -90,8 +90,8 @@ def trial_labels(sweep) -> dict[str, str]:
 
     labels = {}
     for trial_id, cfg in sweep.trials:
-        variant = sweep.variant(trial_id)
-        labels[cfg.name] = " ".join(f"{key.rsplit('.', 1)[-1]}={shown(v)}" for key, v in variant.items())
+        written = sweep.settings[trial_id]
+        labels[cfg.name] = " ".join(f"{key.rsplit('.', 1)[-1]}={shown(v)}" for key, v in written.items())
     return labels
 
 

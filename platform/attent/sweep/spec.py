@@ -55,11 +55,9 @@ class Sweep(BaseModel):
     spec: SweepSpec
     base: ExperimentConfig
     trials: list[tuple[str, ExperimentConfig]]  # (trial id, experiment), in launch order
-    variants: list[dict[str, Any]] = []  # each configuration as the file writes it (key.path -> value)
-
-    def variant(self, trial_id: str) -> dict[str, Any]:
-        """What the file sets for this trial beyond its base: trial ``tNN-sS`` is configuration NN."""
-        return self.variants[int(trial_id[1:].split("-")[0])]
+    settings: dict[
+        str, dict[str, Any]
+    ] = {}  # trial id -> what the file sets for it beyond the base (key.path -> value)
 
 
 def load_sweep(path: str | Path, overrides: list[str] | None = None, *, name: str | None = None) -> Sweep:
@@ -79,13 +77,14 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None, *, name: st
     variants += spec.trials
     if not variants:
         variants = [{}]
-    trials = []
+    trials, settings = [], {}
     for i, seed in launch_order(len(variants), spec.seeds):
         trial_id = f"t{i:02d}-s{seed}"
         data = deep_merge(base_data, nest_keys(variants[i]))
         data.update(name=f"{spec.name}-{trial_id}", seed=seed)
         trials.append((trial_id, build_experiment(data, f"{path} trial {trial_id} {variants[i]}")))
-    return Sweep(spec=spec, base=base, trials=trials, variants=variants)
+        settings[trial_id] = variants[i]
+    return Sweep(spec=spec, base=base, trials=trials, settings=settings)
 
 
 def seed_block(items: list[T], block: int, blocks: int) -> list[T]:
