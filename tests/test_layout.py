@@ -88,7 +88,7 @@ LEVELS = [
     {"engine"},  # the run on Ray Train and in MLflow
     {"server", "analysis"},  # the tracking server; the report
     {"sweep", "lab"},  # Ray Tune sweeps (their own tracking server); the theory lab's runner
-    {"benchmark"},  # `attent bench`: seed blocks as a sweep's, its report at the end
+    {"benchmark", "rehearsal"},  # `attent bench`: seed blocks as a sweep's; `attent rehearse`: a file's stand-in
     {"cli"},  # the command line
 ]
 LEVEL = {part: level for level, parts in enumerate(LEVELS) for part in parts}
@@ -109,6 +109,7 @@ MAY_IMPORT = {
     "sweep": {"contract", "engine", "experiment", "selection", "server"},
     "lab": {"contract", "engine", "experiment", "theory"},
     "benchmark": {"analysis", "contract", "engine", "experiment", "selection", "sweep"},
+    "rehearsal": {"analysis", "engine", "experiment", "selection", "sweep", "tasks"},
     "cli": set(LEVEL) - {"cli"},  # any part
 }
 

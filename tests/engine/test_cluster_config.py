@@ -22,6 +22,7 @@ import ray.autoscaler
 import yaml
 from attent.cli.main import main as attent_main
 from attent.engine.preflight.resources import fit_count, worker_bundle
+from attent.experiment import cluster_layout as layout
 from attent.experiment.schema import RayConfig
 from ray.autoscaler._private.util import prepare_config, validate_config
 
@@ -40,7 +41,6 @@ COMMAND_LISTS = (
 )
 ARCHIVE = re.compile(r"attent-([0-9a-f]{40})\.tar\.gz")
 WILDCARDS = {"0.0.0.0", "::", "[::]", ""}
-TRAIN_POLL = "0.25"  # docs/guides/ray.md / engine.driver: Train's worker poll, set cluster-wide here
 DRIVER_PACKAGES = {"psycopg2": {"psycopg2", "psycopg2-binary"}, "psycopg": {"psycopg", "psycopg[binary]"}}
 
 
@@ -256,27 +256,27 @@ def test_the_head_starts_the_tracking_server_on_its_private_address(name):
     server = options(args)
     host, port = server.get("--host"), server.get("--port")
     assert host is not None and host not in WILDCARDS, f"--host {host!r}: bind the private address"
-    assert port and port.isdigit()
+    assert port == str(layout.TRACKING_PORT)
     assert re.match(r"(postgresql(\+\w+)?://|sqlite:////)", server.get("--backend-store-uri", "")), (
         "the backend store must be a SQL database"
     )
-    assert server.get("--artifacts-destination"), "no artifact store"
+    assert server.get("--artifacts-destination") == layout.ARTIFACTS, "the artifacts belong on the shared storage"
     # Ray runs on that same address, and everything `ray start` starts sees the server's URI
     ray_head = options(invocation(command, "ray", "start") or [])
     assert "--head" in ray_head and ray_head.get("--node-ip-address") == host
     env = exported(command)
-    assert env.get("MLFLOW_TRACKING_URI") == f"https://{host}:{port}"
-    assert env.get("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S") == TRAIN_POLL
+    assert env.get("MLFLOW_TRACKING_URI") == layout.tracking_uri(host)
+    assert layout.NODE_ENV.items() <= env.items()  # the certificate on /shared, Train's poll
     assert ray_head.get("--dashboard-host") in ("127.0.0.1", "localhost")
     # workers reach the server at the head's address, which the autoscaler gives them
     command, args = find(cfg, "worker_start_ray_commands", "ray", "start")
     head_address = options(args)["--address"].rpartition(":")[0]
     env = exported(command)
-    assert env.get("MLFLOW_TRACKING_URI") == f"https://{head_address}:{port}"
-    assert env.get("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S") == TRAIN_POLL
+    assert env.get("MLFLOW_TRACKING_URI") == layout.tracking_uri(head_address)
+    assert layout.NODE_ENV.items() <= env.items()  # the certificate on /shared, Train's poll
 
 
-SHARED_CERT = "/shared/attent-tls/tls.crt"  # on the file system every node mounts
+SHARED_CERT = layout.TLS_CERT  # on the file system every node mounts
 
 
 @pytest.mark.parametrize("name", FILES)

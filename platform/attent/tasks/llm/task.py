@@ -153,6 +153,14 @@ class LLMTask(Task):
             return add_lora(model, self.config.lora_r, self.config.lora_dropout)
 
     @classmethod
+    def prepare_rehearsal(cls, config: LLMTaskConfig, folder: Path) -> dict[str, Any]:
+        """A randomly initialised causal LM of ``config.model``'s architecture at the stand-in size,
+        with the model's own tokenizer, saved under ``folder``: the run's ``task.model``."""
+        from attent.tasks.llm.standin import standin_checkpoint
+
+        return {"model": str(standin_checkpoint(config.model, Path(folder)))}
+
+    @classmethod
     def probe(cls, config: LLMTaskConfig) -> Probe:
         from attent.tasks.llm.probe import llm_probe
 

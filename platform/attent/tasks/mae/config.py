@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from attent.tasks import cache as decoded
-from attent.tasks.config import TaskConfig, is_relative_path
+from attent.tasks.config import STAND_IN, TaskConfig, at_most, is_relative_path
 from attent.tasks.mae import files
 from attent.tasks.vit import PRESETS
 
@@ -133,6 +133,26 @@ class MultiModalDataConfig(TaskConfig):
     def modalities_needed(self) -> tuple[str, ...]:
         raise NotImplementedError
 
+    def rehearsal_fields(self) -> dict[str, Any]:
+        """The same folders, modalities and image size, on a few images, with an encoder and
+        decoders of the preset's family at the stand-in width and depth."""
+        fields: dict[str, Any] = {
+            "train_limit": at_most(self.train_limit, STAND_IN.train_samples),
+            "test_limit": at_most(self.test_limit, STAND_IN.test_samples),
+            "eval_batch_size": min(self.eval_batch_size, STAND_IN.test_samples),
+            "model": {
+                "embed_dim": STAND_IN.width,
+                "depth": STAND_IN.depth,
+                "num_heads": STAND_IN.heads,
+                "decoder_dim": STAND_IN.width // 2,
+                "decoder_heads": STAND_IN.heads,
+                "class_embed_dim": min(self.model.class_embed_dim, 8),
+            },
+        }
+        if self.val_limit:
+            fields["val_limit"] = at_most(self.val_limit, STAND_IN.test_samples)
+        return fields
+
     def data_files(self) -> list[tuple[Path, str]]:
         root = Path(self.data_path).expanduser()
         return [
@@ -149,13 +169,15 @@ class MultiModalDataConfig(TaskConfig):
     def check_data(self) -> None:
         files.check_multimodal_root(self.data_path, modalities=self.modalities_needed())
         decoded.check_config(self.cache_path, self.data_path, self.img_size)
-        if (
-            self.num_semseg_classes is None
-            and "semseg" in self.modalities_needed()
-            and not (files.read_metadata(self.data_path) or {}).get("semseg_classes")
-        ):
+        names = (files.read_metadata(self.data_path) or {}).get("semseg_classes")
+        if self.num_semseg_classes is None and "semseg" in self.modalities_needed() and not names:
             raise ValueError(
                 f"{self.data_path} has no dataset.json listing semseg_classes: set task.num_semseg_classes"
+            )
+        if names and self.num_semseg_classes not in (None, len(names)):  # the loader refuses it: say so before Ray
+            raise ValueError(
+                f"task.num_semseg_classes={self.num_semseg_classes} but {self.data_path}/dataset.json names "
+                f"{len(names)} semseg classes: set it to {len(names)} (a downstream job: in its own task section)"
             )
 
 
@@ -177,6 +199,10 @@ class MaskedPretrainingConfig(MultiModalDataConfig):
     def visible_budget(self, patches: int) -> int:
         """Tokens the encoder sees per sample, over all modalities."""
         raise NotImplementedError
+
+    def rehearsal_fields(self) -> dict[str, Any]:
+        """The data and model's stand-in (``MultiModalDataConfig``), the k-NN probe on a few scenes."""
+        return {**super().rehearsal_fields(), "knn_train_limit": min(self.knn_train_limit, STAND_IN.train_samples)}
 
     def downstream_task(self, job: dict[str, Any], *, pretrained: str | None) -> dict[str, Any]:
         """The ``task:`` section of a downstream job: this data and encoder, the job's fields on top."""

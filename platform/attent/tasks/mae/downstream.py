@@ -158,6 +158,7 @@ class DownstreamTask(Task):
             score_loss=lambda model, b: task.score(model, b, 0),
             sample=f"{size} px RGB, {config.target}",
             assumptions=assumed,
+            workload="vit",  # a ViT fine-tuned with its head
         )
 
     def _typical_depth(self, samples: int = 256) -> float:

@@ -142,6 +142,7 @@ class MaskedPretrainingTask(Task):
             sample=f"{size} px, {'+'.join(modalities)}, {task.budget} of {task.spec.patches * len(modalities)} "
             "tokens visible",
             assumptions=assumed,
+            workload="mae",
         )
 
     def train_dataset(self) -> data.MultiModalDataset:

@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from attent.tasks import cache
-from attent.tasks.config import TaskConfig
+from attent.tasks.config import STAND_IN, TaskConfig, at_most
 from attent.tasks.vision import files
 from attent.tasks.vision.files import NATIVE_IMG_SIZE
 from attent.tasks.vit import PRESETS, ViTConfig, vit_config
@@ -62,6 +62,18 @@ class VisionTaskConfig(TaskConfig):
     # image_folder: the decoded cache (`attent data cache`) to read: auto, <data_path>/.attent-cache/
     # <img_size>px when there (else the files); required, refused without it; a folder; null, the files
     cache_path: str | None = cache.AUTO
+
+    def rehearsal_fields(self) -> dict[str, Any]:
+        """The same images and ViT preset, on a few of them and at the stand-in width and depth."""
+        fields: dict[str, Any] = {
+            "train_limit": at_most(self.train_limit, STAND_IN.train_samples),
+            "test_limit": at_most(self.test_limit, STAND_IN.test_samples),
+            "eval_batch_size": min(self.eval_batch_size, STAND_IN.test_samples),
+            "model": {"embed_dim": STAND_IN.width, "depth": STAND_IN.depth, "num_heads": STAND_IN.heads},
+        }
+        if self.val_limit:
+            fields["val_limit"] = at_most(self.val_limit, STAND_IN.test_samples)
+        return fields
 
     @field_validator("val_limit", "train_limit", "test_limit", "img_size")
     @classmethod

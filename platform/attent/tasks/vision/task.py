@@ -128,6 +128,7 @@ class VisionTask(Task):
             score_loss=lambda model, b: task.score(model, b, 0),
             sample=f"{size} px, {channels} channel(s)",
             assumptions=assumed,
+            workload="vit",
         )
 
     def optimizer_spec(self) -> OptimizerSpec:
