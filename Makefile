@@ -9,7 +9,7 @@ FASHION_MNIST := /usr/share/datasets/fashion-mnist
 # library installs beside a user's own torch), the lock fixes the versions `make test` passed on.
 LOCK := requirements/platform.lock
 
-.PHONY: setup data demo lint test test-all bench ui server lock
+.PHONY: setup data demo lint test test-all bench gpu-check ui server lock
 
 # The Python the lock installs on: pyproject.toml's requires-python (>= 3.11); an older one is refused
 # here in one line, before a venv is made, rather than by pip deep inside the install.
@@ -79,6 +79,14 @@ test-all: setup lint
 # The small time-to-accuracy benchmark (~40 min on 2 cores; needs `attent data scenes --out data/scenes`)
 bench: setup
 	$(BIN)/attent bench benchmarks/specs/time_to_accuracy_small.yaml
+
+# One lent GPU node's check in one command, within 480 s (benchmarks/gpu/README.md): the GPU tests, the
+# paper-scale MAE file and the LLaMA-2 milestone rehearsed on the GPU, `attent plan --measure`, the input
+# pipeline, AtteNTTrainer's savings; into benchmarks/results/gpu_check/ (gpu_check.json, gpu_check.md).
+# On the venv alone, not `data`: it reads no Fashion-MNIST, and a lent node has no network for apt-get.
+# GPU_CHECK_ARGS="--cpu --out /tmp/gpu-check": every step at its smallest on the CPU.
+gpu-check: $(VENV)/.installed
+	$(BIN)/python benchmarks/gpu/gpu_check.py $(GPU_CHECK_ARGS)
 
 ui: setup
 	$(BIN)/attent ui

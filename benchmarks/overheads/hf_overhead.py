@@ -1,12 +1,15 @@
 """What AtteNTTrainer costs on top of Hugging Face's Trainer, and what its subsets save, on one device.
 
-Three arms train the same LoRA job, interleaved round by round (one run at a time):
+The arms train the same LoRA job, interleaved round by round (one run at a time); the first three
+unless --arms names others (Trainer always runs):
 
     trainer          transformers.Trainer
     attent_full      AtteNTTrainer, SelectionConfig(method="full"): its sampler, per-sample loss and
                      bookkeeping, on all data (the integration's overhead alone)
     attent_llm       AtteNTTrainer, SelectionConfig(preset="llm"): epoch 1 on all samples, then the 70 %
                      with the highest losses
+    attent_vit       AtteNTTrainer, SelectionConfig(preset="vit"): a scoring pass, then soft selection of
+                     20 % rising to 80 % (only with --arms: the ViT variant on this LoRA job)
 
 The model is SmolLM2-135M-Instruct's architecture (a Llama: 30 layers, 576 wide, a 49,152-token
 vocabulary) built from its config with random weights, so the script needs no download; LoRA of rank
@@ -39,7 +42,8 @@ from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArgumen
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the suite's harness
 import harness  # noqa: E402
 
-ARMS = ("trainer", "attent_full", "attent_llm")
+ARMS = ("trainer", "attent_full", "attent_llm", "attent_vit")
+DEFAULT_ARMS = ARMS[:3]
 
 
 def model(args) -> torch.nn.Module:
@@ -94,7 +98,11 @@ def run(arm: str, args, data: list[dict], out: str) -> dict:
     if arm == "trainer":
         trainer = Trainer(**common)
     else:
-        config = attent.SelectionConfig(method="full") if arm == "attent_full" else attent.SelectionConfig(preset="llm")
+        config = (
+            attent.SelectionConfig(method="full")
+            if arm == "attent_full"
+            else attent.SelectionConfig(preset=arm.removeprefix("attent_"))
+        )
         trainer = attent.AtteNTTrainer(**common, selection=config)
     trainer.train()
     backpropagated = trainer.selector.samples_backpropagated if arm != "trainer" else args.samples * args.epochs
@@ -118,7 +126,7 @@ def table(args, rows: list[dict]) -> str:
         "| optimiser steps | peak GPU memory (GiB) |",
         "|---|---:|---|---:|---:|---:|---:|",
     ]
-    for arm in ARMS:
+    for arm in args.arms:
         runs = [r for r in rows if r["arm"] == arm]
         memory = runs[0]["peak_memory_gib"]
         per_round = ", ".join(f"{r['method_s']:.2f}" for r in runs)
@@ -140,16 +148,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--layers", type=int, default=30)  # SmolLM2-135M's 30
     parser.add_argument("--rounds", type=int, default=3)  # every arm once per round, interleaved
+    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(DEFAULT_ARMS), help="trainer always runs")
     parser.add_argument(
         "--out", type=Path, default=None, help="default: a new stamped folder under results/hf_overhead/"
     )
     args = parser.parse_args(argv)
+    args.arms = ["trainer", *(arm for arm in args.arms if arm != "trainer")]  # every ratio is to Trainer's
     info = harness.machine()
     data = samples(args)
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         for round_ in range(args.rounds):
-            for arm in ARMS:
+            for arm in args.arms:
                 if args.device == "cuda":
                     torch.cuda.reset_peak_memory_stats()
                 row = {"round": round_, **run(arm, args, data, scratch)}

@@ -44,6 +44,8 @@ STUDIES = {
     "faults_report": "eight faults provoked through the CLI (`benchmarks/robustness/faults_report.py`)",
     "fixed_cost": "a training run's fixed cost, phase by phase; local mode beside one Ray worker "
     "(`benchmarks/overheads/fixed_cost.py`)",
+    "gpu_check": "one GPU node's check within its budget: the GPU tests, the paper-scale rehearsals and plans, the "
+    "input pipeline, AtteNTTrainer's savings (`benchmarks/gpu/gpu_check.py`, `make gpu-check`)",
     "gpu_tier": "notes per lent GPU node: the GPU tests and the LLM specs run there (`tests/engine/test_gpu.py`, "
     "`tests/system/test_gpu.py`, `attent bench --local`; no spec or script of its own)",
     "hf_overhead": "AtteNTTrainer's cost over Hugging Face's Trainer on one GPU "

@@ -60,13 +60,17 @@ def test_measure_on_the_cpu_prices_the_run_by_its_measured_steps(capsys, tmp_pat
     )  # fmt: skip
     (run,), (measured,) = estimate["runs"], estimate["measurements"]
     assert estimate["accelerator"] == "this machine's cpu" and run["utilisation"] is None
-    seconds = (
-        run["work"]["trained"] / measured["train_samples_per_s"]
-        + run["work"]["scored"] / measured["score_samples_per_s"]
+    # the task's own loader, on the CPU in the training process: loading and the step take turns
+    loader = measured["loader_samples_per_s"]
+    assert loader > 0 and measured["loader_workers"] == 0 and measured["threads"] == 1  # ray.cpus_per_worker
+    seconds = run["work"]["trained"] * (1 / measured["train_samples_per_s"] + 1 / loader) + run["work"]["scored"] * (
+        1 / measured["score_samples_per_s"] + 1 / loader
     )
     assert run["method_gpu_hours"] == pytest.approx(seconds / 3600)
     assert run["work"]["samples"] == 4  # the tiny training file's examples
-    assert "measured on cpu, batch 2" in out
+    # tokens a sample: the file's examples tokenized, padded to the longest of a batch of 2
+    assert "measured: 4 of its 4 examples tokenized" in out and 0 < run["tokens"] < 256
+    assert "measured on cpu (1 thread(s)), batch 2" in out
 
 
 def test_a_run_whose_training_set_is_neither_here_nor_sized_is_refused_in_one_line(capsys, tmp_path):

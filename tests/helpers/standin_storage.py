@@ -15,6 +15,7 @@ from pathlib import Path
 
 from attent.experiment import cluster_layout as layout
 from attent.rehearsal.standin import remap_shared
+from attent.tasks.config import STAND_IN
 
 from tests.helpers.paths import BIN, REPO
 
@@ -44,9 +45,17 @@ def build(folder: Path) -> Path:
         subprocess.run([attent, "data", "scenes", "--out", str(root), "--train", str(SAMPLES), "--test", "24",
                         "--size", "32", "--workers", "1"], check=True, capture_output=True)  # fmt: skip
         meta = json.loads((root / "dataset.json").read_text())
-        meta["semseg_classes"] = [*meta["semseg_classes"], *(f"c{i}" for i in range(len(meta["semseg_classes"]), classes))]
+        meta["semseg_classes"] = [
+            *meta["semseg_classes"],
+            *(f"c{i}" for i in range(len(meta["semseg_classes"]), classes)),
+        ]
         (root / "dataset.json").write_text(json.dumps(meta))
-    shutil.copytree(data / "imagenet-s50-multimae" / "train" / "rgb", data / "imagenet")
+    # an image folder of class folders, split by the task's test_fraction (0.2): enough for the stand-in's test_limit
+    subprocess.run([attent, "data", "scenes", "--out", str(work := folder / "imagenet-scenes"), "--train",
+                    str(5 * STAND_IN.test_samples), "--test", "1", "--size", "32", "--workers", "1"],
+                   check=True, capture_output=True)  # fmt: skip
+    shutil.move(work / "train" / "rgb", data / "imagenet")
+    shutil.rmtree(work)
     for root in ("imagenet-s50-multimae", "imagenet"):  # the files' cache_path: required, at their 224 px
         subprocess.run([attent, "data", "cache", str(data / root), "--img-size", "224", "--workers", "1"],
                        check=True, capture_output=True)  # fmt: skip

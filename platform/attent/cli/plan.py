@@ -109,17 +109,7 @@ def render(result, labels: dict[str, str] | None = None) -> str:
     accelerator = ACCELERATORS.get(result.accelerator)
     where = accelerator.name if accelerator else result.accelerator
     lines = [f"{result.file}: {len(result.runs)} run(s) on {where} ({result.source}), utilisation {result.utilisation}"]
-    for m in result.measurements:
-        loader = (
-            "its data is not here: no loader measured"
-            if m.loader_samples_per_s is None
-            else f"its loader {m.loader_samples_per_s:,.1f} samples/s ({m.loader_workers} loader process(es))"
-        )
-        lines.append(
-            f"  measured on {m.device} ({m.threads} thread(s)), batch {m.batch_size}: {m.train_samples_per_s:,.1f} "
-            f"samples/s training, {m.score_samples_per_s:,.1f} scoring (compute-bound); {loader}; priced at "
-            + " and ".join(f"{rate:,.1f}" for rate in m.rates())
-        )
+    lines += [_measured(m) for m in result.measurements]
     header = (
         f"{'run':<{width}} {'samples':>9} {'ep':>4} {'trained':>9} {'scored':>9} {'limit':>6} {'FLOPs':>6} "
         f"{'GF/sample':>10} {'GPU-h':>9} {'eval h':>8} {'wall h':>8}{'  cost' if result.price_per_gpu_hour else ''}"
@@ -161,6 +151,20 @@ def render(result, labels: dict[str, str] | None = None) -> str:
     if any(r.work.estimated for r in result.runs):
         lines.append("  InfoBatch's subsets are sized by its losses: drawn here on random ones")
     return "\n".join(lines)
+
+
+def _measured(m) -> str:
+    """One measurement's line: the model's steps (compute-bound), the loader, the rates priced."""
+    loader = (
+        "its data is not here: no loader measured"
+        if m.loader_samples_per_s is None
+        else f"its loader {m.loader_samples_per_s:,.1f} samples/s ({m.loader_workers} loader process(es))"
+    )
+    return (
+        f"  measured on {m.device} ({m.threads} thread(s)), batch {m.batch_size}: {m.train_samples_per_s:,.1f} "
+        f"samples/s training, {m.score_samples_per_s:,.1f} scoring (compute-bound); {loader}; priced at "
+        + " and ".join(f"{rate:,.1f}" for rate in m.rates())
+    )
 
 
 def _hours(hours: float) -> str:

@@ -15,6 +15,7 @@ import torch
 
 from attent.cost.accelerators import ACCELERATORS, Accelerator
 from attent.cost.flops import SampleFlops, Throughput, count_flops, measure
+from attent.cost.lengths import Lengths, run_lengths
 from attent.cost.options import Options
 from attent.cost.pipeline import measure_loader
 from attent.cost.samples import flops_key, train_samples
@@ -112,7 +113,7 @@ class _Pricing:
     result: Estimate
     counted: dict[str, SampleFlops] = field(default_factory=dict)
     measured: dict[str, Throughput] = field(default_factory=dict)
-    lengths: dict[str, object] = field(default_factory=dict)
+    lengths: dict[str, Lengths] = field(default_factory=dict)
 
 
 def estimate(file: str | Path, configs: list[ExperimentConfig], options: Options) -> Estimate:
@@ -189,10 +190,10 @@ def _probe_and_flops(
     if probe.lengths is not None and probe.resized is not None:
         data = cfg.task.model_dump_json(exclude={"eval"})
         if data not in pricing.lengths:  # the data tokenized once for runs alike
-            pricing.lengths[data] = probe.lengths()
+            pricing.lengths[data] = run_lengths(probe, getattr(cfg.task, "dataset", ""), cfg.task.max_length)
         lengths, batch = pricing.lengths[data], cfg.train.batch_size
         tokens = lengths.padded(batch)
-        shown = f"{tokens:,.0f} tokens (the longest of {batch} drawn; of max {getattr(cfg.task, 'max_length', '?')})"
+        shown = f"{tokens:,.0f} tokens (the longest of {batch} drawn; of max {cfg.task.max_length:,})"
         probe = replace(probe.resized(max(1, round(tokens))), sample=shown)
         sources = (f"tokens a sample: {lengths.source}",)
     key = flops_key(cfg, probe)

@@ -9,6 +9,8 @@ import math
 from dataclasses import dataclass
 from statistics import NormalDist
 
+from attent.tasks.task import Probe
+
 
 @dataclass(frozen=True)
 class Lengths:
@@ -66,3 +68,15 @@ def stated_lengths(dataset: str, max_length: int) -> Lengths | None:
     normal = NormalDist(mu, law.log_sd)
     values = tuple(min(max_length, round(math.exp(normal.inv_cdf((i + 0.5) / _QUANTILES)))) for i in range(_QUANTILES))
     return Lengths(values, f"stated estimate, mean {law.mean:g} tokens: {law.source}", measured=False)
+
+
+def run_lengths(probe: Probe, dataset: str, max_length: int) -> Lengths:
+    """A language model's sample lengths: its probe's, tokenized from the data here, else the
+    data set's stated law, else every sample at ``max_length`` (an upper bound)."""
+    here = probe.lengths() if probe.lengths is not None else None
+    if here is not None:
+        return Lengths(here[0], here[1], measured=True)
+    stated = stated_lengths(dataset, max_length)
+    if stated is not None:
+        return stated
+    return Lengths((max_length,), "max_length: its data is not here and no length is stated", measured=False)

@@ -43,7 +43,7 @@ MFU: dict[str, Figure] = {
     "vit": Figure(
         0.3,
         "between DeiT-B (300 ImageNet-1k epochs in 53 h on 8 V100s: 0.21) and NVIDIA NeMo's ViT g/14 "
-        "(693 samples/s on 8 A100s: 0.43)",
+        "(693 samples/s on 8 A100s: 0.45)",
         estimate=True,
     ),
     "other": Figure(0.3, "the ViT's, for a task without a probe", estimate=True),

@@ -12,6 +12,7 @@ import torch
 
 from attent.cost import rates
 from attent.cost.accelerators import ACCELERATORS, REFERENCE, Accelerator, accelerator_named
+from attent.cost.decoding import decoding_seconds
 from attent.cost.flops import SampleFlops, Throughput
 from attent.cost.work import Work
 from attent.experiment.schema import ExperimentConfig
@@ -50,7 +51,7 @@ def device_seconds(
         prompt = (tokens or getattr(cfg.task, "max_length", 0)) / 2  # the probe's half-prompt sample
         evaluations = len(cfg.train.evaluation_epochs())
         workers = max(1, cfg.ray.max_workers)
-        evaluation += evaluations * decoding.seconds(flops.parameters, prompt, workers, accelerator.bandwidth)
+        evaluation += evaluations * decoding_seconds(decoding, flops.parameters, prompt, workers, accelerator.bandwidth)
         sources += (
             f"decoding: {decoding.answers:,} answers of up to {decoding.new_tokens} tokens in batches of "
             f"{decoding.batch} an evaluation, each step reading the weights and KV cache at "

@@ -37,9 +37,18 @@ class Rehearsal:
         return self.experiment.name if self.experiment else self.sweep.spec.name
 
 
-def derive(path: str, overrides: list[str], *, use_gpu: bool, shared: tuple[tuple[str, ...], str | None]) -> Rehearsal:
+def derive(
+    path: str,
+    overrides: list[str],
+    *,
+    use_gpu: bool,
+    shared: tuple[tuple[str, ...], str | None],
+    rehearsed: frozenset[Path] = frozenset(),
+) -> Rehearsal:
     """The stand-in of the file at ``path`` (``overrides`` on the file first, then its paths under the
-    cluster's shared roots moved to the folder standing for them, ``shared``)."""
+    cluster's shared roots moved to the folder standing for them, ``shared``). A sweep whose base file
+    is among ``rehearsed`` (rehearsed whole by the same command) leaves the failure, the resume and
+    the downstream jobs to that rehearsal."""
     roots, folder = shared
     if not is_sweep_file(path):
         cfg = standin.remap_experiment(load_experiment(path, overrides), roots, folder)
@@ -47,7 +56,8 @@ def derive(path: str, overrides: list[str], *, use_gpu: bool, shared: tuple[tupl
     sweep = load_sweep(path, overrides)
     trials = [(tid, standin.remap_experiment(cfg, roots, folder)) for tid, cfg in sweep.trials]
     sweep = sweep.model_copy(update={"base": standin.remap_experiment(sweep.base, roots, folder), "trials": trials})
-    stand_in = standin.standin_sweep(sweep, use_gpu=use_gpu)
+    base_file = (Path(path).parent / sweep.spec.base).resolve()
+    stand_in = standin.standin_sweep(sweep, use_gpu=use_gpu, whole_first=base_file not in rehearsed)
     resolved = [(tid, cfg.resolved()) for tid, cfg in stand_in.trials]
     return Rehearsal(path, sweep=stand_in.model_copy(update={"trials": resolved, "base": stand_in.base.resolved()}))
 
@@ -114,7 +124,8 @@ def rehearse(paths: list[str], overrides: list[str], *, shared_folder: str | Non
     from ..experiment.cluster_layout import SHARED
 
     shared = ((SHARED,), shared_folder)
-    rehearsals = [reach(derive(path, overrides, use_gpu=True, shared=shared)) for path in paths]
+    experiments = frozenset(Path(path).resolve() for path in paths if not is_sweep_file(path))
+    rehearsals = [reach(derive(path, overrides, use_gpu=True, shared=shared, rehearsed=experiments)) for path in paths]
     problems = [line for r in rehearsals for line in r.problems]
     if problems:
         print("\n".join(problems), flush=True)

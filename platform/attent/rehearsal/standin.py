@@ -88,18 +88,20 @@ def _standin_job(cfg: ExperimentConfig, job) -> dict[str, Any]:
     }
 
 
-def standin_sweep(sweep: Sweep, *, use_gpu: bool) -> Sweep:
+def standin_sweep(sweep: Sweep, *, use_gpu: bool, whole_first: bool = True) -> Sweep:
     """The sweep's covering trials (``covering_trials``) at the stand-in size, under its own name.
 
     Args:
         sweep: the file's sweep, as loaded.
         use_gpu: whether each trial's workers get a GPU each.
+        whole_first: whether the first trial has the failure, the resume and the downstream jobs
+            (False where the base experiment is rehearsed on its own).
 
     Returns:
         A sweep of one seed whose trials set, between them, every value of every kind the file
         sets (its methods, strategies, schedule kinds, models, data sets, longer controls). The
-        first trial has the worker failure and the downstream jobs; the others train and evaluate
-        only, as what they would add is the same stages again.
+        first trial (``whole_first``) has the worker failure and the downstream jobs; the others
+        train and evaluate only, as what they would add is the same stages again.
     """
     spec = sweep.spec.model_copy(update={"name": sweep.spec.name + SUFFIX, "seeds": sweep.spec.seeds[:1]})
     base = standin_experiment(sweep.base, use_gpu=use_gpu)
@@ -109,7 +111,7 @@ def standin_sweep(sweep: Sweep, *, use_gpu: bool) -> Sweep:
         epochs = math.ceil(EPOCHS * cfg.train.epochs / sweep.base.train.epochs)
         stand_in = standin_experiment(cfg, use_gpu=use_gpu, epochs=epochs)
         update = {"name": f"{spec.name}-{trial_id}", "mlflow": mlflow}
-        if index:  # the first trial rehearses the failure, the resume and the downstream jobs for all
+        if index or not whole_first:  # the first trial rehearses the failure, resume and downstream for all
             update |= {"fault": FaultConfig(), "downstream": []}
         trials.append((trial_id, stand_in.model_copy(update=update)))
     settings = {trial_id: sweep.settings[trial_id] for trial_id, _ in trials}

@@ -80,12 +80,24 @@ class Probe:
     build_with_blocks: Callable[[int], nn.Module] | None = None
     depth: int = 0
     workload: str = "other"  # its row of the utilisation table (attent.cost.rates.MFU): llm, mae, vit
-    # a language model's: its training set's token lengths (attent.cost.lengths.Lengths, read
-    # when asked: tokenized where the data is here, else stated) and the probe at another
+    # a language model's: its training examples' tokenized lengths and where they come from (read
+    # when asked; None where the data or its tokenizer is not here), and the probe at another
     # sequence length, so that FLOPs are counted at the width batches are padded to
-    lengths: Callable[[], Any] | None = None
+    lengths: Callable[[], tuple[tuple[int, ...], str] | None] | None = None
     resized: Callable[[int], Probe] | None = None
-    decoding: Any = None  # an evaluation's greedy generation (attent.cost.decoding.Decoding)
+    decoding: Decoding | None = None  # an evaluation's greedy generation
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """What one evaluation greedily decodes, and what each decoding step reads from memory
+    (priced by ``attent.cost.decoding``)."""
+
+    answers: int  # sequences decoded, over all ranks
+    new_tokens: int  # steps a batch decodes at most (``max_new_tokens``: a batch stops at its longest answer)
+    batch: int  # sequences decoded together on a rank
+    bytes_per_parameter: int  # of the weights, read once a step (the model's dtype)
+    kv_bytes_per_token: int  # K and V of one token in every layer, read once a step for each sequence
 
 
 def decay_groups(

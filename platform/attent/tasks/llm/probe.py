@@ -9,14 +9,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from attent.cost.decoding import Decoding
-from attent.cost.lengths import Lengths, stated_lengths
 from attent.tasks.llm.config import LLMTaskConfig
 from attent.tasks.llm.data import IGNORE_INDEX, SOURCES, draw_problems
 from attent.tasks.llm.loss import causal_lm, final_hidden_states, response_token_loss
 from attent.tasks.llm.model import DTYPES, add_lora, checkpoint_activations, model_config
 from attent.tasks.llm.sources import local_file
-from attent.tasks.task import Batch, Probe
+from attent.tasks.task import Batch, Decoding, Probe
 
 
 def llm_probe(task_class, config: LLMTaskConfig, length: int | None = None) -> Probe:
@@ -80,24 +78,20 @@ def llm_probe(task_class, config: LLMTaskConfig, length: int | None = None) -> P
     )
 
 
-def llm_lengths(task_class, config: LLMTaskConfig, draws: int = 2000) -> Lengths:
-    """The training examples' tokenized lengths as the loader gets them (the task's own
-    template, tokenizer and truncation), ``draws`` of them at random, where the data and the
-    tokenizer are here; else the data set's stated lengths; else ``max_length``, a bound."""
+def llm_lengths(task_class, config: LLMTaskConfig, draws: int = 2000) -> tuple[tuple[int, ...], str] | None:
+    """The training examples' tokenized lengths as the loader gets them (the task's own template,
+    tokenizer and truncation), ``draws`` of them at random, and where they come from; None where
+    the data or the tokenizer is not here (the hub is never asked)."""
     try:
         dataset = _local_train_dataset(task_class, config)
-    except (OSError, ValueError, ImportError):  # not here, offline: no hub reached
-        dataset = None
-    if dataset is not None and len(dataset):
-        count = len(dataset)
-        order = torch.randperm(count, generator=torch.Generator().manual_seed(0))[:draws].tolist()
-        values = tuple(len(dataset[i]["input_ids"]) for i in order)
-        return Lengths(values, f"measured: {len(values):,} of its {count:,} examples tokenized", measured=True)
-    name = config.dataset if config.dataset in SOURCES else ""
-    stated = stated_lengths(name, config.max_length)
-    if stated is not None:
-        return stated
-    return Lengths((config.max_length,), "max_length: its data is not here and no length is stated", measured=False)
+    except (OSError, ValueError, ImportError):  # a tokenizer not here, offline
+        return None
+    if dataset is None or not len(dataset):
+        return None
+    count = len(dataset)
+    order = torch.randperm(count, generator=torch.Generator().manual_seed(0))[:draws].tolist()
+    values = tuple(len(dataset[i]["input_ids"]) for i in order)
+    return values, f"measured: {len(values):,} of its {count:,} examples tokenized"
 
 
 def _local_train_dataset(task_class, config: LLMTaskConfig):

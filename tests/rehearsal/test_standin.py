@@ -1,0 +1,95 @@
+"""A file's stand-in, derived without Ray: every paper-scale file shrinks to the stand-in size with its stages kept
+(its data paths and sources, the architecture family, the selection, a checkpoint each epoch, one failure and its
+resume, the downstream jobs), under names of its own; a sweep's covering trials set every kind of setting the file
+sets; what cannot be reached is named one line each before anything runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from attent.cli.main import main
+from attent.experiment.cluster_layout import SHARED
+from attent.experiment.files import load_experiment
+from attent.rehearsal import standin
+from attent.rehearsal.run import derive
+from attent.sweep.spec import load_sweep
+from attent.tasks.config import STAND_IN
+
+from tests.helpers.paths import REPO
+
+PAPER_SCALE = sorted(REPO.glob("experiments/*_gpu.yaml")) + sorted(REPO.glob("experiments/sweeps/*_gpu.yaml"))
+
+
+@pytest.mark.parametrize("path", PAPER_SCALE, ids=lambda p: p.name)
+def test_a_paper_scale_file_shrinks_with_its_stages_kept(path):
+    rehearsal = derive(str(path), [], use_gpu=True, shared=((SHARED,), "/stand-in"))
+    for cfg in rehearsal.experiments():
+        assert cfg.name.endswith(standin.SUFFIX) or standin.SUFFIX + "-t" in cfg.name
+        assert cfg.mlflow.experiment.endswith(standin.SUFFIX)
+        assert cfg.ray.max_workers <= standin.WORKERS and cfg.ray.checkpoint_every == 1
+        assert cfg.train.batch_size <= standin.BATCH and cfg.train.epochs <= 2 * standin.EPOCHS
+        assert cfg.ray.storage_path.startswith("/stand-in/shared/")  # the shared storage, moved
+        assert cfg.task.train_limit <= STAND_IN.train_samples
+        model = getattr(cfg.task, "model", None)
+        if hasattr(model, "depth"):
+            assert model.depth == STAND_IN.depth and model.embed_dim == STAND_IN.width
+        for job in cfg.downstream:
+            assert job.train.epochs == 1 and job.task["train_limit"] <= STAND_IN.train_samples
+    first = rehearsal.experiments()[0]
+    assert first.fault.fail_once_after_epoch == standin.FAULT_AFTER_EPOCH  # a failure and the resume from it
+    original = load_sweep(path).trials[0][1] if rehearsal.sweep else load_experiment(path)
+    assert [job.name for job in first.downstream] == [job.name for job in original.downstream]
+    assert type(first.task) is type(original.task) and first.selection.method == original.selection.method
+
+
+@pytest.mark.parametrize("path", sorted(REPO.glob("experiments/sweeps/*.yaml")), ids=lambda p: p.name)
+def test_the_covering_trials_set_every_kind_of_setting_the_sweep_sets(path):
+    sweep = load_sweep(path)
+    chosen = dict(standin.covering_trials(sweep))
+    first = [tid for tid, cfg in sweep.trials if cfg.seed == sweep.spec.seeds[0]]
+    assert set(chosen) <= set(first)
+
+    def kinds(ids):
+        return {(k, standin._kind(v)) for tid in ids for k, v in sweep.settings[tid].items()} | {
+            (cfg.selection.method, str(cfg.selection.strategy)) for tid, cfg in sweep.trials if tid in ids
+        }
+
+    assert kinds(chosen) == kinds(first)
+
+
+def test_a_longer_control_keeps_its_ratio_to_the_base():
+    rehearsal = derive(
+        str(REPO / "experiments/sweeps/ratio_multimae_gpu.yaml"), [], use_gpu=False, shared=((SHARED,), None)
+    )
+    epochs = sorted(cfg.train.epochs for cfg in rehearsal.experiments())
+    assert epochs[0] == standin.EPOCHS and epochs[-1] == 2 * standin.EPOCHS  # the 2E plateau control
+
+
+def test_an_unreachable_model_and_missing_data_are_named_one_line_each_before_anything_runs(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache: the model's tokenizer is not here
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.chdir(tmp_path)
+    code = main(["rehearse", "--shared-folder", str(tmp_path / "storage"),
+                 str(REPO / "experiments/llm_lora_gpu.yaml"), str(REPO / "experiments/multimae_gpu.yaml")])  # fmt: skip
+    out = capsys.readouterr()
+    lines = [line for line in out.out.splitlines() if line.startswith(str(REPO))]
+    assert code == 2 and len(lines) >= 3, out
+    assert any("llm_lora_gpu.yaml: model: model 'meta-llama/Llama-2-7b-hf' cannot be read here" in x for x in lines)
+    assert any("multimae_gpu.yaml: data of task multimae:" in x and "imagenet-s50-multimae" in x for x in lines)
+    assert any("multimae_gpu.yaml: data of task mae_downstream:" in x and "nyuv2-multimae" in x for x in lines)
+    assert "nothing was run or recorded" in out.err
+    assert not Path(tmp_path / "storage" / "shared" / "ray_results").exists()  # no run started
+
+
+def test_a_sweep_leaves_the_failure_and_downstream_jobs_to_its_base_rehearsed_beside_it():
+    sweep = REPO / "experiments/sweeps/ablation_multimae_gpu.yaml"
+    alone = derive(str(sweep), [], use_gpu=False, shared=((SHARED,), None))
+    beside = derive(str(sweep), [], use_gpu=False, shared=((SHARED,), None),
+                    rehearsed=frozenset({(REPO / "experiments/multimae_gpu.yaml").resolve()}))  # fmt: skip
+    assert alone.experiments()[0].downstream and alone.experiments()[0].fault.fail_once_after_epoch is not None
+    assert all(not cfg.downstream and cfg.fault.fail_once_after_epoch is None for cfg in beside.experiments())
+    assert [cfg.name for cfg in beside.experiments()] == [cfg.name for cfg in alone.experiments()]
