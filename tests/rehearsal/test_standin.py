@@ -28,6 +28,7 @@ def test_a_paper_scale_file_shrinks_with_its_stages_kept(path):
         assert cfg.name.endswith(standin.SUFFIX) or standin.SUFFIX + "-t" in cfg.name
         assert cfg.mlflow.experiment.endswith(standin.SUFFIX)
         assert cfg.ray.max_workers <= standin.WORKERS and cfg.ray.checkpoint_every == 1
+        assert cfg.ray.max_workers or rehearsal.sweep  # local mode: a sweep's later trials only
         assert cfg.train.batch_size <= standin.BATCH and cfg.train.epochs <= 2 * standin.EPOCHS
         assert cfg.ray.storage_path.startswith("/stand-in/shared/")  # the shared storage, moved
         assert cfg.task.train_limit <= STAND_IN.train_samples
@@ -92,4 +93,8 @@ def test_a_sweep_leaves_the_failure_and_downstream_jobs_to_its_base_rehearsed_be
                     rehearsed=frozenset({(REPO / "experiments/multimae_gpu.yaml").resolve()}))  # fmt: skip
     assert alone.experiments()[0].downstream and alone.experiments()[0].fault.fail_once_after_epoch is not None
     assert all(not cfg.downstream and cfg.fault.fail_once_after_epoch is None for cfg in beside.experiments())
+    assert {cfg.ray.num_workers for cfg in beside.experiments()} == {0}  # their settings, in the trial's process
+    assert {cfg.ray.num_workers for cfg in alone.experiments()[1:]} <= {0} and alone.experiments()[
+        0
+    ].ray.num_workers == 2
     assert [cfg.name for cfg in beside.experiments()] == [cfg.name for cfg in alone.experiments()]

@@ -9,7 +9,8 @@ bases they name) with ``file_problems``:
 
     problems = file_problems("experiments/multimae_gpu.yaml")  # [] when every path is the cluster's
 
-Standard library and PyYAML only: no Ray, MLflow or torch, so the command line reads it at once.
+Standard library only at import (PyYAML where a file is read): no Ray, MLflow or torch, so the command line reads it
+at once.
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ import posixpath
 import re
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 SHARED = "/shared"  # EFS on AWS, your NFS on-prem, the ReadWriteMany claim on Kubernetes
 STORAGE_PATH = f"{SHARED}/ray_results"  # ray.storage_path: a restarted worker on another node reads it back
@@ -180,6 +179,8 @@ def file_problems(path: str | Path) -> list[str]:
     """
     path = Path(posixpath.normpath(Path(path).as_posix()))
     text = path.read_text()
+    import yaml  # the platform's: `attent kuberay` and the CLI import this module without it
+
     data = yaml.safe_load(text) or {}
     found = [f"{path}: {key}: {problem}" for key, value in settings(data) if (problem := setting_problem(key, value))]
     ray = data.get("ray") if isinstance(data.get("ray"), dict) else {}

@@ -100,8 +100,9 @@ def standin_sweep(sweep: Sweep, *, use_gpu: bool, whole_first: bool = True) -> S
     Returns:
         A sweep of one seed whose trials set, between them, every value of every kind the file
         sets (its methods, strategies, schedule kinds, models, data sets, longer controls). The
-        first trial (``whole_first``) has the worker failure and the downstream jobs; the others
-        train and evaluate only, as what they would add is the same stages again.
+        first trial (``whole_first``) has the workers, their failure and the downstream jobs; the
+        others train and evaluate in Ray Train's local mode (the trial's own process), as what
+        they would add is the same stages again.
     """
     spec = sweep.spec.model_copy(update={"name": sweep.spec.name + SUFFIX, "seeds": sweep.spec.seeds[:1]})
     base = standin_experiment(sweep.base, use_gpu=use_gpu)
@@ -111,8 +112,9 @@ def standin_sweep(sweep: Sweep, *, use_gpu: bool, whole_first: bool = True) -> S
         epochs = math.ceil(EPOCHS * cfg.train.epochs / sweep.base.train.epochs)
         stand_in = standin_experiment(cfg, use_gpu=use_gpu, epochs=epochs)
         update = {"name": f"{spec.name}-{trial_id}", "mlflow": mlflow}
-        if index or not whole_first:  # the first trial rehearses the failure, resume and downstream for all
-            update |= {"fault": FaultConfig(), "downstream": []}
+        if index or not whole_first:  # the first trial rehearses the workers, failure, resume and downstream
+            ray = stand_in.ray.model_copy(update={"num_workers": 0})  # Ray Train's local mode: its settings only
+            update |= {"fault": FaultConfig(), "downstream": [], "ray": ray}
         trials.append((trial_id, stand_in.model_copy(update=update)))
     settings = {trial_id: sweep.settings[trial_id] for trial_id, _ in trials}
     return Sweep(spec=spec, base=base.model_copy(update={"mlflow": mlflow}), trials=trials, settings=settings)
