@@ -25,7 +25,7 @@ from tests.helpers.auth_server import as_user, auth_server, self_signed
 from tests.helpers.paths import BIN, REPO
 from tests.helpers.processes import free_port, stop_ray_processes
 
-pytestmark = pytest.mark.timeout(2700)
+pytestmark = pytest.mark.timeout(3600)
 PAPER_SCALE = sorted(REPO.glob("experiments/*_gpu.yaml")) + sorted(REPO.glob("experiments/sweeps/*_gpu.yaml"))
 EXPERIMENTS = {path.name for path in PAPER_SCALE if path.parent.name != "sweeps"}  # each sweep's base is one
 CLEAN = ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME",
@@ -115,7 +115,7 @@ def submit(cluster, job_dir: Path, *entrypoint: str) -> subprocess.CompletedProc
                "--runtime-env-json", runtime_env, "--", *entrypoint]  # fmt: skip
     deadline = time.monotonic() + 120
     while True:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=2600, cwd=job_dir, env=cluster["client"])
+        done = subprocess.run(command, capture_output=True, text=True, timeout=3500, cwd=job_dir, env=cluster["client"])
         if "No available agent to submit job" not in done.stderr or time.monotonic() > deadline:
             return done
         time.sleep(5)
