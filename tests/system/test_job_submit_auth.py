@@ -24,7 +24,9 @@ from tests.helpers.auth_server import as_user, auth_server, files_holding, self_
 from tests.helpers.paths import BIN
 from tests.helpers.processes import free_port, stop_ray_processes
 
-pytestmark = pytest.mark.timeout(600)
+# one after another with the rehearsal of every paper-scale file (test_rehearsal.py): two job-submitted clusters at
+# once on two cores took this test past its timeout
+pytestmark = [pytest.mark.timeout(600), pytest.mark.xdist_group("job-submit")]
 CLEAN = ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME",
          "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_SERVER_CERT_PATH")  # fmt: skip
 

@@ -25,7 +25,7 @@ from tests.helpers.auth_server import as_user, auth_server, self_signed
 from tests.helpers.paths import BIN, REPO
 from tests.helpers.processes import free_port, stop_ray_processes
 
-pytestmark = pytest.mark.timeout(3600)
+pytestmark = [pytest.mark.timeout(3600), pytest.mark.xdist_group("job-submit")]  # after test_job_submit_auth.py
 PAPER_SCALE = sorted(REPO.glob("experiments/*_gpu.yaml")) + sorted(REPO.glob("experiments/sweeps/*_gpu.yaml"))
 EXPERIMENTS = {path.name for path in PAPER_SCALE if path.parent.name != "sweeps"}  # each sweep's base is one
 CLEAN = ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME",
