@@ -46,40 +46,8 @@ def log_trained_model(
     exported = task.model_to_log(model)
     if exported is None:
         return None
-    from mlflow.utils.mlflow_tags import (
-        MLFLOW_GIT_BRANCH,
-        MLFLOW_GIT_COMMIT,
-        MLFLOW_GIT_REPO_URL,
-        MLFLOW_SOURCE_NAME,
-        MLFLOW_SOURCE_TYPE,
-        MLFLOW_USER,
-    )
-
     client = client or mlflow.MlflowClient()
-    run = client.get_run(run_id)
-    # The run's source tags (the driver's command, user and commit): the fluent
-    # initialize_logged_model would resolve this process's, which in a Ray worker name Ray's
-    # worker script and no commit.
-    source = {
-        key: value
-        for key, value in run.data.tags.items()
-        if key
-        in (
-            MLFLOW_USER,
-            MLFLOW_SOURCE_NAME,
-            MLFLOW_SOURCE_TYPE,
-            MLFLOW_GIT_COMMIT,
-            MLFLOW_GIT_BRANCH,
-            MLFLOW_GIT_REPO_URL,
-        )
-    }
-    logged = client.create_logged_model(
-        experiment_id=run.info.experiment_id,
-        name=contract.MODEL_NAME,
-        source_run_id=run_id,
-        params=run.data.params,
-        tags={**source, contract.TAG_TASK: task.name},
-    )
+    logged = create_logged_model(client, client.get_run(run_id), task.name)
     # No run_id to the flavour: MLflow's Model.log would link the run's metrics by fetching the
     # history of every metric key, one request each (a minute per run through a remote server with
     # users, measured by `attent rehearse`); link_to_run does it in three.
@@ -95,6 +63,37 @@ def log_trained_model(
         )
     link_to_run(client, logged.model_id, run_id, step)
     return logged.model_id
+
+
+def create_logged_model(client: mlflow.MlflowClient, run, task_name: str):
+    """The MLflow logged model of ``run`` (its params, and its source tags: the driver's command,
+    user and commit, which the fluent initialize_logged_model would resolve in this Ray worker
+    as Ray's worker script and no commit)."""
+    from mlflow.utils.mlflow_tags import (
+        MLFLOW_GIT_BRANCH,
+        MLFLOW_GIT_COMMIT,
+        MLFLOW_GIT_REPO_URL,
+        MLFLOW_SOURCE_NAME,
+        MLFLOW_SOURCE_TYPE,
+        MLFLOW_USER,
+    )
+
+    kept = (
+        MLFLOW_USER,
+        MLFLOW_SOURCE_NAME,
+        MLFLOW_SOURCE_TYPE,
+        MLFLOW_GIT_COMMIT,
+        MLFLOW_GIT_BRANCH,
+        MLFLOW_GIT_REPO_URL,
+    )
+    source = {key: value for key, value in run.data.tags.items() if key in kept}
+    return client.create_logged_model(
+        experiment_id=run.info.experiment_id,
+        name=contract.MODEL_NAME,
+        source_run_id=run.info.run_id,
+        params=run.data.params,
+        tags={**source, contract.TAG_TASK: task_name},
+    )
 
 
 def link_to_run(client: mlflow.MlflowClient, model_id: str, run_id: str, step: int) -> None:
