@@ -56,11 +56,8 @@ def _smollm2_gguf_dir() -> Path:
 
 
 def convert_smollm2(target: Path) -> None:
-    """De-quantise the packaged GGUF into a float32 safetensors checkpoint at ``target``.
-
-    Written to a sibling temp folder and renamed into place, so concurrent workers never see a
-    partial checkpoint; the loser of a race discards its copy.
-    """
+    """De-quantise the packaged GGUF into a float32 safetensors checkpoint at ``target``
+    (``save_checkpoint``)."""
     source = _smollm2_gguf_dir()
     tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=_SMOLLM2_GGUF)
     gguf_model = AutoModelForCausalLM.from_pretrained(source, gguf_file=_SMOLLM2_GGUF)
@@ -69,6 +66,13 @@ def convert_smollm2(target: Path) -> None:
     config.pop("quantization_config", None)
     model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))
     model.load_state_dict(gguf_model.state_dict())
+    save_checkpoint(model, tokenizer, target)
+
+
+def save_checkpoint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, target: Path) -> None:
+    """``model`` and ``tokenizer`` as a checkpoint folder at ``target``, written to a sibling temp
+    folder and renamed into place: concurrent writers never show a partial checkpoint, and the
+    loser of a race discards its copy."""
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:

@@ -32,7 +32,7 @@ def llm_probe(task_class, config: LLMTaskConfig, length: int | None = None) -> P
     length, vocab = length or config.max_length, architecture.vocab_size
 
     def build(blocks: int | None = None) -> nn.Module:
-        shape = architecture if blocks is None else _with_blocks(architecture, blocks)
+        shape = architecture if blocks is None else with_blocks(architecture, blocks)
         model = AutoModelForCausalLM.from_config(shape, dtype=DTYPES[config.dtype])
         if config.gradient_checkpointing:
             checkpoint_activations(model)
@@ -160,7 +160,7 @@ def llm_train_samples(config: LLMTaskConfig) -> tuple[int | None, tuple[str, ...
     )
 
 
-def _with_blocks(architecture, blocks: int):
+def with_blocks(architecture, blocks: int):
     """The architecture with ``blocks`` decoder layers (every layer alike: the same attention)."""
     shape = copy.deepcopy(architecture)
     shape.num_hidden_layers = blocks

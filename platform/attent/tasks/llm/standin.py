@@ -4,14 +4,12 @@ tokenizer, saved as a checkpoint folder the workers load as they would the real 
 
 from __future__ import annotations
 
-import copy
 import re
-import shutil
-import tempfile
 from pathlib import Path
 
 from attent.tasks.config import STAND_IN
-from attent.tasks.llm.model import load_tokenizer, model_config
+from attent.tasks.llm.model import load_tokenizer, model_config, save_checkpoint
+from attent.tasks.llm.probe import with_blocks
 
 
 def standin_checkpoint(model: str, folder: Path) -> Path:
@@ -45,18 +43,7 @@ def standin_checkpoint(model: str, folder: Path) -> Path:
             "workers look (HF_HOME on the shared storage, `hf download` once), and for a gated model accept "
             "its licence on the hub and set HF_TOKEN"
         ) from None
-    stand_in = AutoModelForCausalLM.from_config(shrunk(shape, vocab=len(tokenizer)))
-    folder.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=folder))
-    try:
-        stand_in.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        staging.rename(target)
-    except OSError:
-        if not target.is_dir():  # another driver's copy won the race: keep it
-            raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    save_checkpoint(AutoModelForCausalLM.from_config(shrunk(shape, vocab=len(tokenizer))), tokenizer, target)
     return target
 
 
@@ -71,18 +58,15 @@ def shrunk(config, *, vocab: int):
     Returns:
         A copy, ready for ``AutoModelForCausalLM.from_config``.
     """
-    shape = copy.deepcopy(config)
+    shape = with_blocks(config, STAND_IN.depth)
     heads = STAND_IN.heads
     grouped = getattr(config, "num_key_value_heads", None) not in (None, config.num_attention_heads)
     shape.hidden_size = STAND_IN.width
     shape.intermediate_size = 2 * STAND_IN.width
-    shape.num_hidden_layers = STAND_IN.depth
     shape.num_attention_heads = heads
     if hasattr(shape, "num_key_value_heads"):
         shape.num_key_value_heads = 1 if grouped else heads
     if getattr(shape, "head_dim", None):
         shape.head_dim = STAND_IN.width // heads
-    if getattr(shape, "layer_types", None):
-        shape.layer_types = shape.layer_types[: STAND_IN.depth]
     shape.vocab_size = vocab
     return shape
