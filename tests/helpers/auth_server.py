@@ -1,7 +1,7 @@
 """A real `attent server --auth` for the system tier's tests, and what they do with it: users added
 and granted through `attent server`, MLflow's client as one of them, HTTP statuses, a self-signed
 certificate, and a search for a secret in every file a run, a server or a Ray cluster leaves behind
-(tests/system/test_server_auth.py, tests/system/test_job_submit_auth.py)."""
+(tests/system/test_server_auth.py, tests/system/test_rehearsal.py)."""
 
 from __future__ import annotations
 

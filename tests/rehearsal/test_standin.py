@@ -37,6 +37,7 @@ def test_a_paper_scale_file_shrinks_with_its_stages_kept(path):
             assert model.depth == STAND_IN.depth and model.embed_dim == STAND_IN.width
         for job in cfg.downstream:
             assert job.train.epochs == 1 and job.task["train_limit"] <= STAND_IN.train_samples
+            assert job.task.get("head_hidden", 0) <= STAND_IN.channels  # a dense head's conv at the stand-in width
     first = rehearsal.experiments()[0]
     assert first.fault.fail_once_after_epoch == standin.FAULT_AFTER_EPOCH  # a failure and the resume from it
     original = load_sweep(path).trials[0][1] if rehearsal.sweep else load_experiment(path)
@@ -59,12 +60,16 @@ def test_the_covering_trials_set_every_kind_of_setting_the_sweep_sets(path):
     assert kinds(chosen) == kinds(first)
 
 
-def test_a_longer_control_keeps_its_ratio_to_the_base():
-    rehearsal = derive(
-        str(REPO / "experiments/sweeps/ratio_multimae_gpu.yaml"), [], use_gpu=False, shared=((SHARED,), None)
-    )
-    epochs = sorted(cfg.train.epochs for cfg in rehearsal.experiments())
-    assert epochs[0] == standin.EPOCHS and epochs[-1] == 2 * standin.EPOCHS  # the 2E plateau control
+def test_a_longer_control_keeps_its_ratio_to_the_base_and_only_the_whole_first_trial_runs_the_full_length():
+    path = REPO / "experiments/sweeps/ratio_multimae_gpu.yaml"
+    alone = derive(str(path), [], use_gpu=False, shared=((SHARED,), None)).experiments()
+    assert [cfg.train.epochs for cfg in alone] == [standin.EPOCHS, 2 * standin.SETTING_EPOCHS]  # the 2E control
+    assert alone[0].ray.num_workers == standin.WORKERS and alone[1].ray.num_workers == 0
+    base = frozenset({(path.parent / "../multimae_gpu.yaml").resolve()})  # rehearsed whole by the same command
+    beside = derive(str(path), [], use_gpu=False, shared=((SHARED,), None), rehearsed=base).experiments()
+    assert [cfg.train.epochs for cfg in beside] == [standin.SETTING_EPOCHS, 2 * standin.SETTING_EPOCHS]
+    assert {cfg.ray.num_workers for cfg in beside} == {0} and not any(cfg.downstream for cfg in beside)
+    assert {cfg.ray.cpus_per_worker for cfg in beside} == {standin.WORKERS}  # the CPUs its two workers would have
 
 
 def test_an_unreachable_model_and_missing_data_are_named_one_line_each_before_anything_runs(

@@ -6,7 +6,10 @@ holds the files' data and models at a few samples each in their own formats (tes
 the job given the environment the cluster guide gives it (cluster_layout.OFFLINE_ENV). Each experiment's stand-in
 trains on two workers, one of them fails and the run resumes from its checkpoint, its downstream jobs and evaluations
 run; each sweep's covering trials train their settings (their base file, rehearsed beside them, has the workers,
-the failure and the downstream jobs) and its report is built; every run is in MLflow, FINISHED."""
+the failure and the downstream jobs) and its report is built; every run is in MLflow, FINISHED. Then, with a READ
+user's credentials in the nodes' homes, the next job is refused in one line naming the grant, before Ray Train starts;
+and no password, and not Ray's token, is in any file of the cluster, the runs, the store or the artifacts, and the
+users database is 0600. (The server's own attacks, and concurrent trials through it: tests/system/test_server_auth.py.)"""
 
 from __future__ import annotations
 
@@ -19,13 +22,16 @@ import time
 from pathlib import Path
 
 import pytest
+from attent.experiment import cluster_layout
 
 from tests.helpers import standin_storage
-from tests.helpers.auth_server import as_user, auth_server, self_signed
+from tests.helpers.auth_server import as_user, auth_server, files_holding, self_signed
 from tests.helpers.paths import BIN, REPO
 from tests.helpers.processes import free_port, stop_ray_processes
 
-pytestmark = [pytest.mark.timeout(3600), pytest.mark.xdist_group("job-submit")]  # after test_job_submit_auth.py
+# One test, one xdist unit (loadgroup queues a group by its count of tests: grouped, it started beside the
+# session-Ray group and the two, each a cluster of processes, shared these two cores for 40 min and more)
+pytestmark = pytest.mark.timeout(3600)
 PAPER_SCALE = sorted(REPO.glob("experiments/*_gpu.yaml")) + sorted(REPO.glob("experiments/sweeps/*_gpu.yaml"))
 EXPERIMENTS = {path.name for path in PAPER_SCALE if path.parent.name != "sweeps"}  # each sweep's base is one
 CLEAN = ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME",
@@ -56,8 +62,8 @@ def start_node(env: dict[str, str], temp: Path, *args: str) -> None:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """The HTTPS server with users (alice EDIT on every rehearsal's experiment) and two `ray start` nodes whose
-    homes hold alice's credentials; yields what the test needs, stops them."""
+    """The HTTPS server with users (alice EDIT on every rehearsal's experiment, bob READ on the first) and two
+    `ray start` nodes whose homes hold alice's credentials; yields what the tests need, stops them."""
     from attent.engine.driver import PREEMPTION_WATCHER_ENV, TRAIN_POLL_ENV, TRAIN_POLL_SECONDS
     from attent.server import users as accounts
 
@@ -71,9 +77,18 @@ def cluster(tmp_path_factory):
         admin = (server_dir / "mlflow-auth" / "admin_password").read_text().strip()
         credentials = server_dir / "mlflow-credentials-alice"
         with as_user("admin", admin, url, **trust):
-            accounts.add_user(url, "alice", admin=False, out=str(credentials))
+            for name in ("alice", "bob"):
+                accounts.add_user(url, name, admin=False, out=str(server_dir / f"mlflow-credentials-{name}"))
             for experiment in sorted(set(experiments.values())):
                 accounts.grant(url, "alice", experiment, "EDIT")
+            accounts.grant(url, "bob", experiments[PAPER_SCALE[0].name], "READ")
+        passwords = {"admin": admin} | {
+            name: (server_dir / f"mlflow-credentials-{name}")
+            .read_text()
+            .split("mlflow_tracking_password = ")[1]
+            .strip()
+            for name in ("alice", "bob")
+        }
         token = work / "auth_token"
         token.write_text(secrets.token_hex(32))
         token.chmod(0o600)
@@ -98,8 +113,10 @@ def cluster(tmp_path_factory):
                        f"--dashboard-port={dashboard}", f"--ray-client-server-port={free_port()}")  # fmt: skip
             start_node(nodes[1], temps[1], f"--address=127.0.0.1:{gcs}")
             client = {**base, **ray, "HOME": str(work / "client-home")}  # Ray's token, no MLflow password
-            yield {"url": url, "work": work, "storage": storage, "admin": admin, "cert": cert,
-                   "address": f"http://127.0.0.1:{dashboard}", "client": client, "experiments": experiments}  # fmt: skip
+            yield {"url": url, "work": work, "storage": storage, "admin": admin, "cert": cert, "server": server_dir,
+                   "address": f"http://127.0.0.1:{dashboard}", "client": client, "experiments": experiments,
+                   "passwords": passwords, "token": token.read_text(), "temps": temps,
+                   "homes": [temp.with_name(temp.name + "-home") for temp in temps]}  # fmt: skip
         finally:
             for temp in reversed(temps):
                 stop_ray_processes(temp)
@@ -121,7 +138,7 @@ def submit(cluster, job_dir: Path, *entrypoint: str) -> subprocess.CompletedProc
         time.sleep(5)
 
 
-def test_every_paper_scale_file_is_rehearsed_through_ray_job_submit_on_two_nodes(cluster):
+def test_every_paper_scale_file_is_rehearsed_through_ray_job_submit_on_two_nodes_and_no_secret_is_left(cluster):
     job_dir = cluster["work"] / "job"
     shutil.copytree(REPO / "experiments", job_dir / "experiments")
     files = [str(path.relative_to(REPO)) for path in PAPER_SCALE]
@@ -130,6 +147,7 @@ def test_every_paper_scale_file_is_rehearsed_through_ray_job_submit_on_two_nodes
     done = submit(cluster, job_dir, "attent", "rehearse", "--shared-folder", str(cluster["storage"]),
                   "--out", str(reports), *files)  # fmt: skip
     output = done.stdout + done.stderr
+    (cluster["work"] / "captured.txt").write_text(output)  # what the job printed: scanned for secrets below
     print(f"REHEARSED {len(files)} files in {time.monotonic() - start:.0f}s", flush=True)
     print("\n".join(line for line in output.splitlines() if line.startswith("[attent] rehearsed")), flush=True)
     assert done.returncode == 0 and "succeeded" in done.stdout.lower(), output[-6000:]
@@ -156,3 +174,44 @@ def test_every_paper_scale_file_is_rehearsed_through_ray_job_submit_on_two_nodes
     sweeps = [path for path in PAPER_SCALE if path.parent.name == "sweeps"]
     assert all(any((reports / f"{exp}").glob("*.md")) for exp in
                (cluster["experiments"][path.name] for path in sweeps)), sorted(p.name for p in reports.iterdir())  # fmt: skip
+    refuse_a_read_user_then_find_no_secret(cluster)  # in what the rehearsal left: its runs, checkpoints and logs
+
+
+def refuse_a_read_user_then_find_no_secret(cluster) -> None:
+    """A READ user's job refused in one line before Ray Train starts; then no password and no Ray token in any
+    file of the cluster, the runs, the store or the artifacts, and the users database 0600."""
+    experiment = cluster["experiments"][PAPER_SCALE[0].name]
+    folder = cluster["work"] / "read-only"
+    folder.mkdir()
+    results = cluster["work"] / "ray_results"
+    (folder / "exp.yaml").write_text(
+        "name: read-only\nseed: 0\n"
+        "task: {name: vision, dataset: digits, img_size: 8, train_limit: 64, test_limit: 32,"
+        " model: {preset: vit_tiny_cpu, patch_size: 2}}\n"
+        f"train: {{epochs: 1, batch_size: 32}}\nray: {{num_workers: 2, storage_path: {results}}}\n"
+        f"mlflow: {{experiment: {experiment}}}\n"  # the store: the cluster's MLFLOW_TRACKING_URI, as on cluster.yaml
+    )
+    for home in cluster["homes"]:  # bob's credentials where alice's were: he may read the experiment, not log into it
+        shutil.copy(cluster["server"] / "mlflow-credentials-bob", home / ".mlflow" / "credentials")
+    done = submit(cluster, folder, "attent", "train", "exp.yaml")
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output[-4000:]
+    errors = {line for line in output.splitlines() if "attent train: error:" in line}  # Ray shows the log twice
+    assert len(errors) == 1, output[-4000:]
+    (error,) = errors
+    assert f"gives user 'bob' READ on experiment '{experiment}', and a run there needs EDIT" in error
+    assert f"attent server grant bob {experiment} EDIT" in error and "Traceback" not in output
+    assert not (results / "read-only").exists()  # refused before Ray Train started
+
+    # every file of the Ray cluster (its logs, the jobs' drivers' and workers'), the runs' folders and
+    # checkpoints, the tracking store, the users database and the artifacts; and what the jobs printed
+    captured = cluster["work"] / "captured.txt"
+    captured.write_text(captured.read_text() + output)
+    runs = standin_storage.on_storage(cluster["storage"], cluster_layout.STORAGE_PATH)
+    roots = [*cluster["temps"], runs, cluster["server"], captured]
+    passwords, server = cluster["passwords"], cluster["server"]
+    for name in ("alice", "bob"):
+        assert files_holding(passwords[name], roots) == [str(server / f"mlflow-credentials-{name}")], name
+    assert files_holding(passwords["admin"], roots) == [str(server / "mlflow-auth" / "admin_password")]
+    assert files_holding(cluster["token"], roots + cluster["homes"]) == []
+    assert oct((server / "mlflow-auth" / "users.db").stat().st_mode & 0o777) == "0o600"

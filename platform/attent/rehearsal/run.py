@@ -63,13 +63,13 @@ def derive(
 
 
 def reach(rehearsal: Rehearsal) -> Rehearsal:
-    """``rehearsal`` with its tasks' stand-in models made and every problem named: the tracking
-    store, each data source, each model, each checked once. Nothing runs on a worker."""
-    from ..engine.preflight import check_outside_job_copy, check_tracking
-    from ..engine.preflight.permission import check_can_log
+    """``rehearsal`` with its tasks' stand-in models made and every problem named: the checks a run
+    makes before Ray starts (``preflight.experiment_checks``: the tracking store, the data), then
+    each model, each once. Nothing runs on a worker."""
+    from ..engine.preflight import experiment_checks
     from ..tasks.registry import task_class
 
-    cfgs, made, checked = rehearsal.experiments(), {}, set()
+    cfgs, made = rehearsal.experiments(), {}
 
     def attempt(what: str, check, *args) -> Any:
         try:
@@ -80,16 +80,9 @@ def reach(rehearsal: Rehearsal) -> Rehearsal:
                 rehearsal.problems.append(line)
             return None
 
-    first = cfgs[0]
-    attempt("ray.storage_path", check_outside_job_copy, first)
-    attempt("tracking store", check_tracking, first.mlflow.tracking_uri)
-    attempt("tracking store", check_can_log, first.mlflow.tracking_uri, first.mlflow.experiment)
+    for what, check in experiment_checks(*cfgs):
+        attempt(what, check)
     for index, cfg in enumerate(cfgs):
-        tasks = [cfg.task] + [cfg.downstream_experiment(job, pretrained=None).resolved().task for job in cfg.downstream]
-        for task in tasks:
-            if (key := task.model_dump_json()) not in checked:
-                checked.add(key)
-                attempt(f"data of task {task.name}", task.check_data)
         key = cfg.task.model_dump_json()
         if key not in made:
             folder = Path(cfg.ray.storage_path) / MODELS_FOLDER

@@ -21,6 +21,7 @@ EPOCHS = 4  # enough for a scoring pass, a selection, a re-selection and an eval
 WORKERS = 2  # data-parallel ranks: the all-reduces and the agreed counts of a multi-worker run
 BATCH = 4  # samples per worker and micro-step
 FAULT_AFTER_EPOCH = 1  # a worker dies once after this epoch's checkpoint: the run resumes from it
+SETTING_EPOCHS = 2  # a sweep's other trials: a scoring pass, a selection, a re-selection, an evaluation
 
 
 def standin_experiment(cfg: ExperimentConfig, *, use_gpu: bool, epochs: int = EPOCHS) -> ExperimentConfig:
@@ -101,19 +102,22 @@ def standin_sweep(sweep: Sweep, *, use_gpu: bool, whole_first: bool = True) -> S
         A sweep of one seed whose trials set, between them, every value of every kind the file
         sets (its methods, strategies, schedule kinds, models, data sets, longer controls). The
         first trial (``whole_first``) has the workers, their failure and the downstream jobs; the
-        others train and evaluate in Ray Train's local mode (the trial's own process), as what
-        they would add is the same stages again.
+        others train and evaluate in Ray Train's local mode (the trial's own process) for
+        ``SETTING_EPOCHS``, as what more workers and epochs would add is the same stages again.
     """
     spec = sweep.spec.model_copy(update={"name": sweep.spec.name + SUFFIX, "seeds": sweep.spec.seeds[:1]})
     base = standin_experiment(sweep.base, use_gpu=use_gpu)
     mlflow = base.mlflow.model_copy(update={"experiment": spec.name})  # a sweep is its own MLflow experiment
     trials = []
     for index, (trial_id, cfg) in enumerate(covering_trials(sweep)):
-        epochs = math.ceil(EPOCHS * cfg.train.epochs / sweep.base.train.epochs)
+        whole = index == 0 and whole_first  # the workers, their failure, the resume, the downstream jobs
+        length = EPOCHS if whole else SETTING_EPOCHS
+        epochs = math.ceil(length * cfg.train.epochs / sweep.base.train.epochs)
         stand_in = standin_experiment(cfg, use_gpu=use_gpu, epochs=epochs)
         update = {"name": f"{spec.name}-{trial_id}", "mlflow": mlflow}
-        if index or not whole_first:  # the first trial rehearses the workers, failure, resume and downstream
-            ray = stand_in.ray.model_copy(update={"num_workers": 0})  # Ray Train's local mode: its settings only
+        if not whole:
+            # Ray Train's local mode, its settings only, on the CPUs its workers would have had (torch's threads)
+            ray = stand_in.ray.model_copy(update={"num_workers": 0, "cpus_per_worker": WORKERS})
             update |= {"fault": FaultConfig(), "downstream": [], "ray": ray}
         trials.append((trial_id, stand_in.model_copy(update=update)))
     settings = {trial_id: sweep.settings[trial_id] for trial_id, _ in trials}

@@ -21,6 +21,7 @@ class StandIn:
     width: int = 64  # token width of a transformer (embed_dim, hidden_size)
     depth: int = 2  # transformer blocks
     heads: int = 2  # attention heads
+    channels: int = 8  # per-pixel channels: a dense head's hidden width, a semseg class embedding
     tokens: int = 128  # longest token sequence of a language task
     new_tokens: int = 8  # greedy-decoded tokens per generated answer
 

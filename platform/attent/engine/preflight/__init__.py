@@ -9,13 +9,17 @@
 * ``check_outside_job_copy``: under ``ray job submit --working-dir``, the store and the checkpoints
   do not lie in Ray's temporary copy of the folder (deleted with the job).
 
-A refusal is a ``config.PreflightError`` (a ``ValueError``: the CLI prints it as
+``experiment_checks`` lists the checks that need no Ray, each named, for a caller that reports
+every problem at once (``attent rehearse``); ``check_experiment`` makes them and the resource
+checks, stopping at the first. A refusal is a ``config.PreflightError`` (a ``ValueError``: the CLI prints it as
 ``attent <cmd>: error: ...`` and exits 2). Nothing here imports torch; Ray only to size a local
 cluster, so the CLI refuses before importing the engine.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from ...experiment.schema import PreflightError
@@ -27,23 +31,43 @@ from .store import check_tracking
 
 def check_experiment(*cfgs) -> None:
     """Everything that can be refused before Ray starts, for one run or a sweep's trials
-    (resolved ExperimentConfigs): the MLflow store, resources, data files (once per distinct
-    task section)."""
-    for cfg in cfgs:
-        check_outside_job_copy(cfg)
-    for uri in dict.fromkeys(cfg.mlflow.tracking_uri for cfg in cfgs):
-        check_tracking(uri)  # seconds, not MLflow's minutes of retries
-    for uri, experiment in dict.fromkeys((cfg.mlflow.tracking_uri, cfg.mlflow.experiment) for cfg in cfgs):
-        check_can_log(uri, experiment)  # a READ user: refused here, not by the driver's first write
+    (resolved ExperimentConfigs): the first refusal of ``experiment_checks`` (the MLflow store,
+    the data files), then the Ray address and the resources."""
+    for _, check in experiment_checks(*cfgs):
+        check()
     check_ray_address(*cfgs)  # seconds, not ray.init's minutes of retries
     check_local_resources(*cfgs)  # a local Ray that could never host the workers
-    tasks = [cfg.task for cfg in cfgs] + [  # downstream jobs' data (weights come later)
+
+
+def experiment_checks(*cfgs) -> list[tuple[str, Callable[[], None]]]:
+    """The checks of ``cfgs`` that need no Ray, each with what it checks, in the order a run makes
+    them: the job copy, the tracking store and the user's permission on it, the initial weights,
+    each distinct task's data (downstream jobs' included; their weights come later). A caller
+    that names every problem at once (``attent rehearse``) makes them all; ``check_experiment``
+    stops at the first.
+
+    Args:
+        cfgs: resolved ExperimentConfigs (one run's, or a sweep's trials).
+
+    Returns:
+        (what, check) pairs; a check raises a ``PreflightError`` (or the data's own error) naming
+        its fix.
+    """
+    checks: list[tuple[str, Callable[[], None]]] = [
+        ("ray.storage_path", partial(check_outside_job_copy, cfg)) for cfg in cfgs
+    ]
+    for uri in dict.fromkeys(cfg.mlflow.tracking_uri for cfg in cfgs):
+        checks.append(("tracking store", partial(check_tracking, uri)))  # seconds, not MLflow's minutes of retries
+    for uri, experiment in dict.fromkeys((cfg.mlflow.tracking_uri, cfg.mlflow.experiment) for cfg in cfgs):
+        # a READ user: refused here, not by the driver's first write
+        checks.append(("tracking store", partial(check_can_log, uri, experiment)))
+    checks += [("train.init_weights", partial(check_init_weights, cfg.train.init_weights)) for cfg in cfgs]
+    tasks = [cfg.task for cfg in cfgs] + [
         cfg.downstream_experiment(job, pretrained=None).resolved().task for cfg in cfgs for job in cfg.downstream
     ]
     for task in {task.model_dump_json(): task for task in tasks}.values():
-        task.check_data()
-    for cfg in cfgs:
-        check_init_weights(cfg.train.init_weights)
+        checks.append((f"data of task {task.name}", task.check_data))
+    return checks
 
 
 def check_init_weights(source: str | None) -> None:

@@ -146,7 +146,7 @@ class MultiModalDataConfig(TaskConfig):
                 "num_heads": STAND_IN.heads,
                 "decoder_dim": STAND_IN.width // 2,
                 "decoder_heads": STAND_IN.heads,
-                "class_embed_dim": min(self.model.class_embed_dim, 8),
+                "class_embed_dim": min(self.model.class_embed_dim, STAND_IN.channels),
             },
         }
         if self.val_limit:
@@ -280,6 +280,14 @@ class DownstreamTaskConfig(MultiModalDataConfig):
 
     def modalities_needed(self) -> tuple[str, ...]:
         return ("rgb",) if self.target == "classification" else ("rgb", self.target)
+
+    def rehearsal_fields(self) -> dict[str, Any]:
+        """The data and encoder's stand-in, with a dense head's hidden conv at the stand-in width
+        (at 256 channels it costs more than the stand-in encoder at full resolution)."""
+        fields = super().rehearsal_fields()
+        if self.head_hidden:
+            fields["head_hidden"] = min(self.head_hidden, STAND_IN.channels)
+        return fields
 
     def with_absolute_paths(self, base: Path) -> DownstreamTaskConfig:
         if self.pretrained and self.pretrained.startswith(MLFLOW_ARTIFACT_SCHEMES):

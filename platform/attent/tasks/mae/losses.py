@@ -50,8 +50,11 @@ def semseg_loss(
 ) -> torch.Tensor:
     b, n, _ = pred.shape
     target = patchify(labels[:, None].float(), patch).long()  # [B, N, p*p]
-    logits = pred.float().reshape(b, n, patch * patch, classes)
-    ce = F.cross_entropy(logits.permute(0, 3, 1, 2), target, reduction="none", ignore_index=IGNORE_INDEX)  # [B, N, p*p]
+    # classes last, one row per pixel: cross-entropy over a contiguous [pixels, C] runs about twice
+    # as fast on a CPU as over the class dimension of [B, C, N, p*p] (0.27 s -> 0.14 s forward and
+    # backward at B=4, 224 px, 133 classes), with the same values
+    logits = pred.float().reshape(-1, classes)
+    ce = F.cross_entropy(logits, target.reshape(-1), reduction="none", ignore_index=IGNORE_INDEX).reshape(b, n, -1)
     valid = (target != IGNORE_INDEX).float()
     return (ce.sum(dim=-1) * hidden).sum(dim=1) / (valid.sum(dim=-1) * hidden).sum(dim=1).clamp_min(1)
 
