@@ -11,15 +11,9 @@ from transformers import DataCollatorWithFlattening
 from transformers.trainer_utils import has_length
 
 
-def setting_problem(trainer, training: bool = False) -> str | None:
-    """What in ``trainer``'s data, collator or TrainingArguments the selection cannot work with,
-    and how to fix it; None if nothing (asked only of a selecting method: ``method="full"`` is
-    Trainer's own run). A trainer may be built without a training set (to
-    evaluate, or given one later): ``training`` (when train() starts) requires one. What only a
-    per-sample loss needs is refused only where one is computed (not for ``method="full"``
-    without ``compute_per_sample_loss``, which trains on Trainer's own loss)."""
-    args, problem, per_sample = trainer.args, None, trainer.needs_per_sample_losses
-    dataset = trainer.train_dataset
+def dataset_problem(dataset, training: bool) -> str | None:
+    """What in a trainer's train_dataset the selection cannot pick from by index, and how to fix
+    it; None if nothing (``setting_problem``'s first checks; ``training``: as there)."""
     if dataset is None and training:
         return "training requires a train_dataset: pass one to the trainer or set trainer.train_dataset"
     if type(dataset).__module__.startswith("ray.data"):
@@ -32,6 +26,20 @@ def setting_problem(trainer, training: bool = False) -> str | None:
         return (
             "AtteNT picks samples by their index: pass a map-style train_dataset with a length, not an IterableDataset"
         )
+    return None
+
+
+def setting_problem(trainer, training: bool = False) -> str | None:
+    """What in ``trainer``'s data, collator or TrainingArguments the selection cannot work with,
+    and how to fix it; None if nothing (asked only of a selecting method: ``method="full"`` is
+    Trainer's own run). A trainer may be built without a training set (to
+    evaluate, or given one later): ``training`` (when train() starts) requires one. What only a
+    per-sample loss needs is refused only where one is computed (not for ``method="full"``
+    without ``compute_per_sample_loss``, which trains on Trainer's own loss)."""
+    args, per_sample = trainer.args, trainer.needs_per_sample_losses
+    problem = dataset_problem(trainer.train_dataset, training)
+    if problem:
+        return problem
     if trainer.selection.method == "infobatch":
         problem = (
             "InfoBatch's subset sizes depend on the losses, so Trainer's step-based LR schedule "
