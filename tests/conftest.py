@@ -175,10 +175,12 @@ RAY_FIXTURES = {"ray_cluster", "reference_runs", "restarted_reference", "digits_
 def pytest_collection_modifyitems(config, items):
     """The tests that use the session's Ray run one after another on one pytest-xdist worker
     (``--dist loadgroup``): one Ray is started, and the runs trained once per session are trained
-    once. The rest spread over both workers around them."""
+    once. The rest spread over both workers around them, those marked ``starts_first`` first: the
+    other worker starts one at once beside the Ray group, and the suite does not end on it alone."""
     for item in items:
         if RAY_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group("ray"))
+    items.sort(key=lambda item: item.get_closest_marker("starts_first") is None)  # stable: the rest keep their order
 
 
 def pytest_terminal_summary(terminalreporter):

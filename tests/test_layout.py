@@ -261,20 +261,44 @@ print(len(runs))
 
 
 MAX_LINES = 400
+MAX_FUNCTION_LINES = 60
+PROJECT_PARTS = ("platform", "analysis", "benchmarks", "docs", "experiments", "tests", "examples")
+
+
+def project_modules() -> list[Path]:
+    """Every Python module of the project, outside a virtual environment."""
+    return [
+        path
+        for part in PROJECT_PARTS
+        for path in sorted((REPO / part).rglob("*.py"))
+        if ".venv" not in path.relative_to(REPO).parts
+    ]
 
 
 def test_no_module_over_400_lines():
-    """No Python module of the project (outside a virtual environment) is longer than 400 lines:
-    a longer one is split by responsibility, its shared helpers moved to a module of their own."""
+    """No Python module of the project is longer than 400 lines: a longer one is split by
+    responsibility, its shared helpers moved to a module of their own."""
     too_long = sorted(
         f"{path.relative_to(REPO)} ({lines} lines)"
-        for part in ("platform", "analysis", "benchmarks", "docs", "experiments", "tests", "examples")
-        for path in (REPO / part).rglob("*.py")
-        if ".venv" not in path.relative_to(REPO).parts
+        for path in project_modules()
         for lines in [len(path.read_text(encoding="utf-8").splitlines())]
         if lines > MAX_LINES
     )
     assert too_long == [], f"modules over {MAX_LINES} lines: {', '.join(too_long)}"
+
+
+def test_no_function_over_60_lines():
+    """No function of the project, docstring included, is longer than 60 lines: a longer one is
+    split by responsibility (a stage, a group of commands, a test's arrangement)."""
+    too_long = sorted(
+        f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({lines} lines)"
+        for path in project_modules()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        for lines in [node.end_lineno - node.lineno + 1]
+        if lines > MAX_FUNCTION_LINES
+    )
+    assert too_long == [], f"functions over {MAX_FUNCTION_LINES} lines: {', '.join(too_long)}"
 
 
 # --- tests/ mirrors the package -------------------------------------------------------------------

@@ -30,6 +30,7 @@ from attent.analysis.time_to_accuracy.data_size_trend import AGAINST, TREND_HEAD
 from attent.analysis.time_to_accuracy.judge import analyse
 from attent.analysis.time_to_accuracy.results import ATTENT
 from attent.analysis.time_to_accuracy.runs import WORKLOAD, load_benchmark
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from mlflow import MlflowClient
 
@@ -98,14 +99,19 @@ def size_table(rows: list[dict[str, object]]) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values("size", kind="stable").reset_index(drop=True)
 
 
-def size_figure(table: pd.DataFrame, trends: pd.DataFrame | None = None) -> Figure:
-    """Against the training-set size (log scale): AtteNT's final metric minus each comparator's
-    (with the fitted trend, ``size_trends``, dashed), its method cost to the target minus theirs,
-    and its realized saving, each with its interval."""
-    figure = Figure(figsize=(15, 4.5))
-    final, cost, saving = figure.subplots(1, 3)
-    metric = table["metric"].iloc[0] if len(table) else "metric"
-    fitted = trends.set_index("comparator") if trends is not None and len(trends) else pd.DataFrame()
+def _plot_differences(final: Axes, cost: Axes, table: pd.DataFrame, fitted: pd.DataFrame) -> set[str]:
+    """AtteNT's difference with each comparator of ``AGAINST`` at each size, with its interval,
+    and, dashed, the final metric's fitted trend where ``size_trends`` fitted one.
+
+    Args:
+        final: the axes of the final metric's differences.
+        cost: the axes of the differences of method cost to the target.
+        table: ``size_table``'s rows.
+        fitted: ``size_trends``'s rows indexed by comparator (empty: no trend to draw).
+
+    Returns:
+        The quantities (``"final"``, ``"cost"``) that got any point.
+    """
     plotted = set()
     for number, (method, label) in enumerate(AGAINST.items()):
         if method in fitted.index:
@@ -140,6 +146,18 @@ def size_figure(table: pd.DataFrame, trends: pd.DataFrame | None = None) -> Figu
                 color=f"C{number}",
                 label=f"AtteNT − {label}",
             )
+    return plotted
+
+
+def size_figure(table: pd.DataFrame, trends: pd.DataFrame | None = None) -> Figure:
+    """Against the training-set size (log scale): AtteNT's final metric minus each comparator's
+    (with the fitted trend, ``size_trends``, dashed), its method cost to the target minus theirs,
+    and its realized saving, each with its interval."""
+    figure = Figure(figsize=(15, 4.5))
+    final, cost, saving = figure.subplots(1, 3)
+    metric = table["metric"].iloc[0] if len(table) else "metric"
+    fitted = trends.set_index("comparator") if trends is not None and len(trends) else pd.DataFrame()
+    plotted = _plot_differences(final, cost, table, fitted)
     for ax, quantity in ((final, "final"), (cost, "cost")):
         if quantity not in plotted:  # e.g. no seed of AtteNT reached the target: nothing to pair
             ax.text(0.5, 0.5, "no paired seeds", transform=ax.transAxes, ha="center", color="grey")

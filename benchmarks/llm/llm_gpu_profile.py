@@ -78,7 +78,8 @@ def recorded_config(args) -> dict[str, Any]:
         return yaml.safe_load(Path(client.download_artifacts(found[0].info.run_id, "config.yaml", scratch)).read_text())
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line: which recorded run, what to change in it, and what to measure."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("source", help="an MLflow tracking URI (with --experiment), or a saved runs.json")
     parser.add_argument("--experiment", help="the benchmark's MLflow experiment (its name)")
@@ -89,11 +90,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--timing", type=int, metavar="N", help="no profilers: time N plain epochs after the warm-up")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (dynamic shapes)")
     parser.add_argument("overrides", nargs="*", help="key=value settings over the recorded configuration")
-    args = parser.parse_intermixed_args(argv)
+    return parser.parse_intermixed_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
 
     import torch
     from attent.engine.recipe import TrainingRecipe, WorkerContext
-    from torch.profiler import ProfilerActivity, profile
 
     data = deep_merge(recorded_config(args), parse_overrides(args.overrides))
     data["train"]["epochs"] = max(1 + (args.timing or 3), data["train"]["epochs"])  # warm-up, then the measured
@@ -127,20 +131,37 @@ def main(argv: list[str] | None = None) -> None:
         "steps_per_epoch": steps,
     }
     if args.timing:
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        plain = [epoch(number)[0] for number in range(1, 1 + args.timing)]
-        median_s = statistics.median_high(plain)  # a measured epoch, the upper one of an even count
-        summary = {
-            **head,
-            "epoch_s": {"warm_up": warm_s, "plain": plain},
-            "s_per_step_plain": median_s / steps,
-            "samples_per_s": steps * cfg.train.batch_size / median_s,
-            "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None,
-        }
+        summary = time_plain_epochs(epoch, args.timing, device, head, warm_s)
         (out / f"{tag}.summary.json").write_text(json.dumps(summary, indent=1))
         print(json.dumps(summary), flush=True)
         return
+    profile_epochs(epoch, device, head, warm_s, out, tag)
+
+
+def time_plain_epochs(epoch, count: int, device, head: dict[str, Any], warm_s: float) -> dict[str, Any]:
+    """``count`` plain epochs after the warm-up: the median epoch's seconds per step and samples
+    per second, and the peak device memory."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    plain = [epoch(number)[0] for number in range(1, 1 + count)]
+    median_s = statistics.median_high(plain)  # a measured epoch, the upper one of an even count
+    steps = head["steps_per_epoch"]
+    return {
+        **head,
+        "epoch_s": {"warm_up": warm_s, "plain": plain},
+        "s_per_step_plain": median_s / steps,
+        "samples_per_s": steps * head["batch_size"] / median_s,
+        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None,
+    }
+
+
+def profile_epochs(epoch, device, head: dict[str, Any], warm_s: float, out: Path, tag: str) -> None:
+    """One epoch under torch.profiler, one under cProfile and one plain; writes ``tag.summary.json``
+    and ``tag.profile.txt`` into ``out`` and prints the summary without its operator lists."""
+    from torch.profiler import ProfilerActivity, profile
+
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
         profiled_s, _ = epoch(1)
@@ -150,6 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     profiler.disable()
     plain_s, _ = epoch(3)
 
+    steps = head["steps_per_epoch"]
     events = prof.key_averages()
     # Kernels only: a GPU-side annotation (the optimiser's step) spans kernels already counted
     device_us = sum(

@@ -172,6 +172,57 @@ def experiment(args, name: str, workdir: str, workers: int):
     ).resolved()
 
 
+def one_run(args, number: int, sampler: CpuSampler) -> dict:
+    """Run ``number`` of a round: ``driver.train`` with Train's phase clock and ``fit()`` timed,
+    its timestamps from the driver, Train's controller and the worker's metrics, and CPU seconds
+    by kind of process."""
+    from attent import contract
+    from attent.engine import driver
+    from attent.engine.tracking import client_for
+
+    workdir = args.workdir
+    cfg = experiment(args, f"fixed-cost-{os.getpid()}-{number}", workdir, args.workers[0])
+    phases = f"{workdir}/phases-{number}.jsonl"
+    clock = phase_clock(phases)
+    run = {"driver_started": time.time()}
+    if number == 0 and cfg.ray.num_workers:  # local mode starts no Ray
+        driver.ensure_ray(cfg)
+        run["ray_ready"] = time.time()
+    fit_started = {}
+
+    class TimedTrainer(driver.TorchTrainer):
+        def fit(self, fit_started=fit_started):
+            fit_started["t"] = time.time()
+            return super().fit()
+
+    original, driver.TorchTrainer = driver.TorchTrainer, TimedTrainer
+    try:
+        result = driver.train(cfg, callbacks=[clock])
+    finally:
+        driver.TorchTrainer = original
+    run["train_returned"] = time.time()
+    run["fit_called"] = fit_started["t"]
+    for line in Path(phases).read_text().splitlines() if Path(phases).exists() else []:
+        event = json.loads(line)
+        run[event["event"]] = event["t"]
+        if "created" in event:
+            run["controller_process_created"] = event["created"]
+        if "worker_created" in event:
+            run["worker_process_created"] = min(event["worker_created"])
+    m = client_for(cfg.mlflow.tracking_uri).get_run(result.run_id).data.metrics
+    run["entered"] = run["fit_called"] + m[contract.TIME_WORKER_START]
+    run["setup_done"] = run["entered"] + m[contract.TIME_SETUP]
+    run["epochs_ended"] = run["train_returned"] - m[contract.TIME_TEARDOWN]
+    run["setup_parts"] = {
+        k[len("time_setup_") : -2]: v for k, v in m.items() if k.startswith("time_setup_") and k != contract.TIME_SETUP
+    }
+    run["epoch_s"] = m[contract.TIME_TOTAL] / cfg.train.epochs
+    run["cpu_startup"] = sampler.cpu_between(run["driver_started"], run["setup_done"])
+    run["cpu_training"] = sampler.cpu_between(run["setup_done"], run["epochs_ended"])
+    run["training_window_s"] = run["epochs_ended"] - run["setup_done"]
+    return run
+
+
 def child(args) -> None:
     """One round: what `attent train` does, with timestamps, into <workdir>/fixed_cost.json."""
     import psutil
@@ -180,58 +231,15 @@ def child(args) -> None:
     from attent.experiment.files import load_experiment  # noqa: F401 -- the CLI's first import
 
     marks["config_imported"] = time.time()
-    from attent import contract
-    from attent.engine import driver
-    from attent.engine.tracking import client_for
+    from attent import contract  # noqa: F401 -- timed here: the driver's imports, as `attent train` pays them
+    from attent.engine import driver  # noqa: F401
+    from attent.engine.tracking import client_for  # noqa: F401
 
     marks["driver_imported"] = time.time()
     workdir = args.workdir
     sampler = CpuSampler()
     sampler.start()
-    runs = []
-    for number in range(args.runs):
-        cfg = experiment(args, f"fixed-cost-{os.getpid()}-{number}", workdir, args.workers[0])
-        phases = f"{workdir}/phases-{number}.jsonl"
-        clock = phase_clock(phases)
-        run = {"driver_started": time.time()}
-        if number == 0 and cfg.ray.num_workers:  # local mode starts no Ray
-            driver.ensure_ray(cfg)
-            run["ray_ready"] = time.time()
-        fit_started = {}
-
-        class TimedTrainer(driver.TorchTrainer):
-            def fit(self, fit_started=fit_started):
-                fit_started["t"] = time.time()
-                return super().fit()
-
-        original, driver.TorchTrainer = driver.TorchTrainer, TimedTrainer
-        try:
-            result = driver.train(cfg, callbacks=[clock])
-        finally:
-            driver.TorchTrainer = original
-        run["train_returned"] = time.time()
-        run["fit_called"] = fit_started["t"]
-        for line in Path(phases).read_text().splitlines() if Path(phases).exists() else []:
-            event = json.loads(line)
-            run[event["event"]] = event["t"]
-            if "created" in event:
-                run["controller_process_created"] = event["created"]
-            if "worker_created" in event:
-                run["worker_process_created"] = min(event["worker_created"])
-        m = client_for(cfg.mlflow.tracking_uri).get_run(result.run_id).data.metrics
-        run["entered"] = run["fit_called"] + m[contract.TIME_WORKER_START]
-        run["setup_done"] = run["entered"] + m[contract.TIME_SETUP]
-        run["epochs_ended"] = run["train_returned"] - m[contract.TIME_TEARDOWN]
-        run["setup_parts"] = {
-            k[len("time_setup_") : -2]: v
-            for k, v in m.items()
-            if k.startswith("time_setup_") and k != contract.TIME_SETUP
-        }
-        run["epoch_s"] = m[contract.TIME_TOTAL] / cfg.train.epochs
-        run["cpu_startup"] = sampler.cpu_between(run["driver_started"], run["setup_done"])
-        run["cpu_training"] = sampler.cpu_between(run["setup_done"], run["epochs_ended"])
-        run["training_window_s"] = run["epochs_ended"] - run["setup_done"]
-        runs.append(run)
+    runs = [one_run(args, number, sampler) for number in range(args.runs)]
     sampler.stop.set()
     marks["runs_done"] = time.time()
     import ray

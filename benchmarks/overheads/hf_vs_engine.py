@@ -211,7 +211,41 @@ def judged(rows: list[dict], key: str, margin: float | None) -> list:
     return harness.judged_pairs(rows, key, [(LABELS[a], LABELS[b], a, b) for a, b in PAIRS], margin)
 
 
+def paired_section(args, rows: list[dict]) -> list[str]:
+    """summary.md's paired differences over seeds, with what each allows, and the check of the
+    engine's own held-out loss against this script's."""
+    lines = [
+        "## Paired over seeds: mean difference [interval] and what it allows",
+        "",
+        f"Each column is one family of {len(PAIRS)} comparisons: paired t-tests Holm-adjusted across the "
+        'family (the interval is the t-interval at each comparison\'s Holm step); "lower" / "higher" '
+        'only where the adjusted test rejects at 5 %; for the held-out loss, "equivalent within ± '
+        f'{args.margin:g}" where Holm-adjusted paired TOSTs with that declared margin (nats) pass; '
+        '"inconclusive" otherwise.',
+        "",
+        "| difference | held-out loss | method cost (s) |",
+        "|---|---:|---:|",
+    ]
+    losses, costs = judged(rows, "heldout_loss", args.margin), judged(rows, "method_s", None)
+    for (a, b), loss, cost in zip(PAIRS, losses, costs):
+        lines.append(f"| {LABELS[a]} − {LABELS[b]} | {harness.judged_cell(loss)} | {harness.judged_cell(cost)} |")
+    checks = [
+        r
+        for r in rows
+        if r["arm"].startswith("engine") and r["engine_own_heldout_loss"] == r["engine_own_heldout_loss"]
+    ]
+    if checks:
+        worst = max(abs(r["heldout_loss"] - r["engine_own_heldout_loss"]) for r in checks)
+        lines += [
+            "",
+            f"Check: the engine's own evaluation of its final model and this script's evaluation of the "
+            f"adapter read back from MLflow differ by at most {worst:.2g}.",
+        ]
+    return lines
+
+
 def summary(args, rows: list[dict], total: float) -> str:
+    """summary.md: the settings and machine, per-arm means over seeds, and the paired differences."""
     seeds = sorted({r["seed"] for r in rows})
     lines = [
         "# The same LoRA job: AtteNTTrainer vs Trainer vs the engine",
@@ -252,32 +286,8 @@ def summary(args, rows: list[dict], total: float) -> str:
         "Savings: against the same seed's full-data run of the same framework (Trainer for "
         "AtteNTTrainer, the engine's for the engine's AtteNT).",
         "",
-        "## Paired over seeds: mean difference [interval] and what it allows",
-        "",
-        f"Each column is one family of {len(PAIRS)} comparisons: paired t-tests Holm-adjusted across the "
-        'family (the interval is the t-interval at each comparison\'s Holm step); "lower" / "higher" '
-        'only where the adjusted test rejects at 5 %; for the held-out loss, "equivalent within ± '
-        f'{args.margin:g}" where Holm-adjusted paired TOSTs with that declared margin (nats) pass; '
-        '"inconclusive" otherwise.',
-        "",
-        "| difference | held-out loss | method cost (s) |",
-        "|---|---:|---:|",
+        *paired_section(args, rows),
     ]
-    losses, costs = judged(rows, "heldout_loss", args.margin), judged(rows, "method_s", None)
-    for (a, b), loss, cost in zip(PAIRS, losses, costs):
-        lines.append(f"| {LABELS[a]} − {LABELS[b]} | {harness.judged_cell(loss)} | {harness.judged_cell(cost)} |")
-    checks = [
-        r
-        for r in rows
-        if r["arm"].startswith("engine") and r["engine_own_heldout_loss"] == r["engine_own_heldout_loss"]
-    ]
-    if checks:
-        worst = max(abs(r["heldout_loss"] - r["engine_own_heldout_loss"]) for r in checks)
-        lines += [
-            "",
-            f"Check: the engine's own evaluation of its final model and this script's evaluation of the "
-            f"adapter read back from MLflow differ by at most {worst:.2g}.",
-        ]
     return "\n".join(lines) + "\n"
 
 

@@ -55,26 +55,12 @@ def trainer_classes():
     return CountingTrainer, CountingAtteNTTrainer
 
 
-def run_trainer(args, cfg, arm: str, workdir: Path, clock) -> tuple[dict, object, object]:
-    """One Trainer arm on the engine task's data, model and optimiser settings, timed by ``clock``
-    (``harness.epoch_clock``); (row, task, model)."""
-    from attent.engine.recipe import resolve_optimizer
-    from attent.selection.config import SelectionConfig
-    from attent.tasks.registry import build_task
+def training_arguments(cfg, optim, accumulation: int, workdir: Path):
+    """Trainer's settings for the engine's job: its optimiser, schedule, clipping, batch and seed, on
+    the CPU, with no evaluation, checkpoints or reporting."""
     from transformers import TrainingArguments
 
-    CountingTrainer, CountingAtteNTTrainer = trainer_classes()
-    started = time.perf_counter()
-    task = build_task(cfg.task, seed=cfg.seed)
-    optim = resolve_optimizer(task.optimizer_spec(), cfg)
-    accumulation = max(1, math.ceil(optim.global_batch_size / cfg.train.batch_size))
-
-    def collate(items):  # the task's right-padding collate; Trainer's model takes no index
-        batch = task.collate(items)
-        batch.pop("index")
-        return batch
-
-    training = TrainingArguments(
+    return TrainingArguments(
         output_dir=str(workdir / f"{cfg.name}"),
         num_train_epochs=cfg.train.epochs,
         per_device_train_batch_size=cfg.train.batch_size,
@@ -97,6 +83,27 @@ def run_trainer(args, cfg, arm: str, workdir: Path, clock) -> tuple[dict, object
         report_to="none",
         disable_tqdm=True,
     )
+
+
+def run_trainer(args, cfg, arm: str, workdir: Path, clock) -> tuple[dict, object, object]:
+    """One Trainer arm on the engine task's data, model and optimiser settings, timed by ``clock``
+    (``harness.epoch_clock``); (row, task, model)."""
+    from attent.engine.recipe import resolve_optimizer
+    from attent.selection.config import SelectionConfig
+    from attent.tasks.registry import build_task
+
+    CountingTrainer, CountingAtteNTTrainer = trainer_classes()
+    started = time.perf_counter()
+    task = build_task(cfg.task, seed=cfg.seed)
+    optim = resolve_optimizer(task.optimizer_spec(), cfg)
+    accumulation = max(1, math.ceil(optim.global_batch_size / cfg.train.batch_size))
+
+    def collate(items):  # the task's right-padding collate; Trainer's model takes no index
+        batch = task.collate(items)
+        batch.pop("index")
+        return batch
+
+    training = training_arguments(cfg, optim, accumulation, workdir)
     kwargs = dict(
         model=task.build_model(),
         args=training,

@@ -24,6 +24,24 @@ def table(rows: list[dict], train_rate: float, score_rate: float) -> str:
     return "\n".join(lines)
 
 
+def one_epoch_tables(one_epoch: dict) -> list[str]:
+    """Each workload's epoch through every arm: its losses, and its training loss against the first arm's."""
+    lines = []
+    for workload, arms in one_epoch.items():
+        first = next(iter(arms.values()))
+        lines += [
+            f"| {workload} at 32 px | train loss | test loss | test accuracy (ViT) | train loss − before's |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for arm, row in arms.items():
+            lines.append(
+                f"| {arm} | {row['train_loss']:.6f} | {row['eval_test_loss']:.6f} | "
+                f"{row.get('eval_test_accuracy', float('nan')):.4f} | {row['train_loss'] - first['train_loss']:+.2e} |"
+            )
+        lines.append("")
+    return lines
+
+
 def render(results: dict) -> str:
     """The README's tables from results.json."""
     flops, rate, score_rate = results["flops_per_sample"], results["h100_train_rate"], results["h100_score_rate"]
@@ -67,18 +85,7 @@ def render(results: dict) -> str:
         + ".",
     ]
     body += ["", "## One epoch before and after (the engine's recipe, full data, this CPU)", ""]
-    for workload, arms in results["one_epoch"].items():
-        first = next(iter(arms.values()))
-        body += [
-            f"| {workload} at 32 px | train loss | test loss | test accuracy (ViT) | train loss − before's |",
-            "|---|---:|---:|---:|---:|",
-        ]
-        for arm, row in arms.items():
-            body.append(
-                f"| {arm} | {row['train_loss']:.6f} | {row['eval_test_loss']:.6f} | "
-                f"{row.get('eval_test_accuracy', float('nan')):.4f} | {row['train_loss'] - first['train_loss']:+.2e} |"
-            )
-        body.append("")
+    body += one_epoch_tables(results["one_epoch"])
     device = results["device_side_cpu_rate"]
     body += [
         "## The device-side step on this CPU",

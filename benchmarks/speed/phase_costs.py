@@ -109,6 +109,28 @@ def table(rows: list[dict], skipped: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def run_rounds(
+    pairs: list[tuple[str, str]], workloads: dict, device: torch.device, warmup: int, repeats: int
+) -> list[dict]:
+    """Every (integration, workload) fit once a round, alternating, for ``warmup`` uncounted rounds
+    and then ``repeats`` counted ones; the counted fits' sums and per-sample costs."""
+    fits = []
+    for round_ in range(warmup + repeats):
+        for integration, workload in pairs:
+            start = time.perf_counter()
+            phases = ARMS[integration](workloads[workload], device)
+            fit = {"round": round_ - warmup, "integration": integration, "workload": workload}
+            fit |= dataclasses.asdict(phases) | per_sample(phases)
+            print(
+                f"round {fit['round']} {integration} {workload}: score/train {fit['score_over_train']:.3f} "
+                f"({time.perf_counter() - start:.1f} s)",
+                flush=True,
+            )
+            if round_ >= warmup:
+                fits.append(fit)
+    return fits
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse(argv)
     device = torch.device(
@@ -132,20 +154,7 @@ def main(argv: list[str] | None = None) -> dict:
                 skipped.append({"integration": integration, "workload": workload, "reason": reason})
             else:
                 pairs.append((integration, workload))
-    fits = []
-    for round_ in range(args.warmup + args.repeats):
-        for integration, workload in pairs:
-            start = time.perf_counter()
-            phases = ARMS[integration](workloads[workload], device)
-            fit = {"round": round_ - args.warmup, "integration": integration, "workload": workload}
-            fit |= dataclasses.asdict(phases) | per_sample(phases)
-            print(
-                f"round {fit['round']} {integration} {workload}: score/train {fit['score_over_train']:.3f} "
-                f"({time.perf_counter() - start:.1f} s)",
-                flush=True,
-            )
-            if round_ >= args.warmup:
-                fits.append(fit)
+    fits = run_rounds(pairs, workloads, device, args.warmup, args.repeats)
     rows = summarise(fits)
     where = (
         f"{info['gpu']}, bf16 autocast" if device.type == "cuda" else f"the CPU, fp32, {args.threads} torch thread(s)"

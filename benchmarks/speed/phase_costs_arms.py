@@ -266,6 +266,28 @@ def run_sft(work: Workload, device: torch.device) -> Phases:
     return finish(phases, trainer.selector, trainer.kept_loader, device)
 
 
+def lightning_trainer(device: torch.device, callbacks: list, out: str):
+    """Lightning's Trainer as the other arms train: one device (bf16 autocast on CUDA), the
+    gradient clipping, the loader rebuilt each epoch (the selection's), and nothing logged or saved."""
+    import lightning as L
+
+    return L.Trainer(
+        accelerator="gpu" if device.type == "cuda" else "cpu",
+        devices=1,
+        precision="bf16-mixed" if device.type == "cuda" else "32-true",
+        max_epochs=EPOCHS,
+        gradient_clip_val=GRAD_CLIP,
+        reload_dataloaders_every_n_epochs=1,
+        callbacks=callbacks,
+        default_root_dir=out,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+
+
 def run_lightning(work: Workload, device: torch.device) -> Phases:
     """A LightningModule whose training_step hands its per-sample losses to AtteNTCallback.update;
     each batch clocked from on_train_batch_start to on_train_batch_end."""
@@ -310,22 +332,7 @@ def run_lightning(work: Workload, device: torch.device) -> Phases:
     )
     module = Module(work.build_model(), selection)
     with tempfile.TemporaryDirectory() as out:
-        trainer = L.Trainer(
-            accelerator="gpu" if device.type == "cuda" else "cpu",
-            devices=1,
-            precision="bf16-mixed" if device.type == "cuda" else "32-true",
-            max_epochs=EPOCHS,
-            gradient_clip_val=GRAD_CLIP,
-            reload_dataloaders_every_n_epochs=1,
-            callbacks=[selection, BatchClock()],
-            default_root_dir=out,
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            num_sanity_val_steps=0,
-        )
-        trainer.fit(module)
+        lightning_trainer(device, [selection, BatchClock()], out).fit(module)
     phases.train_s = clock.seconds
     return finish(phases, selection.selector, module.train_dataloader(), device)
 

@@ -68,6 +68,33 @@ def time_pass(recipe: TrainingRecipe, repeats: int) -> tuple[float, torch.Tensor
     return statistics.median(times[1:]), scores
 
 
+def time_settings(name: str, sections: dict, repeats: int) -> tuple[dict, dict]:
+    """Every precision x batch size of one workload, a fresh recipe each: the median seconds of a
+    scoring pass and its per-sample scores, both keyed by (precision, batch)."""
+    results, scores = {}, {}
+    for precision in PRECISIONS:
+        for batch in BATCHES:
+            cfg = build_experiment(
+                {
+                    "name": "scoring",
+                    "seed": 0,
+                    **sections,
+                    "selection": {"preset": "vit"},
+                    "train": {
+                        **sections["train"],
+                        "epochs": 8,
+                        "scoring_precision": precision,
+                        "scoring_batch_size": batch,
+                    },
+                }
+            )
+            recipe = TrainingRecipe(cfg, WorkerContext())
+            recipe.setup()
+            results[precision, batch], scores[precision, batch] = time_pass(recipe, repeats)
+            print(f"{name} {precision} batch {batch}: {results[precision, batch]:.3f} s", flush=True)
+    return results, scores
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
@@ -90,27 +117,7 @@ def main() -> None:
     ]
     agreement = []
     for name, sections in WORKLOADS.items():
-        results, scores = {}, {}
-        for precision in PRECISIONS:
-            for batch in BATCHES:
-                cfg = build_experiment(
-                    {
-                        "name": "scoring",
-                        "seed": 0,
-                        **sections,
-                        "selection": {"preset": "vit"},
-                        "train": {
-                            **sections["train"],
-                            "epochs": 8,
-                            "scoring_precision": precision,
-                            "scoring_batch_size": batch,
-                        },
-                    }
-                )
-                recipe = TrainingRecipe(cfg, WorkerContext())
-                recipe.setup()
-                results[precision, batch], scores[precision, batch] = time_pass(recipe, args.repeats)
-                print(f"{name} {precision} batch {batch}: {results[precision, batch]:.3f} s", flush=True)
+        results, scores = time_settings(name, sections, args.repeats)
         best = min(results, key=results.get)
         rho = [spearmanr(scores["fp32", b], scores["bf16", b]).statistic for b in BATCHES]
         agreement.append(f"| {name} | " + " | ".join(f"{r:.4f}" for r in rho) + " |")

@@ -238,7 +238,8 @@ def markdown_scaling(fits) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
+def parse_args(argv) -> argparse.Namespace:
+    """The command line: the sizes and ratios timed, the repeats and threads, and the results folder."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=float, nargs="+", default=[1e6, 3e6, 1e7, 3e7, 1e8])
     parser.add_argument("--ratios", type=float, nargs="+", default=[0.5], help="k = ratio * N")
@@ -248,21 +249,16 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--out", type=Path, help="results folder (default: a new stamped one under results/selection_scaling/)"
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
-    torch.set_num_threads(args.threads)
-    info = harness.machine()
-    sizes = sorted(int(s) for s in args.sizes)
-    load_before = load_average()
-    rows = bench(sizes, args.ratios, args.repeats)
-    fits = scaling(rows)
-    steps = profile(max(sizes), 0.5, args.repeats) if args.profile else None
-    load_after = load_average()
 
+def readme_body(rows, fits, steps, largest: int, repeats: int, load_before: str, load_after: str) -> str:
+    """The README's text: the setting and load, the wall-clock and CPU tables, the scaling fits and,
+    with ``--profile``, the steps of one selection at the largest size."""
     text = [
         f"torch {torch.__version__}, numpy {np.__version__}, {torch.get_num_threads()} thread(s), "
         f"{cpu_model()}, {os.cpu_count()} logical CPUs; load average (1/5/15 min) before: {load_before}, "
-        f"after: {load_after}; median of {args.repeats} repeats after a warm-up call\n",
+        f"after: {load_after}; median of {repeats} repeats after a warm-up call\n",
         "Wall-clock seconds per call, and per 10M scores:\n",
         markdown(rows),
         "\nCPU seconds per call, user + system of this process (system: mostly page faults of fresh "
@@ -274,10 +270,25 @@ def main(argv=None) -> int:
     ]
     if steps:
         text += [
-            f"\nSteps of one selection at N = {max(sizes):,}, k = N/2, T = 1 (median seconds):\n",
+            f"\nSteps of one selection at N = {largest:,}, k = N/2, T = 1 (median seconds):\n",
             "| step | wall (s) | user (s) | sys (s) |\n|---|---|---|---|",
             *(f"| {name} | {sec['wall']:.4f} | {sec['user']:.4f} | {sec['sys']:.4f} |" for name, sec in steps.items()),
         ]
+    return "\n".join(text)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    info = harness.machine()
+    sizes = sorted(int(s) for s in args.sizes)
+    load_before = load_average()
+    rows = bench(sizes, args.ratios, args.repeats)
+    fits = scaling(rows)
+    steps = profile(max(sizes), 0.5, args.repeats) if args.profile else None
+    load_after = load_average()
+
+    body = readme_body(rows, fits, steps, max(sizes), args.repeats, load_before, load_after)
     out = harness.results_folder(args.out, info)
     harness.write_json(
         out / "timings.json",
@@ -301,7 +312,7 @@ def main(argv=None) -> int:
             out,
             "Wall-clock of the selection functions, and how it grows with N",
             harness.command_line(argv),
-            "\n".join(text),
+            body,
             info,
         ).read_text()
     )

@@ -213,11 +213,8 @@ def test_time_to_target_reads_lower_is_better_curves():
 
 
 # --- one real benchmark ------------------------------------------------------------------
-def test_attent_bench_runs_one_at_a_time_into_mlflow_and_reports(ray_cluster, tmp_path, monkeypatch, capsys):
-    """`attent bench` on digits: full data and AtteNT, one seed, real Ray and MLflow. Every run
-    is a child of the benchmark's parent run, logs its start-up and teardown apart, checkpoints
-    only every 3rd epoch; the report and its figures land on disk and on the parent; a second
-    invocation keeps the finished runs."""
+def write_bench_spec(tmp_path: Path) -> Path:
+    """A benchmark spec on digits: full data and AtteNT, one seed, 3 epochs, AtteNT's temperature tuned over two values."""
     spec = tmp_path / "bench.yaml"
     spec.write_text(f"""# attent bench bench.yaml
 benchmark:
@@ -234,17 +231,21 @@ benchmark:
         - {{arm: attent, key: selection.temperature, values: [0.25, 4.0]}}
       arms: {{full: {{}}, attent: {{}}}}
 """)
+    return spec
+
+
+def bench_command(spec: Path, uri: str, out: Path) -> list[str]:
+    """The `attent bench` command line for ``spec``, into the MLflow store at ``uri``, its reports in ``out``."""
+    return [sys.executable, "-m", "attent.cli", "bench", str(spec), f"mlflow.tracking_uri={uri}", "--out", str(out)]
+
+
+def test_attent_bench_runs_one_at_a_time_into_mlflow_and_reports(ray_cluster, tmp_path, monkeypatch, capsys):
+    """`attent bench` on digits: full data and AtteNT, one seed, real Ray and MLflow. Every run
+    is a child of the benchmark's parent run, logs its start-up and teardown apart, checkpoints
+    only every 3rd epoch; the report and its figures land on disk and on the parent; a second
+    invocation keeps the finished runs."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    command = [
-        sys.executable,
-        "-m",
-        "attent.cli",
-        "bench",
-        str(spec),
-        f"mlflow.tracking_uri={uri}",
-        "--out",
-        str(tmp_path / "reports"),
-    ]
+    command = bench_command(write_bench_spec(tmp_path), uri, tmp_path / "reports")
     first = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
     report = tmp_path / "reports" / "tta-test" / "time_to_accuracy.md"

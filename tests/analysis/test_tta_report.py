@@ -294,78 +294,85 @@ def test_one_seed_shows_no_std_and_no_interval(store):
     assert paired["low_95"].isna().all() and paired["holm_low"].isna().all()
 
 
+# the columns each of the report's CSVs has at least
+CURVES_COLUMNS = {
+    "workload",
+    "method",
+    "seed",
+    "epoch",
+    "metric",
+    "value",
+    "method_cost_s",
+    "selected_ratio",
+    "hardness",
+}
+PER_RUN_COLUMNS = {
+    "workload",
+    "method",
+    "seed",
+    "final_metric",
+    "cost_to_target_s",
+    "method_cost_s",
+    "ideal_saving",
+    "realized_saving",
+    "realized_over_ideal",
+    "optimizer_steps",
+    "budget",
+    "hardness",
+    "target",
+}
+SUMMARY_COLUMNS = {
+    "workload",
+    "method",
+    "budget_match",
+    "seeds",
+    "reached",
+    "final_metric",
+    "final_metric_std",
+    "cost_to_target_s",
+    "budget",
+    "hardness",
+    "target",
+    "tolerance",
+    "margin",
+    "plateau_verdict",
+    "plateau_low_90",
+    "plateau_high_90",
+    "realized_saving_low",
+    "realized_over_ideal_high",
+    "optimizer_steps",
+}
+PAIRED_COLUMNS = {
+    "workload",
+    "family",
+    "subject",
+    "method",
+    "quantity",
+    "paired_seeds",
+    "difference",
+    "low_95",
+    "high_95",
+    "p",
+    "p_holm",
+    "holm_level",
+    "holm_low",
+    "holm_high",
+    "margin",
+    "p_tost",
+    "p_tost_holm",
+    "verdict",
+}
+
+
 def test_csvs_figures_and_artifacts(report, store):
     out = report["out"]
     columns = {
         name: set(pd.read_csv(out / f"{name}.csv").columns) for name in ("per_run", "summary", "paired", "curves")
     }
-    assert {
-        "workload",
-        "method",
-        "seed",
-        "epoch",
-        "metric",
-        "value",
-        "method_cost_s",
-        "selected_ratio",
-        "hardness",
-    } <= columns["curves"]
-    assert {
-        "workload",
-        "method",
-        "seed",
-        "final_metric",
-        "cost_to_target_s",
-        "method_cost_s",
-        "ideal_saving",
-        "realized_saving",
-        "realized_over_ideal",
-        "optimizer_steps",
-        "budget",
-        "hardness",
-        "target",
-    } <= columns["per_run"]
-    assert {
-        "workload",
-        "method",
-        "budget_match",
-        "seeds",
-        "reached",
-        "final_metric",
-        "final_metric_std",
-        "cost_to_target_s",
-        "budget",
-        "hardness",
-        "target",
-        "tolerance",
-        "margin",
-        "plateau_verdict",
-        "plateau_low_90",
-        "plateau_high_90",
-        "realized_saving_low",
-        "realized_over_ideal_high",
-        "optimizer_steps",
-    } <= columns["summary"]
-    assert {
-        "workload",
-        "family",
-        "subject",
-        "method",
-        "quantity",
-        "paired_seeds",
-        "difference",
-        "low_95",
-        "high_95",
-        "p",
-        "p_holm",
-        "holm_level",
-        "holm_low",
-        "holm_high",
-        "margin",
-        "p_tost",
-        "p_tost_holm",
-        "verdict",
-    } <= columns["paired"]
+    assert CURVES_COLUMNS <= columns["curves"]
+    assert PER_RUN_COLUMNS <= columns["per_run"]
+    assert SUMMARY_COLUMNS <= columns["summary"]
+    assert PAIRED_COLUMNS <= columns["paired"]
     curves = pd.read_csv(out / "curves.csv")
     assert len(curves) == 3 * (6 * 8 + 16 + 5 + 4)  # per-epoch rows only: the end-of-run step is not an epoch
     assert curves["epoch"].min() == 1 and curves.loc[curves["method"].eq("full"), "hardness"].isna().all()

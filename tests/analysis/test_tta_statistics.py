@@ -36,6 +36,15 @@ def test_the_plateau_verdicts_from_the_interval():
     assert plateau_of(runs(losses, [1.10, 1.13, 1.08]), True, 0.01).verdict == "plateaued"  # overfits
 
 
+def judged_shifted_up(base: np.ndarray, quantity: str, better_when: str, margin: float | None):
+    """AtteNT's ``base`` judged alone against a comparator 0.05 above it in every seed (a little
+    noise), ``better_when`` saying which way is better for ``quantity``."""
+    from attent.analysis.stats import Paired, judge_family
+
+    shifted = base + 0.05 + np.array([0.001, -0.001, 0.002, 0.0])
+    return judge_family([Paired("attent", "x", "matched", quantity, base, shifted, better_when)], margin=margin)[0]
+
+
 def test_verdicts_follow_holm_and_tost_as_statsmodels_computes_them():
     """Three comparisons of four seeds: one clearly positive, one positive at p = 0.03 unadjusted
     (but 0.06 after Holm: inconclusive, not better), one within ± 0.01 (equivalent). The
@@ -70,35 +79,9 @@ def test_verdicts_follow_holm_and_tost_as_statsmodels_computes_them():
         expected = stats.ttest_rel(base, others[p.method]).confidence_interval(level)
         assert p.level == pytest.approx(level) and (p.low, p.high) == pytest.approx((expected.low, expected.high))
     assert borderline.low < 0 < borderline.high
-    worse = judge_family(
-        [
-            Paired(
-                "attent",
-                "x",
-                "matched",
-                "final metric",
-                base,
-                base + 0.05 + np.array([0.001, -0.001, 0.002, 0.0]),
-                "higher",
-            )
-        ],
-        margin=0.01,
-    )[0]
+    worse = judged_shifted_up(base, "final metric", "higher", margin=0.01)
     assert worse.verdict == "worse" and worse.level == pytest.approx(0.95)
-    lower = judge_family(
-        [
-            Paired(
-                "attent",
-                "x",
-                "matched",
-                "cost to target (s)",
-                base,
-                base + 0.05 + np.array([0.001, -0.001, 0.002, 0.0]),
-                "lower",
-            )
-        ],
-        margin=None,
-    )[0]
+    lower = judged_shifted_up(base, "cost to target (s)", "lower", margin=None)
     assert lower.verdict == "better" and math.isnan(lower.p_tost)  # lower cost is better; no margin, no TOST
 
 

@@ -8,6 +8,7 @@ seed that would end past ``--budget-s`` is not started, and the command run agai
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import mlflow
 import pytest
@@ -50,15 +51,9 @@ def histories(uri: str, run) -> dict[str, list[tuple[int, float]]]:
     }
 
 
-def test_a_local_benchmark_records_a_repeated_computation_once_and_goes_on_after_the_budget(
-    tmp_path, monkeypatch, no_ray_cluster, capsys
-):
-    """llm_size_b32.yaml's shape on digits: the learning rate chosen at E epochs, then E, whose
-    candidate at E is the chosen rate's run again; full+again is full data again. The first
-    command's budget stops before the first verdict seed; the second keeps what finished and
-    trains only the rest."""
-    monkeypatch.chdir(tmp_path)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def write_local_bench_spec(tmp_path: Path, uri: str) -> None:
+    """``tmp_path``/bench.yaml: llm_size_b32.yaml's shape on digits, two seeds, the learning rate then the epochs
+    chosen on full data, and full data again as an arm of its own; its runs recorded at ``uri``."""
     (tmp_path / "bench.yaml").write_text(f"""
 benchmark:
   name: local-bench
@@ -74,6 +69,18 @@ benchmark:
         - {{arm: full, key: train.epochs, values: [2, 3]}}
       arms: {{full: {{}}, full+again: {{}}, attent: {{}}}}
 """)
+
+
+def test_a_local_benchmark_records_a_repeated_computation_once_and_goes_on_after_the_budget(
+    tmp_path, monkeypatch, no_ray_cluster, capsys
+):
+    """llm_size_b32.yaml's shape on digits: the learning rate chosen at E epochs, then E, whose
+    candidate at E is the chosen rate's run again; full+again is full data again. The first
+    command's budget stops before the first verdict seed; the second keeps what finished and
+    trains only the rest."""
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    write_local_bench_spec(tmp_path, uri)
     assert attent_main(["bench", "bench.yaml", "--local", "--budget-s", "0"]) == 0
     said = capsys.readouterr().out
     assert "seed 0 of digits would end past the budget of 0 s" in said and "not started" in said

@@ -9,6 +9,7 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 from attent import contract
 from attent.engine.tracking import finish_run, start_or_resume_run
@@ -26,28 +27,55 @@ def profile(*args: str) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-def test_the_profile_counts_the_recorded_runs_steps_and_names_where_time_went(tmp_path):
+TRAIN, BATCH = 96, 32  # training samples, batch size: 3 steps an epoch
+
+
+def tiny_digits_experiment():
+    """The digits ViT on full data, one epoch of ``TRAIN`` samples in batches of ``BATCH``."""
     from attent.experiment.files import load_experiment
 
-    train, batch = 96, 32
-    cfg = load_experiment(
+    return load_experiment(
         REPO / "experiments" / "digits_vit.yaml",
         [
-            f"task.train_limit={train}",
+            f"task.train_limit={TRAIN}",
             "task.test_limit=32",
-            f"train.batch_size={batch}",
+            f"train.batch_size={BATCH}",
             "train.epochs=1",
             "selection.preset=null",
             "selection.method=full",
         ],
     )
+
+
+def write_recorded_runs(path: Path, cfg) -> None:
+    """A runs.json as `llm_size/h100/runs.json` records them: ``cfg``'s full data verdict run, and
+    an AtteNT one beside it."""
     recorded = {
         "runs": [
             {"method": "full", "seed": cfg.seed, "stage": "verdict", "config": cfg.model_dump(mode="json")},
             {"method": "attent", "seed": cfg.seed, "stage": "verdict", "config": {}},
         ]
     }
-    (tmp_path / "runs.json").write_text(json.dumps(recorded))
+    path.write_text(json.dumps(recorded))
+
+
+def log_verdict_run(cfg, uri: str) -> None:
+    """``cfg`` as `attent bench` records it in MLflow at ``uri``, experiment "bench": a finished
+    verdict run tagged with its method."""
+    logged = cfg.model_copy(
+        update={"mlflow": cfg.mlflow.model_copy(update={"tracking_uri": uri, "experiment": "bench"})}
+    )
+    run_id, _ = start_or_resume_run(
+        logged,
+        role=contract.ROLE_TRIAL,
+        extra_tags={contract.TAG_BENCH_METHOD: "full", contract.TAG_BENCH_STAGE: contract.BENCH_STAGE_VERDICT},
+    )
+    finish_run(uri, run_id, ok=True)
+
+
+def test_the_profile_counts_the_recorded_runs_steps_and_names_where_time_went(tmp_path):
+    cfg = tiny_digits_experiment()
+    write_recorded_runs(tmp_path / "runs.json", cfg)
     profile(
         str(tmp_path / "runs.json"),
         "--method",
@@ -62,7 +90,7 @@ def test_the_profile_counts_the_recorded_runs_steps_and_names_where_time_went(tm
     )
 
     summary = json.loads((tmp_path / "prof" / "cpu.summary.json").read_text())
-    assert summary["steps_per_epoch"] == math.ceil(train / batch)
+    assert summary["steps_per_epoch"] == math.ceil(TRAIN / BATCH)
     assert summary["overrides"] == ["train.eval_every=1"]
     assert summary["device"] == "cpu" and summary["device_busy_s"] == 0  # no CUDA kernels on a CPU
     assert all(seconds > 0 for seconds in summary["epoch_s"].values())  # warm-up, torch.profiler, cProfile, plain
@@ -73,15 +101,7 @@ def test_the_profile_counts_the_recorded_runs_steps_and_names_where_time_went(tm
 
     # the same run as `attent bench` records it in MLflow (a verdict run tagged with its method)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    logged = cfg.model_copy(
-        update={"mlflow": cfg.mlflow.model_copy(update={"tracking_uri": uri, "experiment": "bench"})}
-    )
-    run_id, _ = start_or_resume_run(
-        logged,
-        role=contract.ROLE_TRIAL,
-        extra_tags={contract.TAG_BENCH_METHOD: "full", contract.TAG_BENCH_STAGE: contract.BENCH_STAGE_VERDICT},
-    )
-    finish_run(uri, run_id, ok=True)
+    log_verdict_run(cfg, uri)
     profile(
         uri,
         "--experiment",
@@ -98,6 +118,6 @@ def test_the_profile_counts_the_recorded_runs_steps_and_names_where_time_went(tm
         "2",
     )
     timed = json.loads((tmp_path / "prof" / "timed.summary.json").read_text())
-    assert len(timed["epoch_s"]["plain"]) == 2 and timed["steps_per_epoch"] == math.ceil(train / batch)
+    assert len(timed["epoch_s"]["plain"]) == 2 and timed["steps_per_epoch"] == math.ceil(TRAIN / BATCH)
     assert timed["s_per_step_plain"] > 0 and "top_by_host" not in timed  # no profiler ran
     assert not (tmp_path / "prof" / "timed.profile.txt").exists()

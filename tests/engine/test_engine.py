@@ -56,6 +56,16 @@ def test_two_workers_train_on_one_subset_and_log_to_mlflow(reference_runs):
     assert 0.6 < m["sample_saving"] < 0.62
     assert m["mean_selected_ratio"] == pytest.approx(0.3875, abs=0.01)
     assert m["max_selected_ratio"] == pytest.approx(0.65, abs=0.01)
+
+
+def test_the_reference_run_logs_its_costs_tags_and_artifacts(reference_runs):
+    """The same reference AtteNT soft run (trained once per session): its timings, their parts,
+    the tags and params that name it, its artifacts and the subsets it selected."""
+    trained = reference_runs("digits-soft")
+    client = mlflow.MlflowClient(trained.tracking_uri)
+    run = client.get_run(trained.run_id)
+    m = run.data.metrics
+    n = int(m["num_train_samples"])
     for key in (
         "time_total_s",
         "time_train_s",

@@ -285,7 +285,8 @@ def tolerance_table(runs: list[str]) -> dict[str, dict[str, list[float]]]:
     return table
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The command line: which runs and kernel sets, what to write, and the child's own options."""
     from tests.helpers import shared_runs
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -312,10 +313,38 @@ def main() -> None:
     parser.add_argument("--from-raw", type=Path, help="report on histories kept by --raw, training nothing")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        return child(args.child, args.runs, args.out, args.lr_scale)
-    runs = [n for n in args.runs if n != "llm" or (shared_runs.SHARED / "datasets/gsm8k/train.jsonl").exists()]
+    return parser.parse_args()
+
+
+def train_in_child(label: str, kernel_env: dict[str, str], lr_scale: float | None, runs: list[str], raw: Path) -> None:
+    """Train ``runs`` in a child process under the kernel set's environment; it writes its result to ``raw``."""
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    # the clone's root: the child and its Ray workers import tests.helpers.shared_runs
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, **kernel_env}
+    env.pop("RAY_ADDRESS", None)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.helpers.reference_drift",
+            "--child",
+            label,
+            "--out",
+            str(raw),
+            "--runs",
+            *runs,
+            *(["--lr-scale", str(lr_scale)] if lr_scale else []),
+        ],
+        env=env,
+        cwd=REPO,
+        check=True,
+    )
+
+
+def kernel_set_results(args: argparse.Namespace, runs: list[str]) -> dict[str, dict]:
+    """Per kernel set (and the learning-rate scale's, if asked): its result, trained in a child
+    process or read from ``--from-raw``, with the set's environment."""
     sets = [(k, KERNELS[k], None) for k in args.kernels]
     if args.lr_scale:
         sets.append((f"native lr x{args.lr_scale:g}", KERNELS["native"], args.lr_scale))
@@ -323,31 +352,21 @@ def main() -> None:
     for label, kernel_env, lr_scale in sets:
         raw = (args.from_raw or args.raw or Path(tempfile.mkdtemp())) / f"{label.replace(' ', '-')}.json"
         if not args.from_raw:
-            raw.parent.mkdir(parents=True, exist_ok=True)
-            # the clone's root: the child and its Ray workers import tests.helpers.shared_runs
-            path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-            env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, **kernel_env}
-            env.pop("RAY_ADDRESS", None)
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "tests.helpers.reference_drift",
-                    "--child",
-                    label,
-                    "--out",
-                    str(raw),
-                    "--runs",
-                    *runs,
-                    *(["--lr-scale", str(lr_scale)] if lr_scale else []),
-                ],
-                env=env,
-                cwd=REPO,
-                check=True,
-            )
+            train_in_child(label, kernel_env, lr_scale, runs, raw)
         results[label] = {**json.loads(raw.read_text()), "env": kernel_env}
         worker = results[label]["worker"]
         print(f"[{label}] Ray worker: {worker['cpu_capability']}, {worker['env']}, {worker['bits']}", file=sys.stderr)
+    return results
+
+
+def main() -> None:
+    from tests.helpers import shared_runs
+
+    args = parse_args()
+    if args.child:
+        return child(args.child, args.runs, args.out, args.lr_scale)
+    runs = [n for n in args.runs if n != "llm" or (shared_runs.SHARED / "datasets/gsm8k/train.jsonl").exists()]
+    results = kernel_set_results(args, runs)
     record = json.loads(shared_runs.RECORD.read_text())
     if args.update_tests:
         update_tests({k: r for k, r in results.items() if k in KERNELS}, record, set(args.held_out))

@@ -76,20 +76,8 @@ def method_specs(seed: int) -> dict[str, dict]:
     }
 
 
-def log_run(
-    client: MlflowClient,
-    experiment_id: str,
-    parent: str,
-    workload: str,
-    method: str,
-    seed: int,
-    spec: dict,
-    start_time: int | None = None,
-    stage: str | None = contract.BENCH_STAGE_VERDICT,
-) -> str:
-    """One benchmark child run as the engine logs it: per-epoch rows at step = epoch (0-based),
-    end-of-run metrics at step = epochs, the flattened config as params (many of them).
-    ``stage``: its benchmark stage tag (None: no tag, as older benchmarks logged them)."""
+def run_tags(parent: str, workload: str, method: str, stage: str | None) -> dict[str, str]:
+    """The tags of a benchmark child run of ``method`` under ``parent`` (no stage tag where ``stage`` is None)."""
     tags = {
         contract.TAG_ROLE: contract.ROLE_TRIAL,
         contract.TAG_PARENT_RUN_ID: parent,
@@ -100,8 +88,12 @@ def log_run(
     }
     if stage is not None:
         tags[contract.TAG_BENCH_STAGE] = stage
-    run_id = client.create_run(experiment_id, tags=tags, start_time=start_time).info.run_id
-    epochs, ratio = spec["epochs"], spec["ratio"]
+    return tags
+
+
+def epoch_metrics(spec: dict, seed: int) -> tuple[list[Metric], float, int]:
+    """The per-epoch rows at step = epoch (0-based), with the method cost and samples back-propagated at the end."""
+    ratio = spec["ratio"]
     metrics, cost, samples = [], 0.0, 0
     for step, accuracy in enumerate(spec["curve"]):
         cost += spec["seconds"] + 0.1 * seed
@@ -118,6 +110,12 @@ def log_run(
         if spec["hardness"] is not None:
             row |= {contract.SELECTION_HARDNESS: spec["hardness"], contract.SELECTION_OVERLAP: 0.7}
         metrics += [Metric(k, float(v), 0, step) for k, v in row.items()]
+    return metrics, cost, samples
+
+
+def final_metrics(spec: dict, cost: float, samples: int) -> list[Metric]:
+    """The end-of-run metrics, at step = epochs."""
+    epochs, ratio = spec["epochs"], spec["ratio"]
     finals = {
         METRIC: spec["curve"][-1],
         contract.TIME_METHOD: cost,
@@ -130,14 +128,39 @@ def log_run(
         contract.OPTIMIZER_STEPS: epochs * math.ceil(ratio * N / BATCH),
         contract.time_metric("scoring"): 0.4 * epochs if spec["hardness"] is not None else 0.0,
     }
-    metrics += [Metric(k, float(v), 0, epochs) for k, v in finals.items()]
+    return [Metric(k, float(v), 0, epochs) for k, v in finals.items()]
+
+
+def run_params(spec: dict, seed: int) -> list[Param]:
+    """The flattened config as params: the seed, the epochs, the temperature and the engine's wide config."""
     params = {
         contract.PARAM_SEED: seed,
-        "train.epochs": epochs,
+        "train.epochs": spec["epochs"],
         "selection.temperature": spec.get("temperature", 1.0),
         **{f"config.field{i}": i for i in range(120)},
     }  # the engine's wide config: >100 columns
-    params = [Param(k, str(v)) for k, v in params.items()]
+    return [Param(k, str(v)) for k, v in params.items()]
+
+
+def log_run(
+    client: MlflowClient,
+    experiment_id: str,
+    parent: str,
+    workload: str,
+    method: str,
+    seed: int,
+    spec: dict,
+    start_time: int | None = None,
+    stage: str | None = contract.BENCH_STAGE_VERDICT,
+) -> str:
+    """One benchmark child run as the engine logs it: per-epoch rows at step = epoch (0-based),
+    end-of-run metrics at step = epochs, the flattened config as params (many of them).
+    ``stage``: its benchmark stage tag (None: no tag, as older benchmarks logged them)."""
+    tags = run_tags(parent, workload, method, stage)
+    run_id = client.create_run(experiment_id, tags=tags, start_time=start_time).info.run_id
+    metrics, cost, samples = epoch_metrics(spec, seed)
+    metrics += final_metrics(spec, cost, samples)
+    params = run_params(spec, seed)
     client.log_batch(run_id, metrics=metrics[:900])
     client.log_batch(run_id, metrics=metrics[900:])
     for i in range(0, len(params), 100):

@@ -93,36 +93,11 @@ def test_workers_stop_with_their_killed_driver_and_a_second_driver_refuses(ray_c
     import psutil
 
     cfg = tmp_path / "long.yaml"
-    cfg.write_text(
-        json.dumps(
-            {
-                "name": "orphan",
-                "task": {"name": "vision", "dataset": "digits", "model": {"preset": "vit_tiny_cpu"}},
-                "train": {"epochs": 200, "batch_size": 32},
-                "selection": {"method": "full"},
-                "ray": {"num_workers": 1, "storage_path": str(tmp_path / "ray_results"), "checkpoint_every": 1000},
-                "mlflow": {"tracking_uri": mlflow_uri, "experiment": "faults"},
-            }
-        )
-    )
     env = dict(os.environ, RAY_ADDRESS=ray_cluster["address"])
-    driver = subprocess.Popen(
-        [str(BIN / "attent"), "train", str(cfg)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    driver = start_a_long_driver(cfg, tmp_path, mlflow_uri, env)
     try:
         client = mlflow.MlflowClient(mlflow_uri)
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:  # until an epoch is logged
-            found = client.search_experiments(filter_string="name = 'faults'")
-            runs = client.search_runs([found[0].experiment_id]) if found else []
-            if runs and len(client.get_metric_history(runs[0].info.run_id, "train_loss")) >= 2:
-                break
-            time.sleep(1)
-        run_id = runs[0].info.run_id
+        run_id = run_with_two_epochs(client, "faults")
 
         second = subprocess.run(
             [str(BIN / "attent"), "train", str(cfg)], env=env, capture_output=True, text=True, timeout=300
@@ -159,6 +134,41 @@ def test_workers_stop_with_their_killed_driver_and_a_second_driver_refuses(ray_c
     finally:
         if driver.poll() is None:
             driver.kill()
+
+
+def start_a_long_driver(cfg: Path, tmp_path: Path, mlflow_uri: str, env: dict[str, str]) -> subprocess.Popen:
+    """`attent train` of a 200-epoch run written to ``cfg``, in a session of its own (to be killed)."""
+    cfg.write_text(
+        json.dumps(
+            {
+                "name": "orphan",
+                "task": {"name": "vision", "dataset": "digits", "model": {"preset": "vit_tiny_cpu"}},
+                "train": {"epochs": 200, "batch_size": 32},
+                "selection": {"method": "full"},
+                "ray": {"num_workers": 1, "storage_path": str(tmp_path / "ray_results"), "checkpoint_every": 1000},
+                "mlflow": {"tracking_uri": mlflow_uri, "experiment": "faults"},
+            }
+        )
+    )
+    return subprocess.Popen(
+        [str(BIN / "attent"), "train", str(cfg)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def run_with_two_epochs(client, experiment: str) -> str:
+    """The id of the experiment's first run once it has logged two epochs (within 300 s)."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        found = client.search_experiments(filter_string=f"name = '{experiment}'")
+        runs = client.search_runs([found[0].experiment_id]) if found else []
+        if runs and len(client.get_metric_history(runs[0].info.run_id, "train_loss")) >= 2:
+            break
+        time.sleep(1)
+    return runs[0].info.run_id
 
 
 def attent_report(uri: str, tmp_path: Path) -> subprocess.CompletedProcess:

@@ -26,55 +26,10 @@ def test_ray_job_submit_runs_the_example_on_two_agreeing_workers(ray_cluster, tm
     workers. Both choose the same subset each epoch (all 6 problems, then the 4 of highest loss)
     and train on disjoint halves of it, through Ray's prepare_trainer; rank 0's MLflow run holds the
     selection and the training loss; Ray's checkpoint holds the adapter and both ranks' selection."""
-    from attent.tasks.llm.model import resolve_checkpoint
     from mlflow.tracking import MlflowClient
 
     out = tmp_path / "out"
-    shell = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    shell.update(PATH=f"{BIN}{os.pathsep}{shell.get('PATH', '')}", RAY_AUTH_MODE="token")  # venv active, exported
-    submit = [
-        "ray",
-        "job",
-        "submit",
-        "--address",
-        ray_cluster["dashboard"],
-        "--working-dir",
-        ".",
-        "--",
-        "python",
-        "examples/ray_hf_trainer.py",
-        "--num-workers",
-        "2",
-        "--model",
-        resolve_checkpoint("smollm2-135m-instruct"),
-        "--data",
-        str(GSM8K),
-        "--limit",
-        "6",
-        "--epochs",
-        "2",
-        "--batch-size",
-        "2",
-        "--max-length",
-        "128",
-        "--logging-steps",
-        "1",  # every answer
-        # keeps some of its tokens (the 6 prompts are 57-95 tokens long)
-        "--tracking-uri",
-        mlflow_uri,
-        "--experiment",
-        "ray-hf",
-        "--output-dir",
-        str(out),
-        "--storage-path",
-        str(tmp_path / "ray_results"),
-    ]
-    deadline = time.monotonic() + 180  # a head under load may not have its job agent up yet; Ray says to retry
-    while True:
-        proc = subprocess.run(submit, capture_output=True, text=True, timeout=840, cwd=REPO, env=shell)
-        if "No available agent to submit job" not in proc.stderr or time.monotonic() > deadline:
-            break
-        time.sleep(10)
+    proc = submit_the_example(ray_cluster["dashboard"], out, tmp_path / "ray_results", mlflow_uri)
     assert proc.returncode == 0 and "succeeded" in proc.stdout.lower(), proc.stdout[-4000:] + proc.stderr[-3000:]
     [result] = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"checkpoint"')]
 
@@ -108,3 +63,25 @@ def test_ray_job_submit_runs_the_example_on_two_agreeing_workers(ray_cluster, tm
     saved = os.listdir(os.path.join(result["checkpoint"], "checkpoint"))
     assert {"adapter_model.safetensors", "attent_selection_rank0.pt", "attent_selection_rank1.pt"} <= set(saved)
     assert result["metrics"]["subset_checksum"] == pytest.approx(history["subset_checksum"][-1])
+
+
+def submit_the_example(dashboard: str, out, storage, mlflow_uri: str) -> subprocess.CompletedProcess:
+    """`ray job submit` of examples/ray_hf_trainer.py from the repository root, as the guide writes it: 6 GSM8K
+    problems, 2 epochs, batches of 2, a logged loss at every step (the prompts, 57-95 tokens, keep some of their
+    answers' tokens at 128)."""
+    from attent.tasks.llm.model import resolve_checkpoint
+
+    shell = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    shell.update(PATH=f"{BIN}{os.pathsep}{shell.get('PATH', '')}", RAY_AUTH_MODE="token")  # venv active, exported
+    submit = ["ray", "job", "submit", "--address", dashboard, "--working-dir", ".", "--",
+              "python", "examples/ray_hf_trainer.py", "--num-workers", "2",
+              "--model", resolve_checkpoint("smollm2-135m-instruct"), "--data", str(GSM8K), "--limit", "6",
+              "--epochs", "2", "--batch-size", "2", "--max-length", "128", "--logging-steps", "1",
+              "--tracking-uri", mlflow_uri, "--experiment", "ray-hf", "--output-dir", str(out),
+              "--storage-path", str(storage)]  # fmt: skip
+    deadline = time.monotonic() + 180  # a head under load may not have its job agent up yet; Ray says to retry
+    while True:
+        proc = subprocess.run(submit, capture_output=True, text=True, timeout=840, cwd=REPO, env=shell)
+        if "No available agent to submit job" not in proc.stderr or time.monotonic() > deadline:
+            return proc
+        time.sleep(10)

@@ -187,6 +187,24 @@ ELASTIC = [
 ]
 
 
+def kill_the_second_node_after_two_epochs(proc: subprocess.Popen, client, second_raylet: int) -> None:
+    """Once the elastic run has logged two epochs, the second node dies for good: its raylet and its Train worker
+    (a worker whose raylet dies trains on, orphaned)."""
+    deadline = time.time() + 300
+    while time.time() < deadline:  # the second node dies for good once two epochs are logged
+        assert proc.poll() is None, "the run ended before the node could be killed"
+        runs = the_run(client, "elastic")
+        if runs and len(client.get_metric_history(runs[0].info.run_id, contract.TRAIN_LOSS)) >= 2:
+            workers = train_workers(second_raylet)
+            assert len(workers) == 1, workers
+            os.kill(second_raylet, signal.SIGKILL)
+            workers[0].kill()
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError("the elastic run logged fewer than 2 epochs in 300 s")
+
+
 def test_an_elastic_run_loses_a_node_and_goes_on_with_one_worker(two_fresh_nodes, tracking_server, tmp_path):
     """``ray.num_workers: [1, 2]`` on two one-CPU nodes: the second node is killed after epoch 2; Ray Train restarts
     the group with the one worker left, from the latest checkpoint, in the same MLflow run, which finishes with the
@@ -217,20 +235,7 @@ def test_an_elastic_run_loses_a_node_and_goes_on_with_one_worker(two_fresh_nodes
         stderr=subprocess.STDOUT,
         text=True,
     )
-    deadline = time.time() + 300
-    while time.time() < deadline:  # the second node dies for good once two epochs are logged
-        assert proc.poll() is None, "the run ended before the node could be killed"
-        runs = the_run(client, "elastic")
-        if runs and len(client.get_metric_history(runs[0].info.run_id, contract.TRAIN_LOSS)) >= 2:
-            # the raylet and its Train worker both: a worker whose raylet dies trains on, orphaned
-            workers = train_workers(second_raylet)
-            assert len(workers) == 1, workers
-            os.kill(second_raylet, signal.SIGKILL)
-            workers[0].kill()
-            break
-        time.sleep(0.2)
-    else:
-        raise AssertionError("the elastic run logged fewer than 2 epochs in 300 s")
+    kill_the_second_node_after_two_epochs(proc, client, second_raylet)
     out = finish(proc)
     (run,) = the_run(client, "elastic")
     assert run.info.status == "FINISHED", out[-3000:]

@@ -29,9 +29,9 @@ from tests.helpers.auth_server import as_user, auth_server, files_holding, self_
 from tests.helpers.paths import BIN, REPO
 from tests.helpers.processes import free_port, stop_ray_processes
 
-# One test, one xdist unit (loadgroup queues a group by its count of tests: grouped, it started beside the
-# session-Ray group and the two, each a cluster of processes, shared these two cores for 40 min and more)
-pytestmark = pytest.mark.timeout(3600)
+# One test, one xdist unit, started first on the worker the session-Ray group leaves (starts_first): a third of
+# the system tier's time, it would otherwise start late and end the suite alone on one core's worth of tests
+pytestmark = [pytest.mark.timeout(3600), pytest.mark.starts_first]
 PAPER_SCALE = sorted(REPO.glob("experiments/*_gpu.yaml")) + sorted(REPO.glob("experiments/sweeps/*_gpu.yaml"))
 EXPERIMENTS = {path.name for path in PAPER_SCALE if path.parent.name != "sweeps"}  # each sweep's base is one
 CLEAN = ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME",
@@ -65,7 +65,6 @@ def cluster(tmp_path_factory):
     """The HTTPS server with users (alice EDIT on every rehearsal's experiment, bob READ on the first) and two
     `ray start` nodes whose homes hold alice's credentials; yields what the tests need, stops them."""
     from attent.engine.driver import PREEMPTION_WATCHER_ENV, TRAIN_POLL_ENV, TRAIN_POLL_SECONDS
-    from attent.server import users as accounts
 
     work = tmp_path_factory.mktemp("rehearsal")
     storage = standin_storage.build(work / "storage")
@@ -76,19 +75,7 @@ def cluster(tmp_path_factory):
     with auth_server(server_dir, "--tls-cert", str(cert), "--tls-key", str(key)) as (url, _):
         admin = (server_dir / "mlflow-auth" / "admin_password").read_text().strip()
         credentials = server_dir / "mlflow-credentials-alice"
-        with as_user("admin", admin, url, **trust):
-            for name in ("alice", "bob"):
-                accounts.add_user(url, name, admin=False, out=str(server_dir / f"mlflow-credentials-{name}"))
-            for experiment in sorted(set(experiments.values())):
-                accounts.grant(url, "alice", experiment, "EDIT")
-            accounts.grant(url, "bob", experiments[PAPER_SCALE[0].name], "READ")
-        passwords = {"admin": admin} | {
-            name: (server_dir / f"mlflow-credentials-{name}")
-            .read_text()
-            .split("mlflow_tracking_password = ")[1]
-            .strip()
-            for name in ("alice", "bob")
-        }
+        passwords = {"admin": admin} | add_alice_and_bob(url, admin, server_dir, experiments, trust)
         token = work / "auth_token"
         token.write_text(secrets.token_hex(32))
         token.chmod(0o600)
@@ -123,6 +110,23 @@ def cluster(tmp_path_factory):
     for temp in temps:
         shutil.rmtree(temp, ignore_errors=True)
         shutil.rmtree(temp.with_name(temp.name + "-home"), ignore_errors=True)
+
+
+def add_alice_and_bob(url: str, admin: str, server_dir: Path, experiments: dict[str, str], trust) -> dict[str, str]:
+    """alice EDIT on every rehearsal's experiment, bob READ on the first; their credentials files in
+    ``server_dir``; returns their passwords."""
+    from attent.server import users as accounts
+
+    with as_user("admin", admin, url, **trust):
+        for name in ("alice", "bob"):
+            accounts.add_user(url, name, admin=False, out=str(server_dir / f"mlflow-credentials-{name}"))
+        for experiment in sorted(set(experiments.values())):
+            accounts.grant(url, "alice", experiment, "EDIT")
+        accounts.grant(url, "bob", experiments[PAPER_SCALE[0].name], "READ")
+    return {
+        name: (server_dir / f"mlflow-credentials-{name}").read_text().split("mlflow_tracking_password = ")[1].strip()
+        for name in ("alice", "bob")
+    }
 
 
 def submit(cluster, job_dir: Path, *entrypoint: str) -> subprocess.CompletedProcess:

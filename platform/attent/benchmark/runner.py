@@ -259,23 +259,8 @@ def run_benchmark(
     tracking = TrackingSession(uri, spec.name)  # the command's one: its runs are the experiment's
     parent = _parent_run(spec, tracking)
     session = Session(parent, console, SeedBudget(budget_s), tracking)
-    stopped = None
     try:
-        choices: dict[str, Any] = {}
-        records: list[dict[str, Any]] = []
-        for workload in spec.workloads:  # each one's verdict is in before the next one's selection starts
-            choices[workload.name] = select(path, workload, overrides, name, session, records)
-            _, runs = load_benchmark(path, overrides, name=name, choices=choices, workloads=workloads)
-            runs = resolved([run for run in runs if run.workload.name == workload.name])
-            print(describe(spec, runs, chosen=True), flush=True)
-            for number, run in enumerate(runs, 1):
-                if number == 1 or runs[number - 2].experiment.seed != run.experiment.seed:
-                    stopped = session.budget.refusal(workload.name, run.experiment.seed)
-                    if stopped:
-                        break
-                session.train(run, f"{workload.name} {number}/{len(runs)}", runs)
-            if stopped:
-                break
+        stopped = run_workloads(path, spec, overrides, name, workloads, session)
     except BaseException:  # the parent says so; running the command again continues
         tracking.client.set_terminated(parent, "FAILED")
         raise
@@ -284,6 +269,33 @@ def run_benchmark(
         tracking.client.set_terminated(parent, contract.STATUS_KILLED)
         print(f"[bench] {stopped}: not started. Run the command again to go on; the report: {how}", flush=True)
         return None
+    return write_report(spec, uri, out_dir, how)
+
+
+def run_workloads(
+    path, spec: BenchmarkSpec, overrides: list[str], name: str | None, workloads: list[str] | None, session: Session
+) -> str | None:
+    """Each workload's selection stage, then its verdict runs, a seed at a time while the budget
+    allows; returns why the budget refused a seed, or None when every run is done."""
+    choices: dict[str, Any] = {}
+    records: list[dict[str, Any]] = []
+    for workload in spec.workloads:  # each one's verdict is in before the next one's selection starts
+        choices[workload.name] = select(path, workload, overrides, name, session, records)
+        _, runs = load_benchmark(path, overrides, name=name, choices=choices, workloads=workloads)
+        runs = resolved([run for run in runs if run.workload.name == workload.name])
+        print(describe(spec, runs, chosen=True), flush=True)
+        for number, run in enumerate(runs, 1):
+            if number == 1 or runs[number - 2].experiment.seed != run.experiment.seed:
+                stopped = session.budget.refusal(workload.name, run.experiment.seed)
+                if stopped:
+                    return stopped
+            session.train(run, f"{workload.name} {number}/{len(runs)}", runs)
+    return None
+
+
+def write_report(spec: BenchmarkSpec, uri: str, out_dir: str | Path, how: str) -> Path | None:
+    """The benchmark's report from the store at ``uri``, into ``out_dir``; returns its folder, or
+    None when the report's libraries are missing here (``how`` says how to make it elsewhere)."""
     try:
         # the report `attent report` rebuilds, by the same rules
         from attent.analysis.time_to_accuracy.report import benchmark_report

@@ -104,7 +104,7 @@ def report_error(args, exc: Exception) -> int:
 
 
 def add_run_commands(sub) -> None:
-    """Commands that run or check experiments."""
+    """Commands that run or check experiments: train, validate, doctor, demo, sweep, then the studies'."""
     p = sub.add_parser("train", help="run one experiment (local Ray, or the cluster at $RAY_ADDRESS)")
     p.add_argument("config", help="experiment YAML, e.g. experiments/fashion_mnist_vit.yaml")
     p.add_argument("overrides", nargs="*", help="key.path=value overrides, e.g. train.epochs=3")
@@ -134,7 +134,11 @@ def add_run_commands(sub) -> None:
     p.add_argument("config")
     p.add_argument("--resume", action="store_true", help="continue an interrupted sweep")
     p.add_argument("overrides", nargs="*")
+    add_study_commands(sub)  # after sweep: --help lists the commands in the order they are added
 
+
+def add_study_commands(sub) -> None:
+    """The studies' commands: the benchmark, rehearsals, downstream jobs and the theory lab."""
     p = sub.add_parser("bench", help="time-to-accuracy benchmark: arms x workloads x seeds, one run at a time")
     p.add_argument("config", help="benchmark YAML, e.g. benchmarks/specs/time_to_accuracy_small.yaml")
     p.add_argument("--out", default="reports", help="the report goes to <out>/<benchmark name>/")

@@ -51,7 +51,11 @@ def add_service_commands(sub) -> None:
         help="Host headers accepted (default: localhost, private IPs, this machine's names)",
     )
     add_server_auth_arguments(p)
+    add_data_command(sub)  # after server: --help lists the commands in the order they are added
 
+
+def add_data_command(sub) -> None:
+    """`attent data` and its subcommands: scenes (render a data set) and cache (decode one)."""
     p = sub.add_parser("data", help="generate offline data sets, or decode one once into a cache")
     data = p.add_subparsers(dest="data_command", required=True)
     p = data.add_parser("scenes", help="rendered rgb/depth/semseg scenes in MultiMAE's layout")

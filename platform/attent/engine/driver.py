@@ -152,15 +152,8 @@ def _train(
     start = time.perf_counter() - ray_init_s  # the wall-clock still counts Ray's start-up
     try:
         line.follow(run)
-        payload = {
-            "config": cfg.model_dump(mode="json"),
-            "run_id": run_id,
-            "tracking_uri": cfg.mlflow.tracking_uri,
-            "fit_started_unix": time.time(),
-            "driver": faults.driver_identity(),
-        }
-        if local:  # in-process: a callable travels as it is, and so does the session's client
-            payload |= {LOCAL_MODE: True, ON_EPOCH: on_epoch, TRACKING_CLIENT: tracking.client}
+        payload = _worker_payload(cfg, run_id, on_epoch, tracking)
+        if local:
             # the level LoggingConfig gives workers, here Train's loggers in this process: no INFO
             # lines per report nor "Running in local mode" per run
             logging.getLogger("ray.train").setLevel(logging.WARNING)
@@ -188,6 +181,24 @@ def _train(
             with contextlib.suppress(Exception):
                 run.log_files([line.log_file], "logs")
         run.finish(ok)
+
+
+def _worker_payload(
+    cfg: ExperimentConfig, run_id: str, on_epoch: Callable | None, tracking: TrackingSession
+) -> dict[str, Any]:
+    """The ``train_loop_config`` every worker receives: the run's config, its MLflow run, when the
+    fit started and which driver started it; in local mode also ``on_epoch`` and the session's
+    client (in-process: a callable travels as it is, and so does the client)."""
+    payload = {
+        "config": cfg.model_dump(mode="json"),
+        "run_id": run_id,
+        "tracking_uri": cfg.mlflow.tracking_uri,
+        "fit_started_unix": time.time(),
+        "driver": faults.driver_identity(),
+    }
+    if cfg.ray.num_workers == 0:
+        payload |= {LOCAL_MODE: True, ON_EPOCH: on_epoch, TRACKING_CLIENT: tracking.client}
+    return payload
 
 
 def build_trainer(

@@ -126,7 +126,20 @@ class TrainingRecipe:
         if cfg.train.compile:  # the training forward; the scoring pass and evaluation stay eager
             self.model = torch.compile(self.model)
         workers = loader_workers(cfg, ctx)
-        self.selector = Selector(
+        self.selector = self._build_selector(workers)
+        # pinned batches copy to the GPU asynchronously; persistent workers start once, not per epoch
+        self.loader = self.selector.loader(
+            cfg.train.batch_size, num_workers=workers, pin_memory=on_gpu, persistent_workers=workers > 0
+        )
+        self.antk = antk.tracker_for(
+            cfg, self.task, self.raw_model, ctx.rank, ctx.device
+        )  # None unless antk.enabled, rank 0
+
+    def _build_selector(self, workers: int) -> Selector:
+        """The run's selector over the training set, scoring with the raw (uncompiled) model and
+        ``workers`` loader processes, on this rank's share."""
+        cfg, ctx = self.cfg, self.ctx
+        return Selector(
             self.train_set,
             selection=cfg.selection,
             epochs=cfg.train.epochs,
@@ -142,13 +155,6 @@ class TrainingRecipe:
             rank=ctx.rank,
             world_size=ctx.world_size,
         )
-        # pinned batches copy to the GPU asynchronously; persistent workers start once, not per epoch
-        self.loader = self.selector.loader(
-            cfg.train.batch_size, num_workers=workers, pin_memory=on_gpu, persistent_workers=workers > 0
-        )
-        self.antk = antk.tracker_for(
-            cfg, self.task, self.raw_model, ctx.rank, ctx.device
-        )  # None unless antk.enabled, rank 0
 
     @property
     def teacher(self) -> Teacher:

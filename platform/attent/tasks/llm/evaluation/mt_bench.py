@@ -170,6 +170,34 @@ def _mean(total: float, count: float) -> float:
     return total / count if count else math.nan
 
 
+def _rating_metrics(ratings: list[float | None], first_turns: int, device: torch.device) -> dict[str, float]:
+    """MT-Bench's metrics from every rank's ratings, summed over ranks.
+
+    Args:
+        ratings: this rank's ratings, its turn-1 answers' first; None where a judgement had no
+            readable rating.
+        first_turns: how many of ``ratings`` rate turn-1 answers.
+        device: where the all-reduce's tensor is built (the model's device).
+
+    Returns:
+        The mean rating per turn and overall (NaN when none was rated), the number of
+        judgements and of those without a readable rating.
+    """
+    sums = []
+    for turn in (ratings[:first_turns], ratings[first_turns:]):
+        rated = [r for r in turn if r is not None]
+        sums += [sum(rated), len(rated)]
+    unparsed = sum(r is None for r in ratings)
+    sum1, n1, sum2, n2, unparsed, judged = all_reduce_sums([*sums, float(unparsed), float(len(ratings))], device)
+    return {
+        "mt_bench_turn1": _mean(sum1, n1),
+        "mt_bench_turn2": _mean(sum2, n2),
+        "mt_bench_score": _mean(sum1 + sum2, n1 + n2),
+        "mt_bench_judged": judged,
+        "mt_bench_unparsed": unparsed,
+    }
+
+
 def run_mt_bench(
     model: nn.Module,
     tokenizer: PreTrainedTokenizerBase,
@@ -218,21 +246,8 @@ def run_mt_bench(
     if judgements is not None:
         judgements.extend(texts)
     ratings = [parse_rating(text) for text in texts]
-    by_turn = (ratings[: len(shard)], ratings[len(shard) :])
-    sums = []
-    for turn in by_turn:
-        rated = [r for r in turn if r is not None]
-        sums += [sum(rated), len(rated)]
-    unparsed = sum(r is None for r in ratings)
-    device = next(model.parameters()).device
-    sum1, n1, sum2, n2, unparsed, judged = all_reduce_sums([*sums, float(unparsed), float(len(ratings))], device)
-    metrics = {
-        "mt_bench_turn1": _mean(sum1, n1),
-        "mt_bench_turn2": _mean(sum2, n2),
-        "mt_bench_score": _mean(sum1 + sum2, n1 + n2),
-        "mt_bench_judged": judged,
-        "mt_bench_unparsed": unparsed,
-    }
+    metrics = _rating_metrics(ratings, len(shard), next(model.parameters()).device)
     if report:
+        judged, unparsed = metrics["mt_bench_judged"], metrics["mt_bench_unparsed"]
         report(f"score {metrics['mt_bench_score']:.2f} ({int(judged - unparsed)}/{int(judged)} judgements rated)")
     return metrics
