@@ -175,12 +175,13 @@ RAY_FIXTURES = {"ray_cluster", "reference_runs", "restarted_reference", "digits_
 def pytest_collection_modifyitems(config, items):
     """The tests that use the session's Ray run one after another on one pytest-xdist worker
     (``--dist loadgroup``): one Ray is started, and the runs trained once per session are trained
-    once. The rest spread over both workers around them, those marked ``starts_first`` first: the
-    other worker starts one at once beside the Ray group, and the suite does not end on it alone."""
+    once. A test marked ``after_the_ray_group`` runs last on that worker (it and the Ray group, each a
+    cluster of processes, slow each other down more than they overlap); the rest spread over both
+    workers around them."""
     for item in items:
-        if RAY_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if RAY_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("after_the_ray_group"):
             item.add_marker(pytest.mark.xdist_group("ray"))
-    items.sort(key=lambda item: item.get_closest_marker("starts_first") is None)  # stable: the rest keep their order
+    items.sort(key=lambda item: item.get_closest_marker("after_the_ray_group") is not None)  # stable otherwise
 
 
 def pytest_terminal_summary(terminalreporter):

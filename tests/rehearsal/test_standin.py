@@ -70,6 +70,21 @@ def test_a_longer_control_keeps_its_ratio_to_the_base_and_only_the_whole_first_t
     assert [cfg.train.epochs for cfg in beside] == [standin.SETTING_EPOCHS, 2 * standin.SETTING_EPOCHS]
     assert {cfg.ray.num_workers for cfg in beside} == {0} and not any(cfg.downstream for cfg in beside)
     assert {cfg.ray.cpus_per_worker for cfg in beside} == {standin.WORKERS}  # the CPUs its two workers would have
+    assert {cfg.task.train_limit for cfg in beside} == {standin.SETTING_SAMPLES}
+
+
+def test_a_files_cycles_fit_the_stand_ins_epochs_with_a_pick_a_redraw_and_an_epoch_on_all_data():
+    """multimae_gpu.yaml's 10 cycles of 5 -> 50 subset epochs after a warm-up epoch, in 4 epochs: the
+    warm-up, one cycle of 2 subset epochs (Soft re-draws at the second) and 1 on all data; a sweep's
+    2-epoch trials: the warm-up and one subset epoch."""
+    path = REPO / "experiments/multimae_gpu.yaml"
+    (whole,) = derive(str(path), [], use_gpu=False, shared=((SHARED,), None)).experiments()
+    assert [(p.selects, p.all_data) for p in whole.plan] == [(False, True), (True, False), (True, False), (False, True)]
+    base = frozenset({path.resolve()})
+    ablation = REPO / "experiments/sweeps/ablation_multimae_gpu.yaml"
+    for cfg in derive(str(ablation), [], use_gpu=False, shared=((SHARED,), None), rehearsed=base).experiments():
+        if cfg.train.epochs == standin.SETTING_EPOCHS and cfg.selection.method == "attent":
+            assert [(p.selects, p.all_data) for p in cfg.plan] == [(False, True), (True, False)]
 
 
 def test_an_unreachable_model_and_missing_data_are_named_one_line_each_before_anything_runs(

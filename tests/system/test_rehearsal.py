@@ -29,9 +29,9 @@ from tests.helpers.auth_server import as_user, auth_server, files_holding, self_
 from tests.helpers.paths import BIN, REPO
 from tests.helpers.processes import free_port, stop_ray_processes
 
-# One test, one xdist unit, started first on the worker the session-Ray group leaves (starts_first): a third of
-# the system tier's time, it would otherwise start late and end the suite alone on one core's worth of tests
-pytestmark = [pytest.mark.timeout(3600), pytest.mark.starts_first]
+# A third of the system tier's time: after the session-Ray group on its worker (after_the_ray_group), while the other
+# worker runs the lighter tests. Started beside the Ray group instead, the two took 2,000 s and more together.
+pytestmark = [pytest.mark.timeout(3600), pytest.mark.after_the_ray_group]
 PAPER_SCALE = sorted(REPO.glob("experiments/*_gpu.yaml")) + sorted(REPO.glob("experiments/sweeps/*_gpu.yaml"))
 EXPERIMENTS = {path.name for path in PAPER_SCALE if path.parent.name != "sweeps"}  # each sweep's base is one
 CLEAN = ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME",

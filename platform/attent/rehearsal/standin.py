@@ -22,6 +22,7 @@ WORKERS = 2  # data-parallel ranks: the all-reduces and the agreed counts of a m
 BATCH = 4  # samples per worker and micro-step
 FAULT_AFTER_EPOCH = 1  # a worker dies once after this epoch's checkpoint: the run resumes from it
 SETTING_EPOCHS = 2  # a sweep's other trials: a scoring pass, a selection, a re-selection, an evaluation
+SETTING_SAMPLES = STAND_IN.train_samples // 2  # and on half the samples: the same stages, half the steps
 
 
 def standin_experiment(cfg: ExperimentConfig, *, use_gpu: bool, epochs: int = EPOCHS) -> ExperimentConfig:
@@ -59,6 +60,8 @@ def standin_experiment(cfg: ExperimentConfig, *, use_gpu: bool, epochs: int = EP
     }
     if cfg.mlflow.registered_model:
         changes["mlflow"]["registered_model"] = cfg.mlflow.registered_model + SUFFIX
+    if cfg.selection.interval.kind == "cycles":
+        changes["selection"] = {"interval": _cycles_fields(cfg.selection, epochs)}
     data = deep_merge(cfg.model_dump(mode="json"), changes)
     data["downstream"] = changes["downstream"]  # a list: replaced, not merged
     return build_experiment(data, f"the stand-in of {cfg.name}")
@@ -74,6 +77,19 @@ def _train_fields(train: dict[str, Any], batch: int, width: int, epochs: int) ->
     if train.get("loader_workers"):
         fields["loader_workers"] = 1  # a loader process: its start and its hand-over, at the least cost
     return fields
+
+
+def _cycles_fields(selection, epochs: int) -> dict[str, Any]:
+    """The cycles reading in ``epochs``: the warm-up kept, then as many cycles (at most the file's) as leave
+    each at least two epochs, each opening with its subset epochs (at most the cycle's but one) and ending on
+    all data; one cycle of one subset epoch where a single epoch is left. 4 epochs of 10 cycles of 5 -> 10
+    subset epochs: the warm-up, then one cycle of 2 subset epochs (a pick, a re-draw or a kept pick) and one
+    epoch on all data."""
+    interval = selection.interval
+    after_warmup = max(1, epochs - selection.warmup_epochs)
+    cycles = min(interval.cycles, max(1, after_warmup // 2))
+    longest = max(1, after_warmup // cycles - 1)
+    return {"cycles": cycles, "start": min(interval.start, longest), "end": min(interval.end, longest)}
 
 
 def _standin_job(cfg: ExperimentConfig, job) -> dict[str, Any]:
@@ -103,7 +119,8 @@ def standin_sweep(sweep: Sweep, *, use_gpu: bool, whole_first: bool = True) -> S
         sets (its methods, strategies, schedule kinds, models, data sets, longer controls). The
         first trial (``whole_first``) has the workers, their failure and the downstream jobs; the
         others train and evaluate in Ray Train's local mode (the trial's own process) for
-        ``SETTING_EPOCHS``, as what more workers and epochs would add is the same stages again.
+        ``SETTING_EPOCHS`` on ``SETTING_SAMPLES``, as what more workers, epochs and samples would
+        add is the same stages again.
     """
     spec = sweep.spec.model_copy(update={"name": sweep.spec.name + SUFFIX, "seeds": sweep.spec.seeds[:1]})
     base = standin_experiment(sweep.base, use_gpu=use_gpu)
@@ -118,7 +135,8 @@ def standin_sweep(sweep: Sweep, *, use_gpu: bool, whole_first: bool = True) -> S
         if not whole:
             # Ray Train's local mode, its settings only, on the CPUs its workers would have had (torch's threads)
             ray = stand_in.ray.model_copy(update={"num_workers": 0, "cpus_per_worker": WORKERS})
-            update |= {"fault": FaultConfig(), "downstream": [], "ray": ray}
+            task = stand_in.task.model_copy(update={"train_limit": SETTING_SAMPLES})
+            update |= {"fault": FaultConfig(), "downstream": [], "ray": ray, "task": task}
         trials.append((trial_id, stand_in.model_copy(update=update)))
     settings = {trial_id: sweep.settings[trial_id] for trial_id, _ in trials}
     return Sweep(spec=spec, base=base.model_copy(update={"mlflow": mlflow}), trials=trials, settings=settings)
