@@ -136,3 +136,23 @@ def test_the_label_shows_the_ratio_a_short_run_reaches():
     assert build_plan(vit, 1000).label == "Soft · incremental(0.2→0.8) · incremental(1→4)"
     assert build_plan(SelectionConfig(preset="llm"), 3).label == "Hard · fixed(0.7) · fixed(1)"
     assert build_plan(SelectionConfig(preset="llm"), 3).ratio_reached() == 1.0  # warm-up epoch on all data
+
+
+def test_loader_processes_start_from_a_fork_server_and_train_and_score_as_in_process():
+    """A Ray worker runs threads beside the training, so its loader processes start from a fork server
+    (``LOADER_START``), not by forking it; the batches they hand over train and score as the
+    training process's own do."""
+    from attent.engine.recipe import LOADER_START
+
+    def epoch_losses(workers: int):
+        cfg = digits(limit=64, loader_workers=workers)
+        cfg = cfg.model_copy(update={"selection": SelectionConfig(preset="vit")})
+        recipe = recipe_for(cfg)
+        recipe.run_epoch(0)
+        return recipe, recipe.selector.teacher.scores.clone()
+
+    with_processes, scores = epoch_losses(1)
+    assert with_processes.loader.multiprocessing_context.get_start_method() == LOADER_START == "forkserver"
+    assert with_processes.selector._scoring_loader._loader.multiprocessing_context.get_start_method() == LOADER_START
+    in_process, in_process_scores = epoch_losses(0)
+    assert torch.equal(scores, in_process_scores)  # the same samples scored the same, whoever loaded them

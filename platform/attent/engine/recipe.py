@@ -19,6 +19,7 @@ import dataclasses
 import itertools
 import logging
 import math
+import multiprocessing
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -126,10 +127,16 @@ class TrainingRecipe:
         if cfg.train.compile:  # the training forward; the scoring pass and evaluation stay eager
             self.model = torch.compile(self.model)
         workers = loader_workers(cfg, ctx)
+        if workers:  # the fork server imports these once, and each loader process forks from it with them
+            multiprocessing.set_forkserver_preload(["torch", type(self.train_set).__module__])
         self.selector = self._build_selector(workers)
         # pinned batches copy to the GPU asynchronously; persistent workers start once, not per epoch
         self.loader = self.selector.loader(
-            cfg.train.batch_size, num_workers=workers, pin_memory=on_gpu, persistent_workers=workers > 0
+            cfg.train.batch_size,
+            num_workers=workers,
+            pin_memory=on_gpu,
+            persistent_workers=workers > 0,
+            multiprocessing_context=LOADER_START if workers else None,
         )
         self.antk = antk.tracker_for(
             cfg, self.task, self.raw_model, ctx.rank, ctx.device
@@ -150,6 +157,7 @@ class TrainingRecipe:
             score_dataset=self.task.scoring_dataset(),
             score_batch_size=cfg.train.scoring_batch_size,  # None: sized from the training batch
             score_num_workers=workers,
+            score_multiprocessing_context=LOADER_START if workers else None,
             groups=self.task.group_labels(),
             components=self.task.loss_components,
             rank=ctx.rank,
@@ -325,6 +333,12 @@ def format_row(row: dict[str, float], epochs: int) -> str:
         f"(train {row[contract.time_metric('train')]:.1f}s, scoring {row[contract.time_metric('scoring')]:.1f}s), "
         f"eval {row[contract.time_metric('eval')]:.1f}s"
     )
+
+
+# How loader processes start. A Ray worker runs Ray's threads beside the training: a process forked from it can
+# start with a lock one of them held, and wait for it for ever (seen in a rehearsal: a loader process asleep on a
+# futex since its fork, its rank's peer waiting in DDP's broadcast). A fork server forks from a process of one thread.
+LOADER_START = "forkserver"
 
 
 def loader_workers(cfg: ExperimentConfig, ctx: WorkerContext) -> int:

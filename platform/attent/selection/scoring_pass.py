@@ -24,8 +24,11 @@ class PassSampler(Sampler[int]):
 
 
 class ScoringLoader:
-    def __init__(self, dataset: Dataset, collate_fn: Callable | None, num_workers: int):
+    def __init__(
+        self, dataset: Dataset, collate_fn: Callable | None, num_workers: int, multiprocessing_context: str | None
+    ):
         self.dataset, self.collate_fn, self.num_workers = dataset, collate_fn, num_workers
+        self.multiprocessing_context = multiprocessing_context
         self.sampler = PassSampler()
         self._loader: DataLoader | None = None
 
@@ -40,6 +43,7 @@ class ScoringLoader:
                 num_workers=self.num_workers,
                 persistent_workers=self.num_workers > 0,
                 pin_memory=pin_memory,
+                multiprocessing_context=self.multiprocessing_context if self.num_workers else None,
             )
         self.sampler.indices = shard.tolist()
         return zip(shard.split(batch_size), self._loader)

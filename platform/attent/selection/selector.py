@@ -80,6 +80,7 @@ class Selector:
         score_dataset: Dataset | None = None,  # the scoring pass's items (e.g. without augmentation)
         score_batch_size: int | None = None,  # samples per scoring-pass batch; None: from the training batch
         score_num_workers: int = 0,  # the scoring pass's DataLoader processes
+        score_multiprocessing_context: str | None = None,  # how they start (DataLoader's); None: its default
         groups: torch.Tensor | None = None,  # class per sample: stratify, class_weight
         components: Sequence[str] = (),  # loss component names, where losses are [B, C]
         rank: int | None = None,
@@ -97,7 +98,9 @@ class Selector:
         self.components = tuple(components)
         self.train_batch_size: int | None = None  # loader()'s, which sizes the scoring batch
         self.score_dataset = dataset if score_dataset is None else score_dataset
-        self._scoring_loader = ScoringLoader(self.score_dataset, collate_fn, score_num_workers)
+        self._scoring_loader = ScoringLoader(
+            self.score_dataset, collate_fn, score_num_workers, score_multiprocessing_context
+        )
         if len(self.score_dataset) != len(dataset):
             raise ValueError(
                 f"score_dataset has {len(self.score_dataset)} items, the training set {len(dataset)}: "
