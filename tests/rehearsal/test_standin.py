@@ -71,6 +71,7 @@ def test_a_longer_control_keeps_its_ratio_to_the_base_and_only_the_whole_first_t
     assert {cfg.ray.num_workers for cfg in beside} == {0} and not any(cfg.downstream for cfg in beside)
     assert {cfg.ray.cpus_per_worker for cfg in beside} == {standin.WORKERS}  # the CPUs its two workers would have
     assert {cfg.task.train_limit for cfg in beside} == {standin.SETTING_SAMPLES}
+    assert {cfg.train.loader_workers for cfg in beside} == {0} and alone[0].train.loader_workers == 1
 
 
 def test_a_files_cycles_fit_the_stand_ins_epochs_with_a_pick_a_redraw_and_an_epoch_on_all_data():

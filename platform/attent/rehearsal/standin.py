@@ -119,8 +119,8 @@ def standin_sweep(sweep: Sweep, *, use_gpu: bool, whole_first: bool = True) -> S
         sets (its methods, strategies, schedule kinds, models, data sets, longer controls). The
         first trial (``whole_first``) has the workers, their failure and the downstream jobs; the
         others train and evaluate in Ray Train's local mode (the trial's own process) for
-        ``SETTING_EPOCHS`` on ``SETTING_SAMPLES``, as what more workers, epochs and samples would
-        add is the same stages again.
+        ``SETTING_EPOCHS`` on ``SETTING_SAMPLES`` with no loader process, as what more workers,
+        epochs, samples and loader processes would add is the same stages again.
     """
     spec = sweep.spec.model_copy(update={"name": sweep.spec.name + SUFFIX, "seeds": sweep.spec.seeds[:1]})
     base = standin_experiment(sweep.base, use_gpu=use_gpu)
@@ -136,7 +136,8 @@ def standin_sweep(sweep: Sweep, *, use_gpu: bool, whole_first: bool = True) -> S
             # Ray Train's local mode, its settings only, on the CPUs its workers would have had (torch's threads)
             ray = stand_in.ray.model_copy(update={"num_workers": 0, "cpus_per_worker": WORKERS})
             task = stand_in.task.model_copy(update={"train_limit": SETTING_SAMPLES})
-            update |= {"fault": FaultConfig(), "downstream": [], "ray": ray, "task": task}
+            train = stand_in.train.model_copy(update={"loader_workers": 0})  # the whole trial's start them
+            update |= {"fault": FaultConfig(), "downstream": [], "ray": ray, "task": task, "train": train}
         trials.append((trial_id, stand_in.model_copy(update=update)))
     settings = {trial_id: sweep.settings[trial_id] for trial_id, _ in trials}
     return Sweep(spec=spec, base=base.model_copy(update={"mlflow": mlflow}), trials=trials, settings=settings)
