@@ -125,6 +125,9 @@ def test_ui_prints_its_links_once_it_answers_runs_no_job_runner_and_stops_on_ctr
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        # Ctrl-C's SIGINT as a terminal's foreground process gets it: a suite started in the background from a
+        # script (`make test-all &`) ignores SIGINT, and every process it starts inherits that
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         line = line_with(proc, "MLflow dashboard:")
