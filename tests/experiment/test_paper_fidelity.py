@@ -82,10 +82,8 @@ def test_each_fine_tuning_job_is_the_papers_table_6(job):
 
 # --- Table 8: the comparison -----------------------------------------------------------------
 def test_the_comparison_has_the_papers_three_baselines_at_its_70_percent_budget():
-    sweep = load_sweep(EXPERIMENTS / "sweeps" / "comparison_multimae_gpu.yaml")
-    seed0 = [cfg for trial, cfg in sweep.trials if trial.endswith("-s0")]
     by_method = {}
-    for cfg in seed0:
+    for cfg in seed0(COMPARISON):
         by_method.setdefault(cfg.selection.method, []).append(cfg)
     assert {"attent", "class_weight", "group_weight", "gradnorm"} <= set(by_method)
     attent_cycles = load_experiment(MULTIMAE).selection.interval.model_dump(exclude={"redraw"})

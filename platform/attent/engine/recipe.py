@@ -127,24 +127,25 @@ class TrainingRecipe:
         if cfg.train.compile:  # the training forward; the scoring pass and evaluation stay eager
             self.model = torch.compile(self.model)
         workers = loader_workers(cfg, ctx)
+        start = LOADER_START if workers else None  # DataLoader takes no start method without processes
         if workers:  # the fork server imports these once, and each loader process forks from it with them
             multiprocessing.set_forkserver_preload(["torch", type(self.train_set).__module__])
-        self.selector = self._build_selector(workers)
+        self.selector = self._build_selector(workers, start)
         # pinned batches copy to the GPU asynchronously; persistent workers start once, not per epoch
         self.loader = self.selector.loader(
             cfg.train.batch_size,
             num_workers=workers,
             pin_memory=on_gpu,
             persistent_workers=workers > 0,
-            multiprocessing_context=LOADER_START if workers else None,
+            multiprocessing_context=start,
         )
         self.antk = antk.tracker_for(
             cfg, self.task, self.raw_model, ctx.rank, ctx.device
         )  # None unless antk.enabled, rank 0
 
-    def _build_selector(self, workers: int) -> Selector:
+    def _build_selector(self, workers: int, start: str | None) -> Selector:
         """The run's selector over the training set, scoring with the raw (uncompiled) model and
-        ``workers`` loader processes, on this rank's share."""
+        ``workers`` loader processes started by ``start``, on this rank's share."""
         cfg, ctx = self.cfg, self.ctx
         return Selector(
             self.train_set,
@@ -157,7 +158,7 @@ class TrainingRecipe:
             score_dataset=self.task.scoring_dataset(),
             score_batch_size=cfg.train.scoring_batch_size,  # None: sized from the training batch
             score_num_workers=workers,
-            score_multiprocessing_context=LOADER_START if workers else None,
+            score_multiprocessing_context=start,
             groups=self.task.group_labels(),
             components=self.task.loss_components,
             rank=ctx.rank,
