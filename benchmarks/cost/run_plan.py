@@ -4,7 +4,8 @@ for, and what the paper's reported times imply about the utilisation its runs re
     python benchmarks/cost/run_plan.py [--mfu MFU] [--before FOLDER] [--out FOLDER]
 
 Each table's sweep file (and the first milestone) is priced as shipped on an A100 80GB and an
-H100, and Table 1 again in the paper's precision on its four GPUs (fp32, with and without TF32).
+H100, Table 1's controls apart and Table 1 on its whole data sets too, and Table 1 again in the
+paper's precision on its four GPUs (fp32, with and without TF32).
 Every figure is ``attent plan --json``'s: the work from the selection plan, the FLOPs counted on
 the meta device at the tokens a sample really has (a language model's batches padded to their
 longest), the hours at each workload's measured MFU on the A100 carried to the H100 by measured
@@ -38,6 +39,12 @@ TABLES = [  # (what, file, overrides)
     ("Table 7: fixed sample ratios", f"{SWEEPS}/ratio_multimae_gpu.yaml", []),
     ("Table 3: the schedule and strategy ablation (MAE)", f"{SWEEPS}/ablation_multimae_gpu.yaml", []),
     ("Table 1: three 7B models x three data sets", f"{SWEEPS}/table1_llm_gpu.yaml", []),
+    ("Table 1's 10-epoch controls, apart", f"{SWEEPS}/table1_llm_controls_gpu.yaml", []),
+    (
+        "Table 1 on the whole sets at 1,024 tokens",
+        f"{SWEEPS}/table1_llm_gpu.yaml",
+        ["task.train_limit=null", "task.max_length=1024"],
+    ),
 ]
 PAPER_PRECISION = [  # Table 1 as the paper's appendix states it: Float32 on 4 A100 80GB
     ("Table 1 in fp32 on 4 GPUs, TF32 off", ["task.dtype=float32", "train.precision=fp32", "ray.num_workers=4"]),
@@ -52,7 +59,7 @@ PAPER_TIMES = [  # (what, the plan, the run's label in it, reported minutes, GPU
     ("Table 1, LLaMA-2-7B, MetaMathQA, full data", "milestone", "method=full", 246, 4, "its 100k slice, max 512"),
     (
         "Table 1, LLaMA-2-7B, MetaMathQA, full data",
-        "table1",
+        "table1_whole",
         "model=Llama-2-7b-hf dataset=metamathqa method=full",
         246,
         4,
@@ -191,7 +198,7 @@ def paper_times(plans: dict) -> list[str]:
         "| the paper's run | counted as | reported | counted FLOPs | implied TFLOP/s per A100 | of bf16 peak | of TF32 | of fp32 |",
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
-    prefixes = {"milestone": "Milestone", "table1": "Table 1:", "table2": "Table 2:"}
+    prefixes = {"milestone": "Milestone", "table1_whole": "Table 1 on the whole sets", "table2": "Table 2:"}
     for what, source, label, minutes, gpus, counted in PAPER_TIMES:
         key = next(k for k in plans if k.startswith(prefixes[source]) and k.endswith("| a100-80gb"))
         run = next(r for r in plans[key]["runs"] if r.get("label") == label)

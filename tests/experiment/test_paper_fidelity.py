@@ -61,9 +61,26 @@ FINETUNING = {  # job: epochs, warm-up epochs, batch, lr, min lr, wd, layer deca
 }
 
 
+# the table's literal NYUv2 batches, epochs and warm-up (the file's comment gives this line)
+LITERAL_NYUV2 = [
+    "downstream.semseg.num_workers=null",
+    "downstream.semseg.train={epochs: 100, batch_size: 32, global_batch_size: 1024, warmup_ratio: 0.2}",
+    "downstream.depth.num_workers=null",
+    "downstream.depth.train={batch_size: 32, global_batch_size: 2048}",
+]
+NYUV2_SAMPLES = 795
+
+
+def steps(run) -> int:
+    """The optimiser steps a job takes on NYUv2's training images (the plan's count, the engine's accumulation)."""
+    per_step = run.train.batch_size * run.ray.max_workers
+    accumulation = max(1, -(-(optimizer(run).global_batch_size or per_step) // per_step))
+    return sum(run.plan.steps(run.plan.batches(NYUV2_SAMPLES, run.train.batch_size, run.ray.max_workers), accumulation))
+
+
 @pytest.mark.parametrize("job", FINETUNING)
-def test_each_fine_tuning_job_is_the_papers_table_6(job):
-    cfg = load_experiment(MULTIMAE)
+def test_each_fine_tuning_job_is_the_papers_table_6_one_line_away(job):
+    cfg = load_experiment(MULTIMAE, LITERAL_NYUV2)
     (spec,) = [j for j in cfg.downstream if j.name == job]
     run = cfg.downstream_experiment(spec, pretrained=None)
     train, task, opt = run.train, run.task, optimizer(run)
@@ -78,6 +95,33 @@ def test_each_fine_tuning_job_is_the_papers_table_6(job):
     )
     assert task.model.preset == "vit_base_patch16_224"  # the job's model fields land on the encoder's
     assert task.model.spec(("rgb",), task.img_size).grid == size // 16
+    if job != "classification":  # read literally, one optimiser step an epoch
+        assert steps(run) == epochs
+
+
+NYUV2_RECIPES = {  # MultiMAE's own: GPUs, batch a GPU, epochs, warm-up epochs, optimiser steps here (theirs drop_last)
+    "semseg": (4, 2, 200, 1, 20_000),  # cfgs/finetune/semseg/nyu/ft_nyu_200e_multimae-b_rgb.yaml: 19,800
+    "depth": (2, 64, 2000, 100, 14_000),  # cfgs/finetune/depth/ft_nyu_2000e_multimae-b.yaml: 12,000
+}
+
+
+@pytest.mark.parametrize("job", NYUV2_RECIPES)
+def test_the_nyuv2_jobs_take_their_steps_from_multimaes_recipes_and_the_rest_from_table_6(job):
+    cfg = load_experiment(MULTIMAE)
+    (spec,) = [j for j in cfg.downstream if j.name == job]
+    run = cfg.downstream_experiment(spec, pretrained=None)
+    workers, batch, epochs, warmup, planned = NYUV2_RECIPES[job]
+    assert (run.ray.num_workers, run.train.batch_size, run.train.epochs) == (workers, batch, epochs)
+    assert run.train.warmup_ratio * run.train.epochs == pytest.approx(warmup)
+    assert optimizer(run).global_batch_size is None and steps(run) == planned  # no accumulation
+    _, _, _, lr, min_lr, wd, decay, drop_path, size, augmentation = FINETUNING[job]
+    assert (optimizer(run).lr, optimizer(run).min_lr, optimizer(run).weight_decay) == (lr, min_lr, wd)
+    assert (run.task.layer_decay, run.task.model.drop_path_rate, run.task.img_size, run.task.augmentation) == (
+        decay,
+        drop_path,
+        size,
+        augmentation,
+    )
 
 
 # --- Table 8: the comparison -----------------------------------------------------------------
@@ -224,8 +268,34 @@ def test_the_papers_fp32_on_four_gpus_is_one_override_away():
     cfg = load_experiment(LLM, ["task.dtype=float32", "train.precision=fp32", "ray.num_workers=4"])
     assert (cfg.task.dtype, cfg.train.precision, cfg.ray.num_workers) == ("float32", "fp32", 4)
     assert optimizer(cfg).global_batch_size == 128  # 4 workers x 4 x 8 accumulation steps
-    pissa = load_experiment(LLM, ["task.train_limit=100000", "task.split_seed=0", "task.max_length=512"])
-    assert (pissa.task.train_limit, pissa.task.split_seed, pissa.task.max_length) == (100000, 0, 512)
+
+
+def test_table_1_trains_pissas_subsets_of_equal_volume_and_the_full_sets_one_key_away():
+    subset = load_experiment(LLM)  # PiSSA's metamath:100000 at its model_max_length
+    assert (subset.task.train_limit, subset.task.split_seed, subset.task.max_length) == (100000, 0, 512)
+    full = load_experiment(LLM, ["task.train_limit=null", "task.max_length=1024"])
+    assert (full.task.train_limit, full.task.max_length) == (None, 1024)
+    table1 = load_sweep(EXPERIMENTS / "sweeps" / "table1_llm_gpu.yaml")
+    assert {(cfg.task.train_limit, cfg.task.max_length) for _, cfg in table1.trials} == {(100000, 512)}
+    assert {cfg.train.epochs for _, cfg in table1.trials} == {5}  # the controls are priced apart
+    controls = load_sweep(EXPERIMENTS / "sweeps" / "table1_llm_controls_gpu.yaml")
+    assert {(cfg.selection.method, cfg.train.epochs) for _, cfg in controls.trials} == {("full", 10)}
+    assert {cfg.mlflow.experiment for _, cfg in controls.trials} == {table1.base.mlflow.experiment}  # one report
+    key = lambda cfg: (cfg.task.model, cfg.task.dataset)  # noqa: E731
+    assert {key(cfg) for _, cfg in controls.trials} == {key(cfg) for _, cfg in table1.trials}
+
+
+def test_table_1_scores_the_dialogue_arm_on_mt_bench_by_a_named_judge_after_training_every_turn():
+    table1 = load_sweep(EXPERIMENTS / "sweeps" / "table1_llm_gpu.yaml")
+    for _, cfg in table1.trials:
+        dialogue = cfg.task.dataset == "wizardlm_evol_instruct_196k"
+        assert ("mt_bench" in cfg.task.eval.suites) == dialogue, cfg.name
+        assert {"gsm8k", "math", "humaneval", "mbpp"} <= set(cfg.task.eval.suites)
+    assert {cfg.task.eval.mt_bench_judge for _, cfg in table1.trials} == {"Qwen/Qwen2.5-7B-Instruct"}
+    arms = {(cfg.task.model, cfg.selection.method) for _, cfg in table1.trials if "mt_bench" in cfg.task.eval.suites}
+    assert len(arms) == 6  # three models, with and without AtteNT
+    conversation = {"conversations": [{"from": f, "value": v} for f, v in zip(["human", "gpt"] * 2, "abcd")]}
+    assert SOURCES["wizardlm_evol_instruct_196k"].to_example(conversation).conversation() == list("abcd")
 
 
 def test_lora_alpha_is_lora_r_on_every_linear_layer():

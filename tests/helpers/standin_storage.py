@@ -2,8 +2,9 @@
 files read there, in their formats, at a few samples each: ImageNet-S50 and NYUv2 in MultiMAE's layout (the offline
 scenes; dataset.json naming COCO's 133 and NYUv2's 40 semseg classes; ImageNet-S50's decoded cache at 224 px, which
 multimae_gpu.yaml requires), an ImageNet-style image folder with its cache, the LLM task's named training sets and
-evaluation suites as the offline mirror's JSONL (rows of GSM8K and MBPP in each set's own schema), and a Hugging Face
-cache holding the Table 1 models' configs and a tokenizer under their hub names (HF_HOME, read with the hub offline).
+evaluation suites as the offline mirror's JSONL (rows of GSM8K and MBPP in each set's own schema, two-turn conversations
+and MT-Bench questions among them), and a Hugging Face cache holding the Table 1 models' and judge's configs and a
+tokenizer under their hub names (HF_HOME, read with the hub offline).
 What `attent rehearse --shared-folder` reads; the environment a job there gets is cluster_layout.OFFLINE_ENV's, remapped."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from attent.tasks.config import STAND_IN
 from tests.helpers.paths import BIN, REPO
 
 SHARED_DATASETS = REPO.parent / "shared" / "datasets"  # the tests' GSM8K and MBPP (read, never shipped)
-MODELS = ("meta-llama/Llama-2-7b-hf", "mistralai/Mistral-7B-v0.1", "google/gemma-7b")
+MODELS = ("meta-llama/Llama-2-7b-hf", "mistralai/Mistral-7B-v0.1", "google/gemma-7b", "Qwen/Qwen2.5-7B-Instruct")
 SAMPLES = 48  # training scenes, rows, images: at least the stand-in's train_limit (STAND_IN.train_samples)
 
 
@@ -92,8 +93,13 @@ def _llm_mirror(data: Path) -> None:
         {"query": r["text"], "answer": f"```python\n{r['code']}\n```", "resource": "mbpp", "lang": "python"}
         for r in mbpp[:SAMPLES]])  # fmt: skip
     _write(data / "wizardlm_evol_instruct_196k" / "train.jsonl", [
-        {"idx": str(i), "conversations": [{"from": "human", "value": r["question"]}, {"from": "gpt", "value": r["answer"]}]}
+        {"idx": str(i), "conversations": [{"from": "human", "value": r["question"]}, {"from": "gpt", "value": r["answer"]},
+                                          {"from": "human", "value": "And in one line?"},
+                                          {"from": "gpt", "value": r["answer"].split("####")[-1].strip()}]}
         for i, r in enumerate(gsm8k)])  # fmt: skip
+    _write(data / "mt_bench" / "question.jsonl", [  # FastChat's question.jsonl: two turns, a reference for math
+        {"question_id": 81 + i, "category": "math", "turns": [r["question"], "Now check your answer."],
+         "reference": [r["answer"], r["answer"]]} for i, r in enumerate(tests[:2])])  # fmt: skip
 
 
 def _hub_cache(hf_home: Path) -> None:

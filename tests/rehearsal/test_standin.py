@@ -38,9 +38,10 @@ def test_a_paper_scale_file_shrinks_with_its_stages_kept(path):
         for job in cfg.downstream:
             assert job.train.epochs == 1 and job.task["train_limit"] <= STAND_IN.train_samples
             assert job.task.get("head_hidden", 0) <= STAND_IN.channels  # a dense head's conv at the stand-in width
+            assert cfg.downstream_experiment(job, pretrained=None).ray.max_workers <= standin.WORKERS
     first = rehearsal.experiments()[0]
     assert first.fault.fail_once_after_epoch == standin.FAULT_AFTER_EPOCH  # a failure and the resume from it
-    original = load_sweep(path).trials[0][1] if rehearsal.sweep else load_experiment(path)
+    original = dict(load_sweep(path).trials)[rehearsal.sweep.trials[0][0]] if rehearsal.sweep else load_experiment(path)
     assert [job.name for job in first.downstream] == [job.name for job in original.downstream]
     assert type(first.task) is type(original.task) and first.selection.method == original.selection.method
 
@@ -119,3 +120,16 @@ def test_a_sweep_leaves_the_failure_and_downstream_jobs_to_its_base_rehearsed_be
         0
     ].ray.num_workers == 2
     assert [cfg.name for cfg in beside.experiments()] == [cfg.name for cfg in alone.experiments()]
+
+
+def test_on_cpus_a_runs_first_downstream_job_keeps_its_workers_and_the_others_train_in_local_mode():
+    from attent.rehearsal.run import _on_cpus
+
+    rehearsal = _on_cpus(
+        derive(str(REPO / "experiments/multimae_gpu.yaml"), [], use_gpu=True, shared=((SHARED,), None))
+    )
+    cfg = rehearsal.experiment
+    assert not cfg.ray.use_gpu and len(cfg.downstream) == 3
+    jobs = [cfg.downstream_experiment(job, pretrained=None) for job in cfg.downstream]
+    assert [job.ray.num_workers for job in jobs] == [cfg.ray.num_workers, 0, 0]  # the file's 8, 4 and 2, shrunk
+    assert load_experiment(REPO / "experiments/multimae_gpu.yaml").downstream[0].num_workers is None  # the run's

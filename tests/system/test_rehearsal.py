@@ -167,7 +167,8 @@ def test_every_paper_scale_file_is_rehearsed_through_ray_job_submit_on_two_nodes
             runs = admin.search_runs([admin.get_experiment_by_name(experiment).experiment_id])
             assert runs and {r.info.status for r in runs} == {"FINISHED"}, (file, experiment)
             workers = {r.data.params["ray.num_workers"] for r in runs if "ray.num_workers" in r.data.params}
-            assert workers == {"2"} if file in EXPERIMENTS else workers <= {"0", "2"}, (file, workers)
+            # two workers, or Ray Train's local mode: a sweep's setting trials, an experiment's later downstream jobs
+            assert workers <= {"0", "2"} and (file not in EXPERIMENTS or "2" in workers), (file, workers)
         (pretraining,) = [
             r for r in admin.search_runs([admin.get_experiment_by_name(cluster["experiments"]["multimae_gpu.yaml"]).experiment_id])
             if r.info.run_name == "multimae-vitb16-attent-rehearsal"

@@ -179,12 +179,12 @@ def test_wizardlm_70k_maps_instruction_output(tmp_path):
     assert [(e.prompt, e.response) for e in examples] == [(r["instruction"], r["output"]) for r in WIZARDLM_70K]
 
 
-def test_wizardlm_v2_conversations_keep_the_first_exchange(tmp_path):
+def test_wizardlm_v2_conversations_keep_every_exchange(tmp_path):
     repo = hub_repo(tmp_path / "WizardLM_evol_instruct_V2_196k", {"WizardLM_evol_instruct_V2_143k.json": WIZARDLM_V2})
     examples = named("wizardlm", repo)
-    assert [(e.prompt, e.response) for e in examples] == [
-        ("Name a prime above 10.", "11 is a prime above 10."),
-        ("Say hi.", "Hi!"),
+    assert [e.conversation() for e in examples] == [
+        ["Name a prime above 10.", "11 is a prime above 10."],
+        ["Say hi.", "Hi!", "Again.", "Hi again!"],
     ]
 
 

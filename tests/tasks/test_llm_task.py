@@ -247,3 +247,21 @@ def test_a_checkpoint_restores_a_model_whose_frozen_lm_head_is_tied_to_the_embed
     restored = make_task(tmp_path, train_file).build_model()
     checkpoints.load_trainable_state(restored, saved)
     assert all(torch.equal(restored.state_dict()[name], tensor) for name, tensor in saved.items())
+
+
+@pytest.mark.parametrize("style", ["chat", "alpaca"])
+def test_a_conversation_trains_every_reply_on_the_tokens_its_next_turn_is_asked_with(checkpoint, train_file, style):
+    from attent.tasks.llm.data import SFTDataset
+    from attent.tasks.llm.sources import Example
+
+    task = make_task(checkpoint, train_file, prompt_style=style)
+    example = Example("What is 2 + 3?", "5.", earlier=("Say hi.", "Hi!"))
+    (first_prompt, first_reply), (second_prompt, second_reply) = task.encode_example(example)
+    # MT-Bench's second turn is asked with exactly what training put before the second reply
+    assert first_prompt + first_reply + second_prompt == task.encode_prompt(["Say hi.", "Hi!", "What is 2 + 3?"])
+    assert (first_prompt, first_reply) == task.encode_example(Example("Say hi.", "Hi!"))[0]
+    item = SFTDataset([example], task.encode_example, max_length=512)[0]
+    labelled = [token for token in item["labels"] if token != -100]
+    assert labelled == first_reply + second_reply and len(item["input_ids"]) == len(item["labels"])
+    cut = SFTDataset([example], task.encode_example, max_length=len(first_prompt + first_reply) + 2)[0]
+    assert cut["input_ids"] == (first_prompt + first_reply + second_prompt)[: len(cut["input_ids"])]

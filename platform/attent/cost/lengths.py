@@ -54,7 +54,9 @@ STATED: dict[str, Stated] = {
     ),
     "codefeedback": Stated(500, 0.5, "about twice MBPP's: explained code rather than one function; not measured"),
     "wizardlm": Stated(450, 0.6, "open-ended instructions with long answers; not measured"),
-    "wizardlm_evol_instruct_196k": Stated(550, 0.6, "the first exchange of evolved conversations; not measured"),
+    "wizardlm_evol_instruct_196k": Stated(
+        700, 0.7, "evolved conversations, every exchange (most have one, the ShareGPT part several); not measured"
+    ),
 }
 _QUANTILES = 400  # of a stated law: enough for the expected longest of a few hundred
 

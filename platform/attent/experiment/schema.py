@@ -161,6 +161,8 @@ class DownstreamJob(BaseModel):
     name: str = Field(..., pattern=r"^[A-Za-z0-9_\-]+$")  # e.g. classification; names its run and metrics
     task: dict[str, Any] = {}  # the downstream task's fields on top of what the pretraining passes on
     train: TrainConfig  # the job's own epochs, lr, batch size, ...
+    # the job's Ray Train workers (None: the pretraining's; 0: Ray Train's local mode, in the driver's process)
+    num_workers: int | None = Field(None, ge=0)
 
 
 class ExperimentConfig(BaseModel):
@@ -249,7 +251,7 @@ class ExperimentConfig(BaseModel):
                 "train": job.train.model_dump(),
                 "selection": {"method": "full"},
                 # the registered name holds the pretraining's models, not its downstream jobs'
-                "ray": self.ray.model_dump(),
+                "ray": self.ray.model_dump() | ({} if job.num_workers is None else {"num_workers": job.num_workers}),
                 "mlflow": self.mlflow.model_dump(exclude={"registered_model"}),
             }
         )

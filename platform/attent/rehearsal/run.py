@@ -141,10 +141,13 @@ def rehearse(paths: list[str], overrides: list[str], *, shared_folder: str | Non
 
 
 def _on_cpus(rehearsal: Rehearsal) -> Rehearsal:
-    """``rehearsal`` with every worker on CPUs."""
+    """``rehearsal`` with every worker on CPUs, and a run's downstream jobs after its first in Ray Train's
+    local mode: the first runs the downstream path on the run's workers, the others their own tasks and
+    data without starting a worker group each (on a GPU cluster a job's process may have no GPU)."""
 
     def cpu(cfg: ExperimentConfig) -> ExperimentConfig:
-        return cfg.model_copy(update={"ray": cfg.ray.model_copy(update={"use_gpu": False})})
+        downstream = [job.model_copy(update={"num_workers": 0}) if i else job for i, job in enumerate(cfg.downstream)]
+        return cfg.model_copy(update={"ray": cfg.ray.model_copy(update={"use_gpu": False}), "downstream": downstream})
 
     if rehearsal.experiment:
         rehearsal.experiment = cpu(rehearsal.experiment)

@@ -23,6 +23,7 @@ BATCH = 4  # samples per worker and micro-step
 FAULT_AFTER_EPOCH = 1  # a worker dies once after this epoch's checkpoint: the run resumes from it
 SETTING_EPOCHS = 2  # a sweep's other trials: a scoring pass, a selection, a re-selection, an evaluation
 SETTING_SAMPLES = STAND_IN.train_samples // 2  # and on half the samples: the same stages, half the steps
+SIZE_UNKNOWN = {"expected_train_samples": None}  # the full data's size, which a stand-in does not have
 
 
 def standin_experiment(cfg: ExperimentConfig, *, use_gpu: bool, epochs: int = EPOCHS) -> ExperimentConfig:
@@ -44,7 +45,7 @@ def standin_experiment(cfg: ExperimentConfig, *, use_gpu: bool, epochs: int = EP
     batch = min(train.batch_size, BATCH)
     changes: dict[str, Any] = {
         "name": cfg.name + SUFFIX,
-        "task": cfg.task.rehearsal_fields(),
+        "task": cfg.task.rehearsal_fields() | SIZE_UNKNOWN,
         "train": _train_fields(train.model_dump(mode="json"), batch, width, epochs),
         "ray": {
             "num_workers": workers,
@@ -94,12 +95,14 @@ def _cycles_fields(selection, epochs: int) -> dict[str, Any]:
 
 def _standin_job(cfg: ExperimentConfig, job) -> dict[str, Any]:
     """A downstream job at the stand-in size: its own data, the stand-in encoder it inherits."""
-    task = cfg.downstream_experiment(job, pretrained=None).task
-    fields = {key: value for key, value in task.rehearsal_fields().items() if key != "model"}
-    width = max(1, WORKERS if cfg.ray.elastic else min(cfg.ray.max_workers, WORKERS))
+    run = cfg.downstream_experiment(job, pretrained=None)
+    fields = {key: value for key, value in run.task.rehearsal_fields().items() if key != "model"} | SIZE_UNKNOWN
+    workers = None if job.num_workers is None else min(job.num_workers, WORKERS)  # the job's own, where it has them
+    width = max(1, WORKERS if run.ray.elastic else min(run.ray.max_workers, WORKERS))
     train = _train_fields(job.train.model_dump(mode="json"), min(job.train.batch_size, BATCH), width, 1)
     return {
         "name": job.name,
+        "num_workers": workers,
         "task": {**job.task, **fields},
         "train": deep_merge(job.train.model_dump(mode="json"), train),
     }

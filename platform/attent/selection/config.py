@@ -45,13 +45,35 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     """``update`` over ``base``, section by section: a preset's ``ratio: {kind, start, end}``
-    keeps ``kind`` and ``start`` when the user sets only ``ratio.end``. Anything but a mapping
-    (a value, a list, a config object) replaces what it lands on."""
+    keeps ``kind`` and ``start`` when the user sets only ``ratio.end``. A mapping that lands on a
+    list of named mappings (``downstream: [{name: semseg, ...}]``) updates the items it names, so
+    ``downstream.semseg.train.epochs=50`` reaches one job. Anything else (a value, a list, a config
+    object) replaces what it lands on.
+
+    Raises:
+        ValueError: a mapping names an item the list does not have.
+
+    >>> deep_merge({"jobs": [{"name": "a", "n": 1}, {"name": "b", "n": 2}]}, {"jobs": {"b": {"n": 3}}})
+    {'jobs': [{'name': 'a', 'n': 1}, {'name': 'b', 'n': 3}]}
+    """
     merged = dict(base)
     for key, value in update.items():
         inner = merged.get(key)
-        merged[key] = deep_merge(inner, value) if isinstance(value, dict) and isinstance(inner, dict) else value
+        if isinstance(value, dict) and isinstance(inner, dict):
+            merged[key] = deep_merge(inner, value)
+        elif isinstance(value, dict) and _named_items(inner):
+            names = [item["name"] for item in inner]
+            if unknown := sorted(set(value) - set(names)):
+                raise ValueError(f"{key}: no item named {', '.join(map(repr, unknown))} (it has {', '.join(names)})")
+            merged[key] = [deep_merge(item, value.get(item["name"], {})) for item in inner]
+        else:
+            merged[key] = value
     return merged
+
+
+def _named_items(value: Any) -> bool:
+    """A non-empty list of mappings, each with a ``name``."""
+    return isinstance(value, list) and bool(value) and all(isinstance(item, dict) and "name" in item for item in value)
 
 
 class RatioConfig(BaseModel):

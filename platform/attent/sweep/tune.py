@@ -267,11 +267,11 @@ def _tuner(
     return tune.Tuner(
         trainable,
         param_space=param_space,
-        # reuse_actors: a trial's process trains the next trial too, so each pays its imports
-        # (torch, timm, MLflow) once, not once per trial; only where every trial asks the same
+        # reuse_actors: a trial's process trains the next trial that asks the same resources (Tune
+        # keeps its idle processes by request), so each pays its imports (torch, timm, MLflow) once
         tune_config=tune.TuneConfig(
             max_concurrent_trials=concurrency,
-            reuse_actors=len({tuple(sorted(r.items())) for r in resources.values()}) == 1,
+            reuse_actors=True,
             trial_dirname_creator=lambda t: t.config["trial"]["id"],
             trial_name_creator=lambda t: t.config["trial"]["id"],
         ),

@@ -117,10 +117,12 @@ def training_source(dataset: str, folder: Path | None) -> tuple[str, str]:
 
 
 def fingerprint(examples: list[Example]) -> str:
-    """A hash of the examples' text (prompt, response, group), in order."""
+    """A hash of the examples' text (prompt, response, group, earlier turns), in order."""
     digest = hashlib.sha256()
     for example in examples:
-        digest.update("\x1f".join(example).encode() + b"\x1e")
+        digest.update(
+            "\x1f".join((example.prompt, example.response, example.group, *example.earlier)).encode() + b"\x1e"
+        )
     return digest.hexdigest()
 
 
@@ -139,22 +141,29 @@ def build_labels(prompt_ids: list[int], response_ids: list[int]) -> tuple[list[i
     return prompt_ids + response_ids, [IGNORE_INDEX] * len(prompt_ids) + response_ids
 
 
-class SFTDataset(Dataset):
-    """Examples tokenised on access: item i -> {"index": i, "input_ids": [...], "labels": [...]}."""
+Exchanges = list[tuple[list[int], list[int]]]  # (prompt ids, reply ids) of each exchange, in order
 
-    def __init__(
-        self, examples: list[Example], encode: Callable[[Example], tuple[list[int], list[int]]], max_length: int
-    ):
+
+class SFTDataset(Dataset):
+    """Examples tokenised on access: item i -> {"index": i, "input_ids": [...], "labels": [...]}.
+    A conversation's first exchange is fitted to ``max_length`` (``truncate``); its later exchanges
+    follow as far as they fit, every reply labelled."""
+
+    def __init__(self, examples: list[Example], encode: Callable[[Example], Exchanges], max_length: int):
         self.examples = examples
-        self.encode = encode  # Example -> (prompt ids, response ids)
+        self.encode = encode  # Example -> its exchanges' (prompt ids, reply ids)
         self.max_length = max_length
 
     def __len__(self) -> int:
         return len(self.examples)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        prompt_ids, response_ids = truncate(*self.encode(self.examples[index]), self.max_length)
-        input_ids, labels = build_labels(prompt_ids, response_ids)
+        first, *later = self.encode(self.examples[index])
+        input_ids, labels = build_labels(*truncate(*first, self.max_length))
+        for prompt_ids, reply_ids in later:
+            ids, more = build_labels(prompt_ids, reply_ids)
+            room = self.max_length - len(input_ids)
+            input_ids, labels = input_ids + ids[:room], labels + more[:room]
         return {"index": index, "input_ids": input_ids, "labels": labels}
 
 

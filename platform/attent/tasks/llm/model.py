@@ -123,6 +123,11 @@ ARCHITECTURES: dict[str, dict] = {
         max_position_embeddings=8192, rms_norm_eps=1e-6, hidden_activation="gelu_pytorch_tanh",
         tie_word_embeddings=True,
     ),
+    "Qwen/Qwen2.5-7B-Instruct": dict(  # Table 1's MT-Bench judge
+        model_type="qwen2", hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+        num_attention_heads=28, num_key_value_heads=4, vocab_size=152064, max_position_embeddings=32768,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False,
+    ),
     SMOLLM2: dict(
         model_type="llama", hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
         num_attention_heads=9, num_key_value_heads=3, vocab_size=49152, max_position_embeddings=8192,

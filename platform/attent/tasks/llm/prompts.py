@@ -44,8 +44,10 @@ def render_prompt(tokenizer: PreTrainedTokenizerBase, style: PromptStyle, conver
         raise ValueError("a conversation to prompt with must end with a user turn")
     if style == "chat":
         return tokenizer.apply_chat_template(_messages(conversation), tokenize=False, add_generation_prompt=True)
+    # an earlier reply ends as training ends it, with the end-of-sequence token (FastChat's Alpaca template too)
+    end = tokenizer.eos_token or ""
     turns = [
-        f"### Instruction:\n{text}\n\n" if i % 2 == 0 else f"### Response:\n{text}\n\n"
+        f"### Instruction:\n{text}\n\n" if i % 2 == 0 else f"### Response:\n{text}{end}\n\n"
         for i, text in enumerate(conversation)
     ]
     return ALPACA_HEADER + "".join(turns) + "### Response:\n"
@@ -72,6 +74,46 @@ def encode_response(
             "the chat template does not render a reply as a suffix of its prompt; use prompt_style='alpaca'"
         )
     return tokenizer(full[len(prompt) :], add_special_tokens=False).input_ids
+
+
+def encode_exchanges(
+    tokenizer: PreTrainedTokenizerBase, style: PromptStyle, conversation: list[str]
+) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, reply ids) of each exchange of a conversation, in order: concatenated, they are
+    the conversation's tokens, and every reply is trained on. The first prompt is ``encode_prompt``'s;
+    a later one is the text its rendered prompt adds after the previous reply, so that a model asked
+    the next turn (MT-Bench's second) sees the tokens it was trained on.
+
+    Args:
+        tokenizer: the model's tokenizer.
+        style: ``chat`` or ``alpaca`` (``resolve_style``).
+        conversation: user and assistant turns alternating, from a user turn to an assistant one.
+
+    Returns:
+        One (prompt ids, reply ids) pair per user turn.
+
+    Raises:
+        ValueError: the conversation does not end with a reply, or the chat template renders a
+            later prompt that does not continue the earlier exchanges.
+    """
+    if len(conversation) % 2:
+        raise ValueError("a conversation to train on must end with an assistant turn")
+    exchanges, rendered = [], ""
+    for reply in range(1, len(conversation), 2):
+        asked = conversation[:reply]
+        prompt = render_prompt(tokenizer, style, asked)
+        if reply == 1:
+            prompt_ids = encode_prompt(tokenizer, style, asked)
+        elif prompt.startswith(rendered):
+            prompt_ids = tokenizer(prompt[len(rendered) :], add_special_tokens=False).input_ids
+        else:
+            raise ValueError("the chat template does not render a conversation turn by turn; use prompt_style='alpaca'")
+        exchanges.append((prompt_ids, encode_response(tokenizer, style, asked, conversation[reply])))
+        if style == "alpaca":
+            rendered = prompt + conversation[reply] + (tokenizer.eos_token or "")
+        else:
+            rendered = tokenizer.apply_chat_template(_messages(conversation[: reply + 1]), tokenize=False)
+    return exchanges
 
 
 # --- instructions shared by training sets and evaluation suites -----------------------------

@@ -28,6 +28,12 @@ class Example(NamedTuple):
     prompt: str  # the user instruction, before any prompt template
     response: str  # the reply trained on
     group: str = ""  # sub-population (MetaMathQA's augmentation type), "" when none
+    # the conversation before ``prompt``: user and assistant turns alternating, every reply trained on too
+    earlier: tuple[str, ...] = ()
+
+    def conversation(self) -> list[str]:
+        """Every turn, from the first user turn to ``response``."""
+        return [*self.earlier, self.prompt, self.response]
 
 
 # --- files ----------------------------------------------------------------------------------
@@ -102,13 +108,19 @@ _HUMAN, _ASSISTANT = ("human", "user"), ("gpt", "assistant")
 
 def _wizardlm_example(record: dict[str, Any]) -> Example:
     """Evol-Instruct 70k rows are ``{instruction, output}``; the V2 (143k/196k) rows are
-    ShareGPT-style ``{idx, conversations: [{from: human, value}, {from: gpt, value}, ...]}``,
-    of which the first exchange is kept."""
+    ShareGPT-style ``{idx, conversations: [{from: human, value}, {from: gpt, value}, ...]}``, of
+    which every exchange (a human turn and the reply after it) is kept and trained on: MT-Bench,
+    the set's evaluation, asks two turns."""
     if "conversations" not in record:
         return Example(record["instruction"], record["output"])
     turns = record["conversations"]
-    first = next(i for i, t in enumerate(turns) if t["from"] in _HUMAN)
-    return Example(turns[first]["value"], turns[first + 1]["value"])
+    exchanges = [
+        (asked["value"], reply["value"])
+        for asked, reply in zip(turns, turns[1:])
+        if asked["from"] in _HUMAN and reply["from"] in _ASSISTANT
+    ]
+    *earlier, (prompt, response) = exchanges
+    return Example(prompt, response, earlier=tuple(text for exchange in earlier for text in exchange))
 
 
 def _wizardlm_keep(record: dict[str, Any]) -> bool:
@@ -116,8 +128,7 @@ def _wizardlm_keep(record: dict[str, Any]) -> bool:
     if "conversations" not in record:
         return True
     turns = record["conversations"] or []
-    first = next((i for i, t in enumerate(turns) if t["from"] in _HUMAN), None)
-    return first is not None and first + 1 < len(turns) and turns[first + 1]["from"] in _ASSISTANT
+    return any(asked["from"] in _HUMAN and reply["from"] in _ASSISTANT for asked, reply in zip(turns, turns[1:]))
 
 
 SOURCES: dict[str, DataSource] = {

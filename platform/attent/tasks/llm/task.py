@@ -35,7 +35,7 @@ from attent.tasks.llm.model import (
     load_tokenizer,
     resolve_checkpoint,
 )
-from attent.tasks.llm.prompts import encode_prompt, encode_response, resolve_style
+from attent.tasks.llm.prompts import encode_exchanges, encode_prompt, resolve_style
 from attent.tasks.task import AdapterModel, Batch, OptimizerSpec, Probe, Task, data_seed
 
 
@@ -75,13 +75,10 @@ class LLMTask(Task):
         prompts go through this same function."""
         return encode_prompt(self.tokenizer, self.style, self._templated(conversation))
 
-    def encode_example(self, example: Example) -> tuple[list[int], list[int]]:
-        """(prompt ids, response ids) of one training example."""
-        conversation = self._templated([example.prompt])
-        return (
-            encode_prompt(self.tokenizer, self.style, conversation),
-            encode_response(self.tokenizer, self.style, conversation, example.response),
-        )
+    def encode_example(self, example: Example) -> list[tuple[list[int], list[int]]]:
+        """(prompt ids, reply ids) of each exchange of one training example (one, unless it is a
+        conversation: ``Example.earlier``)."""
+        return encode_exchanges(self.tokenizer, self.style, self._templated(example.conversation()))
 
     # --- data -------------------------------------------------------------------------------
     def train_dataset(self) -> Dataset:
@@ -155,10 +152,15 @@ class LLMTask(Task):
     @classmethod
     def prepare_rehearsal(cls, config: LLMTaskConfig, folder: Path) -> dict[str, Any]:
         """A randomly initialised causal LM of ``config.model``'s architecture at the stand-in size,
-        with the model's own tokenizer, saved under ``folder``: the run's ``task.model``."""
+        with the model's own tokenizer, saved under ``folder``: the run's ``task.model``; the same of
+        its MT-Bench judge where it scores MT-Bench."""
         from attent.tasks.llm.standin import standin_checkpoint
 
-        return {"model": str(standin_checkpoint(config.model, Path(folder)))}
+        fields: dict[str, Any] = {"model": str(standin_checkpoint(config.model, Path(folder)))}
+        if "mt_bench" in config.eval.suites and config.eval.mt_bench_judge:
+            judge = str(standin_checkpoint(config.eval.mt_bench_judge, Path(folder)))
+            fields["eval"] = config.eval.model_copy(update={"mt_bench_judge": judge})
+        return fields
 
     @classmethod
     def probe(cls, config: LLMTaskConfig) -> Probe:
