@@ -156,3 +156,18 @@ def test_loader_processes_start_from_a_fork_server_and_train_and_score_as_in_pro
     assert with_processes.selector._scoring_loader._loader.multiprocessing_context.get_start_method() == LOADER_START
     in_process, in_process_scores = epoch_losses(0)
     assert torch.equal(scores, in_process_scores)  # the same samples scored the same, whoever loaded them
+
+
+def test_a_tasks_scores_are_what_the_teacher_ranks_and_its_losses_what_training_steps_on():
+    def run(score_of=None):
+        cfg = digits(limit=64)
+        recipe = recipe_for(cfg.model_copy(update={"selection": SelectionConfig(preset="vit")}))
+        if score_of is not None:
+            recipe.task.score_of = score_of
+        return first_step_gradients(recipe), recipe.selector.teacher.scores.clone()
+
+    gradients, scores = run()
+    shifted_gradients, shifted_scores = run(lambda losses, batch: losses * 3.0)  # trained on, it would triple them
+    assert all(torch.equal(a, b) for a, b in zip(gradients, shifted_gradients, strict=True))
+    torch.testing.assert_close(shifted_scores, scores * 3.0, equal_nan=True)
+    assert not scores.isnan().all()

@@ -258,6 +258,8 @@ def test_the_llm_arm_picks_once_after_the_first_epoch_as_the_released_code_and_r
     ]
     assert once.selection.rescore is False and once.selection.strategy == "hard"  # epoch 1's training losses
     assert once.task.eval.max_new_tokens == 1024  # PiSSA's generation (utils/gen_vllm.py), the paper gives none
+    assert once.task.score == "response_mean"  # the released code's, over the padded row, one key away
+    assert load_experiment(LLM, ["task.score=padded_row_mean"]).task.score == "padded_row_mean"
     every_epoch = load_experiment(LLM, ["selection.interval.start=1"])
     assert [p.selects for p in every_epoch.plan] == [False] + [True] * (once.train.epochs - 1)
     milestone = load_sweep(EXPERIMENTS / "sweeps" / "milestone_llama2_metamath_gpu.yaml")

@@ -265,3 +265,24 @@ def test_a_conversation_trains_every_reply_on_the_tokens_its_next_turn_is_asked_
     assert labelled == first_reply + second_reply and len(item["input_ids"]) == len(item["labels"])
     cut = SFTDataset([example], task.encode_example, max_length=len(first_prompt + first_reply) + 2)[0]
     assert cut["input_ids"] == (first_prompt + first_reply + second_prompt)[: len(cut["input_ids"])]
+
+
+def test_the_released_codes_score_is_each_samples_token_losses_averaged_over_the_padded_row(checkpoint, train_file):
+    import torch.nn.functional as F
+
+    task = make_task(checkpoint, train_file, score="padded_row_mean")
+    model = task.build_model()
+    dataset = task.train_dataset()
+    batch = task.collate([dataset[i] for i in range(len(dataset))])
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        losses = task.per_sample_loss(model, batch)
+    # the released train.py's per-sample loss: reduction="none" over the shifted row, then its mean
+    rows = F.cross_entropy(logits[:, :-1].transpose(1, 2), batch["labels"][:, 1:], reduction="none").mean(dim=1)
+    torch.testing.assert_close(task.score_of(losses, batch), rows, rtol=1e-5, atol=1e-6)
+    shortest = min(range(len(dataset)), key=lambda i: len(dataset[i]["input_ids"]))
+    alone = task.collate([dataset[shortest]])
+    with torch.no_grad():
+        alone_score = task.score_of(task.per_sample_loss(model, alone), alone)
+    assert alone_score[0] > rows[shortest]  # beside longer samples its row is wider: its score depends on its batch
+    assert make_task(checkpoint, train_file).score_of(losses, batch) is losses  # ours: the training loss

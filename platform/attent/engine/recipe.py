@@ -219,8 +219,9 @@ class TrainingRecipe:
     def scoring_loss(self, model: torch.nn.Module, batch: Batch) -> torch.Tensor:
         """A scoring pass's per-sample losses (the selector's ``loss_fn``), in
         ``train.scoring_precision`` (default: the training precision); the epoch numbers the pass."""
+        batch = to_device(batch, self.ctx.device)
         with self.amp(self.cfg.train.scoring_precision):
-            return self.task.score(model, to_device(batch, self.ctx.device), self.selector.epoch)
+            return self.task.score_of(self.task.score(model, batch, self.selector.epoch), batch)
 
     def train_one_epoch(self, epoch: int) -> int:
         """One pass over this rank's shard of the epoch's subset: per-sample losses, which the
@@ -245,7 +246,9 @@ class TrainingRecipe:
                     batch = to_device(batch, ctx.device)
                     with self.amp():
                         losses = self.task.per_sample_loss(self.model, batch)  # [B], or [B, C] components
-                    losses = selector.update(losses)  # recorded as scores; components and loss weights applied
+                    scores = self.task.score_of(losses, batch)
+                    # recorded as scores; components and loss weights applied to what is trained on
+                    losses = selector.update(scores, train_losses=None if scores is losses else losses)
                     (losses.sum() / in_window).backward()
             progress = selector.plan.progress(epoch, step / steps)
             floor = self.optim.min_lr / self.optim.lr if self.optim.lr else 0.0  # lr 0: tests that freeze weights

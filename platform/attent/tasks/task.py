@@ -229,6 +229,12 @@ class Task(abc.ABC):
         on its batch and one round's scores compare like with like."""
         return self.per_sample_loss(model, batch)
 
+    def score_of(self, losses: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """The samples' scores from their per-sample losses (training's or a scoring pass's), which
+        training still back-propagates. Default: the losses are the scores; a task overrides it
+        to rank by another reduction of the same losses (the LLM task's ``score``)."""
+        return losses
+
     def kernel_output(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """FloatTensor[B]: the scalar f(x) per sample whose parameter gradient builds the
         engine's empirical kernel (``antk:``), K_ij = <df(x_i)/dθ, df(x_j)/dθ>. Called under

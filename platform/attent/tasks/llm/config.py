@@ -101,6 +101,10 @@ class LLMTaskConfig(TaskConfig):
     split_seed: int | None = None
     # tokens per training example (prompt + response), longer ones are truncated
     max_length: int = Field(default=512, ge=16)
+    # a sample's score for selection: the mean loss of its response tokens (its training loss), or
+    # the released AtteNT code's, that summed over the batch's padded width (so it depends on the
+    # batch's longest sample and the sample's own length)
+    score: Literal["response_mean", "padded_row_mean"] = "response_mean"
     # downstream evaluation
     eval: LLMEvalConfig = Field(default_factory=LLMEvalConfig)
 

@@ -13,6 +13,7 @@ from torch.utils.data import Dataset
 from attent.contract import DATASET_TRAIN, DATASET_VALIDATION, DatasetDescription
 from attent.tasks.llm.config import LLMTaskConfig
 from attent.tasks.llm.data import (
+    IGNORE_INDEX,
     SOURCES,
     Example,
     SFTDataset,
@@ -200,6 +201,15 @@ class LLMTask(Task):
         )
 
     # --- loss and evaluation ----------------------------------------------------------------
+    def score_of(self, losses: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """``response_mean``: the losses themselves. ``padded_row_mean``: the released AtteNT code's,
+        each sample's summed response-token loss over the batch's padded width (its row of
+        next-token losses, zeros off the response, averaged)."""
+        if self.config.score == "response_mean":
+            return losses
+        targets = batch["labels"][:, 1:]
+        return losses * (targets != IGNORE_INDEX).sum(dim=1) / targets.shape[1]
+
     def per_sample_loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         # = response_token_loss(model(...).logits, labels), without full-vocabulary logits
         return response_loss(model, batch, chunk_tokens=self.config.loss_chunk_tokens, fused=self.config.fused_loss)
