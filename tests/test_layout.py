@@ -308,6 +308,7 @@ TESTS = REPO / "tests"
 TOP_LEVEL_TESTS = {
     "test_attent_import.py",
     "test_docs.py",
+    "test_doctests.py",
     "test_layout.py",
     "test_light_install.py",
     "test_makefile.py",

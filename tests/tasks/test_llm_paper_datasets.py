@@ -15,9 +15,9 @@ def test_the_papers_dialogue_set_reads_evol_instruct_v2(tmp_path):
     assert source.hub_path == "WizardLMTeam/WizardLM_evol_instruct_V2_196k"
     repo = hub_repo(tmp_path / "WizardLM_evol_instruct_V2_196k", {"WizardLM_evol_instruct_V2_143k.json": WIZARDLM_V2})
     examples = named("wizardlm_evol_instruct_196k", repo)
-    assert [(e.prompt, e.response) for e in examples] == [
-        ("Name a prime above 10.", "11 is a prime above 10."),
-        ("Say hi.", "Hi!"),
+    assert [e.conversation() for e in examples] == [  # every exchange of a conversation
+        ["Name a prime above 10.", "11 is a prime above 10."],
+        ["Say hi.", "Hi!", "Again.", "Hi again!"],
     ]
 
 
