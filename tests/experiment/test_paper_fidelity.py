@@ -42,6 +42,20 @@ def test_multimae_pretraining_is_the_papers_table_5():
     assert task.model.encoder_shape()["patch_size"] == 16 and task.model.drop_path_rate == 0.0
 
 
+def test_the_pretrained_model_is_multimae_bs_and_ours_before_is_one_line_away():
+    from attent.cost.flops import count_flops
+    from attent.tasks.registry import task_class
+
+    def training_gflops(cfg) -> float:
+        return count_flops(task_class("multimae").probe(cfg.task)).train / 1e9
+
+    cfg = load_experiment(MULTIMAE)
+    assert (cfg.task.model.semseg_stride, cfg.task.model.decoder) == (4, "cross_attention")  # 56 x 56 semseg
+    multimae_b = training_gflops(cfg)
+    before = training_gflops(load_experiment(MULTIMAE, ["task.model.semseg_stride=1", "task.model.decoder=joint"]))
+    assert 58 < multimae_b < 68 and before > 1.3 * multimae_b  # MultiMAE-B's ~63 GFLOPs a training sample; 87 before
+
+
 def test_the_papers_pretraining_lr_follows_the_global_batch_on_its_four_gpus():
     """The paper's 4 GPUs: the global batch stays 2048 (accumulation), and so does the rate."""
     cfg = load_experiment(MULTIMAE, ["ray.num_workers=4"])

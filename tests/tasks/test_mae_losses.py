@@ -39,3 +39,38 @@ def test_semseg_loss_is_each_samples_mean_cross_entropy_over_its_hidden_labelled
     assert torch.allclose(got.double(), torch.tensor(expected, dtype=torch.float64), rtol=1e-5)  # float32 sums
     alone = semseg_loss(pred[1:2], labels[1:2], hidden[1:2], patch, classes)
     assert math.isclose(float(alone), float(got[1]), rel_tol=1e-6)
+
+
+def test_multimaes_semseg_enters_and_leaves_at_a_quarter_of_the_image_and_is_scored_there():
+    from attent.tasks.mae.config import MaskedModelConfig
+    from attent.tasks.mae.losses import reconstruction_losses
+    from attent.tasks.mae.masking import random_masks
+    from attent.tasks.mae.model import MaskedAutoencoder, semseg_at
+
+    shape = {"preset": "vit_tiny_cpu", "patch_size": 8, "decoder_dim": 32, "decoder_depth": 2, "decoder_heads": 4}
+    spec = MaskedModelConfig(**shape, semseg_stride=4, decoder="cross_attention").spec(("rgb", "semseg"), 32, 5)
+    model = MaskedAutoencoder(spec)
+    assert model.encoder.embeds["semseg"].patch_embed.img_size == (8, 8)  # 32 px / 4: MultiMAE's 56 at 224
+    assert model.decoders["semseg"].cross is not None and model.decoders["rgb"].cross is not None
+    labels = torch.randint(0, 5, (2, 32, 32), generator=torch.Generator().manual_seed(0))
+    batch = {"rgb": torch.randn(2, 3, 32, 32), "semseg": labels}
+    masks = random_masks(2, 2, spec.patches, 8, alpha=1.0)
+    predictions = model(batch, masks.visible, masks.hidden)
+    assert predictions["semseg"].shape == (2, spec.patches, (8 // 4) ** 2 * 5)  # 2 x 2 pixels a patch, 5 logits each
+    # logits that put every pixel of the quarter-size map on its label: no semseg loss left
+    small = semseg_at(labels, 4)
+    perfect = 50.0 * torch.nn.functional.one_hot(patchify_labels(small, 2), 5).flatten(2).float()
+    losses = reconstruction_losses(
+        {"rgb": predictions["rgb"], "semseg": perfect}, batch, masks.hidden, patch=8, semseg_classes=5,
+        norm_pix=True, semseg_stride=4,
+    )  # fmt: skip
+    assert losses[:, 1].max() < 1e-6 < losses[:, 0].min()
+    joint = MaskedModelConfig(**shape).spec(("rgb", "semseg"), 32, 5)
+    assert joint.semseg_stride == 1 and MaskedAutoencoder(joint).decoders["semseg"].cross is None  # today's
+
+
+def patchify_labels(labels: torch.Tensor, patch: int) -> torch.Tensor:
+    """[B, H, W] class ids -> [B, N, p*p], row-major patches (``model.patchify`` for ids)."""
+    from attent.tasks.mae.model import patchify
+
+    return patchify(labels[:, None].float(), patch).long()

@@ -46,10 +46,16 @@ class MaskedAutoencoderSpec:
     semseg_classes: int = 0
     class_embed_dim: int = 32
     drop_path_rate: float = 0.0
+    semseg_stride: int = 1  # semseg enters and leaves at img_size / semseg_stride px (MultiMAE: 4)
+    decoder: str = "joint"  # "joint": self-attention over [context; queries]; "cross_attention": MultiMAE's
 
     @property
     def grid(self) -> int:
         return self.img_size // self.patch_size
+
+    def pixel_patch(self, modality: str) -> int:
+        """Pixels a side of one patch of ``modality`` at the size it enters and leaves at."""
+        return self.patch_size // self.semseg_stride if modality == "semseg" else self.patch_size
 
     @property
     def patches(self) -> int:
@@ -79,6 +85,12 @@ class MaskedModelConfig(BaseModel):
     decoder_heads: int = Field(4, gt=0)  # attention heads per decoder block (MultiMAE: 8)
     class_embed_dim: int = Field(32, gt=0)  # semseg input: embedding per class id (MultiMAE: 64)
     drop_path_rate: float = Field(0.0, ge=0, lt=1)  # stochastic depth of the last encoder block
+    # semseg in and out at img_size / semseg_stride px, a patch of patch_size / semseg_stride pixels a side
+    # (MultiMAE: 4, 56 x 56 maps at 224 px); 1: at the image's size
+    semseg_stride: int = Field(1, ge=1)
+    # each decoder: joint, self-attention over [the encoded context; its queries]; cross_attention,
+    # MultiMAE's: its queries attend to the context once (then an MLP), then decoder_depth self-attention blocks
+    decoder: Literal["joint", "cross_attention"] = "joint"
 
     @model_validator(mode="after")
     def _fits(self) -> MaskedModelConfig:
@@ -87,6 +99,8 @@ class MaskedModelConfig(BaseModel):
         shape = self.encoder_shape()
         if shape["embed_dim"] % shape["num_heads"] or self.decoder_dim % self.decoder_heads:
             raise ValueError("num_heads must divide embed_dim and decoder_heads decoder_dim")
+        if shape["patch_size"] % self.semseg_stride:
+            raise ValueError(f"semseg_stride={self.semseg_stride} must divide patch_size={shape['patch_size']}")
         return self
 
     def encoder_shape(self) -> dict[str, Any]:
@@ -108,6 +122,8 @@ class MaskedModelConfig(BaseModel):
             semseg_classes=semseg_classes,
             class_embed_dim=self.class_embed_dim,
             drop_path_rate=self.drop_path_rate,
+            semseg_stride=self.semseg_stride,
+            decoder=self.decoder,
         )
 
 

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from attent.tasks.mae.files import IGNORE_INDEX
-from attent.tasks.mae.model import patchify
+from attent.tasks.mae.model import patchify, semseg_at
 
 DEPTH_EPS = 1e-6
 
@@ -67,8 +67,10 @@ def reconstruction_losses(
     patch: int,
     semseg_classes: int,
     norm_pix: bool,
+    semseg_stride: int = 1,
 ) -> torch.Tensor:
-    """[B, M]: each sample's loss per modality, in the order of ``predictions``."""
+    """[B, M]: each sample's loss per modality, in the order of ``predictions`` (semseg's at
+    ``semseg_stride`` times fewer pixels a side, as the model predicts it)."""
     patches = hidden.shape[1] // len(predictions)
     columns = []
     for i, (modality, pred) in enumerate(predictions.items()):
@@ -78,5 +80,6 @@ def reconstruction_losses(
         elif modality == "depth":
             columns.append(depth_loss(pred, batch["depth"], own, patch))
         else:
-            columns.append(semseg_loss(pred, batch["semseg"], own, patch, semseg_classes))
+            labels = semseg_at(batch["semseg"], semseg_stride)
+            columns.append(semseg_loss(pred, labels, own, patch // semseg_stride, semseg_classes))
     return torch.stack(columns, dim=1)

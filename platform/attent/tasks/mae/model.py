@@ -4,9 +4,12 @@
                         shared stack of timm Blocks; fixed 2D sin-cos positions + a learned
                         embedding per modality. Sees only the visible tokens when pretraining,
                         every RGB token downstream.
-    ModalityDecoder     light, one per modality (MultiMAE): the encoded context, projected, then
-                        that modality's N query tokens (mask tokens where hidden) through a few
-                        Blocks; a linear head predicts each patch's pixels (semseg: class logits).
+    ModalityDecoder     light, one per modality (MultiMAE): the encoded context, projected, and
+                        that modality's N query tokens (mask tokens where hidden), either through
+                        a few Blocks together (``joint``) or, as MultiMAE's, the queries attending
+                        to the context once, then a few Blocks of their own (``cross_attention``);
+                        a linear head predicts each patch's pixels (semseg: class logits, at
+                        ``semseg_stride`` times fewer pixels a side: MultiMAE's 56 x 56 maps).
     MaskedAutoencoder   encoder + decoders; returns each modality's per-patch predictions.
 
 MAE is the one-modality case (RGB) with a fixed mask ratio.
@@ -15,7 +18,7 @@ MAE is the one-modality case (RGB) with a fixed mask ratio.
 from __future__ import annotations
 
 import torch
-from timm.layers import PatchEmbed, trunc_normal_
+from timm.layers import Mlp, PatchEmbed, trunc_normal_
 from timm.layers.pos_embed_sincos import build_sincos2d_pos_embed
 from timm.models.vision_transformer import Block
 from torch import nn
@@ -30,18 +33,43 @@ def sincos_positions(grid: int, dim: int) -> torch.Tensor:
     return build_sincos2d_pos_embed([grid, grid], dim=dim).unsqueeze(0)  # [1, N, dim]
 
 
+def semseg_at(labels: torch.Tensor, stride: int) -> torch.Tensor:
+    """Class ids [B, H, W] at ``stride`` times fewer pixels a side (nearest: every stride-th pixel),
+    the size semseg enters the encoder and is predicted at."""
+    return labels if stride == 1 else labels[:, ::stride, ::stride]
+
+
 class SemSegEmbed(nn.Module):
-    """Class ids -> a learned embedding per pixel -> patches (MultiMAE's semseg input adapter)."""
+    """Class ids -> a learned embedding per pixel -> patches (MultiMAE's semseg input adapter, at
+    ``semseg_stride``)."""
 
     def __init__(self, spec: MaskedAutoencoderSpec):
         super().__init__()
-        self.classes = spec.semseg_classes
+        self.classes, self.stride = spec.semseg_classes, spec.semseg_stride
         self.class_embed = nn.Embedding(spec.semseg_classes + 1, spec.class_embed_dim)  # +1: ignore
-        self.patch_embed = PatchEmbed(spec.img_size, spec.patch_size, spec.class_embed_dim, spec.embed_dim)
+        size, patch = spec.img_size // self.stride, spec.pixel_patch(SEMSEG)
+        self.patch_embed = PatchEmbed(size, patch, spec.class_embed_dim, spec.embed_dim)
 
     def forward(self, labels: torch.Tensor) -> torch.Tensor:
+        labels = semseg_at(labels, self.stride)
         labels = torch.where(labels == IGNORE_INDEX, self.classes, labels)
         return self.patch_embed(self.class_embed(labels).permute(0, 3, 1, 2))
+
+
+class CrossAttention(nn.Module):
+    """Queries attending to a context once, then an MLP (MultiMAE's output adapter's first layer: no
+    residual around the attention, whose output replaces the queries)."""
+
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.query_norm, self.context_norm, self.out_norm = nn.LayerNorm(dim), nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.attention = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.mlp = Mlp(dim, 4 * dim)
+
+    def forward(self, queries: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+        context = self.context_norm(context)
+        x = self.attention(self.query_norm(queries), context, context, need_weights=False)[0]
+        return x + self.mlp(self.out_norm(x))
 
 
 class MultiModalEncoder(nn.Module):
@@ -92,18 +120,22 @@ class ModalityDecoder(nn.Module):
         dim = spec.decoder_dim
         self.register_buffer("query_pos", sincos_positions(spec.grid, dim), persistent=False)
         self.mask_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.cross = CrossAttention(dim, spec.decoder_heads) if spec.decoder == "cross_attention" else None
         self.blocks = nn.Sequential(
             *[Block(dim, spec.decoder_heads, 4.0, qkv_bias=True) for _ in range(spec.decoder_depth)]
         )
         self.norm = nn.LayerNorm(dim)
-        self.head = nn.Linear(dim, spec.patch_size**2 * spec.channels(modality))
+        self.head = nn.Linear(dim, spec.pixel_patch(modality) ** 2 * spec.channels(modality))
         trunc_normal_(self.mask_token, std=0.02)
 
     def forward(self, context: torch.Tensor, own: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         """context [B, n, d]: every visible token; own [B, N, d]: this modality's slots (its
         visible tokens in place, zeros elsewhere); hidden [B, N]. Returns [B, N, p*p*C]."""
         queries = torch.where(hidden[:, :, None], self.mask_token.to(own.dtype), own) + self.query_pos
-        x = self.blocks(torch.cat([context, queries], dim=1))[:, context.shape[1] :]
+        if self.cross is None:
+            x = self.blocks(torch.cat([context, queries], dim=1))[:, context.shape[1] :]
+        else:
+            x = self.blocks(self.cross(queries, context))
         return self.head(self.norm(x))
 
 

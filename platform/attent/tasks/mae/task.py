@@ -218,6 +218,7 @@ class MaskedPretrainingTask(Task):
             patch=self.spec.patch_size,
             semseg_classes=self.spec.semseg_classes,
             norm_pix=self.config.norm_pix_loss,
+            semseg_stride=self.spec.semseg_stride,
         )
         return losses if self.loss_components else losses[:, 0]
 
