@@ -97,9 +97,13 @@ def plan(file: str, overrides: list[str], gpu: str, mfu: float | None) -> dict:
 
 
 def earlier(folder: Path | None) -> dict | None:
-    """The plans of an earlier results folder (default: the newest one here), None if none."""
+    """The plans of an earlier results folder (default: the newest one here, by the date its machine.json
+    records: folders of one day sort by commit, not by time), None if none."""
     if folder is None:
-        found = sorted((harness.RESULTS / "run_plan").glob("*/results.json"))
+        found = sorted(
+            (harness.RESULTS / "run_plan").glob("*/results.json"),
+            key=lambda path: json.loads((path.parent / "machine.json").read_text())["date"],
+        )
         return json.loads(found[-1].read_text()) if found else None
     return json.loads((Path(folder) / "results.json").read_text())
 
