@@ -68,6 +68,8 @@ STUDIES = {
     "paper_tables": "the paper's tables on digits (`attent sweep experiments/sweeps/*_digits.yaml`, `attent report`; "
     "a folder per sweep; `subset_classes*/`: `benchmarks/run_analysis/subset_classes.py`)",
     "phase_costs": "a training step, a scoring pass, loading and a re-selection per sample, by integration and workload (`benchmarks/speed/phase_costs.py`)",
+    "multimae_model": "MultiMAE-B's model against ours before: GFLOPs a sample at the paper's size, pretext losses "
+    "of a few epochs on the offline scenes (`benchmarks/cost/multimae_model.py`)",
     "run_plan": "the paper's Tables 1, 2, 3, 7 and 8 and the first milestone priced by `attent plan` on A100 and H100 "
     "(`benchmarks/cost/run_plan.py`)",
     "preset_limits": "each selection plan's realized saving against its limit, side by side with full data "
