@@ -61,9 +61,8 @@ def test_multimaes_semseg_enters_and_leaves_at_a_quarter_of_the_image_and_is_sco
     small = semseg_at(labels, 4)
     perfect = 50.0 * torch.nn.functional.one_hot(patchify_labels(small, 2), 5).flatten(2).float()
     losses = reconstruction_losses(
-        {"rgb": predictions["rgb"], "semseg": perfect}, batch, masks.hidden, patch=8, semseg_classes=5,
-        norm_pix=True, semseg_stride=4,
-    )  # fmt: skip
+        {"rgb": predictions["rgb"], "semseg": perfect}, batch, masks.hidden, spec=spec, norm_pix=True
+    )
     assert losses[:, 1].max() < 1e-6 < losses[:, 0].min()
     joint = MaskedModelConfig(**shape).spec(("rgb", "semseg"), 32, 5)
     assert joint.semseg_stride == 1 and MaskedAutoencoder(joint).decoders["semseg"].cross is None  # today's

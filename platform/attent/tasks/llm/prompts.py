@@ -44,13 +44,24 @@ def render_prompt(tokenizer: PreTrainedTokenizerBase, style: PromptStyle, conver
         raise ValueError("a conversation to prompt with must end with a user turn")
     if style == "chat":
         return tokenizer.apply_chat_template(_messages(conversation), tokenize=False, add_generation_prompt=True)
-    # an earlier reply ends as training ends it, with the end-of-sequence token (FastChat's Alpaca template too)
-    end = tokenizer.eos_token or ""
     turns = [
-        f"### Instruction:\n{text}\n\n" if i % 2 == 0 else f"### Response:\n{text}{end}\n\n"
+        f"### Instruction:\n{text}\n\n" if i % 2 == 0 else f"### Response:\n{text}{_reply_end(tokenizer)}\n\n"
         for i, text in enumerate(conversation)
     ]
     return ALPACA_HEADER + "".join(turns) + "### Response:\n"
+
+
+def _reply_end(tokenizer: PreTrainedTokenizerBase) -> str:
+    """What ends an Alpaca-style reply's text: the end-of-sequence token, as training ends it
+    (FastChat's Alpaca template too)."""
+    return tokenizer.eos_token or ""
+
+
+def _rendered_reply(tokenizer: PreTrainedTokenizerBase, style: PromptStyle, conversation: list[str]) -> str:
+    """Text of a conversation that ends with an assistant turn, through its end-of-turn marker."""
+    if style == "alpaca":
+        return render_prompt(tokenizer, style, conversation[:-1]) + conversation[-1] + _reply_end(tokenizer)
+    return tokenizer.apply_chat_template(_messages(conversation), tokenize=False)
 
 
 def encode_prompt(tokenizer: PreTrainedTokenizerBase, style: PromptStyle, conversation: list[str]) -> list[int]:
@@ -68,7 +79,7 @@ def encode_response(
     if style == "alpaca":
         return tokenizer(response, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
     prompt = render_prompt(tokenizer, style, conversation)
-    full = tokenizer.apply_chat_template(_messages([*conversation, response]), tokenize=False)
+    full = _rendered_reply(tokenizer, style, [*conversation, response])
     if not full.startswith(prompt):
         raise ValueError(
             "the chat template does not render a reply as a suffix of its prompt; use prompt_style='alpaca'"
@@ -98,21 +109,19 @@ def encode_exchanges(
     """
     if len(conversation) % 2:
         raise ValueError("a conversation to train on must end with an assistant turn")
-    exchanges, rendered = [], ""
-    for reply in range(1, len(conversation), 2):
+    exchanges = [
+        (
+            encode_prompt(tokenizer, style, conversation[:1]),
+            encode_response(tokenizer, style, conversation[:1], conversation[1]),
+        )
+    ]
+    for reply in range(3, len(conversation), 2):  # a conversation's later exchanges, each after what came before
         asked = conversation[:reply]
-        prompt = render_prompt(tokenizer, style, asked)
-        if reply == 1:
-            prompt_ids = encode_prompt(tokenizer, style, asked)
-        elif prompt.startswith(rendered):
-            prompt_ids = tokenizer(prompt[len(rendered) :], add_special_tokens=False).input_ids
-        else:
+        prompt, before = render_prompt(tokenizer, style, asked), _rendered_reply(tokenizer, style, asked[:-1])
+        if not prompt.startswith(before):
             raise ValueError("the chat template does not render a conversation turn by turn; use prompt_style='alpaca'")
+        prompt_ids = tokenizer(prompt[len(before) :], add_special_tokens=False).input_ids
         exchanges.append((prompt_ids, encode_response(tokenizer, style, asked, conversation[reply])))
-        if style == "alpaca":
-            rendered = prompt + conversation[reply] + (tokenizer.eos_token or "")
-        else:
-            rendered = tokenizer.apply_chat_template(_messages(conversation[: reply + 1]), tokenize=False)
     return exchanges
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from attent.tasks.mae.config import MaskedAutoencoderSpec
 from attent.tasks.mae.files import IGNORE_INDEX
 from attent.tasks.mae.model import patchify, semseg_at
 
@@ -64,22 +65,21 @@ def reconstruction_losses(
     batch: dict[str, torch.Tensor],
     hidden: torch.Tensor,
     *,
-    patch: int,
-    semseg_classes: int,
+    spec: MaskedAutoencoderSpec,
     norm_pix: bool,
-    semseg_stride: int = 1,
 ) -> torch.Tensor:
-    """[B, M]: each sample's loss per modality, in the order of ``predictions`` (semseg's at
-    ``semseg_stride`` times fewer pixels a side, as the model predicts it)."""
+    """[B, M]: each sample's loss per modality, in the order of ``predictions``, at the size the
+    model ``spec`` predicts each at (semseg's at ``spec.semseg_stride`` times fewer pixels a side)."""
     patches = hidden.shape[1] // len(predictions)
     columns = []
     for i, (modality, pred) in enumerate(predictions.items()):
         own = hidden[:, i * patches : (i + 1) * patches].float()
+        patch = spec.pixel_patch(modality)
         if modality == "rgb":
             columns.append(rgb_loss(pred, batch["rgb"], own, patch, norm_pix))
         elif modality == "depth":
             columns.append(depth_loss(pred, batch["depth"], own, patch))
         else:
-            labels = semseg_at(batch["semseg"], semseg_stride)
-            columns.append(semseg_loss(pred, labels, own, patch // semseg_stride, semseg_classes))
+            labels = semseg_at(batch["semseg"], spec.semseg_stride)
+            columns.append(semseg_loss(pred, labels, own, patch, spec.semseg_classes))
     return torch.stack(columns, dim=1)

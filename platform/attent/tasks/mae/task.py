@@ -212,13 +212,7 @@ class MaskedPretrainingTask(Task):
     def _losses(self, model: nn.Module, batch: Batch, masks: masking.Masks) -> torch.Tensor:
         predictions = model(encoder_inputs(batch, self.modalities), masks.visible, masks.hidden)
         losses = reconstruction_losses(
-            predictions,
-            batch,
-            masks.hidden,
-            patch=self.spec.patch_size,
-            semseg_classes=self.spec.semseg_classes,
-            norm_pix=self.config.norm_pix_loss,
-            semseg_stride=self.spec.semseg_stride,
+            predictions, batch, masks.hidden, spec=self.spec, norm_pix=self.config.norm_pix_loss
         )
         return losses if self.loss_components else losses[:, 0]
 
