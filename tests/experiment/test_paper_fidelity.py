@@ -51,9 +51,18 @@ def test_the_pretrained_model_is_multimae_bs_and_ours_before_is_one_line_away():
 
     cfg = load_experiment(MULTIMAE)
     assert (cfg.task.model.semseg_stride, cfg.task.model.decoder) == (4, "cross_attention")  # 56 x 56 semseg
+    # its global token, and its extra decoder of normalised RGB beside the plain one (extra_norm_pix_loss)
+    assert (cfg.task.model.global_tokens, cfg.task.norm_pix_loss, cfg.task.extra_norm_pix_loss) == (1, False, True)
     multimae_b = training_gflops(cfg)
-    before = training_gflops(load_experiment(MULTIMAE, ["task.model.semseg_stride=1", "task.model.decoder=joint"]))
-    assert 58 < multimae_b < 68 and before > 1.3 * multimae_b  # MultiMAE-B's ~63 GFLOPs a training sample; 87 before
+    ours_before = [
+        "task.model.semseg_stride=1",
+        "task.model.decoder=joint",
+        "task.model.global_tokens=0",
+        "task.norm_pix_loss=true",
+        "task.extra_norm_pix_loss=false",
+    ]
+    before = training_gflops(load_experiment(MULTIMAE, ours_before))
+    assert 60 < multimae_b < 70 and before > 1.25 * multimae_b  # 66.4 GFLOPs a training sample; 87.0 before
 
 
 def test_the_papers_pretraining_lr_follows_the_global_batch_on_its_four_gpus():

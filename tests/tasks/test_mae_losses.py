@@ -73,3 +73,29 @@ def patchify_labels(labels: torch.Tensor, patch: int) -> torch.Tensor:
     from attent.tasks.mae.model import patchify
 
     return patchify(labels[:, None].float(), patch).long()
+
+
+def test_multimaes_extra_decoder_adds_the_normalised_rgb_loss_to_rgbs_and_its_global_token_is_in_the_context():
+    """MultiMAE's defaults: RGB's loss is its decoder's on the plain pixels plus the extra decoder's on
+    each patch standardised; a global token every decoder's context holds, never a patch's output."""
+    from attent.tasks.mae.config import MaskedModelConfig
+    from attent.tasks.mae.losses import reconstruction_losses, rgb_loss
+    from attent.tasks.mae.masking import random_masks
+    from attent.tasks.mae.model import MaskedAutoencoder
+
+    shape = {"preset": "vit_tiny_cpu", "patch_size": 8, "decoder_dim": 32, "decoder_heads": 4, "global_tokens": 1}
+    spec = MaskedModelConfig(**shape, decoder="cross_attention").spec(("rgb", "depth"), 32, extra_norm_pix=True)
+    model = MaskedAutoencoder(spec)
+    batch = {"rgb": torch.randn(3, 3, 32, 32), "depth": torch.rand(3, 1, 32, 32) + 0.5}
+    masks = random_masks(3, 2, spec.patches, 6, alpha=1.0)
+    predictions = model(batch, masks.visible, masks.hidden)
+    assert set(predictions) == {"rgb", "depth", "norm_rgb"} and predictions["norm_rgb"].shape == (3, 16, 8 * 8 * 3)
+    losses = reconstruction_losses(predictions, batch, masks.hidden, spec=spec, norm_pix=False)
+    rgb_hidden = masks.hidden[:, : spec.patches].float()
+    plain = rgb_loss(predictions["rgb"], batch["rgb"], rgb_hidden, 8, norm_pix=False)
+    normalised = rgb_loss(predictions["norm_rgb"], batch["rgb"], rgb_hidden, 8, norm_pix=True)
+    assert losses.shape == (3, 2) and torch.allclose(losses[:, 0], plain + normalised)
+    assert not torch.allclose(plain, normalised)
+    losses.sum().backward()
+    assert model.encoder.global_tokens.grad.abs().sum() > 0  # it reaches the losses through the context
+    assert model.encoder(batch, masks.visible).shape[1] == masks.visible.shape[1]  # patches only, by default

@@ -27,6 +27,7 @@ Target = Literal["classification", "semseg", "depth"]
 # flip, large scale jittering (the paper's for NYUv2), or the crop then RandAugment (ImageNet-S50)
 Augmentation = Literal["crop", "lsj", "rand_augment"]
 MLFLOW_ARTIFACT_SCHEMES = ("runs:/", "models:/", "mlflow-artifacts:/")
+NORM_RGB = "norm_rgb"  # the extra decoder of normalised RGB patches (MultiMAE's name)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,18 @@ class MaskedAutoencoderSpec:
     drop_path_rate: float = 0.0
     semseg_stride: int = 1  # semseg enters and leaves at img_size / semseg_stride px (MultiMAE: 4)
     decoder: str = "joint"  # "joint": self-attention over [context; queries]; "cross_attention": MultiMAE's
+    global_tokens: int = 0  # learned tokens beside the patches in the encoder (MultiMAE: 1)
+    extra_norm_pix: bool = False  # a second RGB decoder, on normalised patches (MultiMAE's norm_rgb)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """The decoders' names: one per modality, then ``norm_rgb`` with ``extra_norm_pix``."""
+        return self.modalities + (NORM_RGB,) if self.extra_norm_pix else self.modalities
+
+    @staticmethod
+    def source(output: str) -> str:
+        """The modality whose tokens and hidden patches a decoder reads."""
+        return "rgb" if output == NORM_RGB else output
 
     @property
     def grid(self) -> int:
@@ -63,7 +76,7 @@ class MaskedAutoencoderSpec:
 
     def channels(self, modality: str) -> int:
         """Values predicted per pixel: 3 for RGB, 1 for depth, one logit per class for semseg."""
-        return {"rgb": 3, "depth": 1, "semseg": self.semseg_classes}[modality]
+        return {"rgb": 3, NORM_RGB: 3, "depth": 1, "semseg": self.semseg_classes}[modality]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -91,6 +104,9 @@ class MaskedModelConfig(BaseModel):
     # each decoder: joint, self-attention over [the encoded context; its queries]; cross_attention,
     # MultiMAE's: its queries attend to the context once (then an MLP), then decoder_depth self-attention blocks
     decoder: Literal["joint", "cross_attention"] = "joint"
+    # learned tokens appended to the encoder's patch tokens, in the decoders' context too, never a
+    # patch's prediction (MultiMAE: 1, its default); downstream they are read and dropped
+    global_tokens: int = Field(0, ge=0)
 
     @model_validator(mode="after")
     def _fits(self) -> MaskedModelConfig:
@@ -109,7 +125,9 @@ class MaskedModelConfig(BaseModel):
         )
         return {**PRESETS[self.preset], **overrides}
 
-    def spec(self, modalities: tuple[str, ...], img_size: int, semseg_classes: int = 0) -> MaskedAutoencoderSpec:
+    def spec(
+        self, modalities: tuple[str, ...], img_size: int, semseg_classes: int = 0, *, extra_norm_pix: bool = False
+    ) -> MaskedAutoencoderSpec:
         if img_size % self.encoder_shape()["patch_size"]:
             raise ValueError(f"patch_size={self.encoder_shape()['patch_size']} does not divide img_size={img_size}")
         return MaskedAutoencoderSpec(
@@ -124,6 +142,8 @@ class MaskedModelConfig(BaseModel):
             drop_path_rate=self.drop_path_rate,
             semseg_stride=self.semseg_stride,
             decoder=self.decoder,
+            global_tokens=self.global_tokens,
+            extra_norm_pix=extra_norm_pix,
         )
 
 
@@ -201,10 +221,22 @@ class MaskedPretrainingConfig(MultiModalDataConfig):
     """What mae and multimae share: masking, targets, and the downstream jobs they hand over to."""
 
     norm_pix_loss: bool = True  # RGB target: each patch's pixels standardised (MAE's better target)
+    # MultiMAE's (its default): beside the RGB decoder's plain pixels (norm_pix_loss false), a second
+    # decoder predicts the normalised patches; both losses count as RGB's (one loss component per modality)
+    extra_norm_pix_loss: bool = False
     # k-NN probe at each evaluation: the test scenes classified by their k nearest training scenes
     # in the RGB encoder's mean-pooled features (cosine, similarity-weighted votes); 0: off
     knn_neighbours: int = Field(0, ge=0)
     knn_train_limit: int = Field(2000, gt=0)  # training scenes the probe compares with (the first ones)
+
+    @model_validator(mode="after")
+    def _one_normalised_target(self) -> MaskedPretrainingConfig:
+        if self.extra_norm_pix_loss and (self.norm_pix_loss or "rgb" not in self.modality_names()):
+            raise ValueError(
+                "extra_norm_pix_loss adds a decoder of normalised RGB patches beside the RGB decoder's plain "
+                "pixels: set norm_pix_loss: false (and keep rgb among the modalities)"
+            )
+        return self
 
     def modality_names(self) -> tuple[str, ...]:
         raise NotImplementedError

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from attent.tasks.mae.config import MaskedAutoencoderSpec
+from attent.tasks.mae.config import NORM_RGB, MaskedAutoencoderSpec
 from attent.tasks.mae.files import IGNORE_INDEX
 from attent.tasks.mae.model import patchify, semseg_at
 
@@ -68,15 +68,19 @@ def reconstruction_losses(
     spec: MaskedAutoencoderSpec,
     norm_pix: bool,
 ) -> torch.Tensor:
-    """[B, M]: each sample's loss per modality, in the order of ``predictions``, at the size the
-    model ``spec`` predicts each at (semseg's at ``spec.semseg_stride`` times fewer pixels a side)."""
-    patches = hidden.shape[1] // len(predictions)
+    """[B, M]: each sample's loss per modality, in the order of ``spec.modalities``, at the size the
+    model ``spec`` predicts each at (semseg's at ``spec.semseg_stride`` times fewer pixels a side).
+    RGB's is the RGB decoder's (normalised patches when ``norm_pix``), plus the extra ``norm_rgb``
+    decoder's on normalised patches where the model has one (MultiMAE sums the two alike)."""
     columns = []
-    for i, (modality, pred) in enumerate(predictions.items()):
-        own = hidden[:, i * patches : (i + 1) * patches].float()
-        patch = spec.pixel_patch(modality)
+    for i, modality in enumerate(spec.modalities):
+        own = hidden[:, i * spec.patches : (i + 1) * spec.patches].float()
+        pred, patch = predictions[modality], spec.pixel_patch(modality)
         if modality == "rgb":
-            columns.append(rgb_loss(pred, batch["rgb"], own, patch, norm_pix))
+            loss = rgb_loss(pred, batch["rgb"], own, patch, norm_pix)
+            if NORM_RGB in predictions:
+                loss = loss + rgb_loss(predictions[NORM_RGB], batch["rgb"], own, patch, norm_pix=True)
+            columns.append(loss)
         elif modality == "depth":
             columns.append(depth_loss(pred, batch["depth"], own, patch))
         else:

@@ -9,8 +9,9 @@
                         a few Blocks together (``joint``) or, as MultiMAE's, the queries attending
                         to the context once, then a few Blocks of their own (``cross_attention``);
                         a linear head predicts each patch's pixels (semseg: class logits, at
-                        ``semseg_stride`` times fewer pixels a side: MultiMAE's 56 x 56 maps).
-    MaskedAutoencoder   encoder + decoders; returns each modality's per-patch predictions.
+                        ``semseg_stride`` times fewer pixels a side: MultiMAE's 56 x 56 maps);
+                        MultiMAE's extra ``norm_rgb`` decoder reads RGB's slots.
+    MaskedAutoencoder   encoder + decoders; returns each decoder's per-patch predictions.
 
 MAE is the one-modality case (RGB) with a fixed mask ratio.
 """
@@ -85,6 +86,10 @@ class MultiModalEncoder(nn.Module):
             }
         )
         self.modality_embed = nn.Parameter(torch.zeros(len(spec.modalities), 1, spec.embed_dim))
+        # MultiMAE's global tokens: no position, in every attention, never a patch's output
+        self.global_tokens = (
+            nn.Parameter(torch.zeros(1, spec.global_tokens, spec.embed_dim)) if spec.global_tokens else None
+        )
         self.register_buffer("pos_embed", sincos_positions(spec.grid, spec.embed_dim), persistent=False)
         rates = torch.linspace(0, spec.drop_path_rate, spec.depth, device="cpu").tolist()  # a meta build too
         self.blocks = nn.Sequential(
@@ -92,9 +97,11 @@ class MultiModalEncoder(nn.Module):
         )
         self.norm = nn.LayerNorm(spec.embed_dim)
         trunc_normal_(self.modality_embed, std=0.02)
+        if self.global_tokens is not None:
+            trunc_normal_(self.global_tokens, std=0.02)
 
     def no_weight_decay(self) -> set[str]:
-        return {"modality_embed"}
+        return {"modality_embed", "global_tokens"}
 
     def tokens(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """All patch tokens, modality after modality: [B, M * N, D]."""
@@ -106,12 +113,19 @@ class MultiModalEncoder(nn.Module):
             dim=1,
         )
 
-    def forward(self, inputs: dict[str, torch.Tensor], visible: torch.Tensor | None = None) -> torch.Tensor:
-        """Encoded tokens [B, n, D]: the ``visible`` token ids only (None: every token)."""
+    def forward(
+        self, inputs: dict[str, torch.Tensor], visible: torch.Tensor | None = None, *, with_global: bool = False
+    ) -> torch.Tensor:
+        """Encoded tokens [B, n, D]: the ``visible`` token ids only (None: every token), then the
+        global tokens where ``with_global`` (they take part either way)."""
         x = self.tokens(inputs)
         if visible is not None:
             x = x.gather(1, visible[:, :, None].expand(-1, -1, x.shape[-1]))
-        return self.norm(self.blocks(x))
+        patches = x.shape[1]
+        if self.global_tokens is not None:
+            x = torch.cat([x, self.global_tokens.expand(x.shape[0], -1, -1)], dim=1)
+        x = self.norm(self.blocks(x))
+        return x if with_global else x[:, :patches]
 
 
 class ModalityDecoder(nn.Module):
@@ -146,26 +160,27 @@ class MaskedAutoencoder(nn.Module):
         self.encoder = MultiModalEncoder(spec)
         self.to_decoder = nn.Linear(spec.embed_dim, spec.decoder_dim)
         self.decoder_modality = nn.Parameter(torch.zeros(len(spec.modalities), 1, spec.decoder_dim))
-        self.decoders = nn.ModuleDict({m: ModalityDecoder(spec, m) for m in spec.modalities})
+        self.decoders = nn.ModuleDict({name: ModalityDecoder(spec, name) for name in spec.outputs})
         trunc_normal_(self.decoder_modality, std=0.02)
 
     def no_weight_decay(self) -> set[str]:
-        return {"modality_embed", "decoder_modality", "mask_token"}
+        return {"modality_embed", "global_tokens", "decoder_modality", "mask_token"}
 
     def forward(
         self, inputs: dict[str, torch.Tensor], visible: torch.Tensor, hidden: torch.Tensor
     ) -> dict[str, torch.Tensor]:
-        """Per-patch predictions of every modality, {m: [B, N, p*p*C]}."""
+        """Per-patch predictions of every decoder (``spec.outputs``), {name: [B, N, p*p*C]}."""
         spec = self.spec
-        encoded = self.to_decoder(self.encoder(inputs, visible))  # [B, n, d]
-        modality_of = visible // spec.patches  # [B, n]
-        encoded = encoded + self.decoder_modality[modality_of, 0]
+        context = self.to_decoder(self.encoder(inputs, visible, with_global=True))  # [B, n + globals, d]
+        encoded = context[:, : visible.shape[1]] + self.decoder_modality[visible // spec.patches, 0]
+        context = torch.cat([encoded, context[:, visible.shape[1] :]], dim=1)
         slots = encoded.new_zeros(encoded.shape[0], len(spec.modalities) * spec.patches, encoded.shape[-1])
         slots = slots.scatter(1, visible[:, :, None].expand(-1, -1, encoded.shape[-1]), encoded)
         out = {}
-        for i, m in enumerate(spec.modalities):
+        for name in spec.outputs:
+            i = spec.modalities.index(spec.source(name))
             span = slice(i * spec.patches, (i + 1) * spec.patches)
-            out[m] = self.decoders[m](encoded, slots[:, span], hidden[:, span])
+            out[name] = self.decoders[name](context, slots[:, span], hidden[:, span])
         return out
 
 
@@ -216,7 +231,7 @@ class DownstreamModel(nn.Module):
         self.hidden = head_hidden or outputs
 
     def no_weight_decay(self) -> set[str]:
-        return {"encoder.modality_embed"}
+        return {"encoder.modality_embed", "encoder.global_tokens"}
 
     def forward(self, rgb: torch.Tensor) -> torch.Tensor:
         tokens = self.encoder({"rgb": rgb})

@@ -109,7 +109,9 @@ class MaskedPretrainingTask(Task):
         """What the model and the losses need of the data: its semseg class count."""
         self.config, self.seed = config, seed
         self.modalities = config.modality_names()
-        self.spec = config.model.spec(self.modalities, config.img_size, semseg_classes)
+        self.spec = config.model.spec(
+            self.modalities, config.img_size, semseg_classes, extra_norm_pix=config.extra_norm_pix_loss
+        )
         self.budget = config.visible_budget(self.spec.patches)
         self.alpha = getattr(config, "alpha", None)
         self.loss_components = self.modalities if len(self.modalities) > 1 else ()
