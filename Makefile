@@ -15,6 +15,9 @@ LOCK := requirements/platform.lock
 # here in one line, before a venv is made, rather than by pip deep inside the install.
 $(VENV)/.installed: pyproject.toml $(LOCK)
 	@$(PYTHON) -c 'import sys; sys.exit(None if sys.version_info >= (3, 11) else "make: $(PYTHON) is Python " + sys.version.split()[0] + "; attent needs Python >= 3.11 (requires-python, and the lock'"'"'s numpy, pandas, transformers): run make PYTHON=python3.11 (or newer)")'
+	@# Debian and Ubuntu ship venv's ensurepip apart (python3.X-venv): without it `-m venv` fails after
+	@# leaving a half-made .venv, so it is asked for first, in one line naming the package
+	@$(PYTHON) -m ensurepip --version >/dev/null 2>&1 || { echo "make: $(PYTHON) -m venv cannot make a virtualenv here (no ensurepip): apt install python3.$$($(PYTHON) -c 'import sys; print(sys.version_info[1])')-venv (Debian/Ubuntu, as root or with sudo), or run make PYTHON=<a Python with venv>" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -c $(LOCK) --upgrade pip
 	# setuptools warns at every editable install that a folder named `attent` in the working directory would

@@ -6,7 +6,8 @@ selection's metrics every epoch.
     PYTHONPATH=platform python examples/lightning_vit.py --epochs 8      # one CPU process
     PYTHONPATH=platform python examples/lightning_vit.py --devices 2     # two DDP processes (gloo)
 
-Needs `pip install 'attent[lightning]' timm scikit-learn` (the ViT is timm's, the digits scikit-learn's).
+Needs `pip install 'attent[lightning]' timm scikit-learn` (the ViT is timm's, the digits scikit-learn's; from a
+clone, `pip install '.[lightning]' timm scikit-learn`).
 
 (On a busy machine set OMP_NUM_THREADS=1.) Each epoch prints one JSON line (the test suite reads
 them); under DDP rank 0 prints, and train_loss is the mean over both ranks.

@@ -5,7 +5,7 @@ OneCycle LR schedule sized by the planned subsets, and the selection's metrics e
     PYTHONPATH=platform python examples/plain_pytorch.py --epochs 8   # ~15 s on one CPU thread
 
 Needs `pip install attent timm scikit-learn` (the ViT is timm's, the digits scikit-learn's; attent
-itself needs neither).
+itself needs neither; from a clone, `pip install . timm scikit-learn`).
 
 (On a busy machine set OMP_NUM_THREADS=1: oversubscribed threads made it 6x slower here.)
 

@@ -6,7 +6,8 @@ on GSM8K, the ``llm`` preset) on several Ray Train workers, logged to MLflow by 
     ray job submit --working-dir . -- python examples/ray_hf_trainer.py --limit 200 \\
         --tracking-uri sqlite:////abs/path/mlflow.db --output-dir /abs/path/runs/ray_hf_trainer
 
-Needs `pip install 'attent[platform]'` (Ray Train, MLflow, transformers, peft, datasets).
+Needs `pip install 'attent[platform]'` (Ray Train, MLflow, transformers, peft, datasets; from a clone,
+`pip install '.[platform]'`).
 
 Every worker builds the same AtteNTTrainer (same data, same seed): Ray's process group makes them one
 DDP job, the ranks merge their per-sample losses, pick the same subset and each trains on its own shard

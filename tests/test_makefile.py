@@ -1,7 +1,8 @@
 """What the Makefile does for a newcomer before any test runs: the set-up installs from the lock, an
-older Python is refused in one line before a venv is made, the editable install's setuptools alarm is
-silenced for the reason it does not apply, and `make data` installs Fashion-MNIST for a user who is not
-root (through sudo) or says plainly that the demo will run on digits. The Makefile runs for real, with
+older Python, or one that cannot make a venv (Debian's python3.X-venv missing), is refused in one line
+before a venv is made, the editable install's setuptools alarm is silenced for the reason it does not
+apply, and `make data` installs Fashion-MNIST for a user who is not root (through sudo) or says plainly
+that the demo will run on digits. The Makefile runs for real, with
 stub tools on a PATH of their own where it would change the machine."""
 
 from __future__ import annotations
@@ -79,6 +80,27 @@ def test_the_makefile_refuses_an_older_python_in_one_line_before_making_a_venv(t
         f"make: {old} is Python 3.10.14; attent needs Python >= 3.11 (requires-python, and the lock's numpy, pandas, "
         "transformers): run make PYTHON=python3.11 (or newer)"
     )
+
+
+def test_the_makefile_names_the_venv_package_where_python_cannot_make_a_venv(tmp_path):
+    """A fresh Debian's python3 has no ensurepip (python3.X-venv), and `-m venv` failed with the set-up
+    half done: the Makefile asks first, names the package for the interpreter's version, makes no venv."""
+    for name in ("Makefile", "pyproject.toml", "requirements/platform.lock"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / name, tmp_path / name)
+    bare = tmp_path / "python3"  # this Python, as a Debian one without python3.X-venv answers
+    bare.write_text(
+        f'#!/bin/sh\ncase "$1 $2" in "-m ensurepip"|"-m venv") echo "No module named $2" >&2; exit 1;; esac\n'
+        f'exec {sys.executable} "$@"\n'
+    )
+    bare.chmod(0o755)
+    done = subprocess.run([shutil.which("make"), "-s", f"PYTHON={bare}", ".venv/.installed"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode != 0 and not (tmp_path / ".venv").exists(), done.stderr
+    assert len(lines) == 2 and lines[1].startswith("make: ***"), done.stderr  # ours, then make's own
+    assert lines[0].startswith(f"make: {bare} -m venv cannot make a virtualenv here (no ensurepip): ")
+    assert f"apt install python3.{sys.version_info[1]}-venv (Debian/Ubuntu" in lines[0]
 
 
 def test_no_folder_at_the_top_is_named_like_the_package():

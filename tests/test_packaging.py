@@ -175,14 +175,42 @@ def test_a_command_whose_packages_are_missing_names_the_extra_in_one_line(argv, 
     done = run_without(blocked, argv, cwd=tmp_path)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 1 and len(lines) == 1, done.stderr[-2000:]
-    assert lines[0].startswith(f"attent {argv[0]}: error: ") and "pip install 'attent[platform]'" in lines[0]
+    assert lines[0].startswith(f"attent {argv[0]}: error: ") and lines[0].endswith(extras.install_line("platform"))
 
 
 def test_doctor_names_the_extra_of_what_it_misses(tmp_path):
     done = run_without(["ray", "mlflow"], ["doctor"], cwd=tmp_path)
     failed = [line for line in done.stdout.splitlines() if line.startswith("FAIL")]
     assert done.returncode == 1 and [line.split()[1] for line in failed] == ["ray", "tracking"], done.stdout
-    assert all("pip install 'attent[platform]'" in line for line in failed)
+    assert all(extras.install_line("platform") in line for line in failed)
+
+
+def built_metadata(tmp_path):
+    """The wheel's metadata as the build backend writes it (prepare_metadata_for_build_wheel, in this
+    environment, well under a second), from a copy of what it reads: no egg-info left in the clone."""
+    import shutil
+
+    from build.util import project_wheel_metadata
+
+    source = tmp_path / "attent"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in"):
+        shutil.copy2(REPO / name, source / name)
+    for folder in ("platform/attent", "analysis"):
+        shutil.copytree(REPO / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    return project_wheel_metadata(source, isolated=False)
+
+
+def test_the_built_metadata_carries_the_licence(tmp_path):
+    """There was no LICENSE and no licence in the metadata: Apache-2.0 now, as PEP 639 declares it (an SPDX
+    expression and the file, which the wheel carries), and as the README says."""
+    metadata = built_metadata(tmp_path)
+    assert metadata["License-Expression"] == "Apache-2.0" and metadata.get_all("License-File") == ["LICENSE"]
+    assert metadata.get("License") is None and not any("License ::" in c for c in metadata.get_all("Classifier") or [])
+    licence = (REPO / "LICENSE").read_text()
+    assert "Apache License\n                           Version 2.0, January 2004" in licence
+    assert "END OF TERMS AND CONDITIONS" in licence and "Copyright 2026 The attent authors" in licence
+    assert "Apache-2.0" in (REPO / "README.md").read_text()
 
 
 def test_the_selection_api_imports_nothing_the_core_does_not_declare():
@@ -267,10 +295,14 @@ def installed_closure(names: set[str]) -> set[str]:
 
 
 def install_line_brings(line: str) -> set[str]:
-    """What ``pip install 'attent[a,b]' other ...`` installs (attent's extras expanded), with their needs."""
+    """What ``pip install 'attent[a,b]' other ...`` installs (attent's extras expanded), with their needs;
+    from a clone, ``pip install '.[a,b]'`` (or ``-e``) is attent's the same."""
     names = set()
     for word in line.replace("'", " ").split():
-        req = Requirement(word)
+        if word.startswith("-"):
+            continue
+        req = Requirement("attent" + word[1:] if word == "." or word.startswith(".[") else word)
+        assert req.name != "attent" or req.extras <= set(PROJECT["optional-dependencies"]), f"no such extra: {line}"
         names |= (
             (declared(None) | set().union(*(declared(e) for e in req.extras))) if req.name == "attent" else {req.name}
         )
@@ -282,10 +314,15 @@ def test_each_example_names_the_install_that_brings_what_it_imports(example):
     """examples/hf_trainer.py and trl_sft.py imported peft and datasets, which neither extra brings:
     each example now says what to install, and that install brings every package it imports."""
     path = REPO / "examples" / example
-    line = re.search(r"Needs `pip install ([^`]+)`", ast.get_docstring(ast.parse(path.read_text())) or "")
+    docstring = ast.get_docstring(ast.parse(path.read_text())) or ""
+    line = re.search(r"Needs `pip install ([^`]+)`", docstring)
     assert line, f"{example}: its docstring names no `pip install ...` line"
-    missing = imported_distributions(path) - install_line_brings(line.group(1)) - {"attent"}
-    assert sorted(missing) == [], f"{example}: `pip install {line.group(1)}` brings no {sorted(missing)}"
+    # the PyPI line and the clone's alike: no release is published yet, so the clone's is the one that works
+    lines = re.findall(r"`pip install\s+([^`]+)`", docstring)
+    assert any(re.search(r"(^|\s)'?\.(\[|\s|$)", found) for found in lines), f"{example}: no install from a clone"
+    for found in lines:
+        missing = imported_distributions(path) - install_line_brings(found) - {"attent"}
+        assert sorted(missing) == [], f"{example}: `pip install {found}` brings no {sorted(missing)}"
 
 
 @pytest.mark.parametrize("page,example", [("huggingface.md", "hf_trainer.py"), ("trl.md", "trl_sft.py")])

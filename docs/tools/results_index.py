@@ -39,6 +39,8 @@ STUDIES = {
     "data_size_plateau": "more seeds of the plateau control (`attent bench benchmarks/specs/data_size_plateau.yaml`)",
     "data_size_small_seeds": "seeds 3-5 at 600 and 2,000 images "
     "(`attent bench benchmarks/specs/data_size_small_seeds.yaml`)",
+    "digits_vit_tuning": "`experiments/digits_vit.yaml`'s settings (patch size, epochs, learning rate, warm-up) "
+    "tuned on a held-out validation split at about the same CPU seconds (`benchmarks/tuning/digits_vit_tuning.py`)",
     "engine_overhead": "the engine's per-epoch cost over a bare torch loop, a Ray run's fixed cost "
     "(`benchmarks/overheads/engine_overhead.py`)",
     "faults_report": "eight faults provoked through the CLI (`benchmarks/robustness/faults_report.py`)",

@@ -115,6 +115,8 @@ GRAD_ACCUMULATION = "grad_accumulation"  # micro-batches per optimiser step (ste
 LEARNING_RATE = "learning_rate"  # per epoch: the rate of its last optimiser step (progress (e + 1) / E)
 RANKS = "ranks"  # the workers training (step: the epoch from which; an elastic run's changes at its restarts)
 RESTORED_AT_EPOCH = "restored_at_epoch"  # a worker group (re)started from a checkpoint: its first epoch (step = it)
+# restored from a checkpoint taken inside that epoch (a preemption notice): the optimiser steps it had (step = the epoch)
+RESTORED_AT_STEP = "restored_at_step"
 
 # Time split (seconds, cumulative over epochs). What selection changes is the method's cost:
 # training + scoring + selection. Evaluation, checkpointing and start-up are reported apart.

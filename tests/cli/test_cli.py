@@ -4,11 +4,15 @@ heavy library, and validates sweep files by expanding and checking every trial."
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
+from attent.cli import extras
 from attent.cli.main import main
 
 from tests.helpers.paths import REPO
@@ -158,3 +162,49 @@ def test_a_quiet_console_turns_the_workers_hugging_face_progress_bars_off(mode, 
         timeout=120,
     )
     assert proc.stdout.split() == [str(bars), str(bars)], proc.stderr[-2000:]
+
+
+EXTRAS = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+RELEASED = "once attent is released on PyPI, "  # what follows names the PyPI install, for after a release
+
+
+def fix_lines(monkeypatch, tmp_path) -> dict[str, str]:
+    """Every message that names an install: the missing extra's (run from this clone, and from an install
+    that is not one), `attent demo`'s without its benchmark, `attent server --auth` without Flask-WTF."""
+    import importlib.metadata
+
+    from attent.cli import demo
+    from attent.experiment.schema import ConfigError
+    from attent.server.auth import NEEDS_EXTRA
+
+    found = {"extra, in a clone": extras.install_line("platform")}
+    monkeypatch.setattr(extras, "CLONE", tmp_path)  # site-packages' parent folders: no pyproject.toml
+    found["extra, not in a clone"] = extras.install_line("platform")
+    monkeypatch.setattr(demo, "CLONE", tmp_path)
+
+    def not_installed(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", not_installed)
+    with pytest.raises(ConfigError) as refused:
+        demo.demo_benchmark()
+    found["demo"] = str(refused.value)
+    found["server"] = NEEDS_EXTRA
+    return found
+
+
+def test_every_fix_line_names_an_install_that_works_before_a_release(monkeypatch, tmp_path):
+    """The fix lines said `pip install 'attent[platform]'`, which finds nothing while no release is on
+    PyPI: each now names an install from a clone (or MLflow's own extra) first, and the PyPI line only
+    as what it will be once released, as the README and docs/getting-started.md do."""
+    lines = fix_lines(monkeypatch, tmp_path)
+    assert lines["extra, in a clone"].startswith(f"pip install -e {shlex.quote(f'{REPO}[platform]')} (this clone")
+    assert lines["extra, not in a clone"].startswith("from a clone of attent's repository, pip install '.[platform]'")
+    assert "pip install --force-reinstall '.[platform]'" in lines["demo"] and "make demo" in lines["demo"]
+    assert "pip install 'mlflow[auth]'" in lines["server"] and "pip install -e '.[server]'" in lines["server"]
+    for name, line in lines.items():
+        today, _, released = line.partition(RELEASED)
+        assert "pip install" in today and "'attent[" not in today, f"{name}: {line}"  # no PyPI line before it
+        assert re.fullmatch(r"pip install (--force-reinstall )?'attent\[(\w+)\]'\)?", released), f"{name}: {line}"
+        named = set(re.findall(r"\[(\w+)\]", line)) - {"auth"}  # mlflow[auth]: MLflow's own extra
+        assert named <= set(EXTRAS), f"{name}: {line}"

@@ -332,7 +332,7 @@ def test_the_guide_walks_from_the_operator_to_an_mlflow_run():
         "attent server users add me",
         "kubectl apply -f deploy/kubernetes/raycluster.yaml",
         "ray job submit --address http://127.0.0.1:8265",
-        "attent kuberay experiments/multimae_gpu.yaml",
+        "attent kuberay experiments/multimae_gpu.yaml --image",
         "kubectl apply -f job.yaml",
         "port-forward svc/attent-server 5000",
         "attent report --experiment multimae-vitb16 --tracking-uri https://127.0.0.1:5000",

@@ -2,7 +2,8 @@
 fix, with nothing recorded lost: corrupt checkpoints, an unreachable Ray address, runs of dead drivers, any
 other error, and two first writers of a new SQLite store. Unreadable data files: test_unreadable_data.py. No
 readable checkpoint under Ray Train's restarts, a tracking server refusing our Host header, a driver killed
-mid-run and two drivers of one run: tests/system/test_faults.py."""
+mid-run and two drivers of one run: tests/system/test_faults.py. A worker preempted (SIGTERM) mid-epoch:
+test_preemption.py."""
 
 from __future__ import annotations
 

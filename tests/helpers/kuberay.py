@@ -153,7 +153,11 @@ def plain_schemas() -> dict[str, dict]:
     service["properties"].update(apiVersion={"enum": ["v1"]}, kind={"enum": ["Service"]}, metadata=METADATA)
     service["required"] = ["apiVersion", "kind", "metadata", "spec"]
     namespace = {"type": "object", "additionalProperties": False, "properties": {"finalizers": {"type": "array"}}}
+    job_fields = {"backoffLimit": integer(), "ttlSecondsAfterFinished": integer(), "activeDeadlineSeconds": integer(1)}
+    job_properties = {**job_fields, "template": parts["pod_template"]}  # batch/v1 JobSpec, the fields we write
+    job_spec = {"type": "object", "required": ["template"], "additionalProperties": False, "properties": job_properties}
     return {
+        "Job": object_schema("batch/v1", "Job", job_spec),
         "Namespace": object_schema("v1", "Namespace", namespace, spec_required=False),
         "PersistentVolumeClaim": object_schema("v1", "PersistentVolumeClaim", parts["pvc_spec"]),
         "Deployment": object_schema("apps/v1", "Deployment", deployment_spec),
@@ -376,6 +380,11 @@ def plain_rules(document: dict) -> list[str]:
         wanted = spec["selector"].get("matchLabels", {})
         if not wanted or any(labels.get(key) != value for key, value in wanted.items()):
             found.append("spec.selector.matchLabels: do not select the pod template's labels")
+        found += pod_rules(spec["template"].get("spec", {}), "spec.template.spec")
+    if kind == "Job":
+        restart = spec["template"].get("spec", {}).get("restartPolicy")
+        if restart not in ("Never", "OnFailure"):  # the API server's rule for a Job's pods
+            found.append(f"spec.template.spec.restartPolicy: {restart!r} (a Job's pods: Never or OnFailure)")
         found += pod_rules(spec["template"].get("spec", {}), "spec.template.spec")
     if kind == "PersistentVolumeClaim":
         modes = spec.get("accessModes", [])

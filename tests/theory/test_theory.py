@@ -185,3 +185,67 @@ def test_teaching_run_logs_figures_to_mlflow(tmp_path, monkeypatch):
     assert parents[0].data.metrics["greedy.iterations_to_100"] == 0
     assert (tmp_path / "out" / "figures" / "antk_drift.png").is_file()
     assert "| greedy |" in (tmp_path / "out" / "summary.md").read_text()
+
+
+SHORT = [
+    "seeds=[0]",
+    "problem.num_sequences=32",
+    "teach.subset=8",
+    "teach.max_iterations=6",
+    "kernel.every=4",
+    "kernel.probe=3",
+    "teach.target_losses=[100.0]",
+]
+
+
+@pytest.fixture
+def cli(monkeypatch):
+    """`attent ...` in this process (``attent.cli.main.main``), the variables it sets restored after."""
+    from attent.cli.main import main
+
+    monkeypatch.setenv("MLFLOW_LOGGING_LEVEL", "WARNING")
+    monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    return main
+
+
+def test_attent_theory_logs_to_mlflow_tracking_uri(tmp_path, monkeypatch, cli, empty_store):
+    """`attent theory` with the shipped YAML and $MLFLOW_TRACKING_URI set: the runs land in that store (as an
+    experiment's would, ``experiment.uris.resolve_tracking_uri``), not in ./mlflow.db."""
+    import shutil
+
+    from mlflow.tracking import MlflowClient
+
+    work, store = tmp_path / "work", tmp_path / "elsewhere" / "theory.db"
+    work.mkdir()
+    store.parent.mkdir()
+    shutil.copyfile(empty_store, store)
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
+    assert cli(["theory", str(CONFIG), *SHORT]) == 0
+    client = MlflowClient(tracking_uri=f"sqlite:///{store}")
+    runs = client.search_runs([client.get_experiment_by_name("theory-teaching").experiment_id])
+    parents = [r for r in runs if r.data.tags["attent.role"] == "theory"]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert parents[0].data.params["mlflow.tracking_uri"] == f"sqlite:///{store}"
+    assert len(runs) == 4  # the parent and its three teaching rules' runs
+    assert not (work / "mlflow.db").exists()
+
+
+def test_attent_theory_refuses_a_store_inside_ray_job_submits_copy(tmp_path, monkeypatch, cli, capsys):
+    """Under `ray job submit --working-dir .` the default sqlite:///mlflow.db resolves inside Ray's copy of
+    the folder, deleted with the job: refused before any run, as an experiment is, by `attent theory` and by
+    `attent validate` of the file; an absolute store passes."""
+    copy = tmp_path / "session_x" / "runtime_resources" / "working_dir_files" / "_ray_pkg_0123abcd"
+    copy.mkdir(parents=True)
+    monkeypatch.chdir(copy)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    for command in (["theory", str(CONFIG), *SHORT], ["validate", str(CONFIG)]):
+        assert cli(command) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(
+            f"attent {command[0]}: error: mlflow.tracking_uri resolves to {copy}/mlflow.db, inside Ray's temporary "
+            "copy of `ray job submit --working-dir`"
+        ), err
+        assert "`attent theory FILE mlflow.tracking_uri=sqlite:///$PWD/mlflow.db`" in err
+    assert not (copy / "mlflow.db").exists()
+    assert cli(["validate", str(CONFIG), f"mlflow.tracking_uri=sqlite:///{tmp_path}/m.db"]) == 0

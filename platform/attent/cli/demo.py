@@ -32,8 +32,9 @@ def demo_benchmark() -> Path:
     from ..experiment.schema import ConfigError
 
     raise ConfigError(
-        f"the demo's benchmark ({DEMO_SPEC}) is neither in a clone nor installed with attent: reinstall it "
-        "(pip install --force-reinstall 'attent[platform]'), or run `make demo` in a clone"
+        f"the demo's benchmark ({DEMO_SPEC}) is neither in a clone nor installed with attent: reinstall it from a "
+        "clone of attent's repository (pip install --force-reinstall '.[platform]' there), or run `make demo` in the "
+        "clone; once attent is released on PyPI, pip install --force-reinstall 'attent[platform]'"
     )
 
 

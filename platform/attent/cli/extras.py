@@ -1,15 +1,21 @@
 """Which extra of the ``attent`` distribution brings which import, and this install's version:
-the CLI's one line for a command whose packages are missing (``pip install 'attent[platform]'``)
-rather than a traceback. Standard library only: it must answer where the platform's packages
-are absent.
+the CLI's one line for a command whose packages are missing (the install that brings them, e.g.
+``pip install -e '.[platform]'`` in a clone) rather than a traceback. Standard library only: it must
+answer where the platform's packages are absent.
 
-``pip install attent`` is the selection library alone (torch, numpy, pydantic); the command, the
-engine, the tasks and the report (attent.analysis) need the ``platform`` extra (pyproject.toml). tests/test_packaging.py
+attent alone is the selection library (torch, numpy, pydantic); the command, the engine, the tasks
+and the report (attent.analysis) need the ``platform`` extra (pyproject.toml). tests/test_packaging.py
 checks that every third-party module imported under platform/ and analysis/ is named here and
 that its distribution is declared in that extra.
+
+No release is on PyPI yet, so a fix line names the install that works today, from a clone (as the
+README and docs/getting-started.md do), and the PyPI one only as what it will be once released.
 """
 
 from __future__ import annotations
+
+import shlex
+from pathlib import Path
 
 # top-level module -> the extra that installs it (its distribution in brackets where the names differ)
 PLATFORM_MODULES = (
@@ -54,6 +60,26 @@ OPTIONAL_MODULES = ("cut_cross_entropy",)
 # the core requirements: `pip install attent`
 CORE_MODULES = ("torch", "numpy", "pydantic")
 
+CLONE = Path(__file__).resolve().parents[3]  # the repository's top, when attent runs from a clone
+
+
+def install_line(extra: str) -> str:
+    """The install that brings ``extra`` today: in the clone attent runs from (editable), that clone by
+    its path; else from a clone, as the README says. Then the PyPI line, for once a release exists.
+
+    Args:
+        extra: an extra of pyproject.toml's optional-dependencies, e.g. "platform".
+
+    Returns:
+        One sentence, without a final full stop, for the end of an error's one line.
+    """
+    pyproject = CLONE / "pyproject.toml"
+    if pyproject.is_file() and 'name = "attent"' in pyproject.read_text(errors="replace"):
+        today = f"pip install -e {shlex.quote(f'{CLONE}[{extra}]')} (this clone; or `make setup` there, into its .venv)"
+    else:
+        today = f"from a clone of attent's repository, pip install '.[{extra}]'"
+    return f"{today}; once attent is released on PyPI, pip install 'attent[{extra}]'"
+
 
 def version() -> str:
     """This install's version (its metadata), or where none is installed (a bare PYTHONPATH) a word saying so."""
@@ -77,7 +103,7 @@ def missing_extra(exc: BaseException) -> str | None:
             if extra is not None:
                 return (
                     f"this needs the package {exc.name.partition('.')[0]!r}, which is not installed. "
-                    f"Fix: pip install 'attent[{extra}]'"
+                    f"Fix: {install_line(extra)}"
                 )
         exc = exc.__cause__ or exc.__context__
     return None

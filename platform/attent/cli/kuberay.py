@@ -7,7 +7,8 @@ written from its ``ray:`` section, so that the pods' workers, GPUs and CPUs cann
 * with ``--cluster``: a RayCluster for sweeps and interactive `ray job submit`: the same pods, from
   zero up to ``--max-pods``, added by Ray's autoscaler when a job asks for them.
 
-Both use what deploy/kubernetes/ sets up in namespace ``attent`` (docs/guides/kubernetes.md): Ray's
+Both use what deploy/kubernetes/ sets up in ``--namespace`` (``attent``; `attent kuberay --shared` moves
+those documents into another: ``attent.cli.kuberay_shared``; docs/guides/kubernetes.md): Ray's
 token from Secret ``attent-ray-token`` (``authOptions``), the shared volume at /shared (checkpoints,
 ``ray.storage_path``, and the data), the tracking server ``attent-server`` over HTTPS, its certificate
 (never its key) from Secret ``attent-tracking-tls`` and the user's MLflow credentials file from Secret
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..experiment import cluster_layout as layout
@@ -39,6 +40,14 @@ CERT_DIR, CERT_FILE = layout.POD_TLS_CERT.rsplit("/", 1)  # the Secret's tls.crt
 HEAD_RESOURCES = {"cpu": "4", "memory": "16Gi"}  # GCS, dashboard, job drivers, Tune trials' drivers
 TTL_S = 600  # a finished RayJob's cluster is kept 10 minutes (its logs), then deleted
 IDLE_TIMEOUT_S = 600  # an idle pod of the RayCluster is given back after 10 minutes
+RETRIES = 2  # a failed RayJob is submitted again on a new cluster this many times, carrying its work on
+DOCKERFILE = "deploy/kubernetes/Dockerfile"  # marks a checkout's top: the image copies it to IMAGE_ROOT
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+RESERVED_ENV = {  # what the pods' environment holds already, and why
+    "MLFLOW_TRACKING_URI": "the tracking server's URL in --namespace",
+    layout.CERT_ENV: "the server's certificate, mounted from its Secret",
+    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "Ray Train's poll of its workers",
+}
 
 
 def tracking_uri(namespace: str = NAMESPACE) -> str:
@@ -95,7 +104,32 @@ def experiment_shape(path: str, overrides: list[str]) -> tuple[dict[str, float],
     return bundle, workers, at_once, command
 
 
-def container(role: str, image: str, resources: dict[str, str], namespace: str) -> dict:
+@dataclass(frozen=True)
+class PodSettings:
+    """What every pod of a manifest shares beyond its image: its namespace, the Secret of the MLflow
+    user's credentials, environment variables (``--env``) and Secrets given whole as environment
+    (``--env-secret``: ``HF_TOKEN`` and the like, never written into a manifest)."""
+
+    namespace: str = NAMESPACE
+    credentials: str = CREDENTIALS_SECRET
+    env: tuple[tuple[str, str], ...] = ()
+    env_secrets: tuple[str, ...] = ()
+
+
+def parse_env(pairs: list[str]) -> tuple[tuple[str, str], ...]:
+    """``KEY=VALUE`` strings as (key, value) pairs, refusing a malformed one or one the pods set already."""
+    parsed = []
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise ValueError(f"--env {pair}: give KEY=VALUE, e.g. --env HF_HOME=/shared/hf")
+        if key in RESERVED_ENV:
+            raise ValueError(f"--env {key}: set by attent kuberay itself ({RESERVED_ENV[key]})")
+        parsed.append((key, value))
+    return tuple(parsed)
+
+
+def container(role: str, image: str, resources: dict[str, str], pods: PodSettings) -> dict:
     """The Ray container: the tracking server's URI and certificate, the shared volume, the credentials."""
     mounts = [
         {"name": "shared", "mountPath": SHARED},  # checkpoints and data (the GPU experiments read /shared/data/...)
@@ -107,13 +141,16 @@ def container(role: str, image: str, resources: dict[str, str], namespace: str) 
         "name": f"ray-{role}",
         "image": image,
         "env": [
-            {"name": "MLFLOW_TRACKING_URI", "value": tracking_uri(namespace)},
+            {"name": "MLFLOW_TRACKING_URI", "value": tracking_uri(pods.namespace)},
             {"name": layout.CERT_ENV, "value": layout.POD_TLS_CERT},
             {"name": "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "value": layout.TRAIN_POLL_S},
+            *({"name": key, "value": value} for key, value in pods.env),
         ],
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "volumeMounts": mounts,
     }
+    if pods.env_secrets:
+        spec["envFrom"] = [{"secretRef": {"name": name}} for name in pods.env_secrets]
     if role == "head":
         spec["ports"] = [
             {"containerPort": 6379, "name": "gcs-server"},
@@ -123,15 +160,24 @@ def container(role: str, image: str, resources: dict[str, str], namespace: str) 
     return spec
 
 
-def pod_template(
-    role: str, image: str, resources: dict[str, str], namespace: str, credentials: str = CREDENTIALS_SECRET
-) -> dict:
+SECURITY_CONTEXT = {
+    "runAsUser": UID,
+    "runAsGroup": UID,
+    "fsGroup": UID,
+    # the kubelet gives the volume's files to fsGroup, group-writable, at a mount only where its top
+    # does not match already; "Always" (the default) redoes it over every file at every mount: slow on
+    # a large /shared, and it leaves the tracking server's secrets group-readable, which it refuses
+    "fsGroupChangePolicy": "OnRootMismatch",
+}
+
+
+def pod_template(role: str, image: str, resources: dict[str, str], pods: PodSettings) -> dict:
     spec = {
-        "securityContext": {"runAsUser": UID, "runAsGroup": UID, "fsGroup": UID},
-        "containers": [container(role, image, resources, namespace)],
+        "securityContext": dict(SECURITY_CONTEXT),
+        "containers": [container(role, image, resources, pods)],
         "volumes": [
             {"name": "shared", "persistentVolumeClaim": {"claimName": SHARED_CLAIM}},
-            {"name": "mlflow-credentials", "secret": {"secretName": credentials, "defaultMode": 0o440}},
+            {"name": "mlflow-credentials", "secret": {"secretName": pods.credentials, "defaultMode": 0o440}},
             # the certificate alone: the key stays in the tracking server's pod
             {
                 "name": "tracking-tls",
@@ -153,14 +199,14 @@ def worker_resources(bundle: dict[str, float], per_pod: int, memory_per_cpu: str
     return resources
 
 
-def cluster_spec(image: str, namespace: str, group: dict, credentials: str) -> dict:
+def cluster_spec(image: str, group: dict, pods: PodSettings) -> dict:
     """A rayClusterSpec: token auth, a head that trains nothing, one worker group."""
     return {
         "rayVersion": RAY_VERSION,
         "authOptions": {"mode": "token", "secretName": RAY_TOKEN_SECRET},
         "headGroupSpec": {
             "rayStartParams": {"num-cpus": "0"},  # drivers only: every Train worker lands on a worker pod
-            "template": pod_template("head", image, HEAD_RESOURCES, namespace, credentials),
+            "template": pod_template("head", image, HEAD_RESOURCES, pods),
         },
         "workerGroupSpecs": [group],
     }
@@ -173,144 +219,77 @@ def manifest(
     image: str,
     cluster: bool = False,
     name: str | None = None,
-    namespace: str = NAMESPACE,
+    pods: PodSettings = PodSettings(),
     workers_per_pod: int = 1,
     max_pods: int | None = None,
     memory_per_cpu: str = "4Gi",
-    credentials: str = CREDENTIALS_SECRET,
+    queue: str | None = None,
 ) -> dict:
-    """The RayJob (or, with ``cluster``, the RayCluster) of the experiment or sweep at ``path``."""
+    """The RayJob (or, with ``cluster``, the RayCluster) of the experiment or sweep at ``path``;
+    ``queue``: the Kueue LocalQueue that admits it whole (gang scheduling), where Kueue runs."""
     if workers_per_pod < 1:
         raise ValueError(f"--workers-per-pod {workers_per_pod}: give at least 1")
     bundle, workers, at_once, command = experiment_shape(path, overrides)
     per_pod = min(workers_per_pod, workers)
-    pods = math.ceil(workers / per_pod) * at_once
+    count = math.ceil(workers / per_pod) * at_once
     kind = "gpu" if bundle.get("GPU") else "cpu"
-    resources = worker_resources(bundle, per_pod, memory_per_cpu)
-    template = pod_template("worker", image, resources, namespace, credentials)
-    labels = {"app.kubernetes.io/part-of": "attent"}
+    template = pod_template("worker", image, worker_resources(bundle, per_pod, memory_per_cpu), pods)
+    labels = {"app.kubernetes.io/part-of": "attent", **({KUEUE_QUEUE_LABEL: queue} if queue else {})}
     if cluster:
         if max_pods is not None and max_pods < 1:
             raise ValueError(f"--max-pods {max_pods}: give at least 1")
-        top = max_pods or pods
-        group = {"groupName": kind, "replicas": 0, "minReplicas": 0, "maxReplicas": top, "rayStartParams": {}}
-        spec = cluster_spec(image, namespace, {**group, "template": template}, credentials)
+        group = {"groupName": kind, "replicas": 0, "minReplicas": 0, "maxReplicas": max_pods or count}
+        spec = cluster_spec(image, {**group, "rayStartParams": {}, "template": template}, pods)
         spec = {
             "enableInTreeAutoscaling": True,
             "autoscalerOptions": {"idleTimeoutSeconds": IDLE_TIMEOUT_S, "upscalingMode": "Default"},
             **spec,
         }
-        metadata = {"name": dns_label(name or "attent", 53), "namespace": namespace, "labels": labels}
+        metadata = {"name": dns_label(name or "attent", 53), "namespace": pods.namespace, "labels": labels}
         return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": metadata, "spec": spec}
-    group = {"groupName": kind, "replicas": pods, "minReplicas": pods, "maxReplicas": pods, "rayStartParams": {}}
-    from ..experiment.files import read_yaml
-
-    data = read_yaml(path)
-    run_name = data["sweep"]["name"] if command == "sweep" else data.get("name", Path(path).stem)
-    entrypoint = " ".join(
-        [
-            "attent",
-            command,
-            image_path(path),
-            *overrides,
-            f"ray.storage_path={STORAGE_PATH}",
-            f"mlflow.tracking_uri={tracking_uri(namespace)}",
-        ]
-    )
+    group = {"groupName": kind, "replicas": count, "minReplicas": count, "maxReplicas": count, "rayStartParams": {}}
     spec = {
-        "entrypoint": entrypoint,
+        "entrypoint": " ".join(job_command(command, image_path(path), overrides, pods.namespace)),
         "shutdownAfterJobFinishes": True,  # the cluster goes when the job ends ...
         "ttlSecondsAfterFinished": TTL_S,  # ... after its logs were kept this long
-        "backoffLimit": 0,  # a failed run is not retried from scratch: `attent` resumes from its checkpoints
-        "rayClusterSpec": cluster_spec(image, namespace, {**group, "template": template}, credentials),
+        # a retry (a new cluster) carries on: a run from its newest checkpoint, a sweep by --resume=auto
+        "backoffLimit": RETRIES,
+        "rayClusterSpec": cluster_spec(image, {**group, "template": template}, pods),
     }
-    metadata = {"name": dns_label(name or run_name), "namespace": namespace, "labels": labels}
+    metadata = {"name": dns_label(name or run_name(path, command)), "namespace": pods.namespace, "labels": labels}
     return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": metadata, "spec": spec}
 
 
+def run_name(path: str, command: str) -> str:
+    from ..experiment.files import read_yaml
+
+    data = read_yaml(path)
+    return data["sweep"]["name"] if command == "sweep" else data.get("name", Path(path).stem)
+
+
+def job_command(command: str, file: str, overrides: list[str], namespace: str) -> list[str]:
+    """The RayJob's ``attent`` command: the same whether it is the first try or a retry, since a run
+    resumes from its newest checkpoint and a sweep is told to carry on where it exists."""
+    resume = ["--resume=auto"] if command == "sweep" else []
+    return [
+        "attent",
+        command,
+        file,
+        *overrides,
+        f"ray.storage_path={STORAGE_PATH}",
+        f"mlflow.tracking_uri={tracking_uri(namespace)}",
+        *resume,  # after the overrides: argparse takes no positional after an option
+    ]
+
+
 def image_path(path: str) -> str:
-    """Where the image holds ``path``, a file of this checkout (given relative to its top)."""
-    file = Path(path)
-    if file.is_absolute():
-        try:
-            file = file.resolve().relative_to(Path.cwd().resolve())
-        except ValueError:
-            raise ValueError(
-                f"{path} is outside this checkout: give a file of the repository the image holds"
-            ) from None
-    if ".." in file.parts:
-        raise ValueError(f"{path}: give the file relative to the top of the checkout the image was built from")
-    return f"{IMAGE_ROOT}/{file.as_posix()}"
-
-
-def header(argv: list[str] | None) -> str:
-    command = " ".join(["attent", "kuberay", *(argv or [])])
-    return (
-        f"# {command}\n# Written by `attent kuberay` (docs/guides/kubernetes.md): regenerate it, rather than edit it.\n"
+    """Where the image holds ``path``: its place in the checkout it lies in (the folder above it
+    holding deploy/kubernetes/Dockerfile, which copies that checkout to /opt/attent), from any folder."""
+    file = Path(path).resolve()
+    for top in file.parents:
+        if (top / DOCKERFILE).is_file():
+            return f"{IMAGE_ROOT}/{file.relative_to(top).as_posix()}"
+    raise ValueError(
+        f"{path} is in no checkout of attent (no {DOCKERFILE} in a folder above it): give a file of the "
+        "repository the image is built from"
     )
-
-
-def to_yaml(document: dict, argv: list[str] | None = None) -> str:
-    import yaml
-
-    return header(argv) + yaml.safe_dump(document, sort_keys=False, width=120)
-
-
-def add_kuberay_command(sub) -> None:
-    p = sub.add_parser(
-        "kuberay",
-        help="the KubeRay RayJob (or --cluster: RayCluster) of an experiment or sweep, sized from its ray: section",
-    )
-    p.add_argument("config", help="experiment or sweep YAML of this checkout, e.g. experiments/multimae_gpu.yaml")
-    p.add_argument("overrides", nargs="*", help="key.path=value overrides, passed on to the job's `attent` command")
-    p.add_argument("--image", required=True, help="the image deploy/kubernetes/Dockerfile built at the pinned commit")
-    p.add_argument("--cluster", action="store_true", help="a RayCluster (autoscaled from zero pods), not a RayJob")
-    p.add_argument("--name", default=None, help="default: the experiment's or sweep's name (RayCluster: attent)")
-    p.add_argument("--namespace", default=NAMESPACE)
-    p.add_argument("--workers-per-pod", type=int, default=1, help="Ray Train workers per pod (8: one 8-GPU node's)")
-    p.add_argument("--max-pods", type=int, default=None, help="--cluster: the most worker pods (default: one run's)")
-    p.add_argument("--memory-per-cpu", default="4Gi", help="pod memory per CPU (default 4Gi)")
-    p.add_argument(
-        "--credentials-secret",
-        default=CREDENTIALS_SECRET,
-        help=f"the Secret holding the MLflow user's credentials file, key credentials (default {CREDENTIALS_SECRET})",
-    )
-    p.add_argument("--out", default=None, help="write the manifest here (default: print it)")
-
-
-def cmd_kuberay(args) -> int:
-    document = manifest(
-        args.config,
-        args.overrides,
-        image=args.image,
-        cluster=args.cluster,
-        name=args.name,
-        namespace=args.namespace,
-        workers_per_pod=args.workers_per_pod,
-        max_pods=args.max_pods,
-        memory_per_cpu=args.memory_per_cpu,
-        credentials=args.credentials_secret,
-    )
-    argv = [args.config, *args.overrides, "--image", args.image]
-    argv += ["--cluster"] if args.cluster else []
-    argv += [f"--{key.replace('_', '-')}={value}" for key, value in option_values(args).items()]
-    text = to_yaml(document, argv)
-    if args.out:
-        Path(args.out).write_text(text)
-        print(f"wrote {args.out} ({document['kind']} {document['metadata']['name']})", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
-    return 0
-
-
-def option_values(args) -> dict[str, object]:
-    """The options given away from their defaults, for the manifest's header line."""
-    defaults = {
-        "name": None,
-        "namespace": NAMESPACE,
-        "workers_per_pod": 1,
-        "max_pods": None,
-        "memory_per_cpu": "4Gi",
-        "credentials_secret": CREDENTIALS_SECRET,
-    }
-    return {key: getattr(args, key) for key, default in defaults.items() if getattr(args, key) != default}

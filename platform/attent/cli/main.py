@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from .extras import missing_extra, version
-from .kuberay import add_kuberay_command, cmd_kuberay
+from .kuberay_command import add_kuberay_command, cmd_kuberay
 from .plan import add_plan_command, cmd_plan
 from .services import add_service_commands, cmd_data, cmd_report, cmd_server, cmd_ui, tracking_uri
 
@@ -132,7 +132,14 @@ def add_run_commands(sub) -> None:
 
     p = sub.add_parser("sweep", help="run a Ray Tune sweep declared in a YAML file")
     p.add_argument("config")
-    p.add_argument("--resume", action="store_true", help="continue an interrupted sweep")
+    p.add_argument(
+        "--resume",
+        nargs="?",
+        const=True,
+        default=False,
+        choices=["auto"],
+        help="continue an interrupted sweep; --resume=auto: continue it if it is there, else start it",
+    )
     p.add_argument("overrides", nargs="*")
     add_study_commands(sub)  # after sweep: --help lists the commands in the order they are added
 

@@ -109,10 +109,10 @@ def cmd_report(args) -> int:
 
 
 def tracking_uri(given: str | None) -> str:
-    """The store the CLI reads: given, else $MLFLOW_TRACKING_URI, else ./mlflow.db (as train writes)."""
-    from ..experiment.uris import absolute_sqlite_uri
+    """The store the CLI reads: the one a run started here writes (``resolve_tracking_uri``)."""
+    from ..experiment.uris import resolve_tracking_uri
 
-    return absolute_sqlite_uri(given or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db", Path.cwd())
+    return resolve_tracking_uri(given, Path.cwd())
 
 
 def cmd_ui(args) -> int:

@@ -19,10 +19,10 @@ def validate(args) -> int:
     if {"problem", "teach"} & set(data):  # the theory lab's files (attent theory FILE)
         from ..theory.config import load
 
-        cfg = load(args.config, args.overrides)
-        from ..engine.preflight.store import check_tracking
+        cfg = load(args.config, args.overrides).resolved()
+        from ..engine.preflight import check_theory
 
-        check_tracking(cfg.mlflow.tracking_uri)
+        check_theory(cfg)  # what `attent theory` checks before its first run
         print(
             f"{args.config}: OK — theory lab, {len(cfg.seeds)} seed(s), teaching rules {list(cfg.teach.rules)}, "
             f"{cfg.teach.max_iterations} iterations\nMLflow {cfg.mlflow.tracking_uri} (experiment "

@@ -7,7 +7,8 @@ What ``attent train`` and every sweep or benchmark trial run: ``run_pipeline(cfg
 the run's one ``tracking.TrackingSession`` (one client of the store, the experiment) and hands it
 on to the training run and its downstream jobs. The checks that refuse a run before anything
 starts (``preflight.check_experiment``) are the caller's, so that the CLI refuses before importing
-Ray; this module checks only what needs Ray (resources of the connected cluster).
+Ray; this module checks only what needs Ray (resources of the connected cluster; on several nodes,
+a store and a storage path they all reach).
 
 ``ray.num_workers: 0`` runs Ray Train's local mode: the training function in this process (a
 sweep or benchmark trial's own process), with the same ``ray.train`` API but no controller,
@@ -38,6 +39,7 @@ from . import faults, progress, ray_process
 from .credentials import client_env
 from .dashboard import add_to_training_view
 from .preflight.cluster import check_cluster_resources
+from .preflight.nodes import check_shared_across_nodes
 from .preflight.resources import worker_bundle
 from .tracking import RunLogger, TrackingSession
 from .worker import EPOCHS_ENDED_UNIX, LOCAL_MODE, ON_EPOCH, TRACKING_CLIENT, train_loop_per_worker
@@ -140,6 +142,7 @@ def _train(
         ray_init_s = 0.0 if local else ensure_ray(cfg)  # before the MLflow run: the cluster check needs Ray
         if not local:
             check_cluster_resources(cfg)
+            check_shared_across_nodes(cfg)  # on several nodes: the store and ray.storage_path reach them all
         run_id, resumed = tracking.start_or_resume_run(
             cfg, role=role, parent_run_id=parent_run_id, extra_tags=extra_tags
         )

@@ -8,7 +8,8 @@
   (``watch_driver``), so no orphaned training goes on logging into its MLflow run; and a second
   driver of the same run refuses while one is alive (``run_lock``); the next command on this machine
   ends its runs left RUNNING as KILLED (``close_runs_of_dead_drivers``, by the ``driver_tags`` of each);
-- **injected failures** (``fault:`` in a config) to exercise restarts.
+- **injected failures** (``fault:`` in a config) to exercise restarts; and, for the tests of
+  preemption (``preemption``), a SIGTERM a worker sends itself at a given step (``SIGTERM_FILE``).
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ import contextlib
 import fcntl
 import json
 import os
+import signal
 import socket
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import contract
 from ..experiment.schema import ExperimentConfig
@@ -35,6 +37,8 @@ if TYPE_CHECKING:  # MLflow is imported by the code that hands a client over, no
 FATAL_FILE = ".attent-fatal.json"  # in <storage_path>/<name>/: a deterministic failure, for the driver
 LOCK_FILE = ".attent-driver.lock"  # in <storage_path>/<name>/: held by the live driver of the run
 DRIVER_POLL_S = 1.0  # how often a worker checks that its driver lives
+# in <storage_path>/<name>/, written by a test: {"epoch": e, "step": s, "rank": r}, a SIGTERM (0-based epoch)
+SIGTERM_FILE = ".attent-inject-sigterm.json"
 
 
 class RunFault(RuntimeError):
@@ -303,3 +307,27 @@ def maybe_fail(cfg: ExperimentConfig, epoch: int, rank: int) -> None:
 
 class InjectedFailure(RuntimeError):
     """The failure ``fault.fail_once_after_epoch`` injects in Ray Train's local mode."""
+
+
+def sigterm_injection(cfg: ExperimentConfig) -> dict[str, Any] | None:
+    """The SIGTERM a test asked for in ``SIGTERM_FILE`` (read once, at a worker's start), if any."""
+    path = run_folder(cfg) / SIGTERM_FILE if run_folder(cfg) else None
+    try:
+        return {**json.loads(path.read_text()), "path": path} if path else None
+    except (OSError, ValueError):
+        return None
+
+
+def maybe_sigterm(injection: dict[str, Any] | None, epoch: int, step: int, rank: int, received: threading.Event):
+    """Fault injection: the rank the injection names sends itself SIGTERM (as the kubelet would)
+    after optimiser step ``step`` of ``epoch``, once (the file is removed), and waits until the
+    process's handler has seen it (``received``): a notice that came during that step."""
+    if not injection or (injection["epoch"], injection["step"], injection["rank"]) != (epoch, step, rank):
+        return
+    injection["path"].unlink(missing_ok=True)  # once: a restarted worker finds none
+    injection.clear()
+    print(
+        f"[attent] fault injection: rank {rank} sends itself SIGTERM after step {step} of epoch {epoch + 1}", flush=True
+    )
+    os.kill(os.getpid(), signal.SIGTERM)
+    received.wait(30)  # the handler runs in the main thread, between its Ray calls

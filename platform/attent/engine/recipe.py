@@ -21,6 +21,7 @@ import logging
 import math
 import multiprocessing
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ import torch.distributed as dist
 
 from .. import contract
 from ..experiment.schema import ExperimentConfig
+from ..selection.resume import folded, with_rank_part
 from ..selection.selector import Selector
 from ..selection.teacher import Teacher
 from ..tasks import weights
@@ -37,6 +39,7 @@ from ..tasks.task import Batch, OptimizerSpec, Task
 from . import antk, checkpoint
 from .counters import RunCounters, timed
 from .lr import lr_factor
+from .preemption import INSIDE_EPOCH, InsideEpoch, set_rng_state
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,9 @@ class TrainingRecipe:
         self.counters = RunCounters()
         self.setup_seconds: dict[str, float] = {}  # the set-up's parts (contract.SETUP_PARTS)
         self.checkpointed_at = time.monotonic()  # rank 0's clock of ray.checkpoint_minutes
+        # called after each optimiser step with (epoch, step, steps): the engine's preemption check
+        self.after_step: Callable[[int, int, int], None] | None = None
+        self.resume: InsideEpoch | None = None  # where a checkpoint taken inside an epoch goes on
 
     # --- setup --------------------------------------------------------------------------------
     def setup(self, wrap_model=lambda model: model) -> None:
@@ -181,13 +187,33 @@ class TrainingRecipe:
         }
 
     def restore(self, saved: dict[str, Any]) -> None:
+        """The state of a checkpoint, taken between epochs or inside one (``INSIDE_EPOCH``)."""
         checkpoint.load_trainable_state(self.raw_model, saved["model"])
         self.optimizer.load_state_dict(saved["optimizer"])
         self.counters = RunCounters(**saved["progress"])
-        self.selector.load_state_dict(saved["selector"])  # refuses, in one line, a format it cannot read
+        inside = saved.get(INSIDE_EPOCH)
+        selector = self._selector_state(saved["selector"], inside)
+        # refuses, in one line, a format it cannot read; inside an epoch the pass skips what was trained
+        self.selector.load_state_dict(selector, skip_trained=inside is not None)
         if self.antk and antk.STATE_KEY in saved:  # the kernels of the epochs before the checkpoint
             self.antk.load_state_dict(saved[antk.STATE_KEY])
-        self.ctx.log(f"resumed from checkpoint after epoch {self.counters.next_epoch}")
+        at = f"epoch {self.counters.next_epoch}"
+        if self.resume:  # on another number of ranks than the checkpoint's, the epoch ends at its step
+            at = f"step {self.resume.step} of epoch {self.resume.epoch + 1}{', which ends there' * self.resume.folded}"
+        self.ctx.log(f"resumed from checkpoint after {at}")
+
+    def _selector_state(self, state: dict[str, Any], inside: dict[str, Any] | None) -> dict[str, Any]:
+        """This rank's Selector state; from a checkpoint taken inside an epoch, also where the
+        epoch goes on (``resume``): at its next step on as many ranks, else ended there."""
+        if inside is None:
+            return state
+        parts = inside["ranks"]
+        if inside["world_size"] == self.ctx.world_size:
+            mine = parts[self.ctx.rank]
+            self.resume = InsideEpoch(inside["epoch"], inside["step"], mine["rng"])
+            return with_rank_part(state, mine["selector"])
+        self.resume = InsideEpoch(inside["epoch"], inside["step"], None, folded=True)
+        return folded(state, [part["selector"] for part in parts], self.ctx.rank)
 
     def amp(self, precision: str | None = None):
         if (precision or self.cfg.train.precision) == "bf16":
@@ -224,46 +250,62 @@ class TrainingRecipe:
             return self.task.score_of(self.task.score(model, batch, self.selector.epoch), batch)
 
     def train_one_epoch(self, epoch: int) -> int:
-        """One pass over this rank's shard of the epoch's subset: per-sample losses, which the
-        selector records (its scores for free) and weighs, a backward per micro-batch, and every
-        ``accumulation`` micro-batches one optimiser step at the learning rate of the progress
-        reached. Returns the optimiser steps taken."""
-        cfg, ctx, selector = self.cfg, self.ctx, self.selector
+        """One pass over this rank's shard of the epoch's subset (``train_step`` by
+        ``train_step``), the selector's epoch ended after it. Restored inside the epoch, the pass
+        goes on after the checkpoint's step, with the generators as they were there. Returns the
+        epoch's optimiser steps (those before the checkpoint included)."""
         self.model.train()
-        steps = math.ceil(len(self.loader) / self.accumulation)
+        resume, self.resume = self.resume, None
+        done = resume.step if resume else 0
+        if resume and resume.folded:  # another world size: what was trained is the epoch
+            self.selector.end_epoch()
+            return done
+        # restored inside the epoch, the loader holds the batches after the checkpoint's steps
+        steps = done + math.ceil(len(self.loader) / self.accumulation)
         batches = iter(self.loader)
-        for step in range(1, steps + 1):
-            window = list(itertools.islice(batches, self.accumulation))  # one optimiser step; the last may be short
-            # Each sample weighs 1 / (samples in the window): the accumulated gradient is that of one
-            # batch of the whole window, a short last window included. Ranks hold equally long
-            # shards (the sampler pads), so DDP's average over ranks makes it the mean over all.
-            in_window = sum(len(batch["index"]) for batch in window)
-            for position, batch in enumerate(window):
-                # DDP all-reduces the gradients at the window's last micro-batch only: the forward
-                # too must run inside no_sync, where DDP decides whether the backward syncs
-                last = position == len(window) - 1
-                with contextlib.nullcontext() if last or not ctx.distributed else self.model.no_sync():
-                    batch = to_device(batch, ctx.device)
-                    with self.amp():
-                        losses = self.task.per_sample_loss(self.model, batch)  # [B], or [B, C] components
-                    scores = self.task.score_of(losses, batch)
-                    # recorded as scores; components and loss weights applied to what is trained on
-                    losses = selector.update(scores, train_losses=None if scores is losses else losses)
-                    (losses.sum() / in_window).backward()
-            progress = selector.plan.progress(epoch, step / steps)
-            floor = self.optim.min_lr / self.optim.lr if self.optim.lr else 0.0  # lr 0: tests that freeze weights
-            factor = lr_factor(progress, self.optim.schedule, self.optim.warmup_ratio, floor)
-            for group in self.optimizer.param_groups:  # lr_scale: e.g. layer-wise lr decay
-                group["lr"] = self.optim.lr * factor * group.get("lr_scale", 1.0)
-            if cfg.train.grad_clip:
-                torch.nn.utils.clip_grad_norm_(self.trainable, cfg.train.grad_clip)
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
-            if steps >= 8 and step % max(1, steps // 4) == 0 and step < steps:
-                loss = selector.metrics()[contract.TRAIN_LOSS]  # this rank's so far
-                ctx.log(f"  epoch {epoch + 1}/{cfg.train.epochs}: {step}/{steps} steps, loss {loss:.4f}")
-        selector.end_epoch()  # the epoch's scores and sums merged across ranks
+        if resume:  # after iter(): it draws the loader's seed from the generator
+            set_rng_state(resume.rng, self.ctx.device)
+        for step in range(done + 1, steps + 1):
+            self.train_step(epoch, step, steps, batches)
+            if self.after_step is not None:
+                self.after_step(epoch, step, steps)
+        self.selector.end_epoch()  # the epoch's scores and sums merged across ranks
         return steps
+
+    def train_step(self, epoch: int, step: int, steps: int, batches) -> None:
+        """One optimiser step on the next ``accumulation`` micro-batches of ``batches``:
+        per-sample losses, which the selector records (its scores for free) and weighs, a backward
+        per micro-batch, then the step at the learning rate of the progress reached."""
+        cfg, ctx, selector = self.cfg, self.ctx, self.selector
+        window = list(itertools.islice(batches, self.accumulation))  # one optimiser step; the last may be short
+        # Each sample weighs 1 / (samples in the window): the accumulated gradient is that of one
+        # batch of the whole window, a short last window included. Ranks hold equally long
+        # shards (the sampler pads), so DDP's average over ranks makes it the mean over all.
+        in_window = sum(len(batch["index"]) for batch in window)
+        for position, batch in enumerate(window):
+            # DDP all-reduces the gradients at the window's last micro-batch only: the forward
+            # too must run inside no_sync, where DDP decides whether the backward syncs
+            last = position == len(window) - 1
+            with contextlib.nullcontext() if last or not ctx.distributed else self.model.no_sync():
+                batch = to_device(batch, ctx.device)
+                with self.amp():
+                    losses = self.task.per_sample_loss(self.model, batch)  # [B], or [B, C] components
+                scores = self.task.score_of(losses, batch)
+                # recorded as scores; components and loss weights applied to what is trained on
+                losses = selector.update(scores, train_losses=None if scores is losses else losses)
+                (losses.sum() / in_window).backward()
+        progress = selector.plan.progress(epoch, step / steps)
+        floor = self.optim.min_lr / self.optim.lr if self.optim.lr else 0.0  # lr 0: tests that freeze weights
+        factor = lr_factor(progress, self.optim.schedule, self.optim.warmup_ratio, floor)
+        for group in self.optimizer.param_groups:  # lr_scale: e.g. layer-wise lr decay
+            group["lr"] = self.optim.lr * factor * group.get("lr_scale", 1.0)
+        if cfg.train.grad_clip:
+            torch.nn.utils.clip_grad_norm_(self.trainable, cfg.train.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if steps >= 8 and step % max(1, steps // 4) == 0 and step < steps:
+            loss = selector.metrics()[contract.TRAIN_LOSS]  # this rank's so far
+            ctx.log(f"  epoch {epoch + 1}/{cfg.train.epochs}: {step}/{steps} steps, loss {loss:.4f}")
 
     def evaluate(self, epoch: int) -> dict[str, float]:
         if epoch not in self.cfg.train.evaluation_epochs():

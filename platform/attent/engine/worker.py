@@ -25,7 +25,7 @@ import torch
 
 from .. import contract
 from ..experiment.schema import ExperimentConfig
-from . import checkpoint, faults, logged_models
+from . import checkpoint, faults, logged_models, preemption
 from .counters import timed
 from .recipe import TrainingRecipe, WorkerContext, format_row
 from .system_metrics import start_system_metrics, stop_system_metrics
@@ -108,18 +108,77 @@ def train_run(payload: dict[str, Any], cfg: ExperimentConfig, started: float, en
             f"{cfg.name}: {len(recipe.train_set)} samples, {mode} on {ctx.device}, "
             f"selection {recipe.selector.plan.label}, {cfg.train.epochs} epochs"
         )
-        for epoch in range(recipe.counters.next_epoch, cfg.train.epochs):
-            row = recipe.run_epoch(epoch)
-            if recipe.antk:  # after the epoch's time split: the kernel's time is its own (time_antk_s)
-                row.update(recipe.antk.track(epoch))
-            epochs_ended = time.time()
-            ctx.log(format_row(row, cfg.train.epochs))
-            if logger:
-                logger.log_metrics(row, step=epoch)
-                if epoch + 1 == cfg.train.epochs:
-                    log_final(logger, recipe)
-            report(recipe, epoch, row, epochs_ended, train_report, storage if local else None, payload.get(ON_EPOCH))
-            faults.maybe_fail(cfg, epoch, ctx.rank)
+        # local mode trains in the driver's process, whose signals are the command's own
+        flag = None if local else watch_preemption(recipe, train_report)
+        train_epochs(recipe, logger, train_report, storage if local else None, payload.get(ON_EPOCH), flag)
+
+
+def train_epochs(
+    recipe: TrainingRecipe,
+    logger: RunLogger | None,
+    train_report: Callable,
+    local_storage: tuple | None,
+    on_epoch: Callable[[dict], None] | None,
+    flag: preemption.StopFlag | None,
+) -> None:
+    """The epochs from the restored one: each one's row logged (rank 0) and reported, with its
+    checkpoint when due or when a preemption notice came during it (then a SIGTERM'd run stops)."""
+    cfg, ctx = recipe.cfg, recipe.ctx
+    for epoch in range(recipe.counters.next_epoch, cfg.train.epochs):
+        row = recipe.run_epoch(epoch)
+        if recipe.antk:  # after the epoch's time split: the kernel's time is its own (time_antk_s)
+            row.update(recipe.antk.track(epoch))
+        epochs_ended = time.time()
+        ctx.log(format_row(row, cfg.train.epochs))
+        last = epoch + 1 == cfg.train.epochs
+        if logger:
+            logger.log_metrics(row, step=epoch)
+            if last:
+                log_final(logger, recipe)
+        notice = flag.at_epoch_end() if flag else preemption.GO_ON
+        report(
+            recipe, epoch, row, epochs_ended, train_report, local_storage, on_epoch, force=notice != preemption.GO_ON
+        )
+        if notice == preemption.EXIT and not last:
+            raise preemption.Preempted(f"SIGTERM: the run stopped after epoch {epoch + 1}, checkpointed")
+        faults.maybe_fail(cfg, epoch, ctx.rank)
+
+
+def watch_preemption(recipe: TrainingRecipe, train_report: Callable) -> preemption.StopFlag:
+    """SIGTERM and Ray's drain notice turned into a checkpoint at the next optimiser step
+    (``preemption``): the handler installed, the ranks' flag, the recipe's step hook."""
+    ctx = recipe.ctx
+    failed = preemption.install_sigterm_flag()
+    if failed:
+        ctx.log(
+            f"SIGTERM will not be caught on rank 0 ({failed}): a preemption loses what was trained since the last checkpoint"
+        )
+    flag = preemption.StopFlag(ctx.distributed)
+    injected = faults.sigterm_injection(recipe.cfg)  # tests: a SIGTERM at a given step
+
+    def after_step(epoch: int, step: int, steps: int) -> None:
+        faults.maybe_sigterm(injected, epoch, step, ctx.rank, preemption.SIGTERM_RECEIVED)
+        notice = flag.after_step()
+        if notice == preemption.GO_ON:
+            return
+        started = time.perf_counter()
+        inside = preemption.inside_epoch_state(recipe, flag, epoch, step)  # every rank's part, on rank 0
+        persist(recipe, {**recipe.state_dict(), preemption.INSIDE_EPOCH: inside} if inside else None, {}, train_report)
+        spent, seconds = time.perf_counter() - started, recipe.counters.seconds
+        # the epoch's timers run: its checkpoint is counted as one, not as training (a drain's run goes on)
+        seconds["checkpoint"] += spent
+        seconds["train"] -= spent
+        seconds["total"] -= spent
+        where = f"after step {step}/{steps} of epoch {epoch + 1}"
+        if notice == preemption.EXIT:
+            ctx.log(
+                f"SIGTERM: checkpoint {where}; the workers stop (Ray Train restarts them while ray.max_failures allows)"
+            )
+            raise preemption.Preempted(f"SIGTERM: the run stopped {where}, checkpointed")
+        ctx.log(f"Ray's drain notice: checkpoint {where}; training goes on until Ray Train restarts it")
+
+    recipe.after_step = after_step
+    return flag
 
 
 def start_or_restore(
@@ -143,6 +202,8 @@ def start_or_restore(
             logger.log_metrics(
                 {
                     contract.RESTORED_AT_EPOCH: recipe.counters.next_epoch,
+                    # a checkpoint taken inside that epoch (preemption): the optimiser steps it had
+                    **({contract.RESTORED_AT_STEP: recipe.resume.step} if recipe.resume else {}),
                     # an elastic run may go on with other ranks: the accumulation keeps its global batch
                     contract.RANKS: ctx.world_size,
                     contract.GRAD_ACCUMULATION: recipe.accumulation,
@@ -212,31 +273,47 @@ def report(
     train_report: Callable = ray.train.report,
     local_storage: tuple | None = None,
     on_epoch: Callable[[dict], None] | None = None,
+    force: bool = False,
 ) -> None:
     """Report the epoch through Ray Train (a barrier: every rank reports), with a checkpoint
     every ``ray.checkpoint_every`` epochs (else once ``ray.checkpoint_minutes`` have passed since
-    the last one, as rank 0 counts them) and after the last one. The last report carries the
-    time the epochs ended, from which the driver measures the run's teardown. In local mode
-    (``local_storage``: the run's filesystem and folder) the checkpoint is persisted here."""
+    the last one, as rank 0 counts them), after the last one, and when ``force``d. The last report
+    carries the time the epochs ended, from which the driver measures the run's teardown. In local
+    mode (``local_storage``: the run's filesystem and folder) the checkpoint is persisted here."""
     cfg = recipe.cfg
     last = epoch + 1 == cfg.train.epochs
     every, minutes = cfg.ray.checkpoint_every, cfg.ray.checkpoint_minutes
     since = time.monotonic() - recipe.checkpointed_at
-    due = last or ((epoch + 1) % every == 0 if every else since >= 60 * minutes)
+    due = force or last or ((epoch + 1) % every == 0 if every else since >= 60 * minutes)
     with recipe.counters.timed("checkpoint"):
-        saved = checkpoint.save(recipe.state_dict()) if recipe.ctx.rank == 0 and due else None
         metrics = {k: v for k, v in row.items() if v == v}
         if last:
             metrics[EPOCHS_ENDED_UNIX] = epochs_ended
-        if saved and local_storage:
-            checkpoint.persist(saved.name, *local_storage, keep=cfg.ray.checkpoints_to_keep)
-        handed = saved and not local_storage
-        train_report(metrics, checkpoint=ray.train.Checkpoint.from_directory(saved.name) if handed else None)
-        if saved:
-            saved.cleanup()
-            recipe.checkpointed_at = time.monotonic()
+        persist(
+            recipe, recipe.state_dict() if recipe.ctx.rank == 0 and due else None, metrics, train_report, local_storage
+        )
     if on_epoch is not None:
         on_epoch(metrics)
+
+
+def persist(
+    recipe: TrainingRecipe,
+    state: dict[str, Any] | None,
+    metrics: dict[str, float],
+    train_report: Callable,
+    local_storage: tuple | None = None,
+) -> None:
+    """Report ``metrics`` through Ray Train (every rank calls it), with rank 0's checkpoint of
+    ``state`` (None: no checkpoint), which in local mode is persisted here into ``local_storage``."""
+    cfg = recipe.cfg
+    saved = checkpoint.save(state) if state is not None else None
+    if saved and local_storage:
+        checkpoint.persist(saved.name, *local_storage, keep=cfg.ray.checkpoints_to_keep)
+    handed = saved and not local_storage
+    train_report(metrics, checkpoint=ray.train.Checkpoint.from_directory(saved.name) if handed else None)
+    if saved:
+        saved.cleanup()
+        recipe.checkpointed_at = time.monotonic()
 
 
 def log_final(logger: RunLogger, recipe: TrainingRecipe) -> None:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ..selection.config import SelectionConfig
 from ..selection.plan import Plan, build_plan
 from ..tasks.registry import config_classes
-from .uris import absolute_sqlite_uri
+from .uris import resolve_tracking_uri
 
 # The `task:` section: one of the registered tasks' configs, chosen by its `name`.
 # Union over the registered tasks' config classes (a tuple), which no `|` spelling can build
@@ -260,8 +260,7 @@ class ExperimentConfig(BaseModel):
         """Paths made absolute and defaults filled from the environment, so Ray workers (other
         processes, other working directories) see the same storage and MLflow store."""
         base = Path(base or os.getcwd())
-        tracking = self.mlflow.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
-        tracking = absolute_sqlite_uri(tracking, base)
+        tracking = resolve_tracking_uri(self.mlflow.tracking_uri, base)
         storage = self.ray.storage_path
         if "://" not in storage:
             storage = str((base / storage).resolve())

@@ -17,12 +17,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_cli(config: str, overrides: list[str], out: str | None = None) -> int:
-    from ..experiment.schema import ConfigError
+    from ..engine.preflight import check_theory
+    from ..experiment.schema import ConfigError, PreflightError
     from ..theory.config import load
 
     try:
-        cfg = load(config, overrides)
-    except ConfigError as exc:
+        cfg = load(config, overrides).resolved()  # the store: as an experiment's
+        check_theory(cfg)  # before the first run, as an experiment's preflight
+    except (ConfigError, PreflightError) as exc:
         print(f"attent theory: error: {exc}", file=sys.stderr)
         return 2
     from .experiment import run_experiment

@@ -34,7 +34,6 @@ from mlflow.entities import Metric, Param, RunStatus
 
 from .. import contract
 from ..engine.tracking import client_for, driver_tags, git_commit, open_experiment
-from ..experiment.uris import absolute_sqlite_uri
 from ..theory.config import TheoryConfig, flatten
 from ..theory.gradients import gradient_check, gradient_table
 from ..theory.tangent_kernel import kernel_drift
@@ -54,8 +53,13 @@ class TheoryResult:
 
 
 def run_experiment(cfg: TheoryConfig, *, out: str | Path | None = None, progress=print) -> TheoryResult:
-    """Gradient check, teaching runs, summary, figures; everything into one MLflow parent run."""
-    uri = absolute_sqlite_uri(cfg.mlflow.tracking_uri, Path.cwd())
+    """Gradient check, teaching runs, summary, figures; everything into one MLflow parent run: the store
+    resolved and checked as an experiment's (``TheoryConfig.resolved``, ``preflight.check_theory``)."""
+    from ..engine.preflight import check_theory
+
+    cfg = cfg.resolved()
+    check_theory(cfg)
+    uri = cfg.mlflow.tracking_uri
     client = client_for(uri)
     experiment_id = open_experiment(client, cfg.mlflow.experiment, uri)
     parent = client.create_run(

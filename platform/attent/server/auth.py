@@ -43,7 +43,8 @@ AUTH_FUNCTION = "mlflow.server.auth:authenticate_request_basic_auth"
 AUTH_CACHE_SECONDS = 60
 NEEDS_EXTRA = (
     "authentication needs MLflow's basic-auth app, and its Flask-WTF is not installed here: "
-    "pip install 'attent[server]' (or 'mlflow[auth]')"
+    "pip install 'mlflow[auth]', or in a clone of attent pip install -e '.[server]' (once attent is released on "
+    "PyPI, pip install 'attent[server]')"
 )
 
 

@@ -97,18 +97,24 @@ SWEEP_SERVER_LOG = "mlflow-server.log"  # beside the SQLite file: the sweep's ow
 DIRECT_SQLITE_ENV = "ATTENT_SWEEP_DIRECT_SQLITE"
 
 
-def run_sweep(path: str | Path, *, resume: bool = False, overrides: list[str] | None = None, name: str | None = None):
+AUTO = "auto"  # --resume=auto: carry the sweep on where its storage holds it, else start it
+
+
+def run_sweep(
+    path: str | Path, *, resume: bool | str = False, overrides: list[str] | None = None, name: str | None = None
+):
     """Run (or, with ``resume``, finish) the sweep in ``path``: ``run_loaded_sweep`` of the file."""
     sweep = load_sweep(path, overrides, name=name)  # a bad file is refused before Ray is imported (seconds)
     return run_loaded_sweep(sweep, resume=resume)
 
 
-def run_loaded_sweep(sweep: Sweep, *, resume: bool = False):
+def run_loaded_sweep(sweep: Sweep, *, resume: bool | str = False):
     """Run (or, with ``resume``, finish) a sweep: checks, Ray, the MLflow parent run, then Tune.
 
     Args:
         sweep: the sweep and its trials' experiments (``load_sweep``'s, or a rehearsal's stand-in).
-        resume: continue the sweep Tune keeps under the base's storage path.
+        resume: continue the sweep Tune keeps under the base's storage path; ``"auto"``: continue it
+            where it is there, else start it (a job's command, the same on its first try and its retries).
 
     Returns:
         Tune's results, one per trial.
@@ -119,13 +125,19 @@ def run_loaded_sweep(sweep: Sweep, *, resume: bool = False):
 
     check_experiment(*(cfg for _, cfg in trials))  # store, resources, data: before Ray starts
     tune_path = sweep_location(base.ray.storage_path, sweep.spec.name)
+    if resume == AUTO:
+        from ray import tune
+
+        resume = tune.Tuner.can_restore(tune_path)
     _check_resume(tune_path, sweep.spec.name, resume)
     from ..engine import tracking
     from ..engine.driver import ensure_ray
     from ..engine.preflight.cluster import check_cluster_resources
+    from ..engine.preflight.nodes import check_shared_across_nodes
 
-    ensure_ray(base)  # before the parent run: the cluster check needs Ray
+    ensure_ray(base)  # before the parent run: the cluster checks need Ray
     check_cluster_resources(*(cfg for _, cfg in trials), driver=TRIAL_DRIVER_RESOURCES)
+    check_shared_across_nodes(base, *(cfg for _, cfg in trials))  # several nodes: one store and storage for all
     store = tracking.TrackingSession.of(base)  # the sweep driver's one client, for its parent run
     parent_id = _parent_run(store, base, sweep.spec.name, tune_path)  # creates the experiment, store-side
     ok = False
@@ -175,8 +187,7 @@ def _trial_tracking(base: ExperimentConfig, concurrency: int) -> Iterator[str | 
     if concurrency <= 1 or not uri.startswith("sqlite:") or direct:
         yield None
         return
-    _refuse_sqlite_across_nodes(uri)
-    database = sqlite_file(uri)
+    database = sqlite_file(uri)  # on one node: preflight.nodes refused SQLite on several
     spec = server.ServerSpec(
         uri, str(database.parent / DEFAULT_ARTIFACTS), port=server.free_port(), workers=1
     )  # one process on the sweep's machine: its threads serve the trials
@@ -188,22 +199,6 @@ def _trial_tracking(base: ExperimentConfig, concurrency: int) -> Iterator[str | 
     )
     with server.serving(spec, log) as url:
         yield url
-
-
-def _refuse_sqlite_across_nodes(uri: str) -> None:
-    """A SQLite file lives on one machine: trials on other nodes cannot reach it."""
-    import ray
-
-    if not ray.is_initialized():  # no cluster to span
-        return
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
-    if len(nodes) > 1:
-        raise ConfigError(
-            f"mlflow.tracking_uri {uri} is a SQLite file on this machine, but the Ray cluster "
-            f"has {len(nodes)} nodes whose trials must all reach it: run `attent server --host "
-            f"<this node's private IP>` here (add --backend-store-uri postgresql://… for a lasting store) and set "
-            f"mlflow.tracking_uri (or $MLFLOW_TRACKING_URI) to the URL it prints"
-        )
 
 
 def sweep_location(storage_path: str, name: str) -> str:

@@ -4,12 +4,14 @@ overrides (``python -m attent.lab experiments/theory_teaching.yaml teach.lr=0.5`
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..experiment.files import parse_overrides, read_yaml
 from ..experiment.schema import ConfigError
+from ..experiment.uris import resolve_tracking_uri
 from ..selection.config import deep_merge
 
 # The teachers the experiment compares (its arms): Algorithm 1's greedy rule (the m sequences of
@@ -50,7 +52,9 @@ class KernelConfig:
 @dataclass
 class TrackingConfig:
     experiment: str = "theory-teaching"  # MLflow experiment
-    tracking_uri: str = "sqlite:///mlflow.db"  # relative SQLite paths are taken from the working directory
+    # None: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db; a relative SQLite path is taken from the working
+    # directory (experiment.uris.resolve_tracking_uri, as for experiments)
+    tracking_uri: str | None = None
 
 
 @dataclass
@@ -73,6 +77,13 @@ class TheoryConfig:
         if not self.seeds or t.max_iterations < 1 or t.lr <= 0 or self.kernel.every < 1:
             raise ConfigError("need seeds, teach.max_iterations >= 1, teach.lr > 0 and kernel.every >= 1")
         return self
+
+    def resolved(self, base: Path | None = None) -> TheoryConfig:
+        """The store made explicit as an experiment's is (``experiment.uris.resolve_tracking_uri``): the
+        file's ``mlflow.tracking_uri``, else $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db; a relative
+        SQLite path taken from ``base`` (default: the working directory)."""
+        uri = resolve_tracking_uri(self.mlflow.tracking_uri, Path(base or os.getcwd()))
+        return dataclasses.replace(self, mlflow=dataclasses.replace(self.mlflow, tracking_uri=uri))
 
 
 def build(data: dict[str, Any], source: str = "config") -> TheoryConfig:

@@ -7,7 +7,11 @@
   add the nodes, announced as a wait;
 * ``check_init_weights``: a local ``train.init_weights`` exists;
 * ``check_outside_job_copy``: under ``ray job submit --working-dir``, the store and the checkpoints
-  do not lie in Ray's temporary copy of the folder (deleted with the job).
+  do not lie in Ray's temporary copy of the folder (deleted with the job); ``check_store_outside_job_copy``
+  the same for the store alone, in ``check_theory`` (``attent theory``'s store);
+* ``nodes``, after ``ray.init`` on a cluster of several nodes: the tracking store is not a SQLite file or
+  a file store on one machine (every command), and ``ray.storage_path`` is the same folder on every
+  node (a marker written by each node and read back by the driver).
 
 ``experiment_checks`` lists the checks that need no Ray, each named, for a caller that reports
 every problem at once (``attent rehearse``); ``check_experiment`` makes them and the resource
@@ -70,6 +74,16 @@ def experiment_checks(*cfgs) -> list[tuple[str, Callable[[], None]]]:
     return checks
 
 
+def check_theory(cfg) -> None:
+    """What ``attent theory`` (a resolved ``theory.config.TheoryConfig``) is refused for before its first
+    run, as an experiment is: a SQLite store inside a job's copy, a store that cannot work, a user who may
+    not write the experiment."""
+    uri = cfg.mlflow.tracking_uri
+    check_store_outside_job_copy(uri, "attent theory")
+    check_tracking(uri)
+    check_can_log(uri, cfg.mlflow.experiment)
+
+
 def check_init_weights(source: str | None) -> None:
     """A local ``train.init_weights`` exists (the workers read an MLflow URI: a wrong one fails
     there, naming it)."""
@@ -93,15 +107,32 @@ def check_outside_job_copy(cfg) -> None:
     a relative ``sqlite:///mlflow.db`` or ``ray_results`` (the defaults) resolves inside it, and the runs
     would never reach the user's store. Refused, naming the absolute paths to give."""
     storage = cfg.ray.storage_path
-    for key, path in (
-        ("mlflow.tracking_uri", sqlite_file(cfg.mlflow.tracking_uri or "")),
-        ("ray.storage_path", None if "://" in storage else Path(storage)),
-    ):
+    _refuse_job_copy(
+        {
+            "mlflow.tracking_uri": sqlite_file(cfg.mlflow.tracking_uri or ""),
+            "ray.storage_path": None if "://" in storage else Path(storage),
+        },
+        "give absolute paths, mlflow.tracking_uri=sqlite:////<abs path>/mlflow.db (or a tracking server's URL) "
+        "and ray.storage_path=/<abs path>/ray_results, e.g. `attent train FILE "
+        "mlflow.tracking_uri=sqlite:///$PWD/mlflow.db ray.storage_path=$PWD/ray_results` in the submitting shell",
+    )
+
+
+def check_store_outside_job_copy(tracking_uri: str, command: str) -> None:
+    """``check_outside_job_copy`` for a command that writes only to the tracking store (``attent theory``):
+    a SQLite store inside the job's copy is refused the same way."""
+    _refuse_job_copy(
+        {"mlflow.tracking_uri": sqlite_file(tracking_uri or "")},
+        "give an absolute path, mlflow.tracking_uri=sqlite:////<abs path>/mlflow.db (or a tracking server's "
+        f"URL), e.g. `{command} FILE mlflow.tracking_uri=sqlite:///$PWD/mlflow.db` in the submitting shell",
+    )
+
+
+def _refuse_job_copy(paths: dict[str, Path | None], fix: str) -> None:
+    for key, path in paths.items():
         if path is not None and in_job_copy(path):
             raise PreflightError(
                 f"{key} resolves to {path}, inside Ray's temporary copy of `ray job submit --working-dir`, which "
-                "Ray deletes with the job: the run would never reach your store; nothing was run or recorded. Fix: "
-                "give absolute paths, mlflow.tracking_uri=sqlite:////<abs path>/mlflow.db (or a tracking server's "
-                "URL) and ray.storage_path=/<abs path>/ray_results, e.g. `attent train FILE "
-                "mlflow.tracking_uri=sqlite:///$PWD/mlflow.db ray.storage_path=$PWD/ray_results` in the submitting shell"
+                f"Ray deletes with the job: the run would never reach your store; nothing was run or recorded. "
+                f"Fix: {fix}"
             )
