@@ -194,6 +194,7 @@ def test_a_task_package_imports_only_itself_and_the_task_interface(task):
         "attent.tasks.vit",
         "attent.tasks.weights",
         "attent.tasks.cache",  # the decoded cache of the image tasks' files
+        "attent.tasks.batches",  # the image tasks' batches of tensor items
     }
     own = f"attent.tasks.{task}"
     outside = sorted(

@@ -276,7 +276,7 @@ def test_the_lr_schedule_ends_with_the_last_step(name, batch, accumulation, drop
     assert set(trainer.lr_scheduler.get_last_lr()) == {0.0}
     # the learning rate reads the engine's clock, training progress in epochs (Plan.progress), not
     # the share of the optimiser steps taken (on 9171ffd: linear in steps, 1e-2 / planned at the end)
-    plan, epoch_steps = trainer.selector.plan, [math.ceil(b / accumulation) for b in trainer.planned_batches]
+    plan, epoch_steps = trainer.selector.plan, [math.ceil(b / accumulation) for b in trainer.planned_run.batches]
     expected, done = [], 0
     for epoch, steps in enumerate(epoch_steps):
         for step in range(steps):  # the rate of a step is the schedule's at the steps done before it

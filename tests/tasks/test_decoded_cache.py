@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from attent.tasks import cache as decoded
+from attent.tasks.batches import stack_items
 from attent.tasks.mae import data as mae_data
 from attent.tasks.mae import decode as mae_decode
 from attent.tasks.mae.scenes import write_dataset
@@ -89,9 +90,9 @@ def test_device_side_normalisation_equals_the_loaders_floats(scenes, scene_cache
         train = mae_data.load_multimodal(scenes, img_size=32, cache_path=cache_path).train
         for dataset in (train, train.without_augmentation()):
             torch.manual_seed(3)
-            floats = mae_data.collate([dataset[i] for i in range(8)])
+            floats = stack_items([dataset[i] for i in range(8)])
             torch.manual_seed(3)
-            shipped = mae_data.collate([dataset.with_integers()[i] for i in range(8)])
+            shipped = stack_items([dataset.with_integers()[i] for i in range(8)])
             assert shipped["rgb"].dtype == torch.uint8 and shipped["depth"].dtype == torch.uint16
             assert shipped["semseg"].dtype == torch.uint8
             prepared = mae_data.to_model_inputs(shipped, dataset.fmt.depth_unit_m)
@@ -155,8 +156,8 @@ def test_an_image_folder_cache_round_trip_and_its_floats(folder, tmp_path):
         for i in range(len(plain)):
             assert torch.equal(plain.pixels(i), fast.pixels(i)) and fast.pixels(i).dtype == torch.uint8
             assert torch.equal(plain[i]["image"], fast[i]["image"])
-        shipped = vision_data.collate([fast.with_integers()[i] for i in range(len(fast))])
-        floats = vision_data.collate([plain[i] for i in range(len(plain))])
+        shipped = stack_items([fast.with_integers()[i] for i in range(len(fast))])
+        floats = stack_items([plain[i] for i in range(len(plain))])
         prepared = vision_data.model_inputs(shipped, plain.stats, 24)
         assert shipped["image"].dtype == torch.uint8 and torch.equal(prepared["image"], floats["image"])
     # the uint8 resize is within one level of the float resize of the full-size image
@@ -173,8 +174,8 @@ def test_native_size_images_are_prepared_on_the_device_as_in_the_loader():
     items resized one by one give (the batched resize is the per-image one)."""
     splits = vision_data.load_digits(img_size=16)
     train = splits.train
-    floats = vision_data.collate([train[i] for i in range(32)])
-    shipped = vision_data.collate([train.with_integers()[i] for i in range(32)])
+    floats = stack_items([train[i] for i in range(32)])
+    shipped = stack_items([train.with_integers()[i] for i in range(32)])
     assert shipped["image"].shape == (32, 1, 8, 8) and shipped["image"].dtype == torch.uint8
     assert torch.equal(vision_data.model_inputs(shipped, train.stats, 16)["image"], floats["image"])
 

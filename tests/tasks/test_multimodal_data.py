@@ -8,7 +8,8 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from attent.tasks.mae.data import IMAGENET_MEAN, IMAGENET_STD, augment_images, collate, load_multimodal
+from attent.tasks.batches import stack_items
+from attent.tasks.mae.data import IMAGENET_MEAN, IMAGENET_STD, augment_images, load_multimodal
 from attent.tasks.mae.files import check_multimodal_root, read_metadata
 from attent.tasks.mae.scenes import SCENE_CLASSES, SEMSEG_CLASSES, write_dataset
 from PIL import Image
@@ -108,7 +109,7 @@ def test_items_have_the_documented_shapes_units_and_indices(scenes):
         mm = np.array(Image.open(splits.test.paths[i]["depth"])).astype(np.float32)
         np.testing.assert_allclose(item["depth"][0].numpy(), mm / 1000, rtol=1e-6)
         assert ((item["depth"][0] == 0) == (item["semseg"] == 0)).all()  # no hit = background
-    batch = collate([splits.train[i] for i in range(4)])
+    batch = stack_items([splits.train[i] for i in range(4)])
     assert batch["index"].tolist() == [0, 1, 2, 3] and batch["label"].dtype == torch.long
     assert batch["rgb"].shape == (4, 3, 32, 32) and batch["semseg"].shape == (4, 32, 32)
 

@@ -8,6 +8,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from attent.tasks.batches import stack_items
 from attent.tasks.task import stratified_holdout
 from attent.tasks.vision import data, files, folder
 from attent.tasks.vision.config import VisionTaskConfig
@@ -162,7 +163,7 @@ def test_a_validation_split_that_does_not_fit_is_refused_in_one_line(val_limit, 
 
 def test_resize_and_collate():
     splits = data.load_digits(img_size=16)
-    batch = data.collate([splits.train[i] for i in (3, 1, 4)])
+    batch = stack_items([splits.train[i] for i in (3, 1, 4)])
 
     assert torch.equal(batch["index"], torch.tensor([3, 1, 4]))
     assert batch["image"].shape == (3, 1, 16, 16) and batch["image"].dtype == torch.float32

@@ -31,6 +31,7 @@ import torch.distributed as dist
 from .. import contract
 from ..experiment.schema import ExperimentConfig
 from ..selection.resume import folded, with_rank_part
+from ..selection.run_length import optimiser_steps
 from ..selection.selector import Selector
 from ..selection.teacher import Teacher
 from ..tasks import weights
@@ -261,7 +262,7 @@ class TrainingRecipe:
             self.selector.end_epoch()
             return done
         # restored inside the epoch, the loader holds the batches after the checkpoint's steps
-        steps = done + math.ceil(len(self.loader) / self.accumulation)
+        steps = done + optimiser_steps(len(self.loader), self.accumulation)
         batches = iter(self.loader)
         if resume:  # after iter(): it draws the loader's seed from the generator
             set_rng_state(resume.rng, self.ctx.device)

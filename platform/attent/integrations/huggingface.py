@@ -4,51 +4,32 @@
                                    data_collator=collator, selection=attent.SelectionConfig(preset="llm"))
     trainer.train()
 
-The selection is the plain ``Selector``'s (``attent.selection.selector``: its plan, a Teacher, its
-sampler, the order-recording that tells which samples a batch holds), through its public API only;
-this module wires it into transformers 5's Trainer loop, each change an override of a Trainer
+The selection is the plain ``Selector``'s (``attent.selection.selector``), through its public API
+only; this module wires it into transformers 5's Trainer loop, each change an override of a Trainer
 method read from its source, and each only where the method selects (``method="full"`` is
 Trainer's own run, every override passing through):
 
     get_train_dataloader         the loader draws from the Selector's sampler, already this rank's
                                  shard; accelerate's device placement kept, its sharding not applied
-    _get_train_sampler           the Selector's sampler, for a subclass that builds its own loader
-                                 (checked, with its length, before the first step)
-    train                        notes the checkpoint a run resumes from (its plan is read from it)
-    set_initial_training_values  the run's epochs and max_steps (what the LR schedule is sized by)
-                                 from the planned subsets (huggingface_plan: num_train_epochs, whole
-                                 or fractional, or max_steps)
-    create_scheduler             Trainer's schedule read on the epoch clock (huggingface_plan)
+    _get_train_sampler           that sampler, for a subclass's own loader (checked before the first step)
+    train, set_initial_training_values, create_scheduler   the run's epochs and max_steps (what the
+                                 LR schedule is sized by) from the planned subsets, read on the
+                                 epoch clock (huggingface_run)
     _run_epoch                   scoring pass and re-selection before each epoch, whose length is
                                  its own subset's (Trainer assumes every epoch as long as the first)
     compute_loss                 one loss per sample, recorded as its score, weighed, reduced as
                                  Trainer reduces; the epoch ends at its last batch
     log                          the epoch's selection in the next row Trainer logs with a loss, an
                                  evaluation or the run's summary: never a row of its own
-    _save_checkpoint, _init_training_state   the selection's state saved per rank with each
-                                 checkpoint and restored on resume_from_checkpoint
-                                 (huggingface_checkpoints)
+    _save_checkpoint, _init_training_state   the selection's state in checkpoints, and where a
+                                 resumed run goes on (huggingface_run)
 
 and one callback of its own, whose on_epoch_end ends an epoch a callback or max_steps stopped
 early, before Trainer's epoch-end logging, evaluation and save, so that the checkpoint's log
 history (and what Ray's RayTrainReportCallback reports with it) holds the epoch's selection.
 
-The objective: each sample's loss is the model's own loss split by sample (``huggingface_loss``:
-at the first forward the model computes its loss on the batch and the split whose total equals it
-is kept; a model whose loss no split gives is refused before the first step). S_i is sample i's
-summed loss terms (next-token cross-entropies of its labelled tokens for a causal LM of any head
-name; same-position ones for seq2seq and token classification; one cross-entropy for sequence
-classification) and n_i their count. The loss back-propagated is sum_i w_i S_i / D, with w_i the
-selection's loss weight (1 unless the method reweighs) and D what the model itself divides by:
-the ``num_items_in_batch`` Trainer passes it where the model uses it, else the micro-batch's
-sum_i n_i; Trainer then scales it for accumulation and ranks as it scales the model's own loss.
-With every w_i = 1 that is the model's own loss as Trainer trains it. A sample's score for the
-selection is its own mean S_i / n_i, so a long answer is not hard for being long. Other losses:
-``compute_per_sample_loss=fn(model, inputs)`` gives each sample's loss (or S and n), and the batch
-loss is their weighted micro-batch mean, which Trainer divides by the accumulation steps.
-``method="full"`` reads no score and weighs nothing: without that hook it trains on Trainer's own
-``compute_loss``, whatever the model's loss (no split asked for), and is the plain Trainer's run;
-with it, on the hook's micro-batch mean, as a selecting run of the same hook does.
+The loss is the model's own, split by sample, weighed by the selection and reduced as the model
+reduces it (``huggingface_loss``: the objective).
 
 A NaN or inf loss trains on as Trainer trains on it (the batch loss is what it is;
 ``logging_nan_inf_filter`` keeps it out of the logged loss); the sample's loss is no score (it
@@ -71,10 +52,11 @@ from transformers.trainer_utils import seed_worker
 
 from ..selection import metric_names as names
 from ..selection.config import SelectionConfig
+from ..selection.run_length import optimiser_steps
 from ..selection.selector import Selector
-from .huggingface_checkpoints import STATE_FILE, SelectionCheckpoints  # noqa: F401 -- STATE_FILE: public here, beside the trainer
+from . import huggingface_run
 from .huggingface_loss import PerSampleLossHook, Reduction, as_sums_and_counts, own_loss_split
-from .huggingface_plan import PlannedRun
+from .huggingface_run import STATE_FILE, PlannedRun  # noqa: F401 -- STATE_FILE: public here, beside the trainer
 from .huggingface_settings import loader_problem, setting_problem
 
 # The Trainer methods overridden here, as transformers 5 (read in 5.24) has them: an older Trainer
@@ -99,7 +81,7 @@ if _missing:
 NONFINITE = ("skip", "raise")
 
 
-class AtteNTTrainerMixin(PlannedRun, SelectionCheckpoints):
+class AtteNTTrainerMixin:
     """The selection, for ``Trainer`` and its subclasses (TRL's ``SFTTrainer``): put it first
     among the bases. Keyword arguments: ``selection`` (a ``SelectionConfig``), ``seed`` (of the
     selection's draws and shuffles; ``args.seed`` as train() starts if None),
@@ -131,7 +113,7 @@ class AtteNTTrainerMixin(PlannedRun, SelectionCheckpoints):
         self.seed = seed  # None: args.seed, read as train() starts (model_init and searches set it)
         self.selection_seed = self.args.seed if seed is None else seed
         self.selector: Selector | None = None  # built with the train dataloader
-        self.planned_batches: list[int] = []  # this rank's batches in each epoch
+        self.planned_run: PlannedRun | None = None  # planned with the Selector
         self.resume_from: str | None = None  # the checkpoint train() resumes from
         self._selection_logs: dict[str, float] = {}  # the latest epoch's, for the next row logged
         self.refuse_settings()
@@ -205,11 +187,13 @@ class AtteNTTrainerMixin(PlannedRun, SelectionCheckpoints):
         """The run's plan and its Selector (with the Trainer's collator for its scoring passes)."""
         args = self.args
         self.selection_seed = args.seed if self.seed is None else self.seed
-        self.plan_run(len(dataset))
+        self.planned_run = huggingface_run.plan_run(
+            self.trainer_name, self.selection, args, self._train_batch_size, len(dataset), self.resume_from
+        )
         self.selector = Selector(
             dataset,
             selection=self.selection,
-            epochs=self.run_epochs,
+            epochs=self.planned_run.epochs,
             seed=self.selection_seed,
             model=self.model,
             loss_fn=self._scoring_losses,
@@ -248,32 +232,64 @@ class AtteNTTrainerMixin(PlannedRun, SelectionCheckpoints):
             return self._remove_unused_columns(self.train_dataset, description="training"), self.data_collator
         return self.train_dataset, self._get_collator_with_removed_columns(self.data_collator, description="training")
 
+    # --- the run's length and resume (huggingface_run) ---------------------------------------------
+    def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, ignore_keys_for_eval=None, **kwargs):
+        """Trainer's, noting the checkpoint it resumes from before its loader is built (the plan
+        of a resumed run is read from it)."""
+        self.resume_from = huggingface_run.checkpoint_folder(resume_from_checkpoint, self.args.output_dir)
+        return super().train(resume_from_checkpoint, trial, ignore_keys_for_eval, **kwargs)
+
+    def set_initial_training_values(self, args, dataloader):
+        """Trainer's values with the planned epochs and steps: max_steps sizes the LR schedule."""
+        values = super().set_initial_training_values(args, dataloader)
+        if not self.selects:
+            return values
+        self.check_training_loader(dataloader)
+        return self.planned_run.training_values(values, self.selector, self.trainer_name)
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        """Trainer's schedule over the run's steps, read on the epoch clock (huggingface_run); a
+        scheduler the user passed is left as it is."""
+        created = self.lr_scheduler is None
+        if self.selects:
+            num_training_steps = self.planned_run.max_steps  # a re-planned resume's, not Trainer's count
+        scheduler = super().create_scheduler(num_training_steps, optimizer)
+        if created and self.selects:
+            huggingface_run.on_the_epoch_clock(scheduler, self.selector.plan, self.planned_run)
+        return scheduler
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """Trainer's, this rank's selection state and the run's plan saved in the checkpoint."""
+        if self.selects:
+            output_dir, step, rank = self._get_output_dir(trial=trial), self.state.global_step, self.args.process_index
+            huggingface_run.save_selection_state(output_dir, step, rank, self.selector, self.planned_run)
+        super()._save_checkpoint(model, trial)
+
+    def _init_training_state(self, max_steps, *rest):
+        """Trainer's, with the selection's state restored from the checkpoint the run was planned
+        from (train() notes it), and the epoch and the batches to skip in it read from the planned
+        epochs (Trainer divides by the first epoch's steps)."""
+        trained = super()._init_training_state(max_steps, *rest)
+        if not self.selects:
+            return trained
+        self.state.max_steps = self.planned_run.max_steps
+        return huggingface_run.resume(self.trainer_name, self.selector, self.planned_run, self.args.ignore_data_skip)
+
     # --- the epoch -------------------------------------------------------------------------------------
     def _run_epoch(self, model, epoch, train_dataloader, steps_in_epoch, num_update_steps_per_epoch, **rest):
         """Trainer's epoch, on this epoch's subset: the scoring pass and re-selection first, then
         as many batches as the subset fills (Trainer would assume the first epoch's count)."""
         if not self.selects:
             return super()._run_epoch(
-                model=model,
-                epoch=epoch,
-                train_dataloader=train_dataloader,
-                steps_in_epoch=steps_in_epoch,
-                num_update_steps_per_epoch=num_update_steps_per_epoch,
-                **rest,
+                model, epoch, train_dataloader, steps_in_epoch, num_update_steps_per_epoch, **rest
             )
         # On a resume inside this epoch the Selector goes on where the checkpoint stood.
         self.selector.begin_epoch(epoch)
-        batches = self.planned_batches[epoch]
+        batches = self.planned_run.batches[epoch]
         if len(train_dataloader) != batches:  # the plan and the Teacher disagree: a bug, not a setting
             raise RuntimeError(f"epoch {epoch}: the loader holds {len(train_dataloader)} batches, the plan {batches}")
-        super()._run_epoch(
-            model=model,
-            epoch=epoch,
-            train_dataloader=train_dataloader,
-            steps_in_epoch=batches,
-            num_update_steps_per_epoch=self._steps(batches),
-            **rest,
-        )  # ends in _EpochEnd
+        update_steps = optimiser_steps(batches, self.planned_run.accumulation)
+        super()._run_epoch(model, epoch, train_dataloader, batches, update_steps, **rest)  # ends in _EpochEnd
 
     def _end_selection_epoch(self) -> None:
         """The epoch's end, at its last batch or at on_epoch_end where a callback or max_steps

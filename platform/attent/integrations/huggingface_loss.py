@@ -26,6 +26,22 @@ A model whose loss matches no split (an extra loss term, a weighted loss, no los
 refused there, before the first optimiser step, in one line naming
 the hook that takes over: ``compute_per_sample_loss(model, inputs)``, returning each sample's
 loss [B] or (summed loss terms [B], their count [B]).
+
+The objective ``AtteNTTrainer`` trains on (``huggingface``): each sample's loss is the model's own
+loss split by sample, as above. S_i is sample i's summed loss terms (next-token cross-entropies of
+its labelled tokens for a causal LM of any head name; same-position ones for seq2seq and token
+classification; one cross-entropy for sequence classification) and n_i their count. The loss
+back-propagated is sum_i w_i S_i / D, with w_i the selection's loss weight (1 unless the method
+reweighs) and D what the model itself divides by: the ``num_items_in_batch`` Trainer passes it
+where the model uses it, else the micro-batch's sum_i n_i; Trainer then scales it for
+accumulation and ranks as it scales the model's own loss.
+With every w_i = 1 that is the model's own loss as Trainer trains it. A sample's score for the
+selection is its own mean S_i / n_i, so a long answer is not hard for being long. Other losses:
+``compute_per_sample_loss=fn(model, inputs)`` gives each sample's loss (or S and n), and the batch
+loss is their weighted micro-batch mean, which Trainer divides by the accumulation steps.
+``method="full"`` reads no score and weighs nothing: without that hook it trains on Trainer's own
+``compute_loss``, whatever the model's loss (no split asked for), and is the plain Trainer's run;
+with it, on the hook's micro-batch mean, as a selecting run of the same hook does.
 """
 
 from __future__ import annotations

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
-import math
-
 import torch.distributed as dist
 from torch.utils.data import IterableDataset
 from transformers import DataCollatorWithFlattening
 from transformers.trainer_utils import has_length
+
+from ..selection.run_length import rank_batches
+from . import loaders
 
 
 def dataset_problem(dataset, training: bool) -> str | None:
@@ -94,7 +95,7 @@ def loader_problem(trainer, loader) -> str | None:
     if trainer.selector is None or not draws_from(loader, trainer.selector.sampler):
         return f"returns a loader that does not draw from the selection's sampler: {fix}"
     samples, batch = len(trainer.selector.sampler), trainer._train_batch_size  # the sampler's pass as it stands
-    wanted = samples // batch if trainer.args.dataloader_drop_last else math.ceil(samples / batch)
+    wanted = rank_batches(samples, batch, drop_last=trainer.args.dataloader_drop_last)
     if len(loader) != wanted:
         return f"returns a loader of {len(loader)} batches where the sampler's {samples} samples make {wanted}: {fix}"
     processes = getattr(getattr(loader, "batch_sampler", None), "num_processes", 1)
@@ -108,8 +109,4 @@ def loader_problem(trainer, loader) -> str | None:
 
 def draws_from(loader, sampler, depth: int = 4) -> bool:
     """Whether ``loader`` (a DataLoader, or accelerate's wrapper of one) draws from ``sampler``."""
-    if loader is sampler:
-        return True
-    if depth == 0 or loader is None:
-        return False
-    return any(draws_from(getattr(loader, name, None), sampler, depth - 1) for name in ("sampler", "batch_sampler"))
+    return loaders.draws_from(loader, sampler, depth)

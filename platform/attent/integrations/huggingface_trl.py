@@ -1,4 +1,4 @@
-"""AtteNT in TRL's ``SFTTrainer`` (``pip install attent[trl]``): the Hugging Face integration's
+"""AtteNT in TRL's ``SFTTrainer`` (the ``trl`` extra): the Hugging Face integration's
 mixin on TRL's trainer.
 
     trainer = attent.AtteNTSFTTrainer(model=model, args=SFTConfig(...), train_dataset=prompt_completion_set,

@@ -56,6 +56,7 @@ from ..selection import metric_names as names
 from ..selection.config import SelectionConfig
 from ..selection.sampler import RecordingSampler
 from ..selection.selector import PerSampleLoss, Selector
+from .loaders import draws_from
 
 # the selection metrics logged at each epoch end, under the engine's names (equal on every rank)
 LOGGED_METRICS = (
@@ -71,14 +72,34 @@ LOGGED_METRICS = (
 class AtteNTCallback(pl.Callback):
     """AtteNT's choice of training samples, for a Lightning ``Trainer``.
 
-    ``dataset`` (the one positional argument), ``selection``, ``seed`` and the keywords are
-    ``Selector``'s; the run's length is the Trainer's ``max_epochs``, ranks and world size are the
-    Trainer's. ``loss_fn(module, batch)``: the per-sample loss ([B]) that ``training_step`` hands to
-    ``update``, needed where the selection runs scoring passes (the ``vit`` preset does, ``llm`` and
-    ``full`` do not); the scoring pass
-    gives it batches moved to the device as training batches are, under the Trainer's precision.
-    The sampler, ``loader``, ``update`` and ``planned_steps`` exist from the Trainer's ``setup`` on:
-    use them in ``train_dataloader``, ``training_step`` and ``configure_optimizers``.
+    The arguments are ``Selector``'s; the run's length is the Trainer's ``max_epochs``, ranks and
+    world size are the Trainer's. The sampler, ``loader``, ``update`` and ``planned_steps`` exist
+    from the Trainer's ``setup`` on: use them in ``train_dataloader``, ``training_step`` and
+    ``configure_optimizers``.
+
+    Args:
+        dataset: the training set (the one positional argument), wrapped, not copied.
+        selection: the selection's settings (e.g. ``SelectionConfig(preset="vit")``).
+        seed: of the selection's draws and shuffles.
+        loss_fn: ``loss_fn(module, batch)``, the per-sample loss [B] that ``training_step`` hands
+            to ``update``; needed where the selection runs scoring passes (the ``vit`` preset
+            does, ``llm`` and ``full`` do not), which give it batches moved to the device as
+            training batches are, under the Trainer's precision.
+        collate_fn: the scoring pass's and ``loader()``'s; None: DataLoader's default.
+        score_dataset: the scoring pass's items (e.g. without augmentation); None: ``dataset``.
+        score_batch_size: samples per scoring-pass batch; None: from ``loader()``'s batch.
+        groups: the class of each sample (``stratify``, ``class_weight``).
+        shuffle: the sampler's, as DistributedSampler's.
+        drop_last: the sampler's, as DistributedSampler's.
+
+    Raises:
+        ValueError: at the Trainer's ``setup`` or the training's start, a setting the selection
+            cannot follow, in one line naming the fix: ``reload_dataloaders_every_n_epochs`` other
+            than 1, no ``max_epochs`` (or not the one the callback planned), Lightning's
+            distributed sampler under DDP, a train loader that does not draw from ``sampler``,
+            a scoring pass without ``loss_fn``.
+        RuntimeError: the callback used before ``Trainer.fit`` sets it up, or a resume from a
+            checkpoint without its state (a weights-only one).
     """
 
     def __init__(
@@ -289,8 +310,7 @@ def training_batch_size(trainer: pl.Trainer, pl_module: pl.LightningModule) -> i
 
 def check_loader(loader: Any, sampler: RecordingSampler) -> None:
     """The train loader draws from the callback's sampler (not a copy, not a wrapper)."""
-    drawn_from = (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None), "sampler", None))
-    if not any(s is sampler for s in drawn_from):
+    if not draws_from(loader, sampler):
         raise ValueError(
             "AtteNTCallback: the train DataLoader does not draw from callback.sampler: build it with "
             "sampler=callback.sampler or callback.loader(batch_size) (under DDP with "

@@ -163,7 +163,27 @@ class IntervalConfig(BaseModel):
 
 
 class SelectionConfig(BaseModel):
-    """Who picks the training samples, how many, and how often."""
+    """Who picks the training samples, how many, and how often: an experiment's ``selection:``
+    section, and what ``Selector``, ``build_plan`` and every integration take.
+
+    Built from keywords (or a mapping: ``SelectionConfig(**section)``). A ``preset``, ``"llm"`` or
+    ``"vit"`` (the paper's two variants), fills every field left unset, section by section. Each
+    field, with its default and range, is described in the configuration reference's
+    ``selection`` section.
+
+    Raises:
+        pydantic.ValidationError: an unknown field or preset, a value out of its range, or
+            settings that do not combine, each in one line naming the fix: AtteNT or class
+            weights without a ratio, ``reweight`` with Hard's top-k, ``scores: training`` or
+            ``anneal`` with an interval kind they do not fit.
+
+    Examples:
+        >>> config = SelectionConfig(preset="vit")
+        >>> config.strategy, config.temperature, (config.ratio.start, config.ratio.end)
+        ('soft', 4.0, (0.2, 0.8))
+        >>> SelectionConfig(preset="llm", ratio={"start": 0.5}).ratio.start  # a field set beats the preset's
+        0.5
+    """
 
     model_config = ConfigDict(extra="forbid")
 

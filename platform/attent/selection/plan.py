@@ -13,6 +13,10 @@ advances it as much as an epoch on all data, so a selection run follows the same
 curve per epoch as the full-data run it is compared with (``Plan.step_progress`` maps a
 step-based schedule onto that clock).
 
+A run's length, in one rank's batches and optimiser steps, is the plan's subsets under the
+arithmetic of ``run_length`` (``Plan.batches``, ``Plan.steps``; ``fewest_epochs`` for a run sized
+by its steps): integrations read it from here, never work it out themselves.
+
 Each epoch, as ``PlannedEpoch``: the share of the data it trains on, whether a re-selection opens
 it, and what scoring pass comes before that re-selection:
 
@@ -39,6 +43,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from .config import SelectionConfig
+from .run_length import optimiser_steps, rank_batches, step_position
 from .schedules import CycleSchedule, RatioSchedule, budget, epochs_before_annealing
 
 RESCORE, UNSCORED, NO_PASS = "rescore", "unscored", "none"
@@ -112,15 +117,14 @@ class Plan:
         """Batches one rank draws in each epoch: a rank's shard is padded to the longest
         (``even``, the sampler's default) or trimmed to the shortest, and a loader with
         ``drop_last`` drops a short last batch."""
-        out = []
-        for size in self.subset_sizes(num_samples):
-            shard = math.ceil(size / world_size) if even else size // world_size
-            out.append(shard // batch_size if drop_last else math.ceil(shard / batch_size))
-        return out
+        return [
+            rank_batches(size, batch_size, world_size, drop_last=drop_last, even=even)
+            for size in self.subset_sizes(num_samples)
+        ]
 
     def steps(self, batches: list[int], accumulation: int = 1) -> list[int]:
-        """Optimiser steps of each epoch of ``batches`` (a short last window still steps)."""
-        return [math.ceil(b / accumulation) for b in batches]
+        """Optimiser steps of each epoch of ``batches`` (``optimiser_steps``)."""
+        return [optimiser_steps(b, accumulation) for b in batches]
 
     def _require_sizes(self, what: str) -> None:
         if any(p.ratio is None for p in self):
@@ -141,15 +145,13 @@ class Plan:
         many steps the map is the identity, exactly (a Fraction equal to s); a run cut at ``total``
         steps ends where its last epoch is cut."""
         total = sum(steps) if total is None else total
-        ends = [0]
-        for count in steps:
-            ends.append(ends[-1] + count)
 
         def epochs_done(step: int) -> Fraction:
-            for epoch, count in enumerate(steps):
-                if step < ends[epoch + 1] or epoch == len(steps) - 1:
-                    return epoch + Fraction(min(step - ends[epoch], count), max(count, 1))
-            return Fraction(0)
+            epoch, done = step_position(steps, step)
+            if epoch < len(steps):
+                return epoch + Fraction(done, steps[epoch])
+            # at or past the end: every epoch done, but a last epoch of no step, never begun
+            return Fraction(len(steps) - (steps[-1] == 0)) if steps else Fraction(0)
 
         end = epochs_done(total)
 
@@ -235,9 +237,29 @@ class Plan:
 
 
 def build_plan(selection: SelectionConfig, epochs: int) -> Plan:
-    """Every epoch of a run of ``epochs`` under ``selection``, in one of the three readings (module
-    docstring). Refuses, in one line, a plan that cannot be run. (A run shorter than its warm-up
-    trains on all data, a smoke run's plan: ``summary()`` shows its 0 re-selections.)"""
+    """Every epoch of a run of ``epochs`` under ``selection``, decided before it starts.
+
+    One of the three readings (module docstring) lays the epochs out: the progress reading, the
+    released code's cycles, or InfoBatch's pruning. A run shorter than its warm-up trains on all
+    data (a smoke run's plan: ``summary()`` shows its 0 re-selections).
+
+    Args:
+        selection: the run's selection settings.
+        epochs: the run's length in epochs, at least 1.
+
+    Returns:
+        The ``Plan``, a ``PlannedEpoch`` per epoch (the share of the data it trains on, whether
+            a re-selection opens it, the scoring pass before that re-selection).
+
+    Raises:
+        ValueError: a plan that cannot be run, in one line naming the fix: fewer than one epoch,
+            or cycles that the epochs after the warm-up cannot hold.
+
+    Examples:
+        >>> plan = build_plan(SelectionConfig(preset="llm"), 3)
+        >>> [(p.ratio, p.selects, p.scoring) for p in plan]
+        [(1.0, False, 'none'), (0.7, True, 'unscored'), (0.7, True, 'unscored')]
+    """
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
     if not selection.selects:
@@ -305,3 +327,57 @@ def cycle_plan(epochs: int, warmup: int, cycles: CycleSchedule, ratio: RatioSche
         planned += [PlannedEpoch(first + i, r, i == 0 or cycles.redraw, cycle=c) for i in range(subset)]
         planned += [PlannedEpoch(epoch, 1.0, False, cycle=c) for epoch in range(first + subset, after)]
     return planned
+
+
+# --- the run's length in epochs, for a run sized by its optimiser steps
+def fewest_epochs(
+    selection: SelectionConfig,
+    max_steps: int,
+    num_samples: int,
+    batch_size: int,
+    world_size: int = 1,
+    *,
+    accumulation: int = 1,
+    drop_last: bool = False,
+) -> int:
+    """The fewest epochs whose plan holds ``max_steps`` optimiser steps (Trainer's ``max_steps``).
+    A longer plan holds more steps, and no epoch more than one on all data: the search starts
+    where epochs on all data would end, doubles, then bisects.
+
+    Args:
+        selection: the run's selection.
+        max_steps: the optimiser steps the run takes, > 0.
+        num_samples: the training set's size.
+        batch_size: samples per batch on each rank.
+        world_size: the number of ranks.
+        accumulation: batches per optimiser step.
+        drop_last: the DataLoader's.
+
+    Returns:
+        The epochs.
+
+    Raises:
+        ValueError: no plan of up to ``max_steps`` epochs holds the steps (a subset fills no batch
+            with ``drop_last``, or the selection's plan cannot be run).
+    """
+
+    def held(epochs: int) -> int:
+        try:
+            plan = build_plan(selection, epochs)
+            return sum(plan.steps(plan.batches(num_samples, batch_size, world_size, drop_last=drop_last), accumulation))
+        except ValueError:  # no plan of so few epochs (interval kind cycles)
+            return 0
+
+    full = optimiser_steps(rank_batches(num_samples, batch_size, world_size, drop_last=drop_last), accumulation)
+    low = high = max(1, math.ceil(max_steps / max(full, 1)))
+    while held(high) < max_steps:
+        if high >= max_steps:  # every epoch holds a step: no plan of more epochs is needed
+            raise ValueError(f"no plan of up to {high} epochs holds max_steps={max_steps} steps")
+        low, high = high + 1, min(2 * high, max_steps)
+    while low < high:
+        middle = (low + high) // 2
+        if held(middle) >= max_steps:
+            high = middle
+        else:
+            low = middle + 1
+    return low

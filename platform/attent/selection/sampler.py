@@ -11,6 +11,8 @@ from typing import Protocol
 import torch
 from torch.utils.data import Sampler
 
+from .run_length import shard_size
+
 
 def shard_indices(
     subset: torch.Tensor,
@@ -30,11 +32,10 @@ def shard_indices(
     if shuffle:
         g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
         order = subset[torch.randperm(subset.numel(), generator=g)]
+    per_rank = shard_size(order.numel(), world_size, even=not drop_last)
     if drop_last:
-        per_rank = order.numel() // world_size
         order = order[: per_rank * world_size]
     else:
-        per_rank = math.ceil(order.numel() / world_size)
         padding = per_rank * world_size - order.numel()
         if padding:
             order = torch.cat([order, order.repeat(math.ceil(padding / order.numel()))[:padding]])
@@ -81,8 +82,7 @@ class SubsetSampler(Sampler[int]):
         return iter(self._indices().tolist())
 
     def __len__(self) -> int:
-        n = self.source.subset.numel()
-        return n // self.world_size if self.drop_last else math.ceil(n / self.world_size)
+        return shard_size(self.source.subset.numel(), self.world_size, even=not self.drop_last)
 
     def real_count(self) -> int:
         """Samples of this rank's shard that are no padding (the shard's first ones: padding wraps

@@ -16,12 +16,35 @@ SOFT_LOGITS = ("raw", "standardized", "log")
 def select(
     scores: torch.Tensor, k: int, strategy: str, *, temperature: float = 1.0, generator: torch.Generator | None = None
 ) -> torch.Tensor:
-    """k distinct indices of ``scores`` (1-D, finite), ascending.
+    """k distinct indices of ``scores``, ascending: AtteNT's pick of the samples a learner sees next.
 
     - ``hard``: exactly the k largest scores; ties broken towards the lower index.
     - ``soft``: Gumbel-top-k, k draws without replacement with probabilities proportional to
       softmax(scores / T). T -> 0 gives ``hard``, T -> inf gives ``random``.
-    - ``random``: k uniform draws without replacement.
+    - ``random``: k uniform draws without replacement (the scores' values are not read).
+
+    Args:
+        scores: the samples' scores (their losses), a non-empty 1-D floating-point tensor of
+            finite numbers.
+        k: how many samples to pick, an integer in [1, ``scores.numel()``].
+        strategy: ``"hard"``, ``"soft"`` or ``"random"``.
+        temperature: Soft's T, positive and finite; the other strategies ignore it.
+        generator: the random stream of Soft's and Random's draws; None: torch's global one.
+
+    Returns:
+        The picked indices into ``scores``, ascending (LongTensor[k]).
+
+    Raises:
+        ValueError: scores that are not a non-empty 1-D floating-point tensor or hold NaN or
+            infinity (the message names the first indices), a ``k`` out of range, a
+            temperature that is not positive and finite, or an unknown strategy.
+
+    Examples:
+        >>> scores = torch.tensor([0.1, 0.9, 0.5, 0.7])
+        >>> select(scores, 2, "hard").tolist()
+        [1, 3]
+        >>> len(select(scores, 3, "soft", temperature=0.5, generator=torch.Generator().manual_seed(0)))
+        3
     """
     check_scores(scores)
     scores = scores.detach()  # a choice of indices: never part of an autograd graph

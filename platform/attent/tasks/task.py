@@ -139,7 +139,8 @@ class Task(abc.ABC):
         """Items -> the batch the engine's loaders (training and scoring) ship to the device,
         where ``prepare`` makes the model inputs of it. By default ``collate``'s batch. A task
         whose items are stored integers (uint8 images) collates them as they are here, a
-        quarter of float32's bytes through the loader's queue and the host-to-device copy."""
+        quarter of float32's bytes through the loader's queue and the host-to-device copy
+        (``attent.tasks.batches.TensorItemsTask``)."""
         return self.collate(items)
 
     def prepare(self, batch: Batch) -> Batch:

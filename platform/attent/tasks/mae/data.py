@@ -214,25 +214,6 @@ class MultiModalSplits:
         return replace(self, train=train, test=test, val=val)
 
 
-def stack(values: list[torch.Tensor]) -> torch.Tensor:
-    """torch.stack, in the items' own memory order: channels-last [C, H, W] views (rows of a
-    decoded cache) stack into a channels-last batch with one plain copy, not a strided one."""
-    first = values[0]
-    if first.ndim == 3 and not first.is_contiguous() and first.permute(1, 2, 0).is_contiguous():
-        if all(v.stride() == first.stride() for v in values):
-            return torch.stack([v.permute(1, 2, 0) for v in values]).permute(0, 3, 1, 2)
-    return torch.stack(values)
-
-
-def collate(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-    """Items -> a batch: each key stacked; "index" and "label" as LongTensor[B]."""
-    batch = {}
-    for key in items[0]:
-        values = [item[key] for item in items]
-        batch[key] = torch.tensor(values, dtype=torch.long) if key in ("index", "label") else stack(values)
-    return batch
-
-
 # --- loading --------------------------------------------------------------------------------
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -21,6 +20,7 @@ from torch import nn
 
 from attent import contract
 from attent.tasks import weights
+from attent.tasks.batches import TensorItemsTask, stack_items
 from attent.tasks.mae import augment, data
 from attent.tasks.mae.config import DownstreamTaskConfig
 from attent.tasks.mae.files import IGNORE_INDEX
@@ -32,7 +32,6 @@ from attent.tasks.task import (
     OptimizerSpec,
     ParamGroup,
     Probe,
-    Task,
     TorchModel,
     decay_groups,
     evaluation_chunks,
@@ -71,7 +70,7 @@ def encoder_part(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
 
 
-class DownstreamTask(Task):
+class DownstreamTask(TensorItemsTask):
     name = "mae_downstream"
 
     def __init__(self, config: DownstreamTaskConfig, seed: int):
@@ -93,9 +92,6 @@ class DownstreamTask(Task):
 
     def train_dataset(self) -> data.MultiModalDataset | augment.Augmented:
         return self.train_set
-
-    def collate(self, items: list[dict[str, Any]]) -> Batch:
-        return data.collate(items)
 
     def group_labels(self) -> torch.Tensor:
         return self.splits.train.labels
@@ -188,7 +184,7 @@ class DownstreamTask(Task):
 
     def model_to_log(self, model: nn.Module) -> TorchModel:
         """The fine-tuned model: RGB [B, 3, H, W] -> class logits, semseg logits or depth (metres)."""
-        return TorchModel(model, {"rgb": data.collate([self.splits.test[0], self.splits.test[1]])["rgb"]})
+        return TorchModel(model, {"rgb": stack_items([self.splits.test[0], self.splits.test[1]])["rgb"]})
 
     def optimizer_spec(self) -> OptimizerSpec:
         # MultiMAE fine-tuning: AdamW (0.9, 0.999), wd 0.05, cosine, warm-up, layer decay 0.75.
@@ -243,7 +239,7 @@ class DownstreamTask(Task):
         )
         target = {"classification": "label", "semseg": "semseg", "depth": "depth"}[self.target]
         for chunk in chunks:
-            batch = {k: v.to(device) for k, v in data.collate([dataset[i] for i in chunk]).items()}
+            batch = {k: v.to(device) for k, v in stack_items([dataset[i] for i in chunk]).items()}
             metrics.update(model(batch["rgb"]).float(), batch[target])
         return metrics.compute()
 

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from attent.contract import DatasetDescription
+from attent.tasks.batches import TensorItemsTask, stack_items
 from attent.tasks.mae import data, masking
 from attent.tasks.mae.config import MaskedPretrainingConfig
 from attent.tasks.mae.losses import reconstruction_losses, standardize_depth
@@ -23,7 +24,6 @@ from attent.tasks.task import (
     Batch,
     OptimizerSpec,
     Probe,
-    Task,
     TorchModel,
     data_seed,
     evaluation_chunks,
@@ -92,7 +92,7 @@ class LoggedEncoder(nn.Module):
         return self.encoder(encoder_inputs(inputs, self.modalities))
 
 
-class MaskedPretrainingTask(Task):
+class MaskedPretrainingTask(TensorItemsTask):
     """Tasks ``mae`` and ``multimae`` (their configs decide the modalities and the budget)."""
 
     name = "multimae"
@@ -152,12 +152,6 @@ class MaskedPretrainingTask(Task):
 
     def scoring_dataset(self) -> data.MultiModalDataset:
         return self._scoring_set
-
-    def collate(self, items: list[dict[str, Any]]) -> Batch:
-        return self.prepare(data.collate(items))
-
-    def loader_collate(self, items: list[dict[str, Any]]) -> Batch:
-        return data.collate(items)
 
     def prepare(self, batch: Batch) -> Batch:
         return data.to_model_inputs(batch, self.depth_unit_m)
@@ -247,7 +241,7 @@ class MaskedPretrainingTask(Task):
         )
         totals = torch.zeros(len(self.modalities) + 1, dtype=torch.float64, device=self._device(model))
         for chunk in chunks:
-            batch = {k: v.to(totals.device) for k, v in data.collate([dataset[i] for i in chunk]).items()}
+            batch = {k: v.to(totals.device) for k, v in stack_items([dataset[i] for i in chunk]).items()}
             losses = self._losses(model, batch, self._seeded(batch["index"], EVAL_ROUND, model))
             totals[:-1] += losses.reshape(len(chunk), -1).double().sum(dim=0)
             totals[-1] += len(chunk)
@@ -265,7 +259,7 @@ class MaskedPretrainingTask(Task):
         features = []
         for start in range(0, count, self.config.eval_batch_size):
             items = [dataset[i] for i in range(start, min(count, start + self.config.eval_batch_size))]
-            batch = {k: v.to(self._device(model)) for k, v in data.collate(items).items()}
+            batch = {k: v.to(self._device(model)) for k, v in stack_items(items).items()}
             visible = rgb.to(batch["index"].device).expand(len(items), -1)
             features.append(model.encoder(encoder_inputs(batch, self.modalities), visible).float().mean(dim=1))
         return nn.functional.normalize(torch.cat(features), dim=1)
@@ -286,7 +280,7 @@ class MaskedPretrainingTask(Task):
 
     def model_to_log(self, model: nn.Module) -> TorchModel:
         """The encoder (``LoggedEncoder``); its modalities, in input order, in the metadata."""
-        batch = data.collate([self.splits.test[0], self.splits.test[1]])
+        batch = stack_items([self.splits.test[0], self.splits.test[1]])
         return TorchModel(
             LoggedEncoder(model.encoder, self.modalities),
             {m: batch[m] for m in self.modalities},

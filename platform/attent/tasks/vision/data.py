@@ -58,7 +58,7 @@ _STATS: dict[tuple[tuple, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
 def model_inputs(
     batch: dict[str, Any], stats: tuple[Sequence[float], Sequence[float]], img_size: int
 ) -> dict[str, Any]:
-    """A batch of stored uint8 images -> the float batch ``collate`` gives of float items, on the
+    """A batch of stored uint8 images -> the float batch ``stack_items`` gives of float items, on the
     device the batch is on (the same operations on the same integers: the same values). A float
     batch passes as it is."""
     image = batch["image"]
@@ -69,25 +69,6 @@ def model_inputs(
         _STATS[key] = tuple(torch.tensor(s, device=image.device).view(-1, 1, 1) for s in stats)
     mean, std = _STATS[key]
     return {**batch, "image": to_model_input(image, mean, std, img_size)}
-
-
-def stack(values: list[torch.Tensor]) -> torch.Tensor:
-    """torch.stack, in the items' own memory order: channels-last [C, H, W] views (rows of a
-    decoded cache) stack into a channels-last batch with one plain copy, not a strided one."""
-    first = values[0]
-    if first.ndim == 3 and not first.is_contiguous() and first.permute(1, 2, 0).is_contiguous():
-        if all(v.stride() == first.stride() for v in values):
-            return torch.stack([v.permute(1, 2, 0) for v in values]).permute(0, 3, 1, 2)
-    return torch.stack(values)
-
-
-def collate(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-    """Items -> {index: LongTensor[B], image: [B, C, H, W] (the items' dtype), label: LongTensor[B]}."""
-    return {
-        "index": torch.tensor([item["index"] for item in items], dtype=torch.long),
-        "image": stack([item["image"] for item in items]),
-        "label": torch.tensor([item["label"] for item in items], dtype=torch.long),
-    }
 
 
 def resize_uint8(chw: torch.Tensor, img_size: int) -> torch.Tensor:

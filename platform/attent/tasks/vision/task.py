@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from attent.contract import DATASET_EVAL, DATASET_TRAIN, DATASET_VALIDATION, DatasetDescription
+from attent.tasks.batches import TensorItemsTask, stack_items
 from attent.tasks.task import (
     Batch,
     OptimizerSpec,
     Probe,
-    Task,
     TorchModel,
     data_seed,
     evaluation_chunks,
@@ -47,7 +46,7 @@ def load_splits(config: VisionTaskConfig, seed: int) -> data.ImageSplits:
     return splits.limited(config.train_limit, config.test_limit, seed, val_limit=config.val_limit)
 
 
-class VisionTask(Task):
+class VisionTask(TensorItemsTask):
     """ViT classification; each image's cross-entropy is the training loss and the AtteNT score."""
 
     name = "vision"
@@ -59,12 +58,6 @@ class VisionTask(Task):
 
     def train_dataset(self) -> data.ImageDataset:
         return self._train_set
-
-    def collate(self, items: list[dict[str, Any]]) -> Batch:
-        return self.prepare(data.collate(items))
-
-    def loader_collate(self, items: list[dict[str, Any]]) -> Batch:
-        return data.collate(items)
 
     def prepare(self, batch: Batch) -> Batch:
         """uint8 images -> normalised float at img_size, on the batch's device (a float batch,
@@ -161,7 +154,7 @@ class VisionTask(Task):
     def model_to_log(self, model: nn.Module) -> TorchModel:
         """The classifier: images [B, C, H, W] as the data prepares them -> class logits."""
         test = self.splits.test
-        return TorchModel(model, {"image": data.collate([test[0], test[1]])["image"]})
+        return TorchModel(model, {"image": stack_items([test[0], test[1]])["image"]})
 
     @torch.no_grad()
     def evaluate(
@@ -197,7 +190,7 @@ class VisionTask(Task):
         )
         totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, correct, count
         for done, chunk in enumerate(chunks, 1):
-            batch = data.collate([images[i] for i in chunk])
+            batch = stack_items([images[i] for i in chunk])
             labels = batch["label"].to(device)
             logits = model(batch["image"].to(device)).float()
             totals[0] += F.cross_entropy(logits, labels, reduction="sum")
