@@ -38,6 +38,9 @@ PARENT_RUN_ID = tag(contract.TAG_PARENT_RUN_ID)
 SEED = param(contract.PARAM_SEED)
 RATIO_KIND = param(contract.PARAM_RATIO_KIND)
 RATIO_START = param(contract.PARAM_RATIO_START)  # a fixed schedule's ratio
+INTERVAL_KIND = param(contract.PARAM_INTERVAL_KIND)
+INTERVAL_REDRAW = param(contract.PARAM_INTERVAL_REDRAW)
+INTERVAL_FIELDS = param(f"{contract.PARAM_INTERVAL}.")  # prefix of the interval section's columns
 EPOCHS = param(contract.PARAM_EPOCHS)
 
 METHOD_COST = metric(contract.TIME_METHOD)  # training + scoring + selection seconds
@@ -56,6 +59,7 @@ CONTRACT_COLUMNS = (
     IDENTITY,
     PARENT_RUN_ID,
     RATIO_KIND,
+    INTERVAL_KIND,
     *NUMERIC_COLUMNS,
 )
 

@@ -15,6 +15,9 @@ from attent import contract
 from attent.analysis.cell_format import MISSING
 from attent.analysis.mlflow_runs import (
     EPOCHS,
+    INTERVAL_FIELDS,
+    INTERVAL_KIND,
+    INTERVAL_REDRAW,
     INTERVAL_SCHEDULE,
     LABEL,
     METHOD,
@@ -36,7 +39,6 @@ from attent.analysis.paper_tables.table_numbers import Row, Table, build_table
 BASELINE_NAME = METHOD_NAMES[contract.METHOD_FULL]
 PAPER_STRATEGIES = ("random", "hard", "soft")
 PAPER_RATIOS = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4)  # below the 100 % full-data row
-REDRAWN = ", re-drawn"  # in a cycles interval's label (SelectionConfig.label) when each subset epoch re-draws
 RANDOM = "random"  # AtteNT's Random strategy (selection.strategy: random; tag attent.strategy)
 RANDOM_SUBSET = "random_subset"  # the comparison's row of AtteNT's Random strategy runs: a row key, no method tag
 ROW_NAMES = {**METHOD_NAMES, RANDOM_SUBSET: "Random subset"}  # the methods' names and that row's
@@ -58,19 +60,46 @@ def unique_in_order(values: pd.Series, order: tuple[str, ...] = ()) -> list[str]
     return [*order, *present]
 
 
-def schedule_kind(schedule: object) -> object:
-    """``cosine(0.2→0.8)`` -> ``cosine``; missing stays missing."""
-    return schedule.split("(")[0] if isinstance(schedule, str) else schedule
+def schedule_order(runs: pd.DataFrame, schedule: str, kind: str) -> list[str]:
+    """The schedules present, by kind as in the paper (fixed, incremental, cosine; others after), then by text.
+
+    Args:
+        runs: The runs, one a row.
+        schedule: The column of each run's schedule text (a tag: ``RATIO_SCHEDULE``, ``INTERVAL_SCHEDULE``).
+        kind: The column of the schedule's kind, the logged param (``RATIO_KIND``, ``INTERVAL_KIND``).
+
+    Returns:
+        The schedule texts, or ``[MISSING]`` where no run names one.
+    """
+    present = runs[runs[schedule].notna()]
+    ranks = {
+        str(text): (SCHEDULE_KINDS.index(k) if k in SCHEDULE_KINDS else len(SCHEDULE_KINDS), str(text))
+        for text, k in zip(present[schedule], present[kind])
+    }
+    return sorted(ranks, key=ranks.__getitem__) or [MISSING]
 
 
-def schedule_order(schedules: pd.Series) -> list[str]:
-    """Schedules present, by kind as in the paper (fixed, incremental, cosine), then by text."""
+def interval_groups(runs: pd.DataFrame) -> list[list[str]]:
+    """The interval schedules the runs name (``schedule_order``), grouped by the interval's
+    settings (its params) other than ``redraw``: a cycles interval kept and re-drawn is one group.
 
-    def sort_key(schedule: str) -> tuple[int, str]:
-        kind = schedule_kind(schedule)
-        return (SCHEDULE_KINDS.index(kind) if kind in SCHEDULE_KINDS else len(SCHEDULE_KINDS), schedule)
+    A run that logged no interval settings is grouped by its schedule text alone.
 
-    return sorted(set(schedules.dropna().astype(str)), key=sort_key) or [MISSING]
+    Args:
+        runs: The runs, one a row.
+
+    Returns:
+        Each group's schedule texts, in order.
+    """
+    fields = sorted(c for c in runs.columns if c.startswith(INTERVAL_FIELDS) and c != INTERVAL_REDRAW)
+    settings = runs[fields].astype(object)
+    rows = settings.where(settings.notna(), None).itertuples(index=False, name=None)
+    texts = runs[INTERVAL_SCHEDULE].astype(str)
+    key_of = {text: row if any(v is not None for v in row) else text for row, text in zip(rows, texts)}
+    groups: dict[object, list[str]] = {}
+    for text in schedule_order(runs, INTERVAL_SCHEDULE, INTERVAL_KIND):
+        groups.setdefault(key_of.get(text, text), []).append(text)
+    return list(groups.values())
 
 
 # --- the plateau control -------------------------------------------------------------------
@@ -107,14 +136,14 @@ def ablation_table(runs: pd.DataFrame, name: str = "ablation") -> Table:
         ]
     )
     strategies = unique_in_order(attent[STRATEGY], PAPER_STRATEGIES)
-    # Under the cycles reading an interval's label says whether its strategy re-draws at every
-    # subset epoch (Soft by default): one row per interval and strategy, under the label it ran.
+    # Under the cycles reading a strategy keeps or re-draws each cycle's pick (Soft re-draws by
+    # default), which its interval's text says: one row per interval and strategy, under the text it ran.
     ran = set(zip(keyed[headers[1]], keyed[headers[2]]))
     grid = [
         (ratio, next((i for i in same if (i, label) in ran), same[0]), label)
         for ratio, same, label in product(
-            schedule_order(attent[RATIO_SCHEDULE]),
-            redraw_groups(schedule_order(attent[INTERVAL_SCHEDULE])),
+            schedule_order(attent, RATIO_SCHEDULE, RATIO_KIND),
+            interval_groups(attent),
             [strategy_label(s) for s in strategies],
         )
     ]
@@ -127,14 +156,6 @@ def ablation_table(runs: pd.DataFrame, name: str = "ablation") -> Table:
         baseline,
         downstream_metrics(keyed),
     )
-
-
-def redraw_groups(intervals: list[str]) -> list[list[str]]:
-    """Interval labels grouped by the schedule they name, with and without ", re-drawn"."""
-    groups: dict[str, list[str]] = {}
-    for label in intervals:
-        groups.setdefault(str(label).replace(REDRAWN, ""), []).append(label)
-    return list(groups.values())
 
 
 def ratio_table(runs: pd.DataFrame, name: str = "ratio") -> Table:
@@ -158,7 +179,7 @@ def ratio_table(runs: pd.DataFrame, name: str = "ratio") -> Table:
     grid = product(
         [percent(r) for r in ratios],
         [strategy_label(s) for s in unique_in_order(fixed[STRATEGY])] or [MISSING],
-        schedule_order(fixed[INTERVAL_SCHEDULE]),
+        schedule_order(fixed, INTERVAL_SCHEDULE, INTERVAL_KIND),
     )
     return build_table(
         name, "Fixed sample ratio", keyed, headers, [baseline, *grid], baseline, downstream_metrics(keyed)
@@ -218,13 +239,7 @@ def applicable_kinds(runs: pd.DataFrame) -> list[str]:
     # beside other methods, AtteNT's Random strategy is the comparison's Random subset, no ablation row
     attent = runs[runs[METHOD].eq(contract.METHOD_ATTENT) & ~(random_strategy(runs) & compared)]
     schedule_configs = (
-        pd.DataFrame(
-            {
-                "ratio": attent[RATIO_SCHEDULE].map(schedule_kind),
-                "interval": attent[INTERVAL_SCHEDULE],
-                "strategy": attent[STRATEGY],
-            }
-        )
+        pd.DataFrame({"ratio": attent[RATIO_KIND], "interval": attent[INTERVAL_SCHEDULE], "strategy": attent[STRATEGY]})
         .astype(object)
         .fillna(MISSING)
     )

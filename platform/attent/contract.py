@@ -95,6 +95,9 @@ PARAM_RATIO_KIND = "selection.ratio.kind"
 PARAM_RATIO_START = "selection.ratio.start"  # for a fixed schedule: the ratio itself
 PARAM_RATIO_END = "selection.ratio.end"
 PARAM_TEMPERATURE = "selection.temperature"
+PARAM_INTERVAL = "selection.interval"  # the interval section: kind, start, end (+ cycles, redraw for kind cycles)
+PARAM_INTERVAL_KIND = f"{PARAM_INTERVAL}.kind"
+PARAM_INTERVAL_REDRAW = f"{PARAM_INTERVAL}.redraw"  # kind cycles: re-select at every subset epoch
 PARAM_EPOCHS = "train.epochs"  # the paper tables' plateau control: full data for twice the others'
 
 # --- metrics --------------------------------------------------------------------------------

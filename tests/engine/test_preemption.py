@@ -111,3 +111,17 @@ def test_a_preempted_run_out_of_restarts_resumes_on_fewer_workers_ending_the_epo
     assert [step for step, _ in history(client, resumed.run_id, "train_loss")] == [0, 1, 2]
     trained = [value for _, value in history(client, resumed.run_id, "samples_backpropagated")]
     assert trained[2] - trained[1] == 2 * 2 * 16  # two steps of 16 samples on each of the two ranks
+
+
+def test_the_drivers_line_names_the_step_a_restore_from_inside_an_epoch_goes_on_at(mlflow_uri):
+    """A restore between epochs logs its first epoch; one from inside an epoch, in the same call, the
+    steps it had: the driver's line pairs them (the console read "from its epoch-3 checkpoint" either way)."""
+    from attent.engine.progress import restores
+
+    client = mlflow.MlflowClient(mlflow_uri)
+    run_id = client.create_run(client.create_experiment("restores")).info.run_id
+    from mlflow.entities import Metric
+
+    client.log_batch(run_id, metrics=[Metric("restored_at_epoch", 2, 1000, 2)])  # as RunLogger.log_metrics: one
+    client.log_batch(run_id, metrics=[Metric("restored_at_epoch", 3, 2000, 3), Metric("restored_at_step", 7, 2000, 3)])
+    assert restores(client, client.get_run(run_id)) == [(2, None), (3, 7)]

@@ -48,18 +48,3 @@ def test_random_at_equal_cost_lengthens_the_cycles_by_full_data_epochs():
     assert equal_cost_epochs(21, 20.3, 17.0, samples=samples) == 24
     assert equal_cost_epochs(21, 17.0, 17.0, samples=samples) == 21
     assert equal_cost_epochs(8, 26.0, 40.0) == round(8 * 26 / 40)  # full data: E x the cost ratio
-
-
-def test_the_ablation_table_holds_one_row_per_interval_and_strategy_under_the_label_it_ran():
-    """Soft re-draws at every subset epoch and its interval's label says so: Table 3 groups the
-    two labels of one schedule (no empty "re-drawn" rows for Hard and Random, none without it for Soft)."""
-    from attent.analysis.paper_tables.layouts import redraw_groups
-
-    labels = [
-        "cycles(4 × 1 subset epoch)",
-        "cycles(4 × 1 subset epoch, re-drawn)",
-        "cycles(4 × 1→2 subset epochs)",
-        "cycles(4 × 1→2 subset epochs, re-drawn)",
-        "incremental(1→4)",
-    ]
-    assert redraw_groups(labels) == [labels[0:2], labels[2:4], labels[4:]]

@@ -190,8 +190,9 @@ class RunProgress:
                 self.event(f"skipped checkpoint {path}: {why}" if why else f"skipped checkpoint {path}")
         new = restores(client, run)[self._restores_seen :]
         self._restores_seen += len(new)
-        for epoch in new:
-            self.event(f"resumed {self.name} from its epoch-{epoch} checkpoint")
+        for epoch, step in new:
+            where = f"its epoch-{epoch} checkpoint" if step is None else f"step {step} of epoch {epoch + 1}"
+            self.event(f"resumed {self.name} from {where}")
 
     def event(self, text: str) -> None:
         """One line the user must see (a restart, a resume), on the terminal even when quiet."""
@@ -220,13 +221,19 @@ class RunProgress:
             print(f"{self.name}: Ray's and the libraries' output is in {self.log_file}", file=self.terminal, flush=True)
 
 
-def restores(client, run) -> list[int]:
-    """The first epoch of each restore from a checkpoint the run logged, oldest first (the whole
-    history: a restore past a corrupt checkpoint may restart earlier than the one before it)."""
+def restores(client, run) -> list[tuple[int, int | None]]:
+    """(first epoch, optimiser steps it had: a checkpoint taken inside it, else None) of each restore
+    from a checkpoint the run logged, oldest first (the whole history: a restore past a corrupt
+    checkpoint may restart earlier than the one before it). A restore logs both in one call."""
     if contract.RESTORED_AT_EPOCH not in run.data.metrics:
         return []
     history = client.get_metric_history(run.info.run_id, contract.RESTORED_AT_EPOCH)
-    return [int(m.value) for m in sorted(history, key=lambda m: m.timestamp)]
+    inside = {}
+    if contract.RESTORED_AT_STEP in run.data.metrics:
+        steps = client.get_metric_history(run.info.run_id, contract.RESTORED_AT_STEP)
+        inside = {(m.timestamp, m.step): int(m.value) for m in steps}
+    ordered = sorted(history, key=lambda m: m.timestamp)
+    return [(int(m.value), inside.get((m.timestamp, m.step))) for m in ordered]
 
 
 def skipped_checkpoints(tag: str) -> list[tuple[str, str]]:
