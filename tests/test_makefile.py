@@ -7,6 +7,7 @@ stub tools on a PATH of their own where it would change the machine."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -94,8 +95,10 @@ def test_the_makefile_names_the_venv_package_where_python_cannot_make_a_venv(tmp
         f'exec {sys.executable} "$@"\n'
     )
     bare.chmod(0o755)
+    # a shell's make, not one run under `make test` (whose MAKELEVEL makes it say "make[1]: ***")
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
     done = subprocess.run([shutil.which("make"), "-s", f"PYTHON={bare}", ".venv/.installed"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+                          capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
     lines = done.stderr.strip().splitlines()
     assert done.returncode != 0 and not (tmp_path / ".venv").exists(), done.stderr
     assert len(lines) == 2 and lines[1].startswith("make: ***"), done.stderr  # ours, then make's own

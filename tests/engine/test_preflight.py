@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 from attent.engine.preflight import cluster, resources
+from attent.engine.preflight.nodes import check_store_reaches_nodes, local_storage
+from attent.experiment.schema import PreflightError
 
 from tests.helpers.paths import BIN, REPO
 from tests.helpers.processes import free_port
@@ -232,3 +234,17 @@ def test_a_store_inside_ray_job_submits_copy_of_the_working_dir_is_refused(tmp_p
     from attent.engine.preflight import check_outside_job_copy
 
     check_outside_job_copy(cfg.resolved())
+
+
+def test_the_store_rule_refuses_a_store_on_one_machine_for_several_nodes():
+    """The one rule, without a cluster: a SQLite file or a file store is refused on two nodes (not on one);
+    a server, a database server or Databricks pass. Only a local ``ray.storage_path`` is checked."""
+    for uri in ("sqlite:////x/mlflow.db", "file:///x/mlruns", "/x/mlruns", "mlruns"):
+        check_store_reaches_nodes(uri, 1)
+        with pytest.raises(PreflightError, match="attent server --host <this node's private IP>"):
+            check_store_reaches_nodes(uri, 2)
+    for uri in ("http://10.0.0.1:5000", "https://mlflow.example", "postgresql://u@db/mlflow", "databricks"):
+        check_store_reaches_nodes(uri, 2)
+    assert local_storage("/shared/ray_results") == Path("/shared/ray_results")
+    assert local_storage("file:///shared/ray_results") == Path("/shared/ray_results")
+    assert local_storage("s3://bucket/ray_results") is None and local_storage("gs://b/r") is None

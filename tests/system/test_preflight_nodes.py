@@ -22,8 +22,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from attent.engine.preflight.nodes import MARKER, check_store_reaches_nodes, local_storage
-from attent.experiment.schema import PreflightError
+from attent.engine.preflight.nodes import MARKER
 
 from tests.engine.test_preflight import DIGITS, RETURNS_WITHIN_S, attent
 from tests.helpers.paths import BIN, REPO
@@ -32,20 +31,6 @@ from tests.helpers.processes import free_port, stop_ray_processes
 UNSHARE = ["unshare", "--user", "--map-root-user", "--mount"]
 # One pytest-xdist worker runs the module: its cluster (the module's fixture) is started once, not on each.
 pytestmark = pytest.mark.xdist_group("split_nodes")
-
-
-def test_the_store_rule_refuses_a_store_on_one_machine_for_several_nodes():
-    """The one rule, without a cluster: a SQLite file or a file store is refused on two nodes (not on one);
-    a server, a database server or Databricks pass. Only a local ``ray.storage_path`` is checked."""
-    for uri in ("sqlite:////x/mlflow.db", "file:///x/mlruns", "/x/mlruns", "mlruns"):
-        check_store_reaches_nodes(uri, 1)
-        with pytest.raises(PreflightError, match="attent server --host <this node's private IP>"):
-            check_store_reaches_nodes(uri, 2)
-    for uri in ("http://10.0.0.1:5000", "https://mlflow.example", "postgresql://u@db/mlflow", "databricks"):
-        check_store_reaches_nodes(uri, 2)
-    assert local_storage("/shared/ray_results") == Path("/shared/ray_results")
-    assert local_storage("file:///shared/ray_results") == Path("/shared/ray_results")
-    assert local_storage("s3://bucket/ray_results") is None and local_storage("gs://b/r") is None
 
 
 def namespaces_work() -> str | None:
