@@ -135,6 +135,17 @@ def test_config_refuses_unknown_keys_and_bad_values():
         load(CONFIG, ["teach.max_iterations=2.5"])
 
 
+SHORT = [
+    "seeds=[0]",
+    "problem.num_sequences=32",
+    "teach.subset=8",
+    "teach.max_iterations=6",
+    "kernel.every=4",
+    "kernel.probe=3",
+    "teach.target_losses=[100.0]",
+]
+
+
 def test_teaching_run_logs_figures_to_mlflow(tmp_path, monkeypatch):
     """A short run of the shipped YAML, as `python -m attent.lab` runs it: one parent run with
     the figures and summaries, one child run per method with its per-iteration curves."""
@@ -143,21 +154,7 @@ def test_teaching_run_logs_figures_to_mlflow(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    code = main(
-        [
-            str(CONFIG),
-            "seeds=[0]",
-            "problem.num_sequences=32",
-            "teach.subset=8",
-            "teach.max_iterations=6",
-            "kernel.every=4",
-            "kernel.probe=3",
-            "teach.target_losses=[100.0]",
-            f"mlflow.tracking_uri={uri}",
-            "--out",
-            str(tmp_path / "out"),
-        ]
-    )
+    code = main([str(CONFIG), *SHORT, f"mlflow.tracking_uri={uri}", "--out", str(tmp_path / "out")])
     assert code == 0
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("theory-teaching")
@@ -185,17 +182,6 @@ def test_teaching_run_logs_figures_to_mlflow(tmp_path, monkeypatch):
     assert parents[0].data.metrics["greedy.iterations_to_100"] == 0
     assert (tmp_path / "out" / "figures" / "antk_drift.png").is_file()
     assert "| greedy |" in (tmp_path / "out" / "summary.md").read_text()
-
-
-SHORT = [
-    "seeds=[0]",
-    "problem.num_sequences=32",
-    "teach.subset=8",
-    "teach.max_iterations=6",
-    "kernel.every=4",
-    "kernel.probe=3",
-    "teach.target_losses=[100.0]",
-]
 
 
 @pytest.fixture

@@ -79,7 +79,6 @@ def cmd_kuberay(args) -> int:
             kuberay_shared.data_job(args.config, args.overrides, image=args.image, pods=pods, command=args.data_command)
         ]
     else:
-        options = {"workers_per_pod": args.workers_per_pod, "max_pods": args.max_pods, "queue": args.queue}
         documents = [
             manifest(
                 args.config,
@@ -88,8 +87,10 @@ def cmd_kuberay(args) -> int:
                 cluster=args.cluster,
                 name=args.name,
                 pods=pods,
+                workers_per_pod=args.workers_per_pod,
+                max_pods=args.max_pods,
                 memory_per_cpu=args.memory_per_cpu,
-                **options,
+                queue=args.queue,
             )
         ]
     text = header(command_line(args)) + "---\n".join(to_yaml(document) for document in documents)
