@@ -77,7 +77,8 @@ def main() -> None:
         for batch in loader:
             loss = selector.update(per_sample_loss(model, batch)).mean()
             loss.backward()
-            optimizer.step()
+            if selector.step_finite():  # a NaN or inf loss: stopped here, or (nonfinite: skip) no step
+                optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             scheduler.step()
             steps += 1

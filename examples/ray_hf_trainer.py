@@ -67,8 +67,8 @@ class SelectionRecord(TrainerCallback):
         selector = self.trainer.selector
         self.epochs.append(
             {
-                "epoch": selector.teacher.epoch,
-                "subset": selector.teacher.subset.tolist(),
+                "epoch": selector.epoch,
+                "subset": selector.subset.tolist(),
                 "trained": selector.sampler.order[: selector.sampler.cursor].tolist(),
             }
         )

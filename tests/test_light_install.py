@@ -63,7 +63,7 @@ def test_the_sdist_ships_no_experiment_or_workplace_path(dist):
         names = [member.name.partition("/")[2] for member in sdist.getmembers() if member.isfile()]
     shipped = [n for n in names if n.startswith(("experiments/", "benchmarks/", "tests/", "examples/"))]
     assert sorted(shipped) == DEMO_FILES
-    assert "platform/attent/selection/teacher.py" in names and "analysis/stats.py" in names
+    assert "platform/attent/selection/selector.py" in names and "analysis/stats.py" in names
 
 
 def test_the_wheel_holds_one_package_with_the_report_inside(dist):

@@ -23,7 +23,7 @@ from tests.helpers.paths import REPO
 
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 LOCK = REPO / "requirements" / "platform.lock"
-SELECTION_API = ("Selector", "SelectionConfig", "select", "Teacher", "SubsetSampler")
+SELECTION_API = ("Selector", "SelectionConfig", "select", "SubsetSampler")
 
 
 def requirements(extra: str | None) -> list[Requirement]:

@@ -4,7 +4,7 @@ before its first epoch and after its last.
 The same work three ways, one at a time, one torch thread each (a Ray worker with one CPU gets
 OMP_NUM_THREADS=1), alternated ``--rounds`` times so slow drifts of the machine hit all alike:
 - bare: a single-process loop — the task's model, data and loss, AdamW, a shuffled DataLoader;
-- recipe: the engine's TrainingRecipe (teacher, subset sampler, time split, per-sample losses,
+- recipe: the engine's TrainingRecipe (Selector, subset sampler, time split, per-sample losses,
   learning-rate schedule), no Ray — its epochs alternate with the bare loop's in one process;
 - ray: ``attent train`` on a local Ray: a Ray Train run with its MLflow logging and checkpoints.
 Per-epoch cost excludes evaluation (timed apart by the engine; the bare loop does none). The Ray

@@ -21,7 +21,7 @@ optimiser settings.
 Measured, per run:
   method_s       the cost of the method, as the engine counts it (``time_method_s``): training +
                  scoring + selection; not evaluation, checkpoints, model logging or start-up. Engine:
-                 its own counter (each epoch's train_one_epoch, plus the teacher's scoring and
+                 its own counter (each epoch's train_one_epoch, plus the Selector's scoring and
                  selection clocks), from the run's MLflow metrics. Trainer arms: ``harness.epoch_clock``, a
                  TrainerCallback summing the wall-clock from each on_epoch_begin to its on_epoch_end.
                  That window holds everything Trainer does in the epoch: AtteNTTrainer's scoring pass
@@ -29,7 +29,7 @@ Measured, per run:
                  each batch, forward, backward, clipping, optimiser and scheduler steps. Outside it:
                  Trainer's set-up before on_train_begin, and what follows on_epoch_end (logging at
                  epoch ends; no evaluation or checkpoint is configured). ``scoring_s`` and
-                 ``selection_s`` are the teacher's own clocks (the engine's too), ``train_s`` the rest;
+                 ``selection_s`` are the Selector's own clocks (the engine's too), ``train_s`` the rest;
                  ``steps_s`` sums on_step_begin..on_step_end (forward to optimiser step, without the
                  loading of each window's first batch), a diagnostic only.
   samples_backpropagated   distinct samples trained on, summed over epochs (the engine's counter;

@@ -119,7 +119,7 @@ def run_trainer(args, cfg, arm: str, workdir: Path, clock) -> tuple[dict, object
     wall = time.perf_counter() - started
     method = sum(clock.epochs)
     if arm == "trainer_attent":
-        seconds, backpropagated = trainer.selector.teacher.seconds, trainer.selector.samples_backpropagated
+        seconds, backpropagated = trainer.selector.seconds, trainer.selector.samples_backpropagated
         if backpropagated != trainer.rows:
             raise RuntimeError(f"AtteNTTrainer trained {trainer.rows} rows but its Selector counts {backpropagated}")
     else:

@@ -1,5 +1,5 @@
 """How well free scores rank the samples: at each re-selection of a run with ``selection.scores:
-training`` (the cycles reading), the table the teacher ranks by (the training forwards of the
+training`` (the cycles reading), the table the Selector ranks by (the training forwards of the
 latest full-data epoch) against a fresh scoring pass over every sample at that moment, by
 Spearman's rank correlation; and for contrast, the same with ``scores: latest`` and no pass (each
 sample's latest training loss, subset epochs included). The fresh pass is measured only: it does
@@ -15,6 +15,7 @@ default ``benchmarks/results/free_score_agreement/<date>-<machine>-<commit>/``.
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import tempfile
@@ -32,8 +33,8 @@ SCORES = {"training": ["selection.scores=training"], "latest": ["selection.score
 
 
 def agreement(scores: str, images: int, seed: int, workdir: Path) -> list[dict]:
-    """Per re-selection: its epoch and Spearman of the table the teacher ranks by against a fresh
-    pass over every sample (measured before the teacher re-selects)."""
+    """Per re-selection: its epoch and Spearman of the table the Selector ranks by against a fresh
+    pass over every sample (measured before the Selector re-selects)."""
     cfg = harness.experiment(
         harness.REPO / "experiments/fashion_mnist_vit.yaml",
         f"agreement-{scores}-s{seed}",
@@ -44,15 +45,20 @@ def agreement(scores: str, images: int, seed: int, workdir: Path) -> list[dict]:
     )
     recipe = TrainingRecipe(cfg, WorkerContext())
     recipe.setup()
-    teacher, rows = recipe.teacher, []
+    selector, rows = recipe.selector, []
     everything = torch.arange(len(recipe.train_set))
     for epoch in range(cfg.train.epochs):
-        if teacher.plan[epoch].selects and not torch.isnan(teacher.scores).any():
-            recipe.selector.epoch = epoch
+        if selector.plan[epoch].selects and not torch.isnan(selector.scores).any():
+            # the pass of this epoch's round (it seeds a task's masks), the run's own loss_fn after
+            own, selector.scoring.loss_fn = (
+                selector.scoring.loss_fn,
+                functools.partial(recipe.scoring_loss, round_=epoch),
+            )
             fresh = torch.empty(len(everything))
-            for index, losses in recipe.selector.scoring_pass(everything):
+            for index, losses in selector.scoring_pass(everything):
                 fresh[index] = losses.float()
-            rho = spearmanr(teacher.scores.numpy(), fresh.numpy()).statistic
+            selector.scoring.loss_fn = own
+            rho = spearmanr(selector.scores.numpy(), fresh.numpy()).statistic
             rows.append({"epoch": epoch, "spearman": float(rho)})
         recipe.run_epoch(epoch)
     return rows

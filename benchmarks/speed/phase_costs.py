@@ -1,6 +1,6 @@
 """What each phase of AtteNT training costs per sample, through each integration, for a ViT and a
 causal LM: a training step (forward, backward, gradient clipping, optimiser step: per sample trained),
-a scoring forward (the integration's own scoring pass as the Teacher clocks it: per sample scored),
+a scoring forward (the integration's own scoring pass as the Selector clocks it: per sample scored),
 data loading (the integration's training loader iterated alone) and the selection (per re-selection).
 The question: does a scoring pass cost at most 0.4 x a training step per sample?
 

@@ -5,7 +5,7 @@ inside that integration's own loop.
 
 Every arm returns the same sums (``Phases``): training-step seconds (forward, backward, clipping,
 optimiser step; the batch already loaded) and the samples trained, the scoring passes' seconds as the
-Teacher clocks them, the samples they scored and each pass's largest batch, the batch the Selector
+Selector clocks them, the samples they scored and each pass's largest batch, the batch the Selector
 reports, the selection's seconds and re-selections, and one pass of the integration's own training
 loader, iterated alone."""
 
@@ -43,20 +43,21 @@ def rows_of(batch) -> int:
 
 
 def finish(phases: Phases, selector, loader, device: torch.device) -> Phases:
-    """The Teacher's clocks and counts after the fit, and one pass of the training loader alone."""
-    teacher = selector.teacher
-    phases.score_s, phases.selection_s = teacher.seconds["scoring"], teacher.seconds["selection"]
+    """The Selector's clocks and counts after the fit, and one pass of the training loader alone."""
+    phases.score_s, phases.selection_s = selector.seconds["scoring"], selector.seconds["selection"]
     phases.reselections = sum(planned.selects for planned in selector.plan)
     phases.pool, phases.trained = len(selector.dataset), selector.samples_backpropagated
-    phases.reported_scoring_batch = selector.scoring_batch_size()
+    scoring_batch = selector.scoring.batch_size_for(selector.train_batch_size)
+    phases.reported_scoring_batch = scoring_batch
     phases.load_s, phases.loaded = iterate(loader, device)
     # the scoring pass's own loader (as Selector.scoring_pass builds it), alone: its share of the pass
+    scoring = selector.scoring.loader
     everything = DataLoader(
-        selector.score_dataset,
-        batch_size=selector.scoring_batch_size(),
-        sampler=range(len(selector.score_dataset)),
-        collate_fn=selector.collate_fn,
-        num_workers=selector.score_num_workers,
+        scoring.dataset,
+        batch_size=scoring_batch,
+        sampler=range(len(scoring.dataset)),
+        collate_fn=scoring.collate_fn,
+        num_workers=scoring.num_workers,
     )
     phases.score_load_s, phases.score_loaded = iterate(everything, device)
     return phases

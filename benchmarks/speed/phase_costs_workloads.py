@@ -47,7 +47,7 @@ class Phases:
     score_s: float = 0.0
     scored: int = 0
     scoring_batches: list[int] = field(default_factory=list)  # the largest batch of each scoring pass
-    reported_scoring_batch: int = 0  # Selector.scoring_batch_size() after the fit
+    reported_scoring_batch: int = 0  # Selector.scoring.batch_size_for(train_batch_size) after the fit
     selection_s: float = 0.0
     reselections: int = 0
     pool: int = 0  # samples a re-selection chooses from

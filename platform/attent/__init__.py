@@ -10,8 +10,8 @@ Public names, each imported on first access (PEP 562), so that ``import attent``
     SelectionConfig  attent.selection.config      — the ``selection:`` settings and presets
     build_plan       attent.selection.plan        — every epoch of a run, decided before it starts
     select           attent.selection.strategies  — k of N by hard / soft / random, a pure function
-    Teacher          attent.selection.teacher     — the score table behind Selector
-    SubsetSampler    attent.selection.sampler     — a rank's shard of the teacher's subset
+    SubsetSampler    attent.selection.sampler     — a rank's shard of the Selector's subset
+    StreamSelector   attent.selection.stream      — AtteNT on a stream: B picked from each pool
     AtteNTTrainer    attent.integrations.huggingface      — Hugging Face's Trainer, drop-in
     AtteNTSFTTrainer attent.integrations.huggingface_trl  — TRL's SFTTrainer (extra ``hf``)
     AtteNTCallback   attent.integrations.lightning        — a Lightning callback (extra ``lightning``)
@@ -31,8 +31,8 @@ _EXPORTS = {
     "AtteNTCallback": "attent.integrations.lightning",
     "SelectionConfig": "attent.selection.config",
     "select": "attent.selection.strategies",
-    "Teacher": "attent.selection.teacher",
     "SubsetSampler": "attent.selection.sampler",
+    "StreamSelector": "attent.selection.stream",
     "AtteNTTrainer": "attent.integrations.huggingface",
     "AtteNTSFTTrainer": "attent.integrations.huggingface_trl",
 }

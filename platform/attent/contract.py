@@ -147,7 +147,7 @@ TIME_METHOD = "time_method_s"  # training + scoring + selection
 TIME_TOTAL = "time_total_s"  # every epoch's wall time, evaluation included
 TIME_SETUP = "time_setup_s"  # worker: task, data and model set-up
 # ... split: MLflow logger and system-metrics monitor, task and its data, model, the rest
-# (optimiser, teacher, loader, the checkpoint lookup, the first logs)
+# (optimiser, selector, loader, the checkpoint lookup, the first logs)
 SETUP_PARTS = ("tracking", "data", "model", "other")
 TIME_WALLCLOCK = "time_wallclock_s"  # driver: the whole run, Ray start-up included
 TIME_RAY_INIT = "time_ray_init_s"  # driver: connecting to (or starting) Ray

@@ -10,7 +10,7 @@ from attent.engine.recipe import TrainingRecipe, WorkerContext
 from attent.experiment.schema import build_experiment
 from attent.selection.config import SelectionConfig
 from attent.selection.plan import build_plan, training_progress
-from attent.selection.teacher import Teacher
+from attent.selection.selector import Selector
 from attent.tasks.task import decay_groups
 
 
@@ -114,14 +114,14 @@ CONFIGS = [
 
 @pytest.mark.parametrize("epochs", [1, 3, 6, 20])
 @pytest.mark.parametrize("selection", CONFIGS)
-def test_the_plan_is_what_the_teacher_selects(selection, epochs):
+def test_the_plan_is_what_the_selector_selects(selection, epochs):
     cfg = SelectionConfig.model_validate(selection)
-    teacher = Teacher(100, cfg, epochs, seed=0)
+    selector = Selector(range(100), selection=cfg, epochs=epochs, seed=0)
     for epoch in range(epochs):
-        teacher.begin_epoch(epoch, score_fn=lambda indices: iter([(torch.arange(100), torch.rand(100))]))
-        teacher.end_epoch()
-    assert [(r.epoch, r.ratio) for r in teacher.history] == build_plan(cfg, epochs).ratios()
-    assert all(r.ratio == cfg.ratio_schedule(training_progress(r.epoch, epochs)) for r in teacher.history)
+        selector.begin_epoch(epoch, score_fn=lambda indices: iter([(torch.arange(100), torch.rand(100))]))
+        selector.end_epoch()
+    assert [(r.epoch, r.ratio) for r in selector.history] == build_plan(cfg, epochs).ratios()
+    assert all(r.ratio == cfg.ratio_schedule(training_progress(r.epoch, epochs)) for r in selector.history)
 
 
 def test_the_label_shows_the_ratio_a_short_run_reaches():
@@ -149,22 +149,22 @@ def test_loader_processes_start_from_a_fork_server_and_train_and_score_as_in_pro
         cfg = cfg.model_copy(update={"selection": SelectionConfig(preset="vit")})
         recipe = recipe_for(cfg)
         recipe.run_epoch(0)
-        return recipe, recipe.selector.teacher.scores.clone()
+        return recipe, recipe.selector.scores.clone()
 
     with_processes, scores = epoch_losses(1)
     assert with_processes.loader.multiprocessing_context.get_start_method() == LOADER_START == "forkserver"
-    assert with_processes.selector._scoring_loader._loader.multiprocessing_context.get_start_method() == LOADER_START
+    assert with_processes.selector.scoring.loader._loader.multiprocessing_context.get_start_method() == LOADER_START
     in_process, in_process_scores = epoch_losses(0)
     assert torch.equal(scores, in_process_scores)  # the same samples scored the same, whoever loaded them
 
 
-def test_a_tasks_scores_are_what_the_teacher_ranks_and_its_losses_what_training_steps_on():
+def test_a_tasks_scores_are_what_the_selector_ranks_and_its_losses_what_training_steps_on():
     def run(score_of=None):
         cfg = digits(limit=64)
         recipe = recipe_for(cfg.model_copy(update={"selection": SelectionConfig(preset="vit")}))
         if score_of is not None:
             recipe.task.score_of = score_of
-        return first_step_gradients(recipe), recipe.selector.teacher.scores.clone()
+        return first_step_gradients(recipe), recipe.selector.scores.clone()
 
     gradients, scores = run()
     shifted_gradients, shifted_scores = run(lambda losses, batch: losses * 3.0)  # trained on, it would triple them

@@ -53,7 +53,7 @@ def _rank(rank: int, world: int, store: str, out: str, epochs: list[int], resume
             rates.append(recipe.optimizer.param_groups[0]["lr"])
         if rank == 0:
             torch.save(recipe.state_dict(), os.path.join(out, "state.pt"))
-        subsets = [(r.epoch, r.indices.tolist()) for r in recipe.teacher.history]
+        subsets = [(r.epoch, r.indices.tolist()) for r in recipe.selector.history]
         torch.save(
             {"subsets": subsets, "accumulation": recipe.accumulation, "rates": rates},
             os.path.join(out, f"rank{rank}.pt"),

@@ -49,7 +49,7 @@ def test_bf16_training_and_scoring_on_cuda():
     rows = [recipe.run_epoch(epoch) for epoch in range(2)]
     assert torch.bfloat16 in seen  # autocast ran the model in bf16
     assert all(torch.isfinite(torch.tensor(row["train_loss"])) for row in rows)
-    assert torch.isfinite(recipe.teacher.scores).all()  # the bf16 scoring pass scored every sample
+    assert torch.isfinite(recipe.selector.scores).all()  # the bf16 scoring pass scored every sample
     assert recipe.counters.seconds["scoring"] > 0
 
 

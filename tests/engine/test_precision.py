@@ -38,12 +38,12 @@ def test_bf16_autocast_on_the_cpu_trains_scores_and_evaluates_like_fp32():
     fp32, fp32_rows, fp32_dtypes = run("fp32")
     assert set(fp32_dtypes) == {torch.float32}
     assert set(bf16_dtypes) == {torch.bfloat16}  # training, scoring and evaluation forwards alike
-    assert bf16.counters.seconds["scoring"] > 0 and torch.isfinite(bf16.teacher.scores).all()
+    assert bf16.counters.seconds["scoring"] > 0 and torch.isfinite(bf16.selector.scores).all()
     for ours, theirs in zip(bf16_rows, fp32_rows):
         assert abs(ours["train_loss"] - theirs["train_loss"]) < 0.05 * theirs["train_loss"]
         assert abs(ours["eval_test_loss"] - theirs["eval_test_loss"]) < 0.05 * theirs["eval_test_loss"]
     # the scores differ by bf16's rounding only: the same samples rank high
-    assert torch.corrcoef(torch.stack([bf16.teacher.scores, fp32.teacher.scores]))[0, 1] > 0.9
+    assert torch.corrcoef(torch.stack([bf16.selector.scores, fp32.selector.scores]))[0, 1] > 0.9
 
 
 def test_bf16_scoring_alone_leaves_training_and_evaluation_in_fp32():
@@ -54,4 +54,4 @@ def test_bf16_scoring_alone_leaves_training_and_evaluation_in_fp32():
     assert dtypes.count(torch.bfloat16) == scoring_forwards * 2  # the vit preset re-scores in both epochs
     assert set(dtypes) == {torch.float32, torch.bfloat16}
     fp32, _, _ = run("fp32")
-    assert torch.corrcoef(torch.stack([mixed.teacher.scores, fp32.teacher.scores]))[0, 1] > 0.9
+    assert torch.corrcoef(torch.stack([mixed.selector.scores, fp32.selector.scores]))[0, 1] > 0.9

@@ -22,8 +22,8 @@ from attent.experiment.schema import build_experiment  # noqa: E402
 from attent.integrations.huggingface import AtteNTTrainer  # noqa: E402
 from attent.integrations.lightning import AtteNTCallback  # noqa: E402
 from attent.selection.plan import build_plan  # noqa: E402
+from attent.selection.selector import Selector  # noqa: E402
 from attent.selection.strategies import subset_checksum  # noqa: E402
-from attent.selection.teacher import Teacher  # noqa: E402
 from attent.tasks.registry import build_task  # noqa: E402
 
 SEED, N, EPOCHS, BATCH, SCORE_BATCH = 3, 90, 6, 16, 32
@@ -63,7 +63,7 @@ def experiment(name: str):
 
 def outcome(
     checksums: list[float],
-    teacher: Teacher,
+    selector: Selector,
     backpropagated: int,
     model: torch.nn.Module,
     initial: dict[str, torch.Tensor],
@@ -73,10 +73,10 @@ def outcome(
     return {
         "checksums": [float(c) for c in checksums],
         "shard": (sampler.rank, sampler.world_size),  # whose shard of each subset this rank trained
-        "reselections": [(r.epoch, subset_checksum(r.indices)) for r in teacher.history],
-        "subsets": [r.indices.clone() for r in teacher.history],
+        "reselections": [(r.epoch, subset_checksum(r.indices)) for r in selector.history],
+        "subsets": [r.indices.clone() for r in selector.history],
         "backpropagated": int(backpropagated),
-        "table": teacher.scores.clone(),
+        "table": selector.scores.clone(),
         "unchanged": all(torch.equal(value, initial[key]) for key, value in model.state_dict().items()),
     }
 
@@ -101,7 +101,7 @@ def run_engine(cfg, initial, rank: int = 0, world: int = 1) -> dict:
     checksums = [recipe.run_epoch(epoch)[contract.SUBSET_CHECKSUM] for epoch in range(EPOCHS)]
     return outcome(
         checksums,
-        recipe.teacher,
+        recipe.selector,
         recipe.counters.samples_backpropagated,
         recipe.raw_model,
         initial,
@@ -134,7 +134,7 @@ def run_plain(cfg, task, initial, world: int = 1) -> dict:
             optimizer.zero_grad()
         selector.end_epoch()
         checksums.append(selector.metrics()["subset_checksum"])
-    return outcome(checksums, selector.teacher, selector.samples_backpropagated, model, initial, selector.sampler)
+    return outcome(checksums, selector, selector.samples_backpropagated, model, initial, selector.sampler)
 
 
 class Classifier(torch.nn.Module):
@@ -193,12 +193,7 @@ def run_huggingface(cfg, task, initial, output_dir) -> dict:
     trainer.train()
     checksums = [row["subset_checksum"] for row in trainer.state.log_history if "subset_checksum" in row]
     return outcome(
-        checksums,
-        trainer.selector.teacher,
-        trainer.selector.samples_backpropagated,
-        net,
-        initial,
-        trainer.selector.sampler,
+        checksums, trainer.selector, trainer.selector.samples_backpropagated, net, initial, trainer.selector.sampler
     )
 
 
@@ -250,12 +245,7 @@ def run_lightning(cfg, task, initial, world: int = 1) -> dict:
     )
     trainer.fit(module)
     return outcome(
-        module.checksums,
-        selection.selector.teacher,
-        selection.selector.samples_backpropagated,
-        net,
-        initial,
-        selection.sampler,
+        module.checksums, selection.selector, selection.selector.samples_backpropagated, net, initial, selection.sampler
     )
 
 

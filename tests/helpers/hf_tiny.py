@@ -87,9 +87,9 @@ class RecordingTrainer(AtteNTTrainer):
         self.subsets: dict[int, list[int]] = {}
 
     def training_step(self, model, inputs, num_items_in_batch=None):
-        epoch = self.selector.teacher.epoch
+        epoch = self.selector.epoch
         self.trained.setdefault(epoch, []).extend((inputs["input_ids"][:, 0] - FIRST_TOKEN).tolist())
-        self.subsets[epoch] = self.selector.teacher.subset.tolist()
+        self.subsets[epoch] = self.selector.subset.tolist()
         return super().training_step(model, inputs, num_items_in_batch)
 
 

@@ -71,10 +71,10 @@ class Record(L.Callback):
         self.subsets, self.checksums, self.hardness, self.trained = [], [], [], []
 
     def on_train_start(self, trainer, module):
-        self.first_subset = self.selection.selector.teacher.subset.clone()  # also of an epoch resumed midway
+        self.first_subset = self.selection.selector.subset.clone()  # also of an epoch resumed midway
 
     def on_train_epoch_start(self, trainer, module):
-        self.subsets.append(self.selection.selector.teacher.subset.clone())
+        self.subsets.append(self.selection.selector.subset.clone())
         metrics = self.selection.selector.metrics()  # the Selector's: of the epoch starting
         self.checksums.append(metrics["subset_checksum"])
         self.hardness.append(metrics["selection_hardness"])
@@ -86,7 +86,7 @@ class Record(L.Callback):
         self.trained[-1].append(batch[0].clone())
 
     def on_train_end(self, trainer, module):
-        self.table = self.selection.selector.teacher.scores.clone()
+        self.table = self.selection.selector.scores.clone()
         if self.path:
             torch.save(self.result(module), os.path.join(self.path, f"rank{trainer.global_rank}.pt"))
 

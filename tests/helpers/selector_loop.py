@@ -1,6 +1,6 @@
 """The plain-PyTorch loop the Selector tests drive (``run_selector``: begin the epoch, train on what update returns,
 end the epoch) on synthetic items: sample i holds the number i, and its loss is a fixed table's entry i
-(``TableModel``), so a wrong index in update() would show in the teacher's score table; and the selection configs
+(``TableModel``), so a wrong index in update() would show in the selector's score table; and the selection configs
 they run it under (``CONFIGS``)."""
 
 from __future__ import annotations
@@ -69,5 +69,5 @@ def run_selector(selector: Selector, model: TableModel, epochs: range, batch_siz
         out["trained"].append(torch.cat(trained) if trained else torch.empty(0, dtype=torch.long))
         out["metrics"].append(selector.metrics())
         out["checksums"].append(out["metrics"][-1]["subset_checksum"])
-    out["table"] = selector.teacher.scores.clone()
+    out["table"] = selector.scores.clone()
     return out

@@ -167,8 +167,8 @@ def test_a_resume_with_a_changed_batching_trains_the_uninterrupted_runs_subsets(
     whole.train()
     resumed = build(AtteNTTrainer, tmp_path / "resumed", selection, learning_rate=0.0, **change)
     resumed.train(resume_from_checkpoint=str(tmp_path / "whole" / "checkpoint-3"))
-    assert [(r.epoch, r.indices.tolist()) for r in resumed.selector.teacher.history] == [
-        (r.epoch, r.indices.tolist()) for r in whole.selector.teacher.history
+    assert [(r.epoch, r.indices.tolist()) for r in resumed.selector.history] == [
+        (r.epoch, r.indices.tolist()) for r in whole.selector.history
     ]
     assert [r["subset_checksum"] for r in selection_rows(resumed)] == [
         r["subset_checksum"] for r in selection_rows(whole)

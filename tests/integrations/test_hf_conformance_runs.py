@@ -147,9 +147,9 @@ def test_a_cycles_run_resumed_inside_a_subset_epoch_makes_no_extra_pick(strategy
     assert [len(whole.trained[epoch]) for epoch in range(3)] == [40, 8, 8]  # step 11: the first subset epoch
     resumed = trainer(tmp_path / "resumed")
     resumed.train(resume_from_checkpoint=str(tmp_path / "whole" / "checkpoint-11"))
-    assert len(resumed.selector.teacher.history) == len(whole.selector.teacher.history)
-    assert [(r.epoch, r.indices.tolist()) for r in resumed.selector.teacher.history] == [
-        (r.epoch, r.indices.tolist()) for r in whole.selector.teacher.history
+    assert len(resumed.selector.history) == len(whole.selector.history)
+    assert [(r.epoch, r.indices.tolist()) for r in resumed.selector.history] == [
+        (r.epoch, r.indices.tolist()) for r in whole.selector.history
     ]
     after = selection_rows(whole, after=11)
     assert [r["subset_checksum"] for r in selection_rows(resumed, after=11)] == [r["subset_checksum"] for r in after]

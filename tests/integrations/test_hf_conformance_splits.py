@@ -109,7 +109,7 @@ def test_scores_are_each_samples_own_loss(name, tmp_path):
     model = trainer.model.eval()
     with torch.no_grad():
         want = torch.stack([model(**float_labels_collate([item]))["loss"] for item in items])
-    assert torch.allclose(trainer.selector.teacher.scores, want, rtol=0, atol=1e-5)
+    assert torch.allclose(trainer.selector.scores, want, rtol=0, atol=1e-5)
     assert trainer.loss_reduction.loss == MODELS[name][2]
 
 
@@ -129,5 +129,5 @@ def test_a_bert_regression_head_trains_under_soft_selection_without_a_hook(tmp_p
     assert [row["selected"] for row in rows] == [8, 14, 14, 26]  # vit over 4 epochs of 40: 0.2, 0.35, kept, 0.65
     assert trainer.state.global_step == trainer.selector.planned_steps(4) == 2 + 4 + 4 + 7
     assert all(row["samples_scored"] > 0 for row in rows[::3])  # scoring passes where it re-selects
-    assert torch.isfinite(trainer.selector.teacher.scores).all()
+    assert torch.isfinite(trainer.selector.scores).all()
     assert (flat_weights(trainer.model) - before).abs().max() > 1e-3

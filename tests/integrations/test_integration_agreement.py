@@ -13,9 +13,9 @@ only in what it is meant to: its loop, its sampler wiring, its scoring pass.
 
 What is compared, per selection config: the checksum of each epoch's subset as each integration
 reports it (the engine's ``subset_checksum`` metric, the Selector's and the callback's metrics,
-AtteNTTrainer's logged row), the epoch and checksum of every re-selection (the teacher's
+AtteNTTrainer's logged row), the epoch and checksum of every re-selection (the Selector's
 history), the distinct samples back-propagated, and the score table at the end (bit for bit: the
-losses each teacher saw, on the right samples).
+losses each Selector saw, on the right samples).
 
 The engine's config refuses ``train.lr: 0`` (it must be > 0), so the test sets the recipe's
 resolved optimiser spec to lr 0 after ``setup``: the recipe sets every step's learning rate from

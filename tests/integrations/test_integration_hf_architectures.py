@@ -280,7 +280,7 @@ def test_scores_are_the_models_own_loss_of_each_sample(name, preset, tmp_path):
         selection=SelectionConfig(preset=preset),
     )
     trainer.train()
-    scores = trainer.selector.teacher.scores
+    scores = trainer.selector.scores
     want = own_loss_one_at_a_time(trainer.model, items)
     assert torch.isfinite(scores).all()
     assert torch.allclose(scores, want, rtol=0, atol=1e-5), (scores - want).abs().max()

@@ -1,5 +1,5 @@
 """The Hugging Face integration (issue 28, item 2): AtteNTTrainer and AtteNTSFTTrainer choose what a
-bare Teacher chooses, on one rank and on two (whose shards accelerate must not cut again), train
+Selector driven by hand chooses, on one rank and on two (whose shards accelerate must not cut again), train
 exactly as the plain Trainer / SFTTrainer with ``method="full"``, resume from a checkpoint to the
 same subsets, refuse what breaks per-sample identity in one line, size the LR schedule to the steps
 taken, and their examples run.
@@ -25,8 +25,8 @@ import torch.nn.functional as F
 from attent import contract
 from attent.integrations.huggingface import AtteNTTrainer
 from attent.selection.config import SelectionConfig
+from attent.selection.selector import Selector
 from attent.selection.strategies import subset_checksum
-from attent.selection.teacher import Teacher
 from torch.utils.data import DataLoader
 from transformers import LlamaForCausalLM, Trainer, TrainerCallback
 
@@ -48,7 +48,7 @@ from tests.helpers.processes import free_port
 from tests.helpers.ranks import start_method
 
 
-# --- (a) the trainer chooses what a bare Teacher chooses -----------------------------------------------
+# --- (a) the trainer chooses what the reference loop chooses ---------------------------------------------
 def reference_scores(model: LlamaForCausalLM, items: list[dict]) -> torch.Tensor:
     """Each sample's mean response-token loss, one unpadded sample at a time."""
     scores = []
@@ -60,24 +60,26 @@ def reference_scores(model: LlamaForCausalLM, items: list[dict]) -> torch.Tensor
     return torch.stack(scores)
 
 
-def run_bare_teacher(config: SelectionConfig, scores: torch.Tensor, epochs: int, seed: int) -> dict:
-    teacher = Teacher(N, config, epochs, seed=seed)
+def run_reference_loop(config: SelectionConfig, scores: torch.Tensor, epochs: int, seed: int) -> dict:
+    """The README's hand-wired loop on a bare Selector fed the fixed losses (a scoring function
+    and explicit indices, no model, no loader)."""
+    selector = Selector(range(N), selection=config, epochs=epochs, seed=seed)
     subsets = []
     for epoch in range(epochs):
 
         def score_fn(indices):
             yield indices, scores[indices]
 
-        subsets.append(teacher.begin_epoch(epoch, score_fn).clone())
-        teacher.observe(teacher.subset, scores[teacher.subset])
-        teacher.end_epoch()
-    return {"subsets": subsets, "table": teacher.scores}
+        subsets.append(selector.begin_epoch(epoch, score_fn).clone())
+        selector.update(scores[selector.subset], selector.subset)
+        selector.end_epoch()
+    return {"subsets": subsets, "table": selector.scores}
 
 
 @pytest.mark.parametrize("name", CONFIGS)
-def test_trainer_chooses_what_a_bare_teacher_chooses(name, tmp_path):
+def test_trainer_chooses_what_the_reference_loop_chooses(name, tmp_path):
     """With learning rate 0 every sample keeps one loss, so the Trainer's selection and a bare
-    Teacher fed those losses must agree; a loss recorded on the wrong sample would show."""
+    Selector fed those losses must agree; a loss recorded on the wrong sample would show."""
     config, epochs = SelectionConfig(**CONFIGS[name]), 4
     items = samples()
     trainer = RecordingTrainer(
@@ -89,14 +91,14 @@ def test_trainer_chooses_what_a_bare_teacher_chooses(name, tmp_path):
         seed=3,
     )
     trainer.train()
-    want = run_bare_teacher(config, reference_scores(trainer.model, items), epochs, seed=3)
+    want = run_reference_loop(config, reference_scores(trainer.model, items), epochs, seed=3)
     assert [row["subset_checksum"] for row in selection_rows(trainer)] == [subset_checksum(s) for s in want["subsets"]]
     for epoch, subset in enumerate(want["subsets"]):
         assert trainer.subsets[epoch] == subset.tolist()
         assert sorted(trainer.trained[epoch]) == subset.tolist()  # trained on exactly the subset, once each
     # batched, padded scores vs one unpadded sample at a time: measured at most 9.5e-7 apart (2 ulp
     # of float32 at ~5.5)
-    assert torch.allclose(trainer.selector.teacher.scores, want["table"], rtol=0, atol=5e-6, equal_nan=True)
+    assert torch.allclose(trainer.selector.scores, want["table"], rtol=0, atol=5e-6, equal_nan=True)
     assert len({tuple(s.tolist()) for s in want["subsets"]}) > 1  # not vacuous
 
 

@@ -5,7 +5,7 @@ DDP ranks; a run resumed from a Lightning checkpoint draws the uninterrupted run
 the number of optimiser steps taken; the example runs.
 
 The model of most tests holds one parameter per sample, pulled towards the sample's target, so a
-sample's loss falls each time it is trained on: what the teacher scores and picks depends on what
+sample's loss falls each time it is trained on: what the Selector scores and picks depends on what
 was trained, and a loss recorded against the wrong sample, lost or counted twice would change
 the later subsets."""
 
@@ -66,7 +66,7 @@ def run_plain(config: SelectionConfig, epochs: int, seed: int, batch_size: int =
             trained.append(batch[0])
         selector.end_epoch()
         out["trained"].append(torch.cat(trained))
-    return {**out, "table": selector.teacher.scores.clone(), "value": module.value.detach().clone()}
+    return {**out, "table": selector.scores.clone(), "value": module.value.detach().clone()}
 
 
 def assert_same_run(got: dict, want: dict) -> None:

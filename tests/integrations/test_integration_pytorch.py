@@ -1,8 +1,8 @@
-"""The plain-PyTorch wrapper (attent.Selector): it chooses what a bare Teacher chooses, ranks agree,
+"""The plain-PyTorch wrapper (attent.Selector): it chooses what a Selector driven by hand chooses, ranks agree,
 a resumed loop draws the same subsets, ``full`` is plain training, and planned_steps is what the
 loader yields (``import attent`` itself: tests/test_attent_import.py). Items are synthetic: sample i
 holds the number i, and its loss is a fixed table's entry i, so a wrong index in update() would
-show in the teacher's score table (the loop and its data: tests/helpers/selector_loop.py)."""
+show in the Selector's score table (the loop and its data: tests/helpers/selector_loop.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from attent.selection.config import SelectionConfig
 from attent.selection.strategies import subset_checksum
-from attent.selection.teacher import Teacher
 from torch.utils.data import DataLoader, TensorDataset
 
 from tests.helpers.examples import assert_example_follows_the_vit_preset
@@ -33,9 +32,10 @@ from tests.helpers.selector_loop import (
 )
 
 
-def run_bare_teacher(config: SelectionConfig, seed: int) -> dict:
-    """The README's hand-wired loop with the bare Teacher, on the same losses."""
-    teacher = Teacher(N, config, EPOCHS, seed=seed)
+def run_reference_loop(config: SelectionConfig, seed: int) -> dict:
+    """The README's hand-wired loop on a bare Selector (no model, no loader: a scoring function
+    and explicit indices, the subset's batches in its own order), on the same losses."""
+    selector = Selector(range(N), selection=config, epochs=EPOCHS, seed=seed)
     subsets = []
     for epoch in range(EPOCHS):
 
@@ -43,22 +43,22 @@ def run_bare_teacher(config: SelectionConfig, seed: int) -> dict:
             for idx in indices.split(16):
                 yield idx, losses_at(epoch)[idx]
 
-        subsets.append(teacher.begin_epoch(epoch, score_fn).clone())
-        for idx in teacher.subset.split(8):
-            teacher.observe(idx, losses_at(epoch)[idx])
-        teacher.end_epoch()
-    return {"subsets": subsets, "table": teacher.scores.clone()}
+        subsets.append(selector.begin_epoch(epoch, score_fn).clone())
+        for idx in selector.subset.split(8):
+            selector.update(losses_at(epoch)[idx], idx)
+        selector.end_epoch()
+    return {"subsets": subsets, "table": selector.scores.clone()}
 
 
-# --- (a) the wrapper chooses what a bare Teacher chooses ------------------------------------------------
+# --- (a) the wrapper chooses what the reference loop chooses -------------------------------------------
 @pytest.mark.parametrize("name", CONFIGS)
-def test_selector_chooses_what_a_bare_teacher_chooses(name):
+def test_selector_chooses_what_the_reference_loop_chooses(name):
     config = SelectionConfig(**CONFIGS[name])
     model = TableModel()
     got = run_selector(
         Selector(dataset(), selection=config, epochs=EPOCHS, seed=4, model=model, loss_fn=loss_fn), model, range(EPOCHS)
     )
-    want = run_bare_teacher(config, seed=4)
+    want = run_reference_loop(config, seed=4)
     assert got["checksums"] == [subset_checksum(s) for s in want["subsets"]]
     for a, b in zip(got["subsets"], want["subsets"]):
         assert torch.equal(a, b)
@@ -99,7 +99,7 @@ def test_the_scoring_pass_reads_score_dataset_where_given():
         score_dataset=score_set,
     )
     selector.begin_epoch(0)
-    assert torch.equal(selector.teacher.scores, losses_at(0)[torch.zeros(N, dtype=torch.long)])
+    assert torch.equal(selector.scores, losses_at(0)[torch.zeros(N, dtype=torch.long)])
     with pytest.raises(ValueError, match="score_dataset has 3 items"):
         Selector(
             dataset(),
@@ -151,7 +151,7 @@ def test_explicit_indices_and_any_collate_fn():
                 losses = model(batch["x"])
                 selector.update(losses, batch["x"] if explicit else None)
             selector.end_epoch()
-        tables.append(selector.teacher.scores.clone())
+        tables.append(selector.scores.clone())
     assert torch.equal(tables[0].nan_to_num(-1), tables[1].nan_to_num(-1))
     assert not torch.isnan(tables[0]).all()
 
@@ -168,7 +168,7 @@ def test_batches_from_worker_processes_arrive_in_the_samplers_order():
         for batch in loader:
             selector.update(loss_fn(model, batch))
         selector.end_epoch()
-    assert torch.equal(selector.teacher.scores, run_bare_teacher(config, seed=4)["table"])
+    assert torch.equal(selector.scores, run_reference_loop(config, seed=4)["table"])
 
 
 # --- (c) resume -----------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Baseline sampling methods: the pure functions and their behaviour behind the Teacher."""
+"""Baseline sampling methods: the pure functions and their behaviour behind the Selector."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from attent.selection import baselines
 from attent.selection.config import SelectionConfig
-from attent.selection.teacher import Teacher
+from attent.selection.selector import Selector
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -117,11 +117,15 @@ def test_infobatch_prune_degenerate_cases():
     assert torch.equal(subset, torch.arange(50))
 
 
-# --- behind the Teacher --------------------------------------------------------------------------------
-def drive(teacher: Teacher, epochs, losses_fn, *, observe_all=True):
-    """Run epochs; observe every sample's loss (or only the subset's) from losses_fn(epoch)."""
+# --- behind the Selector -------------------------------------------------------------------------------
+def new_selector(n: int, cfg: SelectionConfig, epochs: int, **kwargs) -> Selector:
+    return Selector(range(n), selection=cfg, epochs=epochs, **kwargs)
+
+
+def drive(selector: Selector, epochs, losses_fn, *, observe_all=True):
+    """Run epochs; record every sample's loss (or only the subset's) from losses_fn(epoch)."""
     out = []
-    n = teacher.num_samples
+    n = selector.num_samples
 
     def score_fn(epoch):
         def fn(indices):
@@ -132,19 +136,19 @@ def drive(teacher: Teacher, epochs, losses_fn, *, observe_all=True):
         return fn
 
     for epoch in epochs:
-        subset = teacher.begin_epoch(epoch, score_fn(epoch)).clone()
-        out.append((subset, teacher.loss_weights.clone()))
+        subset = selector.begin_epoch(epoch, score_fn(epoch)).clone()
+        out.append((subset, selector.loss_weights.clone()))
         losses = losses_fn(epoch)
         seen = torch.arange(n) if observe_all else subset
-        teacher.observe(seen, losses[seen])
-        teacher.end_epoch()
+        selector.update(losses[seen], seen)
+        selector.end_epoch()
     return out
 
 
-def test_infobatch_teacher():
+def test_infobatch_behind_the_selector():
     n, epochs = 2000, 8
     cfg = SelectionConfig(method="infobatch", infobatch_prune=0.5, infobatch_final=0.125)
-    t = Teacher(n, cfg, epochs=epochs, seed=123)  # not a seed of losses_fn's streams
+    t = new_selector(n, cfg, epochs=epochs, seed=123)  # not a seed of losses_fn's streams
     losses_fn = lambda e: torch.rand(n, generator=gen(e))  # noqa: E731
     assert not t.needs_scoring(0)
     out = drive(t, range(epochs), losses_fn, observe_all=False)
@@ -172,7 +176,7 @@ def test_class_weight_balances_imbalanced_classes():
     groups = imbalanced_groups(sizes, seed=1)
     n = groups.numel()
     cfg = SelectionConfig(method="class_weight", ratio={"kind": "fixed", "start": 0.05})  # k = 70
-    t = Teacher(n, cfg, epochs=10, seed=0, groups=groups)
+    t = new_selector(n, cfg, epochs=10, seed=0, groups=groups)
     assert not t.needs_scoring(0)
     counts = torch.zeros(3)
     for subset, _ in drive(t, range(10), lambda e: torch.ones(n)):
@@ -186,7 +190,7 @@ def test_group_weight_shares_follow_weights():
     groups = imbalanced_groups([600, 250, 150], seed=2)
     n = groups.numel()
     cfg = SelectionConfig(method="group_weight", group_weights=[1, 2, 2], ratio={"kind": "fixed", "start": 0.1})
-    t = Teacher(n, cfg, epochs=10, seed=0, groups=groups)
+    t = new_selector(n, cfg, epochs=10, seed=0, groups=groups)
     counts = torch.zeros(3)
     for subset, _ in drive(t, range(10), lambda e: torch.ones(n)):
         counts += torch.bincount(groups[subset], minlength=3)
@@ -197,7 +201,7 @@ def test_group_weight_shares_follow_weights():
 def test_group_weight_budget_capped_by_positive_weights():
     groups = imbalanced_groups([50, 50], seed=3)
     cfg = SelectionConfig(method="group_weight", group_weights=[0, 1], ratio={"kind": "fixed", "start": 0.8})
-    t = Teacher(100, cfg, epochs=2, groups=groups)
+    t = new_selector(100, cfg, epochs=2, groups=groups)
     subset = t.begin_epoch(0)
     assert subset.numel() == 50 and bool((groups[subset] == 1).all())
 
@@ -214,12 +218,12 @@ def test_gradnorm_upweights_the_slowly_learning_group(slow):
 
     cfg = SelectionConfig(method="gradnorm", ratio={"kind": "fixed", "start": 0.3})
     epochs = 7
-    t = Teacher(n, cfg, epochs=epochs, seed=0, groups=groups)
+    t = new_selector(n, cfg, epochs=epochs, seed=0, groups=groups)
     assert t.needs_scoring(0)
     weights, counts = [], []
-    for epoch in range(epochs):  # scoring pass at 0 (nothing scored yet), then the observed losses
+    for epoch in range(epochs):  # scoring pass at 0 (nothing scored yet), then the recorded losses
         subset = drive(t, [epoch], losses_fn)[0][0]
-        weights.append(t.method.weights.clone())  # the GradNorm unit keeps its group weights
+        weights.append(t._method.weights.clone())  # the GradNorm unit keeps its group weights
         counts.append(torch.bincount(groups[subset], minlength=2))
     # the selection at epoch e sees the losses of epoch e - 1: reference losses until epoch 1
     assert torch.allclose(weights[1], torch.ones(2, dtype=torch.float64), atol=1e-2)

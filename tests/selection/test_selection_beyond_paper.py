@@ -11,6 +11,7 @@ import torch
 from attent.selection.config import SelectionConfig
 from attent.selection.methods import AtteNT, Pool, class_quotas
 from attent.selection.plan import build_plan
+from attent.selection.selector import Selector
 from attent.selection.strategies import (
     inclusion_probabilities,
     rank_correlation,
@@ -18,7 +19,6 @@ from attent.selection.strategies import (
     soft_weights,
     systematic_sample,
 )
-from attent.selection.teacher import Teacher
 
 HALF = {"kind": "fixed", "start": 0.5}  # the pick tests give k themselves: any ratio
 
@@ -54,7 +54,7 @@ def test_systematic_sample_draws_k_distinct_with_the_given_inclusion_probabiliti
 
 
 # --- the unbiased gradient ----------------------------------------------------------------------
-def reweighted_teacher_pick(config: SelectionConfig, losses: torch.Tensor, k: int, generator, groups=None):
+def reweighted_pick(config: SelectionConfig, losses: torch.Tensor, k: int, generator, groups=None):
     method = AtteNT(config, num_samples=losses.numel(), epochs=10, groups=groups, components=0)
     pool = Pool(losses, losses.unsqueeze(1), generator)
     return method.pick(pool, 0, k)
@@ -75,7 +75,7 @@ def test_a_reweighted_soft_pick_gives_the_full_data_mean_in_expectation(stratify
     g = gen(3)
     estimates, picked_mean = [], []
     for _ in range(draws):
-        pick = reweighted_teacher_pick(cfg, losses, k, g, groups)
+        pick = reweighted_pick(cfg, losses, k, g, groups)
         assert pick.subset.numel() == k
         estimates.append(float((pick.loss_weights[pick.subset] * gradients[pick.subset]).sum() / k))
         picked_mean.append(float(gradients[pick.subset].mean()))
@@ -88,9 +88,7 @@ def test_a_reweighted_soft_pick_gives_the_full_data_mean_in_expectation(stratify
 
 def test_reweighting_random_subsets_changes_nothing_and_hard_is_refused():
     n, k = 40, 10
-    pick = reweighted_teacher_pick(
-        SelectionConfig(strategy="random", reweight=True, ratio=HALF), torch.rand(n), k, gen(0)
-    )
+    pick = reweighted_pick(SelectionConfig(strategy="random", reweight=True, ratio=HALF), torch.rand(n), k, gen(0))
     assert torch.allclose(pick.loss_weights, torch.ones(n))  # k / (N * k/N)
     with pytest.raises(ValueError, match="reweight needs"):
         SelectionConfig(strategy="hard", reweight=True, ratio=HALF)
@@ -101,7 +99,7 @@ def test_reweighted_inclusion_follows_the_soft_weights():
     losses = torch.linspace(0, 3, n)
     cfg = SelectionConfig(strategy="soft", soft_logits="standardized", temperature=1.0, reweight=True, ratio=HALF)
     pi = inclusion_probabilities(soft_weights(soft_logits(losses, "standardized"), 1.0), k)
-    pick = reweighted_teacher_pick(cfg, losses, k, gen(5))
+    pick = reweighted_pick(cfg, losses, k, gen(5))
     assert torch.allclose(pick.loss_weights[pick.subset].double(), (k / (n * pi[pick.subset])).float().double())
     # a lower loss is drawn less often and so weighs more when drawn
     weights = pick.loss_weights[pick.subset]  # subset ascending = losses ascending here
@@ -124,24 +122,22 @@ def test_a_stratified_hard_pick_takes_each_class_top_within_it():
     n = 30
     groups = torch.arange(n) % 3
     losses = torch.where(groups == 0, 10.0, 0.0) + torch.arange(n) / n
-    plain = reweighted_teacher_pick(SelectionConfig(strategy="hard", ratio=HALF), losses, 9, gen(0))
+    plain = reweighted_pick(SelectionConfig(strategy="hard", ratio=HALF), losses, 9, gen(0))
     assert set(groups[plain.subset].tolist()) == {0}
-    per_class = reweighted_teacher_pick(
-        SelectionConfig(strategy="hard", stratify=True, ratio=HALF), losses, 9, gen(0), groups
-    )
+    per_class = reweighted_pick(SelectionConfig(strategy="hard", stratify=True, ratio=HALF), losses, 9, gen(0), groups)
     for c in range(3):
         mine = per_class.subset[groups[per_class.subset] == c]
         members = (groups == c).nonzero().squeeze(1)
         assert torch.equal(mine, members[losses[members].argsort(descending=True)[:3]].sort().values)
     with pytest.raises(ValueError, match="one group label"):
-        reweighted_teacher_pick(SelectionConfig(strategy="hard", stratify=True, ratio=HALF), losses, 9, gen(0))
+        reweighted_pick(SelectionConfig(strategy="hard", stratify=True, ratio=HALF), losses, 9, gen(0))
 
 
 # --- annealing ----------------------------------------------------------------------------------
 def test_annealing_trains_the_final_share_on_all_data_without_scoring():
     n, epochs = 50, 16
     cfg = SelectionConfig(preset="vit", anneal=0.125)
-    teacher = Teacher(n, cfg, epochs=epochs, seed=0)
+    selector = Selector(range(n), selection=cfg, epochs=epochs, seed=0)
     scored = []
 
     def score_fn(epoch):
@@ -153,8 +149,8 @@ def test_annealing_trains_the_final_share_on_all_data_without_scoring():
 
     sizes = []
     for epoch in range(epochs):
-        sizes.append(teacher.begin_epoch(epoch, score_fn(epoch)).numel())
-        teacher.end_epoch()
+        sizes.append(selector.begin_epoch(epoch, score_fn(epoch)).numel())
+        selector.end_epoch()
     assert [p.all_data for p in build_plan(cfg, epochs)][13:] == [
         False,
         True,
@@ -162,7 +158,7 @@ def test_annealing_trains_the_final_share_on_all_data_without_scoring():
     ]  # floor(0.875 * 16) = 14, InfoBatch's count
     assert sizes[14:] == [n, n] and all(size < n for size in sizes[:14])
     assert max(scored) < 14  # no scoring pass once annealing began
-    assert torch.equal(teacher.loss_weights, torch.ones(n))
+    assert torch.equal(selector.loss_weights, torch.ones(n))
     plain = SelectionConfig(preset="vit")
     assert build_plan(cfg, epochs).mean_ratio() > build_plan(plain, epochs).mean_ratio()
     assert [e for e, _ in build_plan(cfg, epochs).ratios()] == [
@@ -173,23 +169,29 @@ def test_annealing_trains_the_final_share_on_all_data_without_scoring():
 # --- cheaper scoring passes ---------------------------------------------------------------------
 def test_a_rescore_fraction_scores_that_share_of_the_known_samples_and_every_new_one():
     n = 200
-    teacher = Teacher(n, SelectionConfig(preset="vit", rescore_fraction=0.25), epochs=10, seed=0)
-    assert (
-        teacher.scoring.pass_indices(teacher.scores, teacher.trained, teacher.generator).numel() == n
-    )  # nothing scored yet: all of them
-    teacher.observe(torch.arange(150), torch.rand(150))
-    teacher.sync()
-    due = teacher.scoring.pass_indices(teacher.scores, teacher.trained, teacher.generator)
-    assert (due >= 150).sum() == 50  # the 50 never scored, always
-    assert (due < 150).sum() == round(0.25 * 150)
+    cfg = SelectionConfig(preset="vit", rescore_fraction=0.25)
+    selector = Selector(range(n), selection=cfg, epochs=10, seed=0)
+
+    def due() -> torch.Tensor:  # the samples the next scoring pass would ask for
+        return selector._policy.pass_indices(selector.scores, selector._trained, selector._generator)
+
+    asked = []
+
+    def partial_pass(indices):  # scores only the first 150
+        asked.append(indices.numel())
+        yield indices[:150], torch.rand(150, generator=gen(1))
+
+    selector.begin_epoch(0, partial_pass)
+    selector.end_epoch()
+    assert asked == [n]  # nothing scored yet: all of them
+    due_now = due()
+    assert (due_now >= 150).sum() == 50  # the 50 never scored, always
+    assert (due_now < 150).sum() == round(0.25 * 150)
     # resumable: the same generator state gives the same share
-    state = teacher.state_dict()
-    again = Teacher(n, SelectionConfig(preset="vit", rescore_fraction=0.25), epochs=10, seed=0)
+    state = selector.state_dict()
+    again = Selector(range(n), selection=cfg, epochs=10, seed=0)
     again.load_state_dict(state)
-    assert torch.equal(
-        teacher.scoring.pass_indices(teacher.scores, teacher.trained, teacher.generator),
-        again.scoring.pass_indices(again.scores, again.trained, again.generator),
-    )
+    assert torch.equal(due(), again._policy.pass_indices(again.scores, again._trained, again._generator))
 
 
 def test_score_agreement_compares_training_and_scoring_losses_of_the_samples_trained_on():
@@ -197,12 +199,12 @@ def test_score_agreement_compares_training_and_scoring_losses_of_the_samples_tra
     truth = torch.rand(n, generator=gen(0))
 
     def run(training_losses: torch.Tensor) -> float:
-        teacher = Teacher(n, SelectionConfig(preset="vit"), epochs=6, seed=0)
-        teacher.begin_epoch(0, lambda idx: iter([(idx, truth[idx])]))
-        teacher.observe(teacher.subset, training_losses[teacher.subset])  # the epoch's training forwards
-        teacher.end_epoch()
-        teacher.begin_epoch(1, lambda idx: iter([(idx, truth[idx])]))
-        return teacher.history[-1].score_agreement
+        selector = Selector(range(n), selection=SelectionConfig(preset="vit"), epochs=6, seed=0)
+        selector.begin_epoch(0, lambda idx: iter([(idx, truth[idx])]))
+        selector.update(training_losses[selector.subset], selector.subset)  # the epoch's training forwards
+        selector.end_epoch()
+        selector.begin_epoch(1, lambda idx: iter([(idx, truth[idx])]))
+        return selector.history[-1].score_agreement
 
     assert run(truth + 0.01 * torch.randn(n, generator=gen(1))) > 0.95
     assert abs(run(torch.rand(n, generator=gen(2)))) < 0.3

@@ -1,9 +1,8 @@
 """The authors' released code's reading of "interval" (issue 48): ``interval.kind: cycles``.
 
-One warm-up epoch on all data, then K cycles; each opens with S_c subset epochs at the cycle's
-ratio (re-drawn at each with ``redraw``) and trains the rest of the cycle on all data, with no
-scoring pass. The plan is a pure function of E; the Teacher and the Selector follow it, two ranks
-agree on it, and no epoch is lost to rounding."""
+One warm-up epoch on all data, then K cycles; each opens with S_c subset epochs at the cycle's ratio
+(re-drawn at each with ``redraw``) and trains the rest of the cycle on all data, no scoring pass.
+The plan is a pure function of E; the Selector follows it, two ranks agree, no epoch is lost."""
 
 from __future__ import annotations
 
@@ -18,9 +17,9 @@ import torch.multiprocessing as mp
 from attent.experiment.files import load_experiment
 from attent.selection.config import SelectionConfig
 from attent.selection.plan import build_plan, cycle_plan
-from attent.selection.sampler import SubsetSampler, shard_indices
+from attent.selection.sampler import shard_indices
 from attent.selection.schedules import CycleSchedule, RatioSchedule, budget
-from attent.selection.teacher import Teacher
+from attent.selection.selector import Selector
 from pydantic import ValidationError
 from torch.utils.data import TensorDataset
 
@@ -145,7 +144,7 @@ def test_an_impossible_plan_is_refused_in_one_line(epochs, interval, warmup, mes
     )
     for plan in (
         lambda: build_plan(cfg, epochs),
-        lambda: Teacher(N, cfg, epochs),
+        lambda: Selector(range(N), selection=cfg, epochs=epochs),
         lambda: build_plan(cfg, epochs).mean_ratio(),
     ):
         with pytest.raises(ValueError, match=message) as err:
@@ -213,10 +212,15 @@ def test_the_yaml_syntax():
     assert build_plan(cfg.selection, 21).mean_ratio() * 21 == pytest.approx(17.0)
 
 
-# --- the teacher follows the plan ----------------------------------------------------------------
-def drive(teacher: Teacher, epochs: range, rank: int = 0, world: int = 1) -> dict:
+# --- the Selector follows the plan ---------------------------------------------------------------
+def new_selector(cfg: SelectionConfig, seed: int) -> Selector:
+    return Selector(range(N), selection=cfg, epochs=E, seed=seed)
+
+
+def drive(selector: Selector, epochs: range) -> dict:
     """The engine's loop on one rank: scoring passes and training on its own shard."""
     out = {"subsets": [], "scored_at": [], "tables": []}
+    rank, world = selector.rank, selector.world_size
     for epoch in epochs:
 
         def score_fn(indices, epoch=epoch):
@@ -225,20 +229,20 @@ def drive(teacher: Teacher, epochs: range, rank: int = 0, world: int = 1) -> dic
             for idx in shard_indices(indices, rank, world, shuffle=False).split(8):
                 yield idx, losses[idx]
 
-        out["subsets"].append(teacher.begin_epoch(epoch, score_fn).clone())
+        out["subsets"].append(selector.begin_epoch(epoch, score_fn).clone())
         losses = losses_at(epoch)
-        for idx in torch.tensor(list(SubsetSampler(teacher, rank, world, seed=1))).split(5):
-            teacher.observe(idx, losses[idx])
-        teacher.end_epoch()
-        out["tables"].append(teacher.scores.clone())
-    out["history"] = [(r.epoch, r.ratio, r.selected) for r in teacher.history]
+        for idx in torch.tensor(list(selector.sampler), dtype=torch.long).split(5):  # this rank's shard
+            selector.update(losses[idx])
+        selector.end_epoch()
+        out["tables"].append(selector.scores.clone())
+    out["history"] = [(r.epoch, r.ratio, r.selected) for r in selector.history]
     return out
 
 
 @pytest.mark.parametrize("name", ["soft", "hard"])
-def test_the_teacher_selects_trains_and_scores_as_planned(name):
+def test_the_selector_selects_trains_and_scores_as_planned(name):
     cfg = SelectionConfig(**(SOFT if name == "soft" else HARD))
-    run = drive(Teacher(N, cfg, E, seed=2), range(E))
+    run = drive(new_selector(cfg, seed=2), range(E))
     picks = dict(build_plan(cfg, E).ratios())
     # scoring passes exactly before the planned picks: none in warm-up or a cycle's full epochs
     assert run["scored_at"] == list(picks)
@@ -259,20 +263,20 @@ def test_the_teacher_selects_trains_and_scores_as_planned(name):
     assert sum(s.numel() for s in run["subsets"]) == sum(build_plan(cfg, E).subset_sizes(N))
 
 
-def test_a_resumed_teacher_follows_the_same_cycles(tmp_path):
+def test_a_resumed_selector_follows_the_same_cycles(tmp_path):
     cfg = SelectionConfig(**SOFT)
-    straight = drive(Teacher(N, cfg, E, seed=7), range(E))
-    first = Teacher(N, cfg, E, seed=7)
+    straight = drive(new_selector(cfg, seed=7), range(E))
+    first = new_selector(cfg, seed=7)
     head = drive(first, range(12))  # stops inside cycle 3's subset epochs
-    torch.save(first.state_dict(), tmp_path / "teacher.pt")
-    resumed = Teacher(N, cfg, E, seed=99)
-    resumed.load_state_dict(torch.load(tmp_path / "teacher.pt"))
+    torch.save(first.state_dict(), tmp_path / "selector.pt")
+    resumed = new_selector(cfg, seed=99)
+    resumed.load_state_dict(torch.load(tmp_path / "selector.pt"))
     tail = drive(resumed, range(12, E))
     for a, b in zip(head["subsets"] + tail["subsets"], straight["subsets"]):
         assert torch.equal(a, b)
 
 
-# --- the Selector (plain PyTorch) -----------------------------------------------------------------
+# --- the Selector in a plain PyTorch loop --------------------------------------------------------
 class TableModel(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -370,7 +374,7 @@ def _worker(rank: int, world: int, store_path: str, out_dir: str) -> None:
     dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)
     try:
         runs = {
-            name: drive(Teacher(N, SelectionConfig(**cfg), E, seed=5), range(E), rank, world)
+            name: drive(new_selector(SelectionConfig(**cfg), seed=5), range(E))  # rank and world: the group's
             for name, cfg in (("soft", SOFT), ("hard", HARD))
         }
         torch.save(runs, os.path.join(out_dir, f"rank{rank}.pt"))
@@ -385,7 +389,7 @@ def test_two_ranks_agree_on_the_cycles_subsets(tmp_path):
     )
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     for name, cfg in (("soft", SOFT), ("hard", HARD)):
-        single = drive(Teacher(N, SelectionConfig(**cfg), E, seed=5), range(E))
+        single = drive(new_selector(SelectionConfig(**cfg), seed=5), range(E))
         a, b = ranks[0][name], ranks[1][name]
         assert a["scored_at"] == b["scored_at"] == single["scored_at"]  # each rank scored its shard only
         for x, y, z in zip(a["subsets"], b["subsets"], single["subsets"]):

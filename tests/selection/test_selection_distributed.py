@@ -14,7 +14,7 @@ import torch.multiprocessing as mp
 from attent.selection.config import SelectionConfig
 from attent.selection.distributed import all_gather_observations, is_distributed
 from attent.selection.sampler import SubsetSampler, shard_indices
-from attent.selection.teacher import Teacher
+from attent.selection.selector import Selector
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, DistributedSampler
@@ -36,9 +36,15 @@ CONFIGS = {
 }
 
 
-def train(teacher: Teacher, rank: int, world: int) -> dict:
-    """The engine's loop: each rank scores and trains on its own shard and observes only it."""
+def new_selector(cfg: SelectionConfig, epochs: int, seed: int) -> Selector:
+    """A Selector over N samples: rank and world size the process group's (rank 0 of 1 without one)."""
+    return Selector(range(N), selection=cfg, epochs=epochs, seed=seed)
+
+
+def train(selector: Selector) -> dict:
+    """The engine's loop: each rank scores and trains on its own shard and records only it."""
     subsets, tables = [], []
+    rank, world = selector.rank, selector.world_size
     for epoch in range(EPOCHS):
 
         def score_fn(indices, epoch=epoch):
@@ -47,18 +53,18 @@ def train(teacher: Teacher, rank: int, world: int) -> dict:
             for idx in mine.split(8):
                 yield idx, losses[idx]
 
-        subsets.append(teacher.begin_epoch(epoch, score_fn).clone())
-        tables.append(teacher.scores.clone())
+        subsets.append(selector.begin_epoch(epoch, score_fn).clone())
+        tables.append(selector.scores.clone())
         losses = losses_at(epoch)
-        mine = torch.tensor(list(SubsetSampler(teacher, rank, world, seed=1)))
+        mine = torch.tensor(list(selector.sampler), dtype=torch.long)  # this rank's shard
         for idx in mine.split(5):
-            teacher.observe(idx, losses[idx])
-        teacher.end_epoch()
+            selector.update(losses[idx])
+        selector.end_epoch()
     return {
         "subsets": subsets,
         "tables": tables,
-        "final": teacher.scores.clone(),
-        "loss_weights": teacher.loss_weights.clone(),
+        "final": selector.scores.clone(),
+        "loss_weights": selector.loss_weights.clone(),
     }
 
 
@@ -68,13 +74,15 @@ def _worker(rank: int, world: int, store_path: str, out_dir: str) -> None:
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
     try:
         assert is_distributed()
-        # uneven halves: rank 0 observes 60 samples, rank 1 the other 41
+        # uneven halves: in a warm-up epoch on all data rank 0 records 60 samples, rank 1 the other 41
         mine = torch.arange(0, 60) if rank == 0 else torch.arange(60, N)
-        teacher = Teacher(N, SelectionConfig(strategy="hard", ratio={"kind": "fixed", "start": 0.3}), epochs=3, seed=0)
+        cfg = SelectionConfig(strategy="hard", ratio={"kind": "fixed", "start": 0.3}, warmup_epochs=1)
+        halved = new_selector(cfg, epochs=3, seed=0)
         losses = losses_at(0)
-        teacher.observe(mine, losses[mine])
-        teacher.sync()
-        halves = {"table": teacher.scores.clone(), "subset": teacher.begin_epoch(0).clone()}
+        halved.begin_epoch(0)
+        halved.update(losses[mine], mine)
+        halved.end_epoch()
+        halves = {"table": halved.scores.clone(), "subset": halved.begin_epoch(1).clone()}
         # one rank with nothing to report
         idx, loss = all_gather_observations(
             torch.arange(3) if rank == 0 else torch.empty(0, dtype=torch.long),
@@ -82,8 +90,7 @@ def _worker(rank: int, world: int, store_path: str, out_dir: str) -> None:
         )
         halves["empty_gather"] = (idx, loss)
         runs = {
-            name: train(Teacher(N, SelectionConfig(**cfg), epochs=EPOCHS, seed=3), rank, world)
-            for name, cfg in CONFIGS.items()
+            name: train(new_selector(SelectionConfig(**cfg), epochs=EPOCHS, seed=3)) for name, cfg in CONFIGS.items()
         }
         torch.save({"halves": halves, "runs": runs}, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
@@ -114,7 +121,7 @@ def test_all_gather_gives_every_rank_the_full_table(two_ranks):
 @pytest.mark.parametrize("name", CONFIGS)
 def test_ranks_agree_and_match_a_single_process(two_ranks, name):
     a, b = (r["runs"][name] for r in two_ranks)
-    single = train(Teacher(N, SelectionConfig(**CONFIGS[name]), epochs=EPOCHS, seed=3), 0, 1)
+    single = train(new_selector(SelectionConfig(**CONFIGS[name]), epochs=EPOCHS, seed=3))
     for run in (a, b):
         for x, y in zip(run["subsets"], single["subsets"]):
             assert torch.equal(x, y)
@@ -144,7 +151,7 @@ def _uneven_components_worker(rank: int, world: int, store_path: str, out_dir: s
             selector.update(losses).mean()
         selector.end_epoch()
         torch.save(
-            {"scores": selector.teacher.component_scores, "trained": selector.metrics()["samples_backpropagated"]},
+            {"scores": selector.component_scores, "trained": selector.metrics()["samples_backpropagated"]},
             os.path.join(out_dir, f"rank{rank}.pt"),
         )
     finally:
@@ -257,22 +264,22 @@ def test_sampler_rereads_subset_and_shuffles_by_epoch():
     source.epoch = 1
     second = list(sampler)
     assert sorted(second) == sorted(first) and second != first
-    source.subset = torch.tensor([3, 7, 11])  # the teacher re-selected
+    source.subset = torch.tensor([3, 7, 11])  # the selector re-selected
     assert sorted(sampler) == [3, 7, 11] and len(sampler) == 3
     assert list(SubsetSampler(source, shuffle=False)) == [3, 7, 11]
 
 
-def test_sampler_follows_a_teacher_through_a_dataloader():
+def test_sampler_follows_a_selector_through_a_dataloader():
     n = 64
     dataset = [{"index": i, "x": float(i)} for i in range(n)]
-    teacher = Teacher(n, SelectionConfig(preset="llm"), epochs=3)
-    loader = DataLoader(dataset, batch_size=8, sampler=SubsetSampler(teacher))
+    selector = Selector(dataset, selection=SelectionConfig(preset="llm"), epochs=3)
+    loader = DataLoader(dataset, batch_size=8, sampler=SubsetSampler(selector))
     for epoch in range(3):
-        subset = teacher.begin_epoch(epoch)
+        subset = selector.begin_epoch(epoch)
         seen = []
         for batch in loader:
             seen += batch["index"].tolist()
-            teacher.observe(batch["index"], batch["x"] * (epoch + 1))
-        teacher.end_epoch()
+            selector.update(batch["x"] * (epoch + 1), batch["index"])
+        selector.end_epoch()
         assert sorted(seen) == subset.tolist()
         assert len(seen) == (n if epoch == 0 else round(0.7 * n))

@@ -9,7 +9,7 @@ import pytest
 import torch
 from attent.selection.config import SelectionConfig
 from attent.selection.plan import build_plan
-from attent.selection.teacher import Teacher
+from attent.selection.selector import Selector
 from pydantic import ValidationError
 
 E, N = 21, 40
@@ -27,40 +27,40 @@ def no_pass(indices):
     raise AssertionError(f"a scoring pass of {indices.numel()} samples ran")
 
 
-def train(teacher: Teacher, epoch: int, losses: torch.Tensor, score_fn=no_pass) -> torch.Tensor:
-    subset = teacher.begin_epoch(epoch, score_fn).clone()
-    teacher.observe(subset, losses[subset])
-    teacher.end_epoch()
+def train(selector: Selector, epoch: int, losses: torch.Tensor, score_fn=no_pass) -> torch.Tensor:
+    subset = selector.begin_epoch(epoch, score_fn).clone()
+    selector.update(losses[subset], subset)
+    selector.end_epoch()
     return subset
 
 
 def test_a_cycle_ranks_by_the_full_data_epochs_before_it_and_runs_no_pass():
-    teacher = Teacher(N, FREE, E, seed=0)
+    selector = Selector(range(N), selection=FREE, epochs=E, seed=0)
     full_losses = torch.arange(N, dtype=torch.float) + 1.0
     plan = build_plan(FREE, E)
     for epoch in range(E):
         # a subset epoch's losses differ from every full-data epoch's, and must not be scores
         losses = full_losses * (epoch + 1) if plan[epoch].all_data or epoch == 0 else -full_losses
-        subset = train(teacher, epoch, losses)
+        subset = train(selector, epoch, losses)
         if plan[epoch].all_data or epoch == 0:
             assert subset.numel() == N
             last_full = losses
         else:
             assert subset.numel() < N
-        assert torch.equal(teacher.scores, last_full)  # the latest full-data epoch's, never a subset's
+        assert torch.equal(selector.scores, last_full)  # the latest full-data epoch's, never a subset's
     assert sum(1 for p in plan if p.selects) == 10  # ten re-draws, and not one pass
-    assert teacher.seconds["scoring"] == 0.0
+    assert selector.seconds["scoring"] == 0.0
 
 
 def test_a_pass_scores_only_the_samples_no_full_data_epoch_scored():
-    teacher = Teacher(N, FREE.model_copy(update={"warmup_epochs": 0}), E, seed=0)
+    selector = Selector(range(N), selection=FREE.model_copy(update={"warmup_epochs": 0}), epochs=E, seed=0)
     asked = []
 
     def score_fn(indices):
         asked.append(indices.clone())
         yield indices, torch.ones(indices.numel())
 
-    teacher.begin_epoch(0, score_fn)  # no warm-up: nothing is scored yet
+    selector.begin_epoch(0, score_fn)  # no warm-up: nothing is scored yet
     assert torch.equal(asked[0], torch.arange(N))
     assert "free scores" in build_plan(FREE, E).label
 

@@ -1,5 +1,5 @@
 """The plan (attent.selection.plan): every epoch of a run decided once, in each reading of
-"interval", and the only place the schedules are walked; what the Teacher does is what it says."""
+"interval", and the only place the schedules are walked; what the Selector does is what it says."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 from attent.selection.config import SelectionConfig
 from attent.selection.plan import NO_PASS, RESCORE, UNSCORED, build_plan
-from attent.selection.teacher import Teacher
+from attent.selection.selector import Selector
 
 from tests.helpers.paths import REPO
 
@@ -62,12 +62,12 @@ def test_the_cycles_reading_and_infobatch():
 
 @pytest.mark.parametrize("name", CONFIGS)
 @pytest.mark.parametrize("epochs", [7, 10])
-def test_the_teacher_does_what_the_plan_says(name, epochs):
+def test_the_selector_does_what_the_plan_says(name, epochs):
     """Each epoch: a pick exactly where the plan has one (at its ratio), all data where it trains on
     all, a scoring pass only where it plans one."""
     cfg = SelectionConfig(**CONFIGS[name])
     plan = build_plan(cfg, epochs)
-    teacher = Teacher(50, cfg, epochs, seed=1, groups=torch.arange(50) % 3)
+    selector = Selector(range(50), selection=cfg, epochs=epochs, seed=1, groups=torch.arange(50) % 3)
     for planned in plan:
         passes = []
 
@@ -75,17 +75,17 @@ def test_the_teacher_does_what_the_plan_says(name, epochs):
             passes.append(indices.numel())
             yield indices, torch.rand(indices.numel(), generator=torch.Generator().manual_seed(epoch))
 
-        picks, unscored = len(teacher.history), bool(torch.isnan(teacher.scores).any())
-        subset = teacher.begin_epoch(planned.epoch, score_fn)
+        picks, unscored = len(selector.history), bool(torch.isnan(selector.scores).any())
+        subset = selector.begin_epoch(planned.epoch, score_fn)
         assert bool(passes) == (planned.scoring == RESCORE or (planned.scoring == UNSCORED and unscored))
         if planned.selects:
-            assert len(teacher.history) == picks + 1 and teacher.history[-1].epoch == planned.epoch
+            assert len(selector.history) == picks + 1 and selector.history[-1].epoch == planned.epoch
             if planned.ratio is not None:
                 assert subset.numel() == max(1, round(planned.ratio * 50))
         elif planned.all_data:
             assert subset.numel() == 50
-        teacher.observe(subset, torch.rand(subset.numel(), generator=torch.Generator().manual_seed(99 + planned.epoch)))
-        teacher.end_epoch()
+        selector.update(torch.rand(subset.numel(), generator=torch.Generator().manual_seed(99 + planned.epoch)), subset)
+        selector.end_epoch()
 
 
 def test_sizes_batches_steps_and_the_budget():

@@ -5,13 +5,13 @@ import math
 
 import pytest
 import torch
-from attent.selection.baselines import infobatch_prune_for_budget, infobatch_pruned_epochs
+from attent.selection.baselines import infobatch_prune_for_budget
 from attent.selection.config import SelectionConfig
-from attent.selection.methods import InfoBatch, Pool
+from attent.selection.methods import InfoBatch, Pool, stream_seed
 from attent.selection.plan import build_plan
 from attent.selection.schedules import budget
+from attent.selection.selector import Selector
 from attent.selection.strategies import hardness, overlap, select, soft_logits
-from attent.selection.teacher import Teacher, stream_seed
 
 
 def losses(n=400, seed=0):
@@ -71,27 +71,27 @@ def test_overlap_of_consecutive_picks():
     assert math.isnan(overlap(torch.tensor([0]), None, 10))
 
 
-def teacher(strategy, seed=3, n=400, **extra):
+def picked(strategy, seed=3, n=400, **extra) -> Selector:
+    """A Selector after its first pick, from the scores ``losses(n)`` (a scoring pass's where one is due)."""
     cfg = SelectionConfig(
         method="attent", strategy=strategy, ratio={"kind": "fixed", "start": 0.3}, temperature=1.0, **extra
     )
-    t = Teacher(n, cfg, epochs=4, seed=seed)
-    t.observe(torch.arange(n), losses(n))
-    t.sync()
-    t.begin_epoch(0, score_fn=lambda idx: iter(()))
-    return t
+    s = Selector(range(n), selection=cfg, epochs=4, seed=seed)
+    s.begin_epoch(0, score_fn=lambda idx: iter([(idx, losses(n)[idx])]))
+    return s
 
 
 def test_soft_and_random_of_one_seed_draw_from_independent_streams():
     # with near-equal raw losses Soft is close to uniform; a shared stream made it ~90 % Random's pick
-    soft, random = teacher("soft").subset, teacher("random").subset
+    soft, random = picked("soft").subset, picked("random").subset
     assert overlap(soft, random, 400) < 0.5
     assert stream_seed(3, "attent", "soft") != stream_seed(3, "attent", "random")
-    assert torch.equal(teacher("soft").subset, soft)  # still reproducible
+    assert torch.equal(picked("soft").subset, soft)  # still reproducible
 
 
-def test_teacher_records_hardness_and_overlap_per_reselection():
-    t = teacher("hard")
+def test_the_selector_records_hardness_and_overlap_per_reselection():
+    t = picked("hard")
+    assert torch.equal(t.scores, losses(400))
     assert t.history[-1].hardness == 1.0 and math.isnan(t.history[-1].overlap)
     t.end_epoch()
     t.begin_epoch(1, score_fn=lambda idx: iter(()))
@@ -101,7 +101,8 @@ def test_teacher_records_hardness_and_overlap_per_reselection():
 
 @pytest.mark.parametrize("epochs, final, pruned", [(10, 0.125, 8), (8, 0.125, 7), (40, 0.125, 35), (10, 0.0, 10)])
 def test_infobatch_prunes_for_floor_of_delta_times_epochs(epochs, final, pruned):
-    assert infobatch_pruned_epochs(epochs, final) == pruned
+    plan = build_plan(SelectionConfig(method="infobatch", infobatch_final=final), epochs)
+    assert sum(p.selects for p in plan) == pruned
     method = InfoBatch(
         SelectionConfig(method="infobatch", infobatch_final=final),
         num_samples=50,
@@ -110,7 +111,6 @@ def test_infobatch_prunes_for_floor_of_delta_times_epochs(epochs, final, pruned)
         components=0,
     )
     pool = Pool(losses(50), torch.zeros(50, 1), torch.Generator().manual_seed(0))
-    plan = build_plan(SelectionConfig(method="infobatch", infobatch_final=final), epochs)
     kept = [method.pick(pool, e, None).subset.numel() if p.selects else 50 for e, p in enumerate(plan)]
     assert all(k < 50 for k in kept[:pruned]) and all(k == 50 for k in kept[pruned:])
     assert [p.selects for p in plan] == [e < pruned for e in range(epochs)]
@@ -119,12 +119,14 @@ def test_infobatch_prunes_for_floor_of_delta_times_epochs(epochs, final, pruned)
 def test_infobatch_prune_for_a_budget_reproduces_that_budget():
     epochs, final, prune = 20, 0.125, 0.5
     below = 0.6  # share of below-mean samples in each pruning epoch
-    pruning = infobatch_pruned_epochs(epochs, final)
+    plan = build_plan(SelectionConfig(method="infobatch", infobatch_final=final), epochs)
+    pruning = sum(p.selects for p in plan)
+    assert pruning == 17  # floor(0.875 * 20)
     kept = [1.0] + [1 - prune * below] * (pruning - 1) + [1.0] * (epochs - pruning)
-    wanted = infobatch_prune_for_budget(0.8, kept, prune, epochs, final)
+    wanted = infobatch_prune_for_budget(0.8, kept, prune, plan)
     mean_kept = (1 + (pruning - 1) * (1 - wanted * below) + (epochs - pruning)) / epochs
     assert mean_kept == pytest.approx(0.8)
-    assert infobatch_prune_for_budget(0.1, kept, prune, epochs, final) == 0.99  # below its floor: capped
+    assert infobatch_prune_for_budget(0.1, kept, prune, plan) == 0.99  # below its floor: capped
     assert budget(100, 0.3) == 30
 
 
@@ -133,7 +135,7 @@ def test_llm_variant_can_rescore_the_left_out_pool_before_each_reselection():
     scored afresh (forward only) before each re-selection; the trained ones keep their training loss."""
     n = 20
     cfg = SelectionConfig(preset="llm", rescore=True, rescore_stale=True)
-    t = Teacher(n, cfg, epochs=4, seed=0)
+    t = Selector(range(n), selection=cfg, epochs=4, seed=0)
     asked = []
 
     def score_fn(indices):
@@ -141,12 +143,12 @@ def test_llm_variant_can_rescore_the_left_out_pool_before_each_reselection():
         yield indices, torch.full((indices.numel(),), 9.0)  # fresh losses, higher than all
 
     t.begin_epoch(0, score_fn)  # warm-up epoch on all data: nothing to score
-    t.observe(torch.arange(n), losses(n))
+    t.update(losses(n), torch.arange(n))
     t.end_epoch()
     t.begin_epoch(1, score_fn)  # first re-selection: every sample was just trained on
     assert asked == [[]] and t.subset.numel() == 14
     left_out = sorted(set(range(n)) - set(t.subset.tolist()))
-    t.observe(t.subset, losses(14, seed=1))
+    t.update(losses(14, seed=1), t.subset)
     t.end_epoch()
     t.begin_epoch(2, score_fn)
     assert asked[-1] == left_out  # only the 6 left out are re-scored

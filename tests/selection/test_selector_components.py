@@ -107,13 +107,13 @@ def test_a_plain_selector_loop_trains_the_mae_to_the_engines_subsets(scene_root,
 
     plain = train_plain(cfg, initial, engine.optim)
 
-    subsets = [(r.epoch, r.indices.tolist()) for r in engine.teacher.history]
-    assert [(r.epoch, r.indices.tolist()) for r in plain.teacher.history] == subsets
+    subsets = [(r.epoch, r.indices.tolist()) for r in engine.selector.history]
+    assert [(r.epoch, r.indices.tolist()) for r in plain.history] == subsets
     assert any(len(indices) < 48 for _, indices in subsets)  # a real selection, not all data
-    assert torch.equal(plain.teacher.component_scores, engine.teacher.component_scores)
-    assert torch.equal(plain.teacher.component_weights, engine.teacher.component_weights)
+    assert torch.equal(plain.component_scores, engine.selector.component_scores)
+    assert torch.equal(plain.component_weights, engine.selector.component_weights)
     if name == "group_weight":
-        assert not torch.equal(plain.teacher.component_weights, torch.ones(3))
+        assert not torch.equal(plain.component_weights, torch.ones(3))
     for key, value in plain.trained_model.state_dict().items():
         assert torch.equal(value, engine.raw_model.state_dict()[key]), key
     # the selector reports what the engine logs, under the same names

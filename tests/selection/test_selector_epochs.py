@@ -10,6 +10,7 @@ import math
 import pytest
 import torch
 from attent.selection.config import SelectionConfig
+from attent.selection.records import STATE_FORMAT
 from attent.selection.schedules import budget
 from torch.overrides import TorchFunctionMode
 from torch.utils.data import DataLoader
@@ -38,12 +39,12 @@ def test_a_loop_resumed_inside_an_epoch_goes_on_as_the_uninterrupted_one(name):
     for batch in itertools.islice(loader, stop[1]):
         first.update(loss_fn(model, batch)).mean().backward()
     state = first.state_dict()
-    reselections = len(first.teacher.history)
+    reselections = len(first.history)
 
     resumed = Selector(dataset(), selection=config, epochs=epochs, seed=2, model=model, loss_fn=loss_fn)
     resumed.load_state_dict(state)
     resumed.begin_epoch(stop[0])
-    assert len(resumed.teacher.history) == reselections  # no second pick at the resumed epoch
+    assert len(resumed.history) == reselections  # no second pick at the resumed epoch
     loader = DataLoader(resumed.dataset, batch_size=8, sampler=resumed.sampler)
     for batch in itertools.islice(loader, stop[1], None):  # the batches after the checkpoint's
         resumed.update(loss_fn(model, batch)).mean().backward()
@@ -58,7 +59,8 @@ def test_a_loop_resumed_inside_an_epoch_goes_on_as_the_uninterrupted_one(name):
 def test_an_unknown_state_format_is_refused_in_one_line():
     selector = Selector(dataset(), selection=SelectionConfig(preset="llm"), epochs=EPOCHS)
     state = selector.state_dict()
-    with pytest.raises(ValueError, match="format 1, this attent reads format 2") as err:
+    assert state["format"] == STATE_FORMAT == 3  # the flat layout
+    with pytest.raises(ValueError, match=f"format 1, this attent reads format {STATE_FORMAT}") as err:
         selector.load_state_dict({key: value for key, value in state.items() if key != "format"})
     assert "\n" not in str(err.value)
 
@@ -84,8 +86,8 @@ class HostSyncs(TorchFunctionMode):
 @pytest.mark.parametrize("name", ["vit", "llm", "random", "components"])
 def test_update_never_waits_on_the_device(name):
     """No .item(), .cpu(), .tolist(), float() or int() of a tensor inside update(): the losses stay
-    on their device until the epoch's merge (on 9171ffd: .cpu() in Teacher.observe, int(indices.min()),
-    float() sums in the Selector, at every batch). The merge, at end_epoch, reads them once."""
+    on their device until the epoch's merge (on 9171ffd: .cpu() where each batch's losses were recorded,
+    int(indices.min()), float() sums in the Selector, at every batch). The merge, at end_epoch, reads them once."""
     config = SelectionConfig(**CONFIGS.get(name, CONFIGS["vit"]))
     model = TableModel()
     components = ("rgb", "depth") if name == "components" else ()
@@ -108,7 +110,7 @@ def test_update_never_waits_on_the_device(name):
             assert syncs.calls == [], syncs.calls
             weighed.mean().backward()
         selector.end_epoch()
-    assert not torch.isnan(selector.teacher.scores).all()
+    assert not torch.isnan(selector.scores).all()
 
 
 def test_counters_count_what_was_trained():

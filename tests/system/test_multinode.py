@@ -215,7 +215,7 @@ def test_an_elastic_run_loses_a_node_and_goes_on_with_one_worker(two_fresh_nodes
     epoch's progress."""
     from attent.engine.lr import lr_factor
     from attent.experiment.files import load_experiment
-    from attent.selection.teacher import Teacher
+    from attent.selection.selector import Selector
 
     address, second_raylet = two_fresh_nodes
     client = mlflow.MlflowClient(tracking_server)
@@ -251,13 +251,14 @@ def test_an_elastic_run_loses_a_node_and_goes_on_with_one_worker(two_fresh_nodes
     assert 2 <= restored_at < 4
     assert history[contract.RANKS] == [(0, 2.0), (restored_at, 1.0)]
     assert history[contract.GRAD_ACCUMULATION] == [(0, 1.0), (restored_at, 2.0)]  # 64 = 2 x 32 x 1 = 1 x 32 x 2
-    # the plan's subsets, as a teacher alone draws them (Random reads no loss)
+    # the plan's subsets, as a Selector alone draws them (Random reads no loss)
     cfg = load_experiment(REPO / "experiments/digits_vit.yaml", ["train.epochs=4", *ELASTIC])
     epochs, subsets = shared_runs.histories(tracking_server, run.info.run_id, tmp_path)
-    teacher = Teacher(int(run.data.metrics[contract.NUM_TRAIN_SAMPLES]), cfg.selection, 4, seed=cfg.seed)
+    samples = int(run.data.metrics[contract.NUM_TRAIN_SAMPLES])
+    selector = Selector(range(samples), selection=cfg.selection, epochs=4, seed=cfg.seed)
     for epoch in range(4):
-        teacher.begin_epoch(epoch)
-    assert subsets == [r.indices.tolist() for r in teacher.history]
+        selector.begin_epoch(epoch)
+    assert subsets == [r.indices.tolist() for r in selector.history]
     # each epoch ends at the learning rate of its progress, on two ranks and on one
     lr = cfg.train.lr or 1e-3
     rates = [row[contract.LEARNING_RATE] for row in sorted(epochs, key=lambda r: r["epoch"])]

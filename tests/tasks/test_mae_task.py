@@ -4,6 +4,7 @@ torch: per-sample scores, deterministic scoring, modality groups, export and dow
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import pytest
 import torch
@@ -54,7 +55,7 @@ def test_scoring_is_deterministic_and_training_is_not(scene_root):
 
     def scores(round_: int) -> torch.Tensor:
         table = torch.full((60, 3), float("nan"))
-        r.selector.epoch = round_  # the scoring pass's round: the epoch it opens
+        r.selector.scoring.loss_fn = functools.partial(r.scoring_loss, round_=round_)  # the pass's round
         for indices, losses in r.selector.scoring_pass(torch.arange(60)):
             table[indices] = losses
         return table
@@ -64,7 +65,7 @@ def test_scoring_is_deterministic_and_training_is_not(scene_root):
     assert torch.equal(first, scores(2))
     assert not torch.equal(first, scores(3))  # a new round draws new masks
     # a pass over some samples (stale-only re-scoring) scores just those, to the same values
-    r.selector.epoch = 2
+    r.selector.scoring.loss_fn = functools.partial(r.scoring_loss, round_=2)
     part = {
         int(i): loss
         for idx, losses in r.selector.scoring_pass(torch.tensor([5, 17, 42]))

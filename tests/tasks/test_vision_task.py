@@ -135,7 +135,7 @@ def test_label_smoothing_mixes_in_the_uniform_target():
 
 
 def train(task: VisionTask, steps: int) -> torch.nn.Module:
-    """Plain minibatch AdamW on the task's per-sample loss, as the engine does without a teacher."""
+    """Plain minibatch AdamW on the task's per-sample loss, as the engine does without selection."""
     torch.manual_seed(0)
     model = task.build_model().train()
     spec = task.optimizer_spec()

@@ -53,8 +53,7 @@ def calibrate_infobatch(run: BenchmarkRun, reference: ExperimentConfig, budget: 
     done = finished_source(run, reference, "the InfoBatch run")
     history = client_for(reference.mlflow.tracking_uri).get_metric_history(done.info.run_id, contract.SELECTED_RATIO)
     kept = [m.value for m in sorted(history, key=lambda m: m.step)]
-    sel = reference.selection
-    prune = infobatch_prune_for_budget(budget, kept, sel.infobatch_prune, reference.train.epochs, sel.infobatch_final)
+    prune = infobatch_prune_for_budget(budget, kept, reference.selection.infobatch_prune, reference.plan)
     cfg = run.experiment
     return cfg.model_copy(update={"selection": cfg.selection.model_copy(update={"infobatch_prune": round(prune, 4)})})
 

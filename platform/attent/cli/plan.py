@@ -150,6 +150,9 @@ def render(result, labels: dict[str, str] | None = None) -> str:
         lines.append(f"  evaluation not priced for task(s) {', '.join(unpriced)} (a small share of their work)")
     if any(r.work.estimated for r in result.runs):
         lines.append("  InfoBatch's subsets are sized by its losses: drawn here on random ones")
+    scaled = sorted({r.work.scaled_from for r in result.runs if r.work.scaled_from})
+    if scaled:
+        lines.append(f"  trained/scored: the selection run on {scaled[0]:,} samples, scaled to the training set")
     return "\n".join(lines)
 
 

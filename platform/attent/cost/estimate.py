@@ -22,7 +22,7 @@ from attent.cost.samples import flops_key, train_samples
 from attent.cost.seconds import device_seconds
 from attent.cost.work import Work, planned_work
 from attent.experiment.schema import ExperimentConfig
-from attent.selection.selector import SCORING_BATCH_FACTOR
+from attent.selection.scoring_pass import SCORING_BATCH_FACTOR
 from attent.tasks.registry import task_class
 from attent.tasks.task import Probe
 

@@ -1,4 +1,4 @@
-"""A run's work in sample-epochs, from the plan it will follow: the samples it back-propagates,
+"""A run's work in sample-epochs, from the selection it will run: the samples it back-propagates,
 those its scoring passes forward, and those its evaluations read."""
 
 from __future__ import annotations
@@ -8,9 +8,13 @@ from dataclasses import dataclass
 import torch
 
 from attent.experiment.schema import ExperimentConfig
-from attent.selection.plan import RESCORE, UNSCORED
-from attent.selection.scoring import ScoringPolicy
-from attent.selection.teacher import Teacher
+from attent.selection.selector import Selector
+
+# The largest training set the cost model runs its Selector on. A larger one's counts are this
+# size's scaled up (its plan and scoring policy are the same): each epoch's subset then differs
+# from the exact one by under samples / RUN_AT_MOST samples (1.3e-4 of ImageNet's), where running
+# 1.28 M samples over MultiMAE's 800 epochs would take 90 s on a CPU.
+RUN_AT_MOST = 10_000
 
 
 @dataclass(frozen=True)
@@ -21,6 +25,7 @@ class Work:
     evaluated: float  # evaluation work, in scoring forwards
     full: int  # the full-data run's trained sample-epochs: epochs x samples
     estimated: bool = False  # subset sizes decided by the losses (InfoBatch): drawn on random ones
+    scaled_from: int | None = None  # the training set the Selector ran on, where smaller (RUN_AT_MOST)
 
     @property
     def limit(self) -> float:
@@ -30,51 +35,40 @@ class Work:
 
 
 def planned_work(cfg: ExperimentConfig, samples: int, *, eval_samples: int = 0, eval_forwards: float = 1.0) -> Work:
-    """The work of ``cfg`` on a training set of ``samples``. Each epoch trains on its planned
-    subset; a scoring pass forwards the samples the scoring policy has due (its own
-    ``pass_indices`` on score and trained masks of the sizes the plan implies); a sample is
-    scored once a training forward or a pass has seen it."""
-    plan = cfg.plan
-    evaluated = len(cfg.train.evaluation_epochs()) * eval_samples * eval_forwards
-    full = cfg.train.epochs * samples
-    if any(p.ratio is None for p in plan):
-        trained, scored = _teacher_walk(cfg, samples)
-        return Work(samples, trained, scored, evaluated, full, estimated=True)
-    policy, generator = ScoringPolicy.of(cfg.selection), torch.Generator().manual_seed(cfg.seed)
-    trained = scored = known = 0  # known: samples with a score so far
-    since_pick = samples  # samples trained on since the last re-selection
-    for planned, size in zip(plan, plan.subset_sizes(samples)):
-        if planned.scoring == RESCORE or (planned.scoring == UNSCORED and known < samples):
-            scores = torch.zeros(samples)
-            scores[known:] = float("nan")
-            was_trained = torch.zeros(samples, dtype=torch.bool)
-            was_trained[:since_pick] = True
-            scored += len(policy.pass_indices(scores, was_trained, generator))
-            known = samples  # a pass scores every sample without a score
-        # a kept pick trains the same samples again
-        since_pick = samples if planned.all_data else size if planned.selects else since_pick
-        if policy.writes(from_pass=False, all_data=planned.all_data):
-            known = max(known, size)
-        trained += size
-    return Work(samples, trained, scored, evaluated, full)
+    """The work of ``cfg`` on a training set of ``samples``: the run's own Selector (its plan,
+    scoring policy and method) run on one rank over every epoch, each training forward and
+    scoring pass answered with random losses. Subset sizes and the samples a pass scores depend on
+    the plan and the policy alone, except where a method's pick depends on the losses (InfoBatch:
+    ``estimated``). The group baselines are given balanced classes, one per group weight. Above
+    ``RUN_AT_MOST`` samples the counts are those of a run on ``RUN_AT_MOST``, scaled.
 
+    Args:
+        cfg: the run.
+        samples: its training set's size.
+        eval_samples: the samples an evaluation reads.
+        eval_forwards: forwards per evaluated sample, in scoring forwards.
 
-def _teacher_walk(cfg: ExperimentConfig, samples: int) -> tuple[int, int]:
-    """(trained, scored) of a Teacher run on random losses: for a method whose subset sizes its
-    losses decide."""
+    Returns:
+        The run's ``Work``.
+    """
+    size = min(samples, RUN_AT_MOST)
+    groups = torch.arange(size) % max(2, len(cfg.selection.group_weights or ()))
+    selector = Selector(range(size), selection=cfg.selection, epochs=cfg.train.epochs, seed=cfg.seed, groups=groups)
     generator = torch.Generator().manual_seed(cfg.seed)
-    teacher = Teacher(samples, cfg.selection, cfg.train.epochs, seed=cfg.seed)
-    scored = 0
+    scored = trained = 0
 
     def score(indices: torch.Tensor):
         nonlocal scored
         scored += len(indices)
         yield indices, torch.rand(len(indices), generator=generator)
 
-    trained = 0
     for epoch in range(cfg.train.epochs):
-        subset = teacher.begin_epoch(epoch, score)
-        teacher.observe(subset, torch.rand(len(subset), generator=generator))
-        teacher.end_epoch()
+        subset = selector.begin_epoch(epoch, score)
+        selector.update(torch.rand(len(subset), generator=generator), subset)
+        selector.end_epoch()
         trained += len(subset)
-    return trained, scored
+    evaluated = len(cfg.train.evaluation_epochs()) * eval_samples * eval_forwards
+    estimated = any(p.ratio is None for p in selector.plan)
+    scale, scaled_from = samples / size, size if size < samples else None
+    full = cfg.train.epochs * samples
+    return Work(samples, round(trained * scale), round(scored * scale), evaluated, full, estimated, scaled_from)

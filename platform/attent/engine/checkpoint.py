@@ -1,5 +1,5 @@
 """Epoch checkpoints through Ray Train: model (trainable tensors and buffers only, so a LoRA
-run stores its adapters, not the frozen base), optimiser, teacher, counters and history."""
+run stores its adapters, not the frozen base), optimiser, selector, counters and history."""
 
 from __future__ import annotations
 

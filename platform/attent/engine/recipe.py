@@ -33,7 +33,6 @@ from ..experiment.schema import ExperimentConfig
 from ..selection.resume import folded, with_rank_part
 from ..selection.run_length import optimiser_steps
 from ..selection.selector import Selector
-from ..selection.teacher import Teacher
 from ..tasks import weights
 from ..tasks.registry import build_task
 from ..tasks.task import Batch, OptimizerSpec, Task
@@ -96,7 +95,7 @@ class TrainingRecipe:
     # --- setup --------------------------------------------------------------------------------
     def setup(self, wrap_model=lambda model: model) -> None:
         """Task, data, model (``train.init_weights`` loaded; ``wrap_model``: DDP placement),
-        optimiser, teacher, loader."""
+        optimiser, selector, loader."""
         cfg, ctx = self.cfg, self.ctx
         torch.manual_seed(cfg.seed)  # identical initial weights on every rank
         with timed(self.setup_seconds, "data"):
@@ -172,11 +171,6 @@ class TrainingRecipe:
             world_size=ctx.world_size,
         )
 
-    @property
-    def teacher(self) -> Teacher:
-        """The selector's score table and schedules (its selection history, its timings)."""
-        return self.selector.teacher
-
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint holds: trainable weights, optimiser, selector, counters (and kernels)."""
         return {
@@ -228,12 +222,12 @@ class TrainingRecipe:
         torch.manual_seed(self.cfg.seed * 7919 + epoch * 104729 + self.ctx.rank)
         seconds = self.counters.seconds
         with self.counters.timed("total"):
-            before = dict(self.teacher.seconds)
+            before = dict(self.selector.seconds)
             self.select(epoch)
             with self.counters.timed("train"):
                 steps = self.train_one_epoch(epoch)
-            for part in ("scoring", "selection"):  # the teacher times its own work
-                seconds[part] += self.teacher.seconds[part] - before[part]
+            for part in ("scoring", "selection"):  # the selector times its own work
+                seconds[part] += self.selector.seconds[part] - before[part]
             with self.counters.timed("eval"):
                 evals = self.evaluate(epoch)
         return self.record(epoch, steps, evals)
@@ -243,12 +237,14 @@ class TrainingRecipe:
         the same on every rank."""
         self.selector.begin_epoch(epoch)
 
-    def scoring_loss(self, model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+    def scoring_loss(self, model: torch.nn.Module, batch: Batch, round_: int | None = None) -> torch.Tensor:
         """A scoring pass's per-sample losses (the selector's ``loss_fn``), in
-        ``train.scoring_precision`` (default: the training precision); the epoch numbers the pass."""
+        ``train.scoring_precision`` (default: the training precision); the pass's round (which
+        seeds a task's masks) is the epoch it opens unless ``round_`` is given."""
         batch = to_device(batch, self.ctx.device)
+        round_ = self.selector.epoch if round_ is None else round_
         with self.amp(self.cfg.train.scoring_precision):
-            return self.task.score_of(self.task.score(model, batch, self.selector.epoch), batch)
+            return self.task.score_of(self.task.score(model, batch, round_), batch)
 
     def train_one_epoch(self, epoch: int) -> int:
         """One pass over this rank's shard of the epoch's subset (``train_step`` by
@@ -295,6 +291,9 @@ class TrainingRecipe:
                 # recorded as scores; components and loss weights applied to what is trained on
                 losses = selector.update(scores, train_losses=None if scores is losses else losses)
                 (losses.sum() / in_window).backward()
+        if not selector.step_finite():  # a NaN or inf loss: stopped there, or (nonfinite: skip) no step
+            self.optimizer.zero_grad(set_to_none=True)
+            return
         progress = selector.plan.progress(epoch, step / steps)
         floor = self.optim.min_lr / self.optim.lr if self.optim.lr else 0.0  # lr 0: tests that freeze weights
         factor = lr_factor(progress, self.optim.schedule, self.optim.warmup_ratio, floor)

@@ -319,13 +319,13 @@ def persist(
 def log_final(logger: RunLogger, recipe: TrainingRecipe) -> None:
     """End-of-run metrics (step = epochs), the trained model (linked to them), selection and
     epoch histories, figures, the weights downstream jobs load, and the kernels when tracked."""
-    cfg, counters, teacher = recipe.cfg, recipe.counters, recipe.teacher
+    cfg, counters, selector = recipe.cfg, recipe.counters, recipe.selector
     num_samples = len(recipe.train_set)
     logger.log_metrics(recipe.final_metrics(), step=cfg.train.epochs)
     log_model(logger, recipe)  # after the final metrics: MLflow links those of the model's step to it
     selections = [
         dict(r.summary(), indices=r.indices.tolist() if cfg.mlflow.log_selected_indices else None)
-        for r in teacher.history
+        for r in selector.history
     ]
     logger.log_json({"num_samples": num_samples, "selections": selections}, "selection_history.json")
     logger.log_json(counters.history, "epoch_history.json")
@@ -333,7 +333,7 @@ def log_final(logger: RunLogger, recipe: TrainingRecipe) -> None:
     from . import figures  # matplotlib: only here, not in the driver nor at a worker's start
 
     label = recipe.selector.plan.label
-    for name, figure in figures.training_figures(counters.history, teacher.history, label).items():
+    for name, figure in figures.training_figures(counters.history, selector.history, label).items():
         logger.log_figure(figure, f"figures/{name}.png")
     exported = recipe.task.export(recipe.raw_model)
     if exported is not None:

@@ -9,6 +9,8 @@ through it.
                      planned subsets, selection state in checkpoints
     huggingface_trl  AtteNTSFTTrainer: TRL's SFTTrainer, the same (``pip install -e '.[trl]'`` in a clone)
     lightning        AtteNTCallback: a Lightning Trainer callback on Selector (``pip install -e '.[lightning]'``)
+    packed           per-sample losses of packed and padding-free rows (position_ids / cu_seq_lens
+                     segments; no framework imported)
     loaders          draws_from: the check every integration makes that a train loader draws from
                      the selection's sampler (no framework imported)
 

@@ -2,16 +2,13 @@
 
     trainer = attent.AtteNTTrainer(model=model, args=TrainingArguments(...), train_dataset=train_set,
                                    data_collator=collator, selection=attent.SelectionConfig(preset="llm"))
-    trainer.train()
-
 The selection is the plain ``Selector``'s (``attent.selection.selector``), through its public API
 only; this module wires it into transformers 5's Trainer loop, each change an override of a Trainer
 method read from its source, and each only where the method selects (``method="full"`` is
 Trainer's own run, every override passing through):
 
-    get_train_dataloader         the loader draws from the Selector's sampler, already this rank's
-                                 shard; accelerate's device placement kept, its sharding not applied
-    _get_train_sampler           that sampler, for a subclass's own loader (checked before the first step)
+    get_train_dataloader, _get_train_sampler   the loader draws from the Selector's sampler, this
+                                 rank's shard (accelerate's placement kept, its sharding not applied)
     train, set_initial_training_values, create_scheduler   the run's epochs and max_steps (what the
                                  LR schedule is sized by) from the planned subsets, read on the
                                  epoch clock (huggingface_run)
@@ -24,18 +21,12 @@ Trainer's own run, every override passing through):
     _save_checkpoint, _init_training_state   the selection's state in checkpoints, and where a
                                  resumed run goes on (huggingface_run)
 
-and one callback of its own, whose on_epoch_end ends an epoch a callback or max_steps stopped
-early, before Trainer's epoch-end logging, evaluation and save, so that the checkpoint's log
-history (and what Ray's RayTrainReportCallback reports with it) holds the epoch's selection.
-
-The loss is the model's own, split by sample, weighed by the selection and reduced as the model
-reduces it (``huggingface_loss``: the objective).
-
-A NaN or inf loss trains on as Trainer trains on it (the batch loss is what it is;
-``logging_nan_inf_filter`` keeps it out of the logged loss); the sample's loss is no score (it
-keeps its previous one, none if it has none), and each epoch logs ``samples_nonfinite``.
-``nonfinite="raise"`` stops at the end of the epoch that met one instead (the check waits for the
-epoch's merge, so that no training step waits on the GPU).
+and one callback of its own: on_pre_optimizer_step checks the step's losses (``Selector.step_finite``:
+a NaN or inf loss stops the run or skips the step, as ``selection.nonfinite`` says); on_epoch_end
+ends an epoch a callback or max_steps stopped early, before Trainer's epoch-end logging, evaluation
+and save, so that the checkpoint's log history (and what Ray's RayTrainReportCallback reports with
+it) holds the epoch's selection. The loss is the model's own, split by sample, weighed by the
+selection and reduced as the model reduces it (``huggingface_loss``: the objective).
 """
 
 from __future__ import annotations
@@ -78,33 +69,22 @@ if _missing:
     )
 
 
-NONFINITE = ("skip", "raise")
-
-
 class AtteNTTrainerMixin:
     """The selection, for ``Trainer`` and its subclasses (TRL's ``SFTTrainer``): put it first
-    among the bases. Keyword arguments: ``selection`` (a ``SelectionConfig``), ``seed`` (of the
-    selection's draws and shuffles; ``args.seed`` as train() starts if None),
-    ``compute_per_sample_loss`` (for a model whose own loss does not split by sample:
-    ``fn(model, inputs)`` returning each sample's loss [B], or its summed loss terms [B] and their
-    count [B]) and ``nonfinite`` ("skip": a NaN or inf loss trains on as in Trainer and is no
-    score; "raise": stop there)."""
+    among the bases. Its keyword arguments: ``AtteNTTrainer``'s."""
 
     def __init__(
         self,
-        *args,
+        *args: Any,
         selection: SelectionConfig,
         seed: int | None = None,
         compute_per_sample_loss: PerSampleLossHook | None = None,
-        nonfinite: str = "skip",
-        **kwargs,
+        **kwargs: Any,
     ):
         # The class as built, for messages: Ray's prepare_trainer swaps in a subclass of its own name.
         self.trainer_name = type(self).__name__
         super().__init__(*args, **kwargs)
-        if nonfinite not in NONFINITE:
-            raise ValueError(f"{self.trainer_name}: nonfinite={nonfinite!r}: choose 'skip' or 'raise'")
-        self.selection, self.nonfinite = selection, nonfinite
+        self.selection = selection
         self.compute_per_sample_loss = compute_per_sample_loss
         # How the model reduces its own loss, learnt from its first forward (huggingface_loss)
         self.loss_reduction: Reduction | None = None
@@ -118,18 +98,18 @@ class AtteNTTrainerMixin:
         self._selection_logs: dict[str, float] = {}  # the latest epoch's, for the next row logged
         self.refuse_settings()
         if self.selects:
-            self.add_callback(_EpochEnd(self))
+            self.add_callback(_SelectionEvents(self))
 
     @property
     def selects(self) -> bool:
         """Whether the method ever selects: ``method="full"`` is Trainer's own run."""
-        return self.selection.method != "full"
+        return self.selection.selects
 
     @property
     def needs_per_sample_losses(self) -> bool:
         """Whether training computes each sample's loss: not for ``method="full"``, which reads no
         score and weighs nothing, unless ``compute_per_sample_loss`` defines the loss."""
-        return self.selection.method != "full" or self.compute_per_sample_loss is not None
+        return self.selects or self.compute_per_sample_loss is not None
 
     # --- settings that would break the selection (huggingface_settings), refused in one line naming the fix
     def refuse_settings(self, training: bool = False) -> None:
@@ -201,9 +181,8 @@ class AtteNTTrainerMixin:
             rank=args.process_index,
             world_size=args.world_size,
             shuffle=args.train_sampling_strategy != "sequential",
-            nonfinite=self.nonfinite,
+            train_batch_size=self._train_batch_size,  # sizes the scoring batch
         )
-        self.selector.train_batch_size = self._train_batch_size  # sizes the scoring batch
         return self.selector
 
     def _get_train_sampler(self, train_dataset=None):
@@ -286,10 +265,10 @@ class AtteNTTrainerMixin:
         # On a resume inside this epoch the Selector goes on where the checkpoint stood.
         self.selector.begin_epoch(epoch)
         batches = self.planned_run.batches[epoch]
-        if len(train_dataloader) != batches:  # the plan and the Teacher disagree: a bug, not a setting
+        if len(train_dataloader) != batches:  # the plan and the sampler disagree: a bug, not a setting
             raise RuntimeError(f"epoch {epoch}: the loader holds {len(train_dataloader)} batches, the plan {batches}")
         update_steps = optimiser_steps(batches, self.planned_run.accumulation)
-        super()._run_epoch(model, epoch, train_dataloader, batches, update_steps, **rest)  # ends in _EpochEnd
+        super()._run_epoch(model, epoch, train_dataloader, batches, update_steps, **rest)  # ends in _SelectionEvents
 
     def _end_selection_epoch(self) -> None:
         """The epoch's end, at its last batch or at on_epoch_end where a callback or max_steps
@@ -378,13 +357,20 @@ class AtteNTTrainerMixin:
         return sums / counts.clamp(min=1)
 
 
-class _EpochEnd(TrainerCallback):
-    """Ends the trainer's selection epoch at on_epoch_end where its last batch did not (a callback
-    or max_steps stopped it), which Trainer calls just before its epoch-end logging, evaluation and
-    save; asks Trainer for that log row where the epoch's selection is not logged yet."""
+class _SelectionEvents(TrainerCallback):
+    """The trainer's callback (the module docstring): each step's losses checked before the step;
+    the selection epoch ended where its last batch did not end it, its log row asked for."""
 
     def __init__(self, trainer: AtteNTTrainerMixin):
         self.trainer = trainer
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        trainer = self.trainer
+        # fp16's gradient scaler skips a step of non-finite gradients itself (and wants gradients
+        # to check); elsewhere parameters without gradients are what optimizer.step() leaves alone
+        if not trainer.selector.step_finite() and getattr(trainer.accelerator, "scaler", None) is None:
+            trainer.optimizer.zero_grad(set_to_none=True)
+        return control
 
     def on_epoch_end(self, args, state, control, **kwargs):
         self.trainer._end_selection_epoch()
@@ -394,6 +380,20 @@ class _EpochEnd(TrainerCallback):
 
 
 class AtteNTTrainer(AtteNTTrainerMixin, Trainer):
-    """``transformers.Trainer`` training on the samples AtteNT picks: pass ``selection=
-    SelectionConfig(...)`` (and optionally ``seed=``, ``compute_per_sample_loss=``,
-    ``nonfinite=``) besides Trainer's own arguments."""
+    """``transformers.Trainer`` training on the samples AtteNT picks.
+
+    Args:
+        *args: Trainer's (``model``, ``args``, ...).
+        selection: the selection's settings, e.g. ``SelectionConfig(preset="llm")``; a NaN or inf
+            loss is handled as its ``nonfinite`` says.
+        seed: of the selection's draws and shuffles; None: ``args.seed``, read as train() starts.
+        compute_per_sample_loss: for a model whose own loss does not split by sample:
+            ``fn(model, inputs)`` returning each sample's loss [B], or its summed loss terms [B]
+            and their count [B].
+        **kwargs: Trainer's (``train_dataset``, ``data_collator``, ...).
+
+    Raises:
+        ValueError: at construction or as train() starts, a setting the selection cannot
+            follow, in one line naming the fix (``huggingface_settings``); at an optimiser step,
+            a NaN or inf loss under ``nonfinite: raise``.
+    """

@@ -45,9 +45,9 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 
 from ..selection.config import SelectionConfig
 from ..selection.plan import Plan, build_plan, fewest_epochs
+from ..selection.records import check_state_format
 from ..selection.run_length import optimiser_steps, rank_batches, run_steps, step_position
 from ..selection.selector import Selector
-from ..selection.teacher import check_state_format
 
 log = logging.getLogger("attent")
 

@@ -55,7 +55,8 @@ from torch.utils.data import DataLoader, Dataset
 from ..selection import metric_names as names
 from ..selection.config import SelectionConfig
 from ..selection.sampler import RecordingSampler
-from ..selection.selector import PerSampleLoss, Selector
+from ..selection.scoring_pass import PerSampleLoss
+from ..selection.selector import Selector
 from .loaders import draws_from
 
 # the selection metrics logged at each epoch end, under the engine's names (equal on every rank)
@@ -215,6 +216,12 @@ class AtteNTCallback(pl.Callback):
                 "callback (its state holds the selection), not a weights-only one"
             )
 
+    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer) -> None:
+        # a NaN or inf loss stops here (selection.nonfinite: raise) or leaves the step without
+        # gradients, which optimizer.step() skips (skip; fp16's scaler has unscaled them before)
+        if not self.selector.step_finite():
+            optimizer.zero_grad(set_to_none=True)
+
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
@@ -262,7 +269,7 @@ class AtteNTCallback(pl.Callback):
         """Merge the epoch's scores across ranks (once); keep the state checkpoints save, and the metrics."""
         self.selector.end_epoch()
         if self._epoch_end_state is None or self._epoch_end_state["next_epoch"] != self.selector.next_epoch:
-            self._epoch_end_state = self.selector.state_dict()  # a copy: the teacher clones its tensors
+            self._epoch_end_state = self.selector.state_dict()  # a copy: the selector clones its tensors
             self._epoch_end_metrics = self.selector.metrics()
 
     def _scoring_loss(self, module: pl.LightningModule, batch: Any) -> torch.Tensor:

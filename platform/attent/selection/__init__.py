@@ -7,9 +7,14 @@
     plan        build_plan: every epoch of a run decided once (the only walk of the schedules)
                 and the training progress, the one clock of selection and learning rate
     scoring     ScoringPolicy: which samples a pass scores, which losses become scores
-    teacher     Teacher: the score table and state around a method, reading the plan
-    sampler     SubsetSampler: a rank's shard of the teacher's subset; the Selector's recording one
-    selector    Selector: AtteNT in any PyTorch loop, the core every integration and the engine use
+    selector    Selector: the selection's one stateful object (score table, plan, method, generator,
+                position in the run), the core every integration and the engine use
+    observations, records, epoch_metrics, state
+                what the Selector does at a merge, a pick, an epoch's end and a checkpoint
+    resume      a state taken inside an epoch, for a run that resumes there (a preempted one)
+    scoring_pass ScoringPass: the Selector's own scoring pass and its loader
+    stream      StreamSelector: selection from a stream, B of each pool of B / r (no scoring pass)
+    sampler     SubsetSampler: a rank's shard of the Selector's subset; the Selector's recording one
     distributed the collectives: observations all-gathered, sums, the subsets' agreement
     config      SelectionConfig: the ``selection:`` section (pydantic only), METHOD_NAMES
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from .schedules import epochs_before_annealing
-
 
 def group_counts(groups: torch.Tensor, num_groups: int | None = None) -> torch.Tensor:
     return torch.bincount(groups, minlength=num_groups or 0).double()
@@ -73,22 +71,31 @@ def infobatch_prune(
     return (~dropped).nonzero().squeeze(1), weights
 
 
-def infobatch_pruned_epochs(epochs: int, final: float) -> int:
-    """Epochs InfoBatch prunes in: the first floor(δ·E), δ = 1 − ``final`` (its official code
-    prunes epoch e, counted from 1, while e <= δ·E); the rest train on all data."""
-    return epochs_before_annealing(epochs, final)
+def infobatch_prune_for_budget(budget: float, kept: list[float], prune: float, plan) -> float:
+    """The prune ratio at which InfoBatch's mean kept ratio over the run is ``budget``, from a run
+    at ``prune`` that kept ``kept[e]`` of the data in epoch e.
 
-
-def infobatch_prune_for_budget(budget: float, kept: list[float], prune: float, epochs: int, final: float) -> float:
-    """The prune ratio at which InfoBatch's mean kept ratio over ``epochs`` is ``budget``, from a
-    run at ``prune`` that kept ``kept[e]`` of the data in epoch e. In each pruning epoch after the
-    first (which has no losses yet and keeps everything) it drops ``prune`` x the below-mean
-    share b_e = (1 − kept[e]) / prune; solving mean kept = budget for the prune ratio assumes the
+    In each pruning epoch of ``plan`` (InfoBatch's ``build_plan``: the epochs it re-selects) after
+    the first (which has no losses yet and keeps everything) it drops ``prune`` x the below-mean
+    share b_e = (1 - kept[e]) / prune; solving mean kept = budget for the prune ratio assumes the
     same shares b_e. Capped at 0.99: a budget below InfoBatch's floor (every below-mean sample
-    dropped) cannot be met, and the report shows the budget reached."""
-    pruning = infobatch_pruned_epochs(epochs, final)
+    dropped) cannot be met, and the report shows the budget reached.
+
+    Args:
+        budget: the mean share of the data to keep over the run.
+        kept: the share each epoch kept in the run at ``prune``.
+        prune: that run's prune ratio.
+        plan: the run's ``Plan``.
+
+    Returns:
+        The prune ratio, in [0, 0.99].
+
+    Raises:
+        ValueError: the run at ``prune`` pruned nothing to calibrate from.
+    """
+    pruning = sum(1 for planned in plan if planned.selects)
     below = [(1.0 - k) / prune for k in kept[1:pruning]] if prune > 0 else []
     if not below or sum(below) <= 0:
         raise ValueError("the reference InfoBatch run pruned nothing: there is no below-mean share to calibrate from")
-    wanted = epochs * (1.0 - budget) / sum(below)
+    wanted = len(plan) * (1.0 - budget) / sum(below)
     return min(max(wanted, 0.0), 0.99)

@@ -213,6 +213,9 @@ class SelectionConfig(BaseModel):
     gradnorm_step: float = Field(0.5, gt=0, le=1)  # gradnorm: how far weights move per update
     infobatch_prune: float = Field(0.5, ge=0, lt=1)  # infobatch: fraction of below-mean samples dropped
     infobatch_final: float = Field(0.125, ge=0, le=1)  # infobatch: final fraction of epochs on all data
+    # a NaN or inf loss, checked at the optimiser step that would use it: "raise" stops the run
+    # naming the samples and the step; "skip" skips that step, the samples keeping their scores
+    nonfinite: Literal["raise", "skip"] = "raise"
 
     @model_validator(mode="before")
     @classmethod

@@ -28,8 +28,17 @@ def all_reduce_sums(values: torch.Tensor) -> torch.Tensor:
     return tensor.cpu()
 
 
+def all_agree(flag: bool) -> bool:
+    """Whether ``flag`` holds on every rank (itself without a process group): one small all-reduce."""
+    if not is_distributed():
+        return flag
+    tensor = torch.tensor([1 if flag else 0], dtype=torch.int32, device=_device())
+    dist.all_reduce(tensor, op=dist.ReduceOp.MIN)
+    return bool(tensor.item())
+
+
 def agreed_checksum(subset: torch.Tensor) -> float:
-    """The subset's checksum, verified equal on every rank: the ranks' teachers must never
+    """The subset's checksum, verified equal on every rank: the ranks' Selectors must never
     diverge (a silent divergence would train ranks on different data)."""
     checksum = subset_checksum(subset)
     if is_distributed():

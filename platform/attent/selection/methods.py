@@ -1,13 +1,14 @@
 """One unit per selection method: what a re-selection picks, and how it weighs the picked samples.
 
 Each method answers ``pick(pool, epoch, k)`` with a ``Pick``; the plan decides when it is asked and
-for how many samples (``plan``), the Teacher owns everything around it (the score table, the
+for how many samples (``plan``), the Selector holds everything around it (the score table, the
 random generator, checkpoints and the agreement of ranks). A new method is a class here and one line in ``METHODS``, the registry of
 methods by name; its name goes in ``config.METHOD_NAMES`` and its knobs in ``SelectionConfig``.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -24,7 +25,7 @@ class Pool:
 
     scores: torch.Tensor  # [N] latest loss of every sample; NaN: never scored
     component_scores: torch.Tensor  # [N, C] the same per loss component (C = 1 without components)
-    generator: torch.Generator  # the teacher's: every rank draws the same subset
+    generator: torch.Generator  # the Selector's: every rank draws the same subset
 
     def filled_scores(self) -> torch.Tensor:
         """Scores with never-scored samples ranked at the highest observed loss (unseen data is
@@ -41,6 +42,18 @@ class Pick:
 
     subset: torch.Tensor  # ascending indices of the samples trained on
     loss_weights: torch.Tensor | None = None  # [N] per-sample loss weights; None: all 1
+
+
+def stream_seed(seed: int, method: str, strategy: str) -> int:
+    """The seed of a run's selection generator: independent per (seed, method, strategy), so that
+    Soft and Random of one seed do not share their draws (with near-equal losses a shared stream
+    made their subsets nearly identical). Stable across processes and Python versions.
+
+    >>> stream_seed(0, "attent", "soft") == stream_seed(0, "attent", "random")
+    False
+    """
+    digest = hashlib.sha256(f"{seed}/{method}/{strategy}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
 class SelectionMethod:

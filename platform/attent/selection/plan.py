@@ -1,6 +1,6 @@
 """The selection plan: every epoch of a run decided once, before it starts, from the ``selection:``
 settings and the run's length. It is the only place the schedules are walked (the interval
-stepped, the cycles laid out, the ratio read at each re-selection); the Teacher, the Selector, the
+stepped, the cycles laid out, the ratio read at each re-selection); the Selector, the cost model, the
 Hugging Face and Lightning integrations, ``attent validate`` and the reports read it.
 
 Training progress, the one clock of the platform (the selection's schedules and the learning
@@ -277,6 +277,16 @@ def build_plan(selection: SelectionConfig, epochs: int) -> Plan:
         for p in planned
     ]
     return Plan(selection, epochs, tuple(planned))
+
+
+def pool_ratio(selection: SelectionConfig, progress: float, epochs: float = 1.0) -> float:
+    """A stream's ratio at training ``progress`` (``stream``: each pool a re-selection): 1.0 in the
+    warm-up share (``warmup_epochs`` of ``epochs``), in the ``anneal`` share and where nothing is
+    selected; else r(progress) of the ratio schedule."""
+    warm = (selection.warmup_epochs or 0) / epochs
+    if not selection.selects or progress < warm or (selection.anneal and progress >= 1 - selection.anneal):
+        return 1.0
+    return selection.ratio_schedule(min(max(progress, 0.0), 1.0))
 
 
 def progress_plan(selection: SelectionConfig, epochs: int) -> list[PlannedEpoch]:

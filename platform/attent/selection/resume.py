@@ -1,4 +1,5 @@
-"""A Selector's state taken inside an epoch, for a run that resumes there (a preempted one).
+"""A Selector's state taken inside an epoch, for a run that resumes there (a preempted one); the
+state's layout is ``state``'s.
 
 Inside an epoch each rank's state differs in a few parts: the losses it observed and has not
 merged yet, its sums, where its pass stands. ``rank_part`` is that part of one rank;
@@ -23,21 +24,20 @@ def rank_part(selector: Selector) -> dict[str, Any]:
     if not selector.in_epoch:
         raise RuntimeError("rank_part() outside an epoch: between epochs every rank holds the same state")
     state = selector.state_dict()
-    teacher = state["teacher"]
     return {
         "inside_epoch": state["inside_epoch"],
-        "pending": teacher["pending"],
-        "skipped": teacher["skipped"],
-        "seconds": teacher["seconds"],
+        "pending": state["pending"],
+        "skipped": state["skipped"],
+        "seconds": state["seconds"],
         # samples of the pass recorded, padding excluded (the epoch's count of samples trained)
-        "trained": min(selector.sampler.cursor, selector.sampler.real_count()),
+        "trained": selector.sampler.recorded(),
     }
 
 
 def with_rank_part(state: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]:
     """The Selector state ``state`` (taken inside an epoch on any rank) with ``part`` as its rank's part."""
-    teacher = {**state["teacher"], "pending": part["pending"], "skipped": part["skipped"], "seconds": part["seconds"]}
-    return {**state, "teacher": teacher, "inside_epoch": part["inside_epoch"]}
+    mine = {key: part[key] for key in ("pending", "skipped", "seconds", "inside_epoch")}
+    return {**state, **mine}
 
 
 def folded(state: dict[str, Any], parts: list[dict[str, Any]], rank: int) -> dict[str, Any]:
@@ -52,10 +52,12 @@ def folded(state: dict[str, Any], parts: list[dict[str, Any]], rank: int) -> dic
     inside = {
         **first,
         "cursor": 0,
+        "steps": 0,
         "seen": sum(p["inside_epoch"]["seen"] for p in mine),
         "scored": sum(p["inside_epoch"]["scored"] for p in mine),
         "skipped_before": sum(p["inside_epoch"]["skipped_before"] for p in mine),
         "loss_sum": sum(p["inside_epoch"]["loss_sum"] for p in mine),
+        "counted": sum(p["inside_epoch"]["counted"] for p in mine),
         "component_sums": torch.stack(sums).sum(dim=0) if sums else None,
     }
     part = {

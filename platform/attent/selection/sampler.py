@@ -48,7 +48,7 @@ class SubsetSource(Protocol):
 
 
 class SubsetSampler(Sampler[int]):
-    """Yields this rank's share of ``source.subset`` (a Teacher), re-read at every iteration.
+    """Yields this rank's share of ``source.subset`` (a Selector), re-read at every iteration.
 
     Pass it as ``DataLoader(sampler=...)`` and do not let Ray's ``prepare_data_loader`` add a
     DistributedSampler (``add_dist_sampler=False``): this sampler already shards.
@@ -108,6 +108,7 @@ class RecordingSampler(SubsetSampler):
         # recording goes on after them.
         self.resume_at = 0
         self.skip_resumed = False
+        self._weights: tuple | None = None  # ((pass, device, dtype), (the pass's loss weights, component weights))
 
     def __iter__(self) -> Iterator[int]:
         self.order, self.cursor = self._indices(), self.resume_at
@@ -119,8 +120,25 @@ class RecordingSampler(SubsetSampler):
     def __len__(self) -> int:
         return super().__len__() - (self.resume_at if self.skip_resumed else 0)
 
-    def take(self, count: int) -> torch.Tensor:
-        """The next ``count`` indices of the pass."""
+    def rewind(self) -> None:
+        """A new epoch's pass: nothing of it recorded yet."""
+        self.cursor = 0
+
+    def resume(self, skip: bool) -> None:
+        """The next pass goes on after the samples recorded before a mid-epoch state (``skip``:
+        it hands out only the rest; else its whole order, a loader skipping the batches itself)."""
+        self.resume_at, self.skip_resumed = self.cursor, skip
+
+    def recorded(self) -> int:
+        """Samples of the pass recorded so far, padding counted once (the epoch's samples trained)."""
+        return min(self.cursor, self.real_count())
+
+    def take(self, count: int, indices: torch.Tensor | None = None) -> torch.Tensor:
+        """The next ``count`` indices of the pass; or ``indices`` where the caller knows them
+        better (the cursor still counts the epoch's samples)."""
+        if indices is not None:
+            self.cursor += count
+            return torch.as_tensor(indices).reshape(-1)
         if self.passes == 0:
             raise RuntimeError(
                 "update() before the sampler was iterated: build the DataLoader with "
@@ -135,3 +153,23 @@ class RecordingSampler(SubsetSampler):
         taken = self.order[self.cursor : self.cursor + count]
         self.cursor += count
         return taken
+
+    def weights_of(
+        self,
+        loss_weights: torch.Tensor,
+        component_weights: torch.Tensor,
+        like: torch.Tensor,
+        start: int,
+        indices: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A batch's loss weights (of the pass's order from ``start``, or of the ``indices`` given)
+        and the component weights, on ``like``'s device and dtype: the pass's weights move there
+        once per pass, not once per batch."""
+        key = (self.passes, like.device, like.dtype)
+        if self._weights is None or self._weights[0] != key:
+            moved = loss_weights[self.order].to(like.device, like.dtype), component_weights.to(like.device, like.dtype)
+            self._weights = key, moved
+        weights, components = self._weights[1]
+        if indices is not None:
+            return loss_weights[indices.cpu()].to(like.device, like.dtype), components
+        return weights[start : start + like.shape[0]], components

@@ -1,6 +1,6 @@
 """Where a re-selection's scores come from: which samples a scoring pass scores, and which
 observed losses are written to the score table. One object for every way the settings combine
-(``selection.scores``, ``rescore_stale``, ``rescore_fraction``), so that the Teacher asks it and
+(``selection.scores``, ``rescore_stale``, ``rescore_fraction``), so that the Selector asks it and
 branches on none of them.
 
 The paper's: every observed loss is a score, a training forward's as a pass's, and a pass scores
@@ -12,7 +12,7 @@ every sample. Beyond it:
 * ``rescore_stale``: a pass scores only the samples not trained on since the last re-selection
   (the others keep their latest training loss);
 * ``rescore_fraction`` < 1: a pass scores a random share of the samples due (never-scored ones
-  always), drawn from the teacher's generator.
+  always), drawn from the Selector's generator.
 """
 
 from __future__ import annotations

@@ -157,7 +157,12 @@ def rank_correlation(a: torch.Tensor, b: torch.Tensor) -> float:
     """Spearman's rank correlation of two 1-D tensors (NaN for fewer than 3 pairs or a constant)."""
     if a.numel() < 3:
         return math.nan
-    ranks = [x.double().argsort().argsort().double() for x in (a, b)]
+    ranks = []
+    for x in (a, b):  # ordinal ranks: the inverse of the sorting permutation (one sort, not two)
+        order = x.double().argsort()
+        ranks.append(
+            torch.empty(x.numel(), dtype=torch.float64).scatter_(0, order, torch.arange(x.numel(), dtype=torch.float64))
+        )
     ranks = [r - r.mean() for r in ranks]
     spread = float(ranks[0].norm() * ranks[1].norm())
     return float((ranks[0] * ranks[1]).sum()) / spread if spread > 0 else math.nan

@@ -3,7 +3,7 @@
 A task is built inside each Ray Train worker from its pydantic config section. The engine owns
 the loop (sampling, optimisation, timing, checkpoints, MLflow); a task owns data, model,
 per-sample loss and evaluation. Batches are dicts of tensors that always carry ``"index"``: the
-position of each sample in ``train_dataset`` (the AtteNT teacher keys its score table on it).
+position of each sample in ``train_dataset`` (the Selector keys its score table on it).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 One loader for the offline scenes (``scenes.py``) and for real sets prepared as MultiMAE does
 (NYUv2, ImageNet-S50 with pseudo labels): ``<root>/<split>/{rgb,depth,semseg}/<class>/<name>``.
 Items are ``{"index": i, "label": scene class, "rgb": [3,S,S], "depth": [1,S,S] metres,
-"semseg": [S,S] ids}``, ``index`` the item's position in its dataset (the AtteNT teacher keys its
+"semseg": [S,S] ids}``, ``index`` the item's position in its dataset (the Selector keys its
 score table on it), so subsets are new datasets (``select``), not ``torch.utils.data.Subset``.
 
 Every file is first brought to S x S (``decode.py``: shorter side resized to S, centre crop; rgb bilinear with

@@ -1,7 +1,7 @@
 """Image classification data: Fashion-MNIST, sklearn digits and class-per-subfolder image folders.
 
 Every dataset is map-style and yields ``{"index": i, "image": FloatTensor[C, H, W], "label": int}``
-with ``index`` its own position (the AtteNT teacher keys its score table on it), so subsets are
+with ``index`` its own position (the Selector keys its score table on it), so subsets are
 new datasets (``select``) rather than ``torch.utils.data.Subset`` views. Images are stored as
 uint8 and normalised per item: 60k Fashion-MNIST images take 47 MB and load in well under a second.
 
