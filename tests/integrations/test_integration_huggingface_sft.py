@@ -1,5 +1,5 @@
-"""AtteNTSFTTrainer: with method "full" it trains as TRL's SFTTrainer; where it selects, packing and padding-free are
-refused in one line."""
+"""AtteNTSFTTrainer: with method "full" it trains as TRL's SFTTrainer (packing and padding-free where it selects:
+tests/integrations/test_integration_sft_packing.py)."""
 
 from __future__ import annotations
 
@@ -77,14 +77,3 @@ def test_sft_full_reproduces_trls_sft_trainer(accumulation, tmp_path, smollm2_to
     ]
     assert accuracy[0] and accuracy[0] == pytest.approx(accuracy[1])
     assert selection_rows(ours) == []  # method full: SFTTrainer's own run, no selection of its own
-
-
-@pytest.mark.parametrize("knob", ["packing", "padding_free"])
-def test_sft_packing_and_padding_free_are_refused_in_one_line(knob, tmp_path, smollm2_tokenizer):
-    from attent.integrations.huggingface_trl import AtteNTSFTTrainer
-
-    with pytest.raises(
-        ValueError, match=f"AtteNTSFTTrainer: {knob}=True puts several samples in one row.*set {knob}=False"
-    ) as error:
-        sft_run(AtteNTSFTTrainer, tmp_path, knob, smollm2_tokenizer, SelectionConfig(preset="llm"), **{knob: True})
-    assert "\n" not in str(error.value)

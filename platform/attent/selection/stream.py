@@ -1,0 +1,202 @@
+"""AtteNT where no scoring pass over the training set fits: selection from a stream (an iterable
+with no length, or a corpus too large to score between re-selections).
+
+From each pool of ceil(B / r) samples drawn in the stream's order the current model scores every
+sample (one forward without gradients, in eval mode) and the learner trains on B of them by Hard,
+Soft or Random, r following the run's ratio schedule by training progress (batches trained / the
+run's batches). Every pool is a re-selection, so the interval schedule has nothing to keep; the
+warm-up share of the run (``warmup_epochs`` of ``epochs``) and the ``anneal`` share train on pools
+of B, unscored. A pool of P samples costs P scoring forwards: 1 / r per trained sample.
+
+``pool_size`` and ``pick`` decide; ``StreamSelector`` holds the position in the stream and the
+generator, and under torch.distributed keeps ranks in step (each rank draws its own shard's pools,
+of the same size, and the run stops on every rank when one rank's shard cannot fill a pool).
+
+    pools = attent.StreamSelector(stream, selection=SelectionConfig(preset="llm"), batch_size=B,
+                                  batches=max_steps, model=model, loss_fn=per_sample_loss, collate_fn=collate)
+    for batch in pools:                       # B samples picked from each pool
+        per_sample_loss(model, batch).mean().backward(); optimizer.step(); optimizer.zero_grad()
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
+from typing import Any
+
+import torch
+from torch.utils.data import default_collate
+
+from .config import SelectionConfig
+from .distributed import all_agree
+from .methods import stream_seed
+from .plan import pool_ratio
+from .scoring_pass import PerSampleLoss
+from .strategies import select, soft_logits
+
+STREAM_STATE_FORMAT = 1
+
+
+def check_streamable(selection: SelectionConfig) -> None:
+    """Refuses, in one line naming the fix, settings a stream cannot follow.
+
+    Raises:
+        ValueError: a method other than AtteNT or full data, or a setting that needs the whole
+            training set (``stratify``, ``reweight``, ``scores: training``, interval kind cycles).
+    """
+    if selection.method not in ("attent", "full"):
+        raise ValueError(
+            f"selection method {selection.method} needs a training set it can index: from a stream, "
+            "select with method attent (hard, soft or random) or train on everything with method full"
+        )
+    whole_set = [name for name in ("stratify", "reweight") if getattr(selection, name)]
+    whole_set += ["scores: training"] if selection.scores == "training" else []
+    whole_set += ["interval kind cycles"] if selection.interval.kind == "cycles" else []
+    if whole_set:
+        raise ValueError(
+            f"selection {', '.join(whole_set)} needs the whole training set; a stream selects from each pool "
+            "alone: drop it (every pool is a re-selection)"
+        )
+
+
+def pool_size(selection: SelectionConfig, batch_size: int, progress: float, epochs: float = 1.0) -> int:
+    """The samples drawn for one training batch of ``batch_size`` at training ``progress``.
+
+    Args:
+        selection: the run's settings (its ratio schedule, warm-up and anneal shares).
+        batch_size: B, the samples trained on.
+        progress: batches trained / the run's batches, in [0, 1].
+        epochs: the run's length in epochs, which ``warmup_epochs`` is a share of.
+
+    Returns:
+        B in the warm-up and anneal shares and under method full, else ceil(B / r(progress)).
+
+    >>> pool_size(SelectionConfig(preset="llm"), 16, 0.5, epochs=3)
+    23
+    >>> pool_size(SelectionConfig(preset="llm"), 16, 0.2, epochs=3)  # the first of 3 epochs: warm-up
+    16
+    """
+    return math.ceil(batch_size / pool_ratio(selection, progress, epochs))
+
+
+def pick(scores: torch.Tensor, batch_size: int, selection: SelectionConfig, generator: torch.Generator) -> torch.Tensor:
+    """The B samples of a pool the learner trains on, by the selection's strategy.
+
+    Args:
+        scores: the pool's per-sample losses [P], finite.
+        batch_size: B <= P.
+        selection: the run's settings (strategy, temperature, soft logits).
+        generator: Soft's and Random's random stream.
+
+    Returns:
+        Indices into the pool, ascending (the stream's order kept).
+    """
+    if scores.numel() == batch_size:
+        return torch.arange(batch_size)
+    keys = scores.detach().float().cpu()
+    keys = soft_logits(keys, selection.soft_logits) if selection.strategy == "soft" else keys
+    return select(keys, batch_size, selection.strategy, temperature=selection.temperature, generator=generator)
+
+
+class StreamSelector:
+    """Training batches picked from pools of a stream (module docstring).
+
+    Args:
+        stream: this rank's items (its shard under torch.distributed), each a dataset item.
+        selection: the settings (method attent or full).
+        batch_size: B, the samples of each training batch.
+        batches: the run's training batches (the progress clock).
+        epochs: the run's length in epochs, which ``warmup_epochs`` is a share of.
+        seed: of Soft's and Random's draws.
+        model: scores each pool (needed where the run selects).
+        loss_fn: ``loss_fn(model, batch)`` -> per-sample losses [P], the training loop's own.
+        collate_fn: batches items (a pool's and a training batch's); default torch's.
+        rank: this process's rank, for its own random stream (default: the process group's).
+
+    Raises:
+        ValueError: settings a stream cannot follow (``check_streamable``), or a selecting run
+            without a model and a loss function.
+    """
+
+    def __init__(
+        self,
+        stream: Iterable,
+        *,
+        selection: SelectionConfig,
+        batch_size: int,
+        batches: int,
+        epochs: float = 1.0,
+        seed: int = 0,
+        model: torch.nn.Module | None = None,
+        loss_fn: PerSampleLoss | None = None,
+        collate_fn: Callable[[list], Any] | None = None,
+        rank: int | None = None,
+    ):
+        check_streamable(selection)
+        if selection.selects and (model is None or loss_fn is None):
+            raise ValueError("a stream's pools are scored by the model: pass model= and loss_fn= to StreamSelector")
+        if rank is None:
+            rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        self.stream, self.selection, self.batch_size, self.batches = stream, selection, batch_size, batches
+        self.epochs, self.model, self.loss_fn = epochs, model, loss_fn
+        self.collate_fn = collate_fn or default_collate
+        self._generator = torch.Generator().manual_seed(
+            stream_seed(seed, selection.method, f"{selection.strategy}/{rank}")
+        )
+        self.step = 0  # training batches yielded
+        self.drawn = 0  # items taken from the stream
+        self.samples_scored = 0  # scoring forwards
+        self.last_ratio = 1.0  # B / the last pool's size
+
+    def __iter__(self) -> Iterator[Any]:
+        """The training batches, until the run's ``batches`` or the stream's end (on any rank)."""
+        items = iter(self.stream)
+        skipped = sum(1 for _ in islice(items, self.drawn))  # resumed: the items drawn before
+        if skipped < self.drawn:
+            raise ValueError(f"the stream holds {skipped} items, the state was taken after {self.drawn}")
+        while self.step < self.batches:
+            size = pool_size(self.selection, self.batch_size, self.step / self.batches, self.epochs)
+            pool = list(islice(items, size))
+            if not all_agree(len(pool) == size):  # one rank's shard cannot fill a pool: all stop
+                return
+            batch = self.collate_fn([pool[i] for i in self._choose(pool).tolist()])
+            self.drawn, self.step = self.drawn + size, self.step + 1  # a state saved after it goes on at the next
+            yield batch
+
+    def _choose(self, pool: list) -> torch.Tensor:
+        if len(pool) == self.batch_size:
+            self.last_ratio = 1.0
+            return torch.arange(self.batch_size)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.inference_mode():
+                scores = self.loss_fn(self.model, self.collate_fn(pool))
+        finally:
+            self.model.train(was_training)
+        self.samples_scored += len(pool)
+        self.last_ratio = self.batch_size / len(pool)
+        return pick(scores, self.batch_size, self.selection, self._generator)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the run stands: a StreamSelector loaded from it, on the same stream, draws the
+        same pools and picks as the uninterrupted run."""
+        return {
+            "format": STREAM_STATE_FORMAT,
+            "step": self.step,
+            "drawn": self.drawn,
+            "samples_scored": self.samples_scored,
+            "generator": self._generator.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a ``state_dict``: iteration goes on after the items drawn before it.
+
+        Raises:
+            ValueError: a state of another format.
+        """
+        if not isinstance(state, dict) or state.get("format") != STREAM_STATE_FORMAT:
+            raise ValueError(f"not a stream selection state of format {STREAM_STATE_FORMAT}: start the run afresh")
+        self.step, self.drawn, self.samples_scored = state["step"], state["drawn"], state["samples_scored"]
+        self._generator.set_state(state["generator"])
