@@ -33,8 +33,12 @@ REFUSED = {
         "drop it",
     ),
     "label smoothing": ({}, dict(label_smoothing_factor=0.1), "label_smoothing_factor=0"),
-    # (without max_steps Trainer itself refuses an IterableDataset, also in one line)
-    "iterable dataset": (dict(train_dataset=Stream()), dict(max_steps=10), "map-style train_dataset"),
+    # a stream is selected from (tests/integrations/test_integration_hf_stream.py), but not by a method that indexes
+    "iterable dataset, infobatch": (
+        dict(train_dataset=Stream(), selection=SelectionConfig(method="infobatch")),
+        dict(max_steps=10),
+        "select with method attent",
+    ),
     "flattening collator": (dict(data_collator=DataCollatorWithFlattening()), {}, "use a padding collator"),
     "batches out of order": (
         {},

@@ -6,7 +6,8 @@ through it.
 
     huggingface      AtteNTTrainer: Hugging Face's Trainer, drop-in (and AtteNTTrainerMixin for its
                      subclasses): owns the train sampler, per-sample loss, LR schedule sized by the
-                     planned subsets, selection state in checkpoints
+                     planned subsets, selection state in checkpoints; on an IterableDataset, a
+                     StreamSelector's batches (huggingface_stream)
     huggingface_trl  AtteNTSFTTrainer: TRL's SFTTrainer, the same (``pip install -e '.[trl]'`` in a clone)
     lightning        AtteNTCallback: a Lightning Trainer callback on Selector (``pip install -e '.[lightning]'``)
     packed           per-sample losses of packed and padding-free rows (position_ids / cu_seq_lens

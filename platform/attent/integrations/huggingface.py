@@ -24,9 +24,10 @@ Trainer's own run, every override passing through):
 and one callback of its own: on_pre_optimizer_step checks the step's losses (``Selector.step_finite``:
 a NaN or inf loss stops the run or skips the step, as ``selection.nonfinite`` says); on_epoch_end
 ends an epoch a callback or max_steps stopped early, before Trainer's epoch-end logging, evaluation
-and save, so that the checkpoint's log history (and what Ray's RayTrainReportCallback reports with
-it) holds the epoch's selection. The loss is the model's own, split by sample, weighed by the
-selection and reduced as the model reduces it (``huggingface_loss``: the objective).
+and save, so that the checkpoint's log history (and Ray's RayTrainReportCallback) holds the epoch's
+selection. The loss is the model's own, split by sample, weighed by the selection and reduced as
+the model reduces it (``huggingface_loss``). On an IterableDataset, a selecting run trains on a
+``StreamSelector``'s batches, each override passing through to Trainer's (``huggingface_stream``).
 """
 
 from __future__ import annotations
@@ -45,23 +46,15 @@ from ..selection import metric_names as names
 from ..selection.config import SelectionConfig
 from ..selection.run_length import optimiser_steps
 from ..selection.selector import Selector
-from . import huggingface_run
+from . import huggingface_run, huggingface_stream
 from .huggingface_loss import PerSampleLossHook, Reduction, as_sums_and_counts, own_loss_split
 from .huggingface_run import STATE_FILE, PlannedRun  # noqa: F401 -- STATE_FILE: public here, beside the trainer
 from .huggingface_settings import loader_problem, setting_problem
 
 # The Trainer methods overridden here, as transformers 5 (read in 5.24) has them: an older Trainer
 # lacks some, and would silently skip the override.
-TRAINER_HOOKS = (
-    "get_train_dataloader",
-    "_get_train_sampler",
-    "set_initial_training_values",
-    "_run_epoch",
-    "create_scheduler",
-    "compute_loss",
-    "_save_checkpoint",
-    "_init_training_state",
-)
+TRAINER_HOOKS = ("get_train_dataloader", "_get_train_sampler", "set_initial_training_values", "_run_epoch")
+TRAINER_HOOKS += ("create_scheduler", "compute_loss", "_save_checkpoint", "_init_training_state")
 _missing = [name for name in TRAINER_HOOKS if not hasattr(Trainer, name)]
 if _missing:
     raise ImportError(
@@ -106,10 +99,15 @@ class AtteNTTrainerMixin:
         return self.selection.selects
 
     @property
+    def plans(self) -> bool:
+        """Whether the run selects by the Selector's planned epochs: not ``method="full"``, not a stream."""
+        return self.selects and not huggingface_stream.is_stream(self.train_dataset)
+
+    @property
     def needs_per_sample_losses(self) -> bool:
-        """Whether training computes each sample's loss: not for ``method="full"``, which reads no
-        score and weighs nothing, unless ``compute_per_sample_loss`` defines the loss."""
-        return self.selects or self.compute_per_sample_loss is not None
+        """Whether training computes each sample's loss: not for ``method="full"`` nor a stream (which
+        weigh nothing: Trainer's own loss), unless ``compute_per_sample_loss`` defines the loss."""
+        return self.plans or self.compute_per_sample_loss is not None
 
     # --- settings that would break the selection (huggingface_settings), refused in one line naming the fix
     def refuse_settings(self, training: bool = False) -> None:
@@ -125,8 +123,8 @@ class AtteNTTrainerMixin:
         """The training loader, drawing this rank's shard of the epoch's subset from the
         Selector's sampler (built here, with the Trainer's collator for its scoring passes)."""
         self.refuse_settings(training=True)
-        if not self.selects:
-            return super().get_train_dataloader()
+        if not self.plans:
+            return huggingface_stream.train_loader(self) if self.selects else super().get_train_dataloader()
         dataset, collator = self._training_data()
         args = self.args
         self._build_selector(dataset, collator)
@@ -144,14 +142,10 @@ class AtteNTTrainerMixin:
             in_order=args.dataloader_in_order,
             worker_init_fn=partial(seed_worker, num_workers=args.dataloader_num_workers, rank=args.process_index),
         )
-        # Trainer hands its loader to accelerator.prepare, which under several processes wraps the
-        # batches in a BatchSamplerShard that gives rank r every W-th batch: of a shard that is
-        # already rank r's, that keeps 1/W of it (accelerate #4075, transformers #34365). Trainer's
-        # own way out for its rank-aware BatchRebalanceSampler, setting the wrapper's num_processes
-        # to 1, would here pad a short last batch with samples from the epoch's start
-        # (even_batches). Told that this loader is all of one process's data (num_processes=1),
-        # prepare_data_loader wraps no BatchSamplerShard: device placement and RNG sync stay, the
-        # sharding is the sampler's alone.
+        # accelerator.prepare would give rank r every W-th batch of its shard (accelerate #4075,
+        # transformers #34365), and setting its wrapper's num_processes to 1 would pad a short last
+        # batch from the epoch's start: told that this loader is all of one process's data,
+        # prepare_data_loader keeps device placement and RNG sync, the sharding the sampler's alone.
         return prepare_data_loader(
             loader,
             self.accelerator.device,
@@ -187,8 +181,8 @@ class AtteNTTrainerMixin:
 
     def _get_train_sampler(self, train_dataset=None):
         """The Selector's sampler, for a subclass's own ``get_train_dataloader`` (Trainer's builds
-        its loader around it); Trainer's own sampler where nothing is selected."""
-        if not self.selects:
+        its loader around it); Trainer's own sampler where nothing is selected (or on a stream)."""
+        if not self.plans:
             return super()._get_train_sampler(train_dataset)
         self.refuse_settings(training=True)
         dataset, collator = self._training_data()
@@ -221,7 +215,7 @@ class AtteNTTrainerMixin:
     def set_initial_training_values(self, args, dataloader):
         """Trainer's values with the planned epochs and steps: max_steps sizes the LR schedule."""
         values = super().set_initial_training_values(args, dataloader)
-        if not self.selects:
+        if not self.plans:
             return values
         self.check_training_loader(dataloader)
         return self.planned_run.training_values(values, self.selector, self.trainer_name)
@@ -230,18 +224,19 @@ class AtteNTTrainerMixin:
         """Trainer's schedule over the run's steps, read on the epoch clock (huggingface_run); a
         scheduler the user passed is left as it is."""
         created = self.lr_scheduler is None
-        if self.selects:
+        if self.plans:
             num_training_steps = self.planned_run.max_steps  # a re-planned resume's, not Trainer's count
         scheduler = super().create_scheduler(num_training_steps, optimizer)
-        if created and self.selects:
+        if created and self.plans:
             huggingface_run.on_the_epoch_clock(scheduler, self.selector.plan, self.planned_run)
         return scheduler
 
     def _save_checkpoint(self, model, trial) -> None:
-        """Trainer's, this rank's selection state and the run's plan saved in the checkpoint."""
-        if self.selects:
+        """Trainer's, this rank's selection state and the run's plan (or stream place) in the checkpoint."""
+        if self.plans:
             output_dir, step, rank = self._get_output_dir(trial=trial), self.state.global_step, self.args.process_index
             huggingface_run.save_selection_state(output_dir, step, rank, self.selector, self.planned_run)
+        huggingface_stream.save_state(self, self._get_output_dir(trial=trial))
         super()._save_checkpoint(model, trial)
 
     def _init_training_state(self, max_steps, *rest):
@@ -249,8 +244,8 @@ class AtteNTTrainerMixin:
         from (train() notes it), and the epoch and the batches to skip in it read from the planned
         epochs (Trainer divides by the first epoch's steps)."""
         trained = super()._init_training_state(max_steps, *rest)
-        if not self.selects:
-            return trained
+        if not self.plans:  # a stream run skips no batch: its StreamSelector goes on where it stood
+            return huggingface_stream.training_start(self, trained)
         self.state.max_steps = self.planned_run.max_steps
         return huggingface_run.resume(self.trainer_name, self.selector, self.planned_run, self.args.ignore_data_skip)
 
@@ -258,7 +253,7 @@ class AtteNTTrainerMixin:
     def _run_epoch(self, model, epoch, train_dataloader, steps_in_epoch, num_update_steps_per_epoch, **rest):
         """Trainer's epoch, on this epoch's subset: the scoring pass and re-selection first, then
         as many batches as the subset fills (Trainer would assume the first epoch's count)."""
-        if not self.selects:
+        if not self.plans:
             return super()._run_epoch(
                 model, epoch, train_dataloader, steps_in_epoch, num_update_steps_per_epoch, **rest
             )
@@ -274,7 +269,7 @@ class AtteNTTrainerMixin:
         """The epoch's end, at its last batch or at on_epoch_end where a callback or max_steps
         stopped it early (what was trained is what counts): the scores merged, the selection kept
         for the next row Trainer logs."""
-        if self.selector.in_epoch:
+        if self.plans and self.selector.in_epoch:
             self.selector.end_epoch()
             self._selection_logs = self.selection_metrics()
 
@@ -284,7 +279,7 @@ class AtteNTTrainerMixin:
         carries = any(key == "loss" or key.startswith("eval_") or key == "train_runtime" for key in logs)
         if self._selection_logs and carries:
             logs, self._selection_logs = {**logs, **self._selection_logs}, {}
-        super().log(logs, start_time)
+        super().log(huggingface_stream.logged(self, logs), start_time)
 
     def selection_metrics(self) -> dict[str, float]:
         """The latest epoch's selection, under the names the engine logs to MLflow
@@ -317,7 +312,7 @@ class AtteNTTrainerMixin:
                 model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
             )
         sums, counts = self.per_sample_loss(model, inputs)
-        if not self.selects:  # method full with compute_per_sample_loss: its micro-batch mean
+        if not self.plans:  # method full or a stream, with compute_per_sample_loss: its micro-batch mean
             return sums.sum() / counts.sum().clamp(min=1)
         self._check_one_sample_per_row(len(sums))
         weighted = self.selector.update(sums / counts.clamp(min=1), train_losses=sums).sum()
@@ -368,7 +363,7 @@ class _SelectionEvents(TrainerCallback):
         trainer = self.trainer
         # fp16's gradient scaler skips a step of non-finite gradients itself (and wants gradients
         # to check); elsewhere parameters without gradients are what optimizer.step() leaves alone
-        if not trainer.selector.step_finite() and getattr(trainer.accelerator, "scaler", None) is None:
+        if trainer.plans and not trainer.selector.step_finite() and not getattr(trainer.accelerator, "scaler", None):
             trainer.optimizer.zero_grad(set_to_none=True)
         return control
 

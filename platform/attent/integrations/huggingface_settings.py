@@ -4,17 +4,16 @@
 from __future__ import annotations
 
 import torch.distributed as dist
-from torch.utils.data import IterableDataset
 from transformers import DataCollatorWithFlattening
-from transformers.trainer_utils import has_length
 
 from ..selection.run_length import rank_batches
-from . import loaders
+from . import huggingface_stream, loaders
 
 
 def dataset_problem(dataset, training: bool) -> str | None:
-    """What in a trainer's train_dataset the selection cannot pick from by index, and how to fix
-    it; None if nothing (``setting_problem``'s first checks; ``training``: as there)."""
+    """What in a trainer's train_dataset the selection cannot read, and how to fix it; None if
+    nothing (``setting_problem``'s first checks; ``training``: as there). An IterableDataset is
+    read as a stream (``huggingface_stream``)."""
     if dataset is None and training:
         return "training requires a train_dataset: pass one to the trainer or set trainer.train_dataset"
     if type(dataset).__module__.startswith("ray.data"):
@@ -22,10 +21,6 @@ def dataset_problem(dataset, training: bool) -> str | None:
             "a Ray Data iterable (get_dataset_shard(...).iter_torch_batches()) arrives split and streamed, "
             "and AtteNT picks samples by their index: pass the whole map-style dataset on every worker "
             "(AtteNTTrainer shards each epoch's subset itself)"
-        )
-    if dataset is not None and (isinstance(dataset, IterableDataset) or not has_length(dataset)):
-        return (
-            "AtteNT picks samples by their index: pass a map-style train_dataset with a length, not an IterableDataset"
         )
     return None
 
@@ -37,8 +32,10 @@ def setting_problem(trainer, training: bool = False) -> str | None:
     evaluate, or given one later): ``training`` (when train() starts) requires one. What only a
     per-sample loss needs is refused only where one is computed (not for ``method="full"``
     without ``compute_per_sample_loss``, which trains on Trainer's own loss)."""
-    args, per_sample = trainer.args, trainer.needs_per_sample_losses
-    problem = dataset_problem(trainer.train_dataset, training)
+    # a stream's pools are scored by per-sample losses too, and trained on Trainer's own loss
+    args, per_sample = trainer.args, trainer.selects or trainer.compute_per_sample_loss is not None
+    stream = huggingface_stream.is_stream(trainer.train_dataset)
+    problem = dataset_problem(trainer.train_dataset, training) or huggingface_stream.stream_problem(trainer)
     if problem:
         return problem
     if trainer.selection.method == "infobatch":
@@ -48,7 +45,7 @@ def setting_problem(trainer, training: bool = False) -> str | None:
         )
     elif args.max_steps <= 0 and args.num_train_epochs <= 0:
         problem = f"num_train_epochs={args.num_train_epochs} trains nothing: set num_train_epochs or max_steps above 0"
-    elif args.train_sampling_strategy in ("group_by_length", "batch_rebalance"):
+    elif not stream and args.train_sampling_strategy in ("group_by_length", "batch_rebalance"):
         problem = (
             f"train_sampling_strategy={args.train_sampling_strategy!r} would replace AtteNT's sampler: "
             "use 'random' or 'sequential'"
