@@ -62,6 +62,25 @@ class ScoringLoader:
         return zip(shard.split(batch_size), self._loader)
 
 
+def without_autograd(model: torch.nn.Module):
+    """A scoring forward's context: inference mode (no autograd bookkeeping at all), or no_grad
+    for a model sharded by FSDP, whose parameters all-gathered under inference mode could not be
+    written after it (FSDP2 raises at the next training forward).
+
+    Args:
+        model: the model the forward runs.
+
+    Returns:
+        The context manager.
+    """
+    if not torch.distributed.is_available():  # a build without torch.distributed: no FSDP
+        return torch.inference_mode()
+    from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
+
+    sharded = any(isinstance(module, (FSDPModule, FullyShardedDataParallel)) for module in model.modules())
+    return torch.no_grad() if sharded else torch.inference_mode()
+
+
 class ScoringPass:
     """A Selector's own scoring pass: ``loss_fn(model, batch)`` over ``dataset``'s items in eval
     and inference mode, read through one loader kept for the run (no state of the run's own).
@@ -121,7 +140,7 @@ class ScoringPass:
         was_training = model.training
         model.eval()
         try:
-            with torch.inference_mode():
+            with without_autograd(model):
                 for batch_indices, batch in self.loader.batches(shard, batch_size, on_gpu):
                     yield batch_indices, self.loss_fn(model, batch)
         finally:

@@ -32,7 +32,7 @@ from .config import SelectionConfig
 from .distributed import all_agree
 from .methods import stream_seed
 from .plan import pool_ratio
-from .scoring_pass import PerSampleLoss
+from .scoring_pass import PerSampleLoss, without_autograd
 from .strategies import select, soft_logits
 
 STREAM_STATE_FORMAT = 1
@@ -171,7 +171,7 @@ class StreamSelector:
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.inference_mode():
+            with without_autograd(self.model):
                 scores = self.loss_fn(self.model, self.collate_fn(pool))
         finally:
             self.model.train(was_training)
