@@ -140,3 +140,18 @@ def test_what_a_stream_cannot_follow_is_refused_in_one_line():
         StreamSelector(Stream(10), selection=SelectionConfig(preset="llm"), batch_size=B, batches=2)
     with pytest.raises(ValueError, match="format 1"):
         selector(SelectionConfig(preset="llm")).load_state_dict({"step": 3})
+
+
+def test_a_nan_in_a_pool_stops_the_run_or_is_ranked_last():
+    def nan_at(model, batch):
+        losses = per_sample_loss(model, batch)
+        return torch.where(batch["index"] == 6, torch.tensor(math.nan), losses)  # 6: picked when finite
+
+    selection = SelectionConfig(strategy="hard", ratio={"kind": "fixed", "start": 0.5})
+    pools = StreamSelector(Stream(100), selection=selection, batch_size=B, batches=3, model=Learner(), loss_fn=nan_at)
+    with pytest.raises(ValueError, match=r"non-finite loss in the pool of batch 1 for its items \[6\]"):
+        next(iter(pools))
+    skip = selection.model_copy(update={"nonfinite": "skip"})
+    pools = StreamSelector(Stream(100), selection=skip, batch_size=B, batches=3, model=Learner(), loss_fn=nan_at)
+    first = next(iter(pools))["index"].tolist()
+    assert 6 not in first and len(first) == B

@@ -84,7 +84,7 @@ def pick(scores: torch.Tensor, batch_size: int, selection: SelectionConfig, gene
     """The B samples of a pool the learner trains on, by the selection's strategy.
 
     Args:
-        scores: the pool's per-sample losses [P], finite.
+        scores: the pool's per-sample losses [P] (a NaN or inf one ranked below every other).
         batch_size: B <= P.
         selection: the run's settings (strategy, temperature, soft logits).
         generator: Soft's and Random's random stream.
@@ -95,6 +95,9 @@ def pick(scores: torch.Tensor, batch_size: int, selection: SelectionConfig, gene
     if scores.numel() == batch_size:
         return torch.arange(batch_size)
     keys = scores.detach().float().cpu()
+    finite = torch.isfinite(keys)
+    if not finite.all():  # a NaN or inf score (nonfinite: skip) is drawn last: below every finite one
+        keys = torch.where(finite, keys, keys[finite].min() - 1 if finite.any() else 0.0)
     keys = soft_logits(keys, selection.soft_logits) if selection.strategy == "soft" else keys
     return select(keys, batch_size, selection.strategy, temperature=selection.temperature, generator=generator)
 
@@ -177,6 +180,13 @@ class StreamSelector:
             self.model.train(was_training)
         self.samples_scored += len(pool)
         self.last_ratio = self.batch_size / len(pool)
+        bad = (~torch.isfinite(scores.detach().float().reshape(len(pool), -1).sum(1))).nonzero().flatten()
+        if len(bad) and self.selection.nonfinite == "raise":
+            raise ValueError(
+                f"non-finite loss in the pool of batch {self.step + 1} for its items {bad[:8].tolist()} (positions "
+                "in the pool): the model diverged or the data holds invalid values (selection.nonfinite: skip "
+                "ranks such items last)"
+            )
         return pick(scores, self.batch_size, self.selection, self._generator)
 
     def state_dict(self) -> dict[str, Any]:
