@@ -98,7 +98,7 @@ MAY_IMPORT = {
     "selection": set(),
     "contract": {"selection"},  # the metric names every integration logs too (selection.metric_names)
     "integrations": {"selection"},  # on the selection library only, never on the engine
-    "tasks": {"contract"},
+    "tasks": {"contract", "integrations"},  # the LLM task packs rows as the SFT trainer does (integrations.packed)
     "experiment": {"contract", "selection", "tasks"},
     "theory": {"experiment", "selection"},  # pure maths: no engine, no MLflow
     "cost": {"experiment", "selection", "tasks"},  # the plan's work, the tasks' probes: no Ray, no MLflow
@@ -195,6 +195,7 @@ def test_a_task_package_imports_only_itself_and_the_task_interface(task):
         "attent.tasks.weights",
         "attent.tasks.cache",  # the decoded cache of the image tasks' files
         "attent.tasks.batches",  # the image tasks' batches of tensor items
+        "attent.integrations.packed",  # packed rows' attention check, as AtteNTSFTTrainer's
     }
     own = f"attent.tasks.{task}"
     outside = sorted(

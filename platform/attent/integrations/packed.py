@@ -267,6 +267,24 @@ def attention_problem(model: torch.nn.Module) -> str | None:
     return None
 
 
+def varlen_attention(model: torch.nn.Module) -> bool:
+    """Whether ``model`` (or the one inside a DDP or peft wrapper) attends by a varlen flash
+    kernel, which runs a packed row's samples each on its own; sdpa, eager and flex attention run
+    the row as one sequence under a block-diagonal mask (``attention_problem``), whose cost grows
+    with the row's length squared.
+
+    Args:
+        model: a transformers model, or a DDP or peft wrapper of one.
+
+    Returns:
+        True for a flash-attention implementation.
+    """
+    inner = getattr(model, "module", model)
+    inner = inner.get_base_model() if hasattr(inner, "get_base_model") else inner
+    implementation = getattr(getattr(inner, "config", None), "_attn_implementation", None) or ""
+    return implementation in VARLEN_ATTENTION or "flash" in implementation
+
+
 def builds_masks(model: torch.nn.Module) -> bool:
     """Whether the modules of ``model``'s classes (and its backbone's) build attention masks with
     transformers' masking utilities (import one of its mask builders)."""

@@ -105,6 +105,11 @@ class LLMTaskConfig(TaskConfig):
     # the released AtteNT code's, that summed over the batch's padded width (so it depends on the
     # batch's longest sample and the sample's own length)
     score: Literal["response_mean", "padded_row_mean"] = "response_mean"
+    # "on": each batch's samples run as one padding-free row (position_ids restarting at each, no
+    # padding computed), where the model's attention keeps packed samples apart; "auto": so under
+    # a varlen flash-attention kernel only (sdpa and eager attend over the whole row under a mask:
+    # 1.2x slower than padded on a CPU, docs/findings/overheads.md); "off": padded
+    packing: Literal["auto", "on", "off"] = "auto"
     # downstream evaluation
     eval: LLMEvalConfig = Field(default_factory=LLMEvalConfig)
 

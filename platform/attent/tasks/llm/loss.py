@@ -48,8 +48,14 @@ def causal_lm(model: nn.Module) -> nn.Module:
     return inner.get_base_model() if hasattr(inner, "get_base_model") else inner
 
 
-def final_hidden_states(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """FloatTensor[B, T, H]: the decoder's output (what the LM head projects), LoRA applied."""
+def final_hidden_states(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    position_ids: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """FloatTensor[B, T, H]: the decoder's output (what the LM head projects), LoRA applied; a
+    packed row's ``position_ids`` (and no mask) keep its samples apart."""
     decoder = causal_lm(model).get_decoder()
     captured: list[torch.Tensor] = []
 
@@ -62,7 +68,8 @@ def final_hidden_states(model: nn.Module, input_ids: torch.Tensor, attention_mas
     # takes its output.
     handle = decoder.register_forward_hook(keep)
     try:
-        model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, logits_to_keep=1)
+        positions = {} if position_ids is None else {"position_ids": position_ids}
+        model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, logits_to_keep=1, **positions)
     finally:
         handle.remove()
     if len(captured) != 1:
@@ -130,18 +137,48 @@ def response_token_losses(
     return token_loss, rows
 
 
+def packed_row(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A right-padded batch as one padding-free row [1, tokens]: its samples' tokens in order,
+    ``position_ids`` restarting at 0 at each, each sample's first label IGNORE_INDEX (no loss term
+    across a boundary), and ``segments``, each token's sample [tokens]."""
+    mask = batch["attention_mask"].bool()
+    labels = batch["labels"].clone()
+    labels[:, 0] = IGNORE_INDEX
+    positions = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)
+    samples = torch.arange(mask.shape[0], device=mask.device).unsqueeze(1).expand_as(mask)
+    return {
+        "input_ids": batch["input_ids"][mask].unsqueeze(0),
+        "labels": labels[mask].unsqueeze(0),
+        "position_ids": positions[mask].unsqueeze(0),
+        "segments": samples[mask],
+    }
+
+
 def response_loss_sums(
-    model: nn.Module, batch: dict[str, torch.Tensor], *, chunk_tokens: int = 256, fused: FusedLoss = "auto"
+    model: nn.Module,
+    batch: dict[str, torch.Tensor],
+    *,
+    chunk_tokens: int = 256,
+    fused: FusedLoss = "auto",
+    packed: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(FloatTensor[B] summed response-token cross-entropy, LongTensor[B] response tokens) of
-    each sample, the model (DDP/peft-wrapped or not) run on the batch."""
-    labels = batch["labels"]
-    hidden = final_hidden_states(model, batch["input_ids"], batch["attention_mask"])
+    each sample, the model (DDP/peft-wrapped or not) run on the batch, or (``packed``) on its
+    samples as one padding-free row (``packed_row``): the same sums, no padding computed."""
+    labels = row_labels = batch["labels"]
+    if packed:
+        row = packed_row(batch)
+        row_labels = row["labels"]
+        hidden = final_hidden_states(model, row["input_ids"], None, row["position_ids"])
+    else:
+        hidden = final_hidden_states(model, batch["input_ids"], batch["attention_mask"])
     lm = causal_lm(model)
     softcap = getattr(lm.config, "final_logit_softcapping", None)
     token_loss, rows = response_token_losses(
-        hidden, labels, lm.get_output_embeddings(), chunk_tokens=chunk_tokens, softcap=softcap, fused=fused
+        hidden, row_labels, lm.get_output_embeddings(), chunk_tokens=chunk_tokens, softcap=softcap, fused=fused
     )
+    if packed:  # a term's sample: that of the token it predicts
+        rows = row["segments"][(row_labels[:, 1:] != IGNORE_INDEX).nonzero(as_tuple=True)[1] + 1]
     sums = token_loss.new_zeros(len(labels)).index_add(0, rows, token_loss)
     if not len(token_loss):  # still a graph through the model (DDP expects every gradient)
         sums = sums + 0.0 * hidden.float().sum(dim=(1, 2))
@@ -149,9 +186,14 @@ def response_loss_sums(
 
 
 def response_loss(
-    model: nn.Module, batch: dict[str, torch.Tensor], *, chunk_tokens: int = 256, fused: FusedLoss = "auto"
+    model: nn.Module,
+    batch: dict[str, torch.Tensor],
+    *,
+    chunk_tokens: int = 256,
+    fused: FusedLoss = "auto",
+    packed: bool = False,
 ) -> torch.Tensor:
     """FloatTensor[B]: what ``response_token_loss`` gives from full logits, computed chunk by
     chunk from the final hidden states (differentiable; 0 for a sample with no response)."""
-    sums, counts = response_loss_sums(model, batch, chunk_tokens=chunk_tokens, fused=fused)
+    sums, counts = response_loss_sums(model, batch, chunk_tokens=chunk_tokens, fused=fused, packed=packed)
     return sums / counts.clamp(min=1)

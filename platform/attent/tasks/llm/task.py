@@ -11,6 +11,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from attent.contract import DATASET_TRAIN, DATASET_VALIDATION, DatasetDescription
+from attent.integrations.packed import attention_problem, varlen_attention
 from attent.tasks.llm.config import LLMTaskConfig
 from attent.tasks.llm.data import (
     IGNORE_INDEX,
@@ -64,6 +65,7 @@ class LLMTask(Task):
         self._suites: dict[str, EvalSuite] = {}
         self._mt_bench_questions: list[Question] | None = None
         self._gsm8k_test: SFTDataset | None = None
+        self._packs: dict[int, bool] = {}  # model id -> whether its batches run packed
 
     # --- prompts ----------------------------------------------------------------------------
     def _templated(self, conversation: list[str]) -> list[str]:
@@ -212,7 +214,26 @@ class LLMTask(Task):
 
     def per_sample_loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         # = response_token_loss(model(...).logits, labels), without full-vocabulary logits
-        return response_loss(model, batch, chunk_tokens=self.config.loss_chunk_tokens, fused=self.config.fused_loss)
+        cfg = self.config
+        return response_loss(
+            model, batch, chunk_tokens=cfg.loss_chunk_tokens, fused=cfg.fused_loss, packed=self.packs(model)
+        )
+
+    def packs(self, model: nn.Module) -> bool:
+        """Whether a batch runs as one padding-free row: ``packing: on`` where the model's
+        attention keeps packed samples apart, ``auto`` under a varlen flash kernel alone.
+
+        Raises:
+            ValueError: ``packing: on`` for a model whose attention would mix packed samples.
+        """
+        if self.config.packing == "off":
+            return False
+        if id(model) not in self._packs:
+            problem = attention_problem(model)
+            if problem and self.config.packing == "on":
+                raise ValueError(f"task.packing: on cannot keep packed samples apart: {problem}; set task.packing=off")
+            self._packs[id(model)] = problem is None and (self.config.packing == "on" or varlen_attention(model))
+        return self._packs[id(model)]
 
     def kernel_output(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """The mean log-likelihood of the sample's response tokens (minus its loss), through
