@@ -25,19 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the
 import harness  # noqa: E402
 
 
-def main() -> None:
-    from attent.integrations.packed import attention_problem
+def workload(args):
+    """The task, SmolLM2-135M with LoRA (its B given weight) and the padded GSM8K batches."""
     from attent.tasks.llm.config import SMOLLM2, LLMTaskConfig
-    from attent.tasks.llm.loss import response_loss
     from attent.tasks.llm.task import LLMTask
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", type=Path, default=harness.REPO.parent / "shared" / "datasets")
-    parser.add_argument("--batches", type=int, default=8)
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args()
     torch.manual_seed(0)
     samples = args.batches * args.batch_size
     config = LLMTaskConfig(model=SMOLLM2, dataset="gsm8k", data_dir=str(args.data_dir.resolve()), lora_r=8,
@@ -52,11 +44,26 @@ def main() -> None:
     batches = [
         task.collate([data[i] for i in range(j, j + args.batch_size)]) for j in range(0, samples, args.batch_size)
     ]
+    return model, batches
+
+
+def main() -> None:
+    from attent.integrations.packed import attention_problem
+    from attent.tasks.llm.loss import response_loss
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", type=Path, default=harness.REPO.parent / "shared" / "datasets")
+    parser.add_argument("--batches", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    model, batches = workload(args)
     padding = sum(float((1 - b["attention_mask"].float()).sum()) for b in batches) / sum(
         b["attention_mask"].numel() for b in batches
     )
     difference = max(
-        float(((response_loss(model, b, packed=True) - p).abs() / p.abs()).max())
+        float(((response_loss(model, b, packed=True).detach() - p).abs() / p.abs()).max())
         for b in batches
         for p in [response_loss(model, b, packed=False).detach()]
     )
