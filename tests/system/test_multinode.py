@@ -6,10 +6,12 @@ worker killed mid-run: the run still logs the reference's numbers."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import mlflow
 import psutil
@@ -190,14 +192,25 @@ ELASTIC = [
 ]
 
 
-def kill_the_second_node_after_two_epochs(proc: subprocess.Popen, client, second_raylet: int) -> None:
-    """Once the elastic run has logged two epochs, the second node dies for good: its raylet and its Train worker
-    (a worker whose raylet dies trains on, orphaned)."""
+def registered_checkpoints(snapshot: Path) -> int:
+    """The checkpoints Ray Train's controller has registered (its snapshot in the run's storage), 0 before any."""
+    try:
+        return len(json.loads(snapshot.read_text())["checkpoint_results"])
+    except (OSError, ValueError, KeyError):  # not written yet, or being written
+        return 0
+
+
+def kill_the_second_node_after_two_epochs(proc: subprocess.Popen, client, second_raylet: int, snapshot: Path) -> None:
+    """Once the elastic run has logged two epochs and Ray Train registered their checkpoints (the metrics reach
+    MLflow before the controller registers the epoch's checkpoint: a kill between the two restores from the one
+    before), the second node dies for good: its raylet and its Train worker (a worker whose raylet dies trains on,
+    orphaned)."""
     deadline = time.time() + 300
-    while time.time() < deadline:  # the second node dies for good once two epochs are logged
+    while time.time() < deadline:  # the second node dies for good once two epochs are logged and checkpointed
         assert proc.poll() is None, "the run ended before the node could be killed"
         runs = the_run(client, "elastic")
-        if runs and len(client.get_metric_history(runs[0].info.run_id, contract.TRAIN_LOSS)) >= 2:
+        logged = runs and len(client.get_metric_history(runs[0].info.run_id, contract.TRAIN_LOSS)) >= 2
+        if logged and registered_checkpoints(snapshot) >= 2:
             workers = train_workers(second_raylet)
             assert len(workers) == 1, workers
             os.kill(second_raylet, signal.SIGKILL)
@@ -238,7 +251,8 @@ def test_an_elastic_run_loses_a_node_and_goes_on_with_one_worker(two_fresh_nodes
         stderr=subprocess.STDOUT,
         text=True,
     )
-    kill_the_second_node_after_two_epochs(proc, client, second_raylet)
+    snapshot = tmp_path / "shared_storage" / "elastic" / "checkpoint_manager_snapshot.json"
+    kill_the_second_node_after_two_epochs(proc, client, second_raylet, snapshot)
     out = finish(proc)
     (run,) = the_run(client, "elastic")
     assert run.info.status == "FINISHED", out[-3000:]

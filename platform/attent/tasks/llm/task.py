@@ -65,7 +65,6 @@ class LLMTask(Task):
         self._suites: dict[str, EvalSuite] = {}
         self._mt_bench_questions: list[Question] | None = None
         self._gsm8k_test: SFTDataset | None = None
-        self._packs: dict[int, bool] = {}  # model id -> whether its batches run packed
 
     # --- prompts ----------------------------------------------------------------------------
     def _templated(self, conversation: list[str]) -> list[str]:
@@ -228,12 +227,13 @@ class LLMTask(Task):
         """
         if self.config.packing == "off":
             return False
-        if id(model) not in self._packs:
+        packs = self.__dict__.setdefault("_packs", {})  # model id -> whether it packs (a probe's task has no __init__)
+        if id(model) not in packs:
             problem = attention_problem(model)
             if problem and self.config.packing == "on":
                 raise ValueError(f"task.packing: on cannot keep packed samples apart: {problem}; set task.packing=off")
-            self._packs[id(model)] = problem is None and (self.config.packing == "on" or varlen_attention(model))
-        return self._packs[id(model)]
+            packs[id(model)] = problem is None and (self.config.packing == "on" or varlen_attention(model))
+        return packs[id(model)]
 
     def kernel_output(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """The mean log-likelihood of the sample's response tokens (minus its loss), through
