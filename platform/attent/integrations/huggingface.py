@@ -33,14 +33,12 @@ the model reduces it (``huggingface_loss``). On an IterableDataset, a selecting 
 from __future__ import annotations
 
 import sys
-from functools import partial
 from typing import Any
 
 import torch
 from accelerate.data_loader import prepare_data_loader
 from torch.utils.data import DataLoader
 from transformers import Trainer, TrainerCallback
-from transformers.trainer_utils import seed_worker
 
 from ..selection import metric_names as names
 from ..selection.config import SelectionConfig
@@ -134,13 +132,8 @@ class AtteNTTrainerMixin:
             sampler=self.selector.sampler,
             collate_fn=collator,
             drop_last=args.dataloader_drop_last,
-            num_workers=args.dataloader_num_workers,
             pin_memory=args.dataloader_pin_memory,
-            persistent_workers=args.dataloader_persistent_workers,
-            multiprocessing_context=args.dataloader_multiprocessing_context,
-            prefetch_factor=args.dataloader_prefetch_factor,
-            in_order=args.dataloader_in_order,
-            worker_init_fn=partial(seed_worker, num_workers=args.dataloader_num_workers, rank=args.process_index),
+            **huggingface_stream.worker_options(args),
         )
         # accelerator.prepare would give rank r every W-th batch of its shard (accelerate #4075,
         # transformers #34365), and setting its wrapper's num_processes to 1 would pad a short last

@@ -121,17 +121,28 @@ def _read(stream, args):
     ``dataloader_num_workers`` workers (in order)."""
     if args.dataloader_num_workers == 0:
         return stream
-    return DataLoader(
-        stream if isinstance(stream, IterableDataset) else _EveryNth(stream, 0, 1),
-        batch_size=None,
-        collate_fn=_as_is,
-        num_workers=args.dataloader_num_workers,
-        persistent_workers=args.dataloader_persistent_workers,
-        multiprocessing_context=args.dataloader_multiprocessing_context,
-        prefetch_factor=args.dataloader_prefetch_factor,
-        in_order=args.dataloader_in_order,
-        worker_init_fn=partial(seed_worker, num_workers=args.dataloader_num_workers, rank=args.process_index),
-    )
+    stream = stream if isinstance(stream, IterableDataset) else _EveryNth(stream, 0, 1)
+    return DataLoader(stream, batch_size=None, collate_fn=_as_is, **worker_options(args))
+
+
+def worker_options(args) -> dict[str, Any]:
+    """A DataLoader's worker arguments as Trainer's own training loader takes them from ``args``
+    (its ``dataloader_*`` settings; each worker seeded by ``seed_worker``).
+
+    Args:
+        args: the trainer's ``TrainingArguments``.
+
+    Returns:
+        DataLoader keyword arguments.
+    """
+    return {
+        "num_workers": args.dataloader_num_workers,
+        "persistent_workers": args.dataloader_persistent_workers,
+        "multiprocessing_context": args.dataloader_multiprocessing_context,
+        "prefetch_factor": args.dataloader_prefetch_factor,
+        "in_order": args.dataloader_in_order,
+        "worker_init_fn": partial(seed_worker, num_workers=args.dataloader_num_workers, rank=args.process_index),
+    }
 
 
 def _scoring(trainer, collator):

@@ -46,7 +46,7 @@ def on_cpu(pending: list[Observation], components: int) -> Observation:
 
 def nonfinite_samples(pending: list[Observation]) -> list[int]:
     """The samples of ``pending`` whose loss is NaN or inf (a rare path: reads the device)."""
-    indices, losses = on_cpu(pending, pending[0][1].shape[1]) if pending else on_cpu([], 1)
+    indices, losses = on_cpu(pending, 1)  # the component count shapes only an empty result
     return indices[~torch.isfinite(losses).all(1)].tolist()
 
 
