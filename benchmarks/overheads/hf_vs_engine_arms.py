@@ -88,7 +88,7 @@ def training_arguments(cfg, optim, accumulation: int, workdir: Path):
 def run_trainer(args, cfg, arm: str, workdir: Path, clock) -> tuple[dict, object, object]:
     """One Trainer arm on the engine task's data, model and optimiser settings, timed by ``clock``
     (``harness.epoch_clock``); (row, task, model)."""
-    from attent.engine.recipe import resolve_optimizer
+    from attent.engine.lr import resolve_optimizer
     from attent.selection.config import SelectionConfig
     from attent.tasks.registry import build_task
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from attent.analysis.paper_tables import layouts
 from attent.cost.work import planned_work
-from attent.engine.recipe import resolve_optimizer
+from attent.engine.lr import resolve_optimizer
 from attent.experiment.files import load_experiment
 from attent.selection.plan import build_plan
 from attent.sweep.spec import load_sweep

@@ -17,14 +17,25 @@ def flops_key(cfg: ExperimentConfig, probe: Probe) -> str:
 
 def train_samples(cfg: ExperimentConfig, probe: Probe | None, given: int | None) -> int:
     """The training set's size: ``given`` (``--samples``), else ``task.expected_train_samples``,
-    else the probe's (a named data set's published size), else the task built on its data here.
+    else a stream's rows (``stream:``, its images counted where its folder is here), else the
+    probe's (a named data set's published size), else the task built on its data here.
 
     Raises:
         ValueError: the size is none of these (one line naming ``--samples``).
     """
-    for known in (given, cfg.task.expected_train_samples, probe.train_samples if probe else None):
+    for known in (given, cfg.task.expected_train_samples):
         if known is not None:
             return known
+    if cfg.stream is not None:
+        rows = cfg.stream.local_rows()
+        if rows is None:
+            raise ValueError(
+                f"run {cfg.name!r}: its stream {cfg.stream.path} is not on this machine: set "
+                "task.expected_train_samples to its rows, or give --samples"
+            )
+        return rows
+    if probe is not None and probe.train_samples is not None:
+        return probe.train_samples
     try:
         cfg.task.check_data()
     except (FileNotFoundError, ValueError):

@@ -9,6 +9,7 @@ import torch
 
 from attent.experiment.schema import ExperimentConfig
 from attent.selection.selector import Selector
+from attent.selection.stream import stream_pools
 
 # The largest training set the cost model runs its Selector on. A larger one's counts are this
 # size's scaled up (its plan and scoring policy are the same): each epoch's subset then differs
@@ -51,6 +52,9 @@ def planned_work(cfg: ExperimentConfig, samples: int, *, eval_samples: int = 0, 
     Returns:
         The run's ``Work``.
     """
+    evaluated = len(cfg.train.evaluation_epochs()) * eval_samples * eval_forwards
+    if cfg.stream is not None:
+        return stream_work(cfg, samples, evaluated)
     size = min(samples, RUN_AT_MOST)
     groups = torch.arange(size) % max(2, len(cfg.selection.group_weights or ()))
     selector = Selector(range(size), selection=cfg.selection, epochs=cfg.train.epochs, seed=cfg.seed, groups=groups)
@@ -67,8 +71,26 @@ def planned_work(cfg: ExperimentConfig, samples: int, *, eval_samples: int = 0, 
         selector.update(torch.rand(len(subset), generator=generator), subset)
         selector.end_epoch()
         trained += len(subset)
-    evaluated = len(cfg.train.evaluation_epochs()) * eval_samples * eval_forwards
     estimated = any(p.ratio is None for p in selector.plan)
     scale, scaled_from = samples / size, size if size < samples else None
     full = cfg.train.epochs * samples
     return Work(samples, round(trained * scale), round(scored * scale), evaluated, full, estimated, scaled_from)
+
+
+def stream_work(cfg: ExperimentConfig, samples: int, evaluated: float) -> Work:
+    """The work of a stream run (``stream:``) on ``samples`` rows a pass: each rank's pools of its
+    equal shard (``stream_pools``), B trained of each and every item of a pool larger than B
+    scored (one forward each, 1 / r per trained sample).
+
+    Args:
+        cfg: the run.
+        samples: the rows of one pass over the stream.
+        evaluated: its evaluation work, in scoring forwards.
+
+    Returns:
+        The run's ``Work``, exact (pool sizes depend on the plan alone).
+    """
+    ranks, batch = max(1, cfg.ray.max_workers), cfg.train.batch_size
+    pools = [size for sizes in stream_pools(cfg.selection, batch, samples // ranks, cfg.train.epochs) for size in sizes]
+    scored = sum(size for size in pools if size > batch)  # a pool of B is trained as it comes
+    return Work(samples, ranks * batch * len(pools), ranks * scored, evaluated, cfg.train.epochs * samples)

@@ -41,6 +41,7 @@ from .dashboard import add_to_training_view
 from .preflight.cluster import check_cluster_resources
 from .preflight.nodes import check_shared_across_nodes
 from .preflight.resources import worker_bundle
+from .stream_data import stream_datasets
 from .tracking import RunLogger, TrackingSession
 from .worker import EPOCHS_ENDED_UNIX, LOCAL_MODE, ON_EPOCH, TRACKING_CLIENT, train_loop_per_worker
 
@@ -62,9 +63,6 @@ class TrainResult:
 class PipelineResult:
     training: TrainResult
     downstream: dict[str, float] = field(default_factory=dict)  # downstream.<job>.<metric> -> value
-
-
-# --- the driver ---------------------------------------------------------------------------------
 
 
 def run_pipeline(cfg: ExperimentConfig, tracking: TrackingSession | None = None, **train_options) -> PipelineResult:
@@ -209,9 +207,11 @@ def build_trainer(
 ) -> TorchTrainer:
     """Ray Train's trainer of the run: its workers from ``ray:`` (none in local mode), quiet logs."""
     local = cfg.ray.num_workers == 0
+    datasets = stream_datasets(cfg, payload)  # before the payload travels: it carries the stream's rows
     return TorchTrainer(
         train_loop_per_worker,
         train_loop_config=payload,
+        datasets=datasets,
         scaling_config=ScalingConfig(
             num_workers=cfg.ray.num_workers,
             use_gpu=cfg.ray.use_gpu,

@@ -1,4 +1,5 @@
-"""Learning rate as a function of training progress measured in epochs.
+"""The optimiser's settings (``resolve_optimizer``) and the learning rate as a function of
+training progress measured in epochs.
 
 Why epochs and not optimiser steps: with AtteNT an epoch shrinks to the selected subset, so the
 number of steps is not known in advance and changes with the ratio schedule. Defining warmup and
@@ -9,7 +10,11 @@ makes the schedule stateless: a resumed run recomputes it exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+
+from ..experiment.schema import ExperimentConfig
+from ..tasks.task import OptimizerSpec
 
 
 def lr_factor(progress: float, schedule: str, warmup_ratio: float = 0.0, floor: float = 0.0) -> float:
@@ -28,3 +33,23 @@ def lr_factor(progress: float, schedule: str, warmup_ratio: float = 0.0, floor: 
     else:
         raise ValueError(f"unknown learning-rate schedule {schedule!r}")
     return floor + (1.0 - floor) * decayed if floor else decayed
+
+
+def resolve_optimizer(spec: OptimizerSpec, cfg: ExperimentConfig) -> OptimizerSpec:
+    """The task's defaults with every ``train:`` field the user set on top; ``base_lr`` scaled by
+    the global batch / 256 (MAE's convention)."""
+    train = cfg.train
+    lr = train.lr
+    if train.base_lr is not None:
+        global_batch = train.global_batch_size or train.batch_size * max(1, cfg.ray.max_workers)
+        lr = train.base_lr * global_batch / 256
+    chosen = {
+        "lr": lr,
+        "min_lr": train.min_lr if "min_lr" in train.model_fields_set else None,
+        "weight_decay": train.weight_decay,
+        "betas": train.betas,
+        "schedule": train.schedule,
+        "warmup_ratio": train.warmup_ratio,
+        "global_batch_size": train.global_batch_size,
+    }
+    return dataclasses.replace(spec, **{k: v for k, v in chosen.items() if v is not None})

@@ -29,8 +29,6 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..selection.resume import rank_part
-
 INSIDE_EPOCH = "inside_epoch"  # checkpoint key: where a checkpoint taken inside an epoch stands
 GO_ON, CHECKPOINT, EXIT = 0, 1, 2  # what the ranks agreed: nothing; a checkpoint (drain notice); and exit (SIGTERM)
 SIGTERM_RECEIVED = threading.Event()  # set by the handler, in the process's main thread
@@ -182,7 +180,7 @@ class InsideEpoch:
 def inside_epoch_state(recipe, flag: StopFlag, epoch: int, step: int) -> dict[str, Any] | None:
     """On rank 0, the ``INSIDE_EPOCH`` entry of a checkpoint taken after ``step`` of ``epoch``
     (every rank's Selector part and generators, gathered); None on the other ranks. Every rank calls it."""
-    parts = flag.gather({"selector": rank_part(recipe.selector), "rng": rng_state(recipe.ctx.device)})
+    parts = flag.gather({"selector": recipe.selection_part(), "rng": rng_state(recipe.ctx.device)})
     if parts is None:
         return None
     return {"epoch": epoch, "step": step, "world_size": recipe.ctx.world_size, "ranks": parts}

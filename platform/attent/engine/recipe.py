@@ -15,7 +15,6 @@ nothing about any particular task.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import logging
 import math
@@ -30,16 +29,17 @@ import torch.distributed as dist
 
 from .. import contract
 from ..experiment.schema import ExperimentConfig
-from ..selection.resume import folded, with_rank_part
+from ..selection.resume import folded, rank_part, with_rank_part
 from ..selection.run_length import optimiser_steps
 from ..selection.selector import Selector
 from ..tasks import weights
 from ..tasks.registry import build_task
-from ..tasks.task import Batch, OptimizerSpec, Task
+from ..tasks.task import Batch, Task
 from . import antk, checkpoint
 from .counters import RunCounters, timed
-from .lr import lr_factor
+from .lr import lr_factor, resolve_optimizer
 from .preemption import INSIDE_EPOCH, InsideEpoch, set_rng_state
+from .stream_epochs import StreamEpochs, StreamRows
 
 
 @dataclass(frozen=True)
@@ -59,32 +59,13 @@ class WorkerContext:
             print(f"[attent] {message}", flush=True)
 
 
-def resolve_optimizer(spec: OptimizerSpec, cfg: ExperimentConfig) -> OptimizerSpec:
-    """The task's defaults with every ``train:`` field the user set on top; ``base_lr`` scaled by
-    the global batch / 256 (MAE's convention)."""
-    train = cfg.train
-    lr = train.lr
-    if train.base_lr is not None:
-        global_batch = train.global_batch_size or train.batch_size * max(1, cfg.ray.max_workers)
-        lr = train.base_lr * global_batch / 256
-    chosen = {
-        "lr": lr,
-        "min_lr": train.min_lr if "min_lr" in train.model_fields_set else None,
-        "weight_decay": train.weight_decay,
-        "betas": train.betas,
-        "schedule": train.schedule,
-        "warmup_ratio": train.warmup_ratio,
-        "global_batch_size": train.global_batch_size,
-    }
-    return dataclasses.replace(spec, **{k: v for k, v in chosen.items() if v is not None})
-
-
 class TrainingRecipe:
     """One training run on one rank. The driver calls ``setup``, maybe ``restore``, then
     ``run_epoch`` per epoch; a test calls the same steps on a plain torch set-up."""
 
-    def __init__(self, cfg: ExperimentConfig, ctx: WorkerContext):
+    def __init__(self, cfg: ExperimentConfig, ctx: WorkerContext, stream: tuple[Any, int] | None = None):
         self.cfg, self.ctx = cfg, ctx
+        self.stream = stream  # stream: (this rank's Ray Data shard, the rows of a pass over all shards)
         self.counters = RunCounters()
         self.setup_seconds: dict[str, float] = {}  # the set-up's parts (contract.SETUP_PARTS)
         self.checkpointed_at = time.monotonic()  # rank 0's clock of ray.checkpoint_minutes
@@ -100,9 +81,11 @@ class TrainingRecipe:
         torch.manual_seed(cfg.seed)  # identical initial weights on every rank
         with timed(self.setup_seconds, "data"):
             self.task: Task = build_task(cfg.task, seed=cfg.seed)
-            self.train_set = self.task.train_dataset()
+            self.train_set = (
+                StreamRows(*self.stream, self.task.stream_item) if self.stream else self.task.train_dataset()
+            )
         expected = cfg.task.expected_train_samples
-        if expected is not None and expected != len(self.train_set) and ctx.rank == 0:
+        if expected is not None and not self.stream and expected != len(self.train_set) and ctx.rank == 0:
             logging.getLogger(__name__).warning(
                 "task.expected_train_samples is %d but the training set holds %d: attent plan priced "
                 "another run; correct the field",
@@ -149,10 +132,22 @@ class TrainingRecipe:
             cfg, self.task, self.raw_model, ctx.rank, ctx.device
         )  # None unless antk.enabled, rank 0
 
-    def _build_selector(self, workers: int, start: str | None) -> Selector:
+    def _build_selector(self, workers: int, start: str | None) -> Selector | StreamEpochs:
         """The run's selector over the training set, scoring with the raw (uncompiled) model and
-        ``workers`` loader processes started by ``start``, on this rank's share."""
+        ``workers`` loader processes started by ``start``, on this rank's share; of a stream, its
+        pools (Ray Train's shards are equal: the rows over the ranks, rounded down)."""
         cfg, ctx = self.cfg, self.ctx
+        if self.stream:
+            shard_rows = len(self.train_set) // ctx.world_size
+            return StreamEpochs(
+                self.train_set,
+                shard_rows,
+                cfg,
+                model=self.raw_model,
+                loss_fn=self.scoring_loss,
+                collate_fn=self.task.loader_collate,
+                rank=ctx.rank,
+            )
         return Selector(
             self.train_set,
             selection=cfg.selection,
@@ -206,9 +201,18 @@ class TrainingRecipe:
         if inside["world_size"] == self.ctx.world_size:
             mine = parts[self.ctx.rank]
             self.resume = InsideEpoch(inside["epoch"], inside["step"], mine["rng"])
-            return with_rank_part(state, mine["selector"])
+            return mine["selector"] if self.stream else with_rank_part(state, mine["selector"])
+        if self.stream:  # each rank's place in its own shard: no other split of the rows goes on from it
+            raise ValueError(
+                f"a stream run's checkpoint from inside epoch {inside['epoch'] + 1} resumes on the "
+                f"{inside['world_size']} workers that wrote it, not {self.ctx.world_size}: set ray.num_workers to it"
+            )
         self.resume = InsideEpoch(inside["epoch"], inside["step"], None, folded=True)
         return folded(state, [part["selector"] for part in parts], self.ctx.rank)
+
+    def selection_part(self) -> dict[str, Any]:
+        """This rank's part of the selection's state inside an epoch (a preemption's checkpoint)."""
+        return self.selector.state_dict() if self.stream else rank_part(self.selector)
 
     def amp(self, precision: str | None = None):
         if (precision or self.cfg.train.precision) == "bf16":
@@ -227,7 +231,9 @@ class TrainingRecipe:
             with self.counters.timed("train"):
                 steps = self.train_one_epoch(epoch)
             for part in ("scoring", "selection"):  # the selector times its own work
-                seconds[part] += self.selector.seconds[part] - before[part]
+                spent = self.selector.seconds[part] - before[part]
+                seconds[part] += spent
+                seconds["train"] -= spent if self.stream else 0.0  # a stream's pools are scored inside the steps
             with self.counters.timed("eval"):
                 evals = self.evaluate(epoch)
         return self.record(epoch, steps, evals)
@@ -366,19 +372,6 @@ class TrainingRecipe:
             contract.OPTIMIZER_STEPS: counters.optimizer_steps,
             **{k: v for k, v in counters.history[-1].items() if k.startswith(contract.EVAL_PREFIX)},
         }
-
-
-def format_row(row: dict[str, float], epochs: int) -> str:
-    """An epoch's metrics row as the one line a run prints per epoch."""
-    evals = "".join(
-        f"{k[len(contract.EVAL_PREFIX) :]} {v:.4f}, " for k, v in row.items() if k.startswith(contract.EVAL_PREFIX)
-    )
-    return (
-        f"epoch {int(row['epoch'])}/{epochs}: selected {row[contract.SELECTED_RATIO]:.0%}, "
-        f"train loss {row[contract.TRAIN_LOSS]:.4f}, {evals}method cost {row[contract.TIME_METHOD]:.1f}s "
-        f"(train {row[contract.time_metric('train')]:.1f}s, scoring {row[contract.time_metric('scoring')]:.1f}s), "
-        f"eval {row[contract.time_metric('eval')]:.1f}s"
-    )
 
 
 # How loader processes start. A Ray worker runs Ray's threads beside the training: a process forked from it can

@@ -27,13 +27,15 @@ from .. import contract
 from ..experiment.schema import ExperimentConfig
 from . import checkpoint, faults, logged_models, preemption
 from .counters import timed
-from .recipe import TrainingRecipe, WorkerContext, format_row
+from .recipe import TrainingRecipe, WorkerContext
 from .system_metrics import start_system_metrics, stop_system_metrics
 from .tracking import RunLogger, process_client
 
 EPOCHS_ENDED_UNIX = "epochs_ended_unix"  # last report only: when the last epoch ended (driver's teardown)
 LOCAL_MODE = "local_mode"  # payload key: the run is Ray Train's local mode (this process)
 ON_EPOCH = "on_epoch"  # payload key, local mode: called with each epoch's reported metrics
+STREAM_DATASET = "train"  # Ray Train's name of the training stream (stream:)
+STREAM_ROWS = "stream_rows"  # payload key: the rows of one pass over the training stream
 TRACKING_CLIENT = "tracking_client"  # payload key, local mode: the driver's MLflow client (this process's)
 
 
@@ -100,7 +102,7 @@ def train_run(payload: dict[str, Any], cfg: ExperimentConfig, started: float, en
     with node_system_metrics(payload, context, tracking):
         with timed(tracking, "tracking"):
             logger = run_logger(payload) if ctx.rank == 0 else None
-        recipe = TrainingRecipe(cfg, ctx)
+        recipe = TrainingRecipe(cfg, ctx, stream=stream_shard(payload, context) if cfg.stream else None)
         recipe.setup(wrap_model=wrap_model)
         start_or_restore(recipe, ctx, logger, storage, tracking, started, entered, payload)
         mode = "Ray Train's local mode" if local else f"{ctx.world_size} worker(s)"
@@ -111,6 +113,16 @@ def train_run(payload: dict[str, Any], cfg: ExperimentConfig, started: float, en
         # local mode trains in the driver's process, whose signals are the command's own
         flag = None if local else watch_preemption(recipe, train_report)
         train_epochs(recipe, logger, train_report, storage if local else None, payload.get(ON_EPOCH), flag)
+
+
+def stream_shard(payload: dict[str, Any], context) -> tuple[Any, int]:
+    """This rank's Ray Data shard of the training stream (Ray Train splits it, equal shares) and
+    the rows of one pass over the whole stream (the driver counted them)."""
+    from ray.train.v2._internal.data_integration.interfaces import DatasetShardMetadata
+    from ray.train.v2._internal.execution.train_fn_utils import get_train_fn_utils
+
+    metadata = DatasetShardMetadata(dataset_name=STREAM_DATASET, world_rank=context.get_world_rank())
+    return get_train_fn_utils().get_dataset_shard(metadata), payload[STREAM_ROWS]
 
 
 def train_epochs(
@@ -368,3 +380,16 @@ def log_model(logger: RunLogger, recipe: TrainingRecipe) -> None:
     if model_id is not None:
         logger.log_metrics({contract.TIME_MODEL_LOG: time.perf_counter() - started}, step=cfg.train.epochs)
         recipe.ctx.log(f"logged the trained model as models:/{model_id}")
+
+
+def format_row(row: dict[str, float], epochs: int) -> str:
+    """An epoch's metrics row as the one line a run prints per epoch."""
+    evals = "".join(
+        f"{k[len(contract.EVAL_PREFIX) :]} {v:.4f}, " for k, v in row.items() if k.startswith(contract.EVAL_PREFIX)
+    )
+    return (
+        f"epoch {int(row['epoch'])}/{epochs}: selected {row[contract.SELECTED_RATIO]:.0%}, "
+        f"train loss {row[contract.TRAIN_LOSS]:.4f}, {evals}method cost {row[contract.TIME_METHOD]:.1f}s "
+        f"(train {row[contract.time_metric('train')]:.1f}s, scoring {row[contract.time_metric('scoring')]:.1f}s), "
+        f"eval {row[contract.time_metric('eval')]:.1f}s"
+    )

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..selection.config import SelectionConfig
+from ..selection.config import SelectionConfig, check_streamable
 from ..selection.plan import Plan, build_plan
 from ..tasks.registry import config_classes
 from .uris import resolve_tracking_uri
@@ -119,6 +119,28 @@ class RayConfig(BaseModel):
         return self.num_workers[0] if self.elastic else self.num_workers
 
 
+IMAGE_SUFFIXES = ("png", "jpg", "jpeg", "bmp", "gif", "tif", "tiff", "webp")  # the files a stream's read_images reads
+
+
+class StreamConfig(BaseModel):
+    """The ``stream:`` section: the training set read as a Ray Data stream, selected pool by pool
+    (``attent.selection.stream``) instead of scored whole and indexed."""
+
+    model_config = ConfigDict(extra="forbid")
+    path: str = Field(..., min_length=1)  # a folder or file Ray Data reads (a local path, s3://, gs://)
+    format: Literal["image_folder"] = "image_folder"  # Ray Data's reader: read_images, labels from class subfolders
+    # the files read in an order drawn by the run's seed (a folder lists one class after another); false: as listed
+    shuffle_files: bool = True
+
+    def local_rows(self) -> int | None:
+        """The rows of a pass where ``path`` is a local folder or file (its images), else None."""
+        path = Path(self.path).expanduser()
+        if "://" in self.path or not path.exists():
+            return None
+        files = [path] if path.is_file() else path.rglob("*")
+        return sum(1 for file in files if file.suffix.lower().lstrip(".") in IMAGE_SUFFIXES)
+
+
 class MLflowConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     tracking_uri: str | None = None  # None: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here
@@ -172,6 +194,7 @@ class ExperimentConfig(BaseModel):
     task: TaskConfig
     train: TrainConfig
     selection: SelectionConfig = SelectionConfig(method="full")
+    stream: StreamConfig | None = None  # the training set as a Ray Data stream; None: the task's own, indexed
     ray: RayConfig = RayConfig()
     mlflow: MLflowConfig = MLflowConfig()
     fault: FaultConfig = FaultConfig()
@@ -187,6 +210,21 @@ class ExperimentConfig(BaseModel):
     def plan(self) -> Plan:
         """The run's selection plan: every epoch's share of the data, re-selection and scoring pass."""
         return build_plan(self.selection, self.train.epochs)
+
+    @model_validator(mode="after")
+    def _stream_readable(self) -> ExperimentConfig:
+        if self.stream is None:
+            return self
+        if self.stream.format not in self.task.stream_formats:
+            readable = ", ".join(self.task.stream_formats) or "none"
+            raise ValueError(
+                f"task {self.task.name} reads no {self.stream.format} stream (it reads: {readable}): drop stream: "
+                "to train on the task's own data"
+            )
+        check_streamable(self.selection)
+        if self.antk.enabled:
+            raise ValueError("antk tracks a probe of the indexed training set: drop antk.enabled under stream:")
+        return self
 
     @model_validator(mode="after")
     def _fault_rank_exists(self) -> ExperimentConfig:
@@ -264,6 +302,9 @@ class ExperimentConfig(BaseModel):
         storage = self.ray.storage_path
         if "://" not in storage:
             storage = str((base / storage).resolve())
+        stream = self.stream
+        if stream and "://" not in stream.path:
+            stream = stream.model_copy(update={"path": str((base / Path(stream.path).expanduser()).resolve())})
         init = self.train.init_weights
         if init and ":/" not in init:  # a local checkpoint folder, not an MLflow URI
             init = str((base / Path(init).expanduser()).resolve())
@@ -271,6 +312,7 @@ class ExperimentConfig(BaseModel):
             update={
                 "train": self.train.model_copy(update={"init_weights": init}),
                 "task": self.task.with_absolute_paths(base),
+                "stream": stream,
                 "mlflow": self.mlflow.model_copy(update={"tracking_uri": tracking}),
                 "ray": self.ray.model_copy(update={"storage_path": storage}),
             }

@@ -308,3 +308,25 @@ class SelectionConfig(BaseModel):
     def uses_ratio_schedule(self) -> bool:
         """Whether the ratio and interval schedules decide the subsets (not full, not InfoBatch)."""
         return self.method not in ("full", "infobatch")
+
+
+def check_streamable(selection: SelectionConfig) -> None:
+    """Refuses, in one line naming the fix, settings a stream cannot follow.
+
+    Raises:
+        ValueError: a method other than AtteNT or full data, or a setting that needs the whole
+            training set (``stratify``, ``reweight``, ``scores: training``, interval kind cycles).
+    """
+    if selection.method not in ("attent", "full"):
+        raise ValueError(
+            f"selection method {selection.method} needs a training set it can index: from a stream, "
+            "select with method attent (hard, soft or random) or train on everything with method full"
+        )
+    whole_set = [name for name in ("stratify", "reweight") if getattr(selection, name)]
+    whole_set += ["scores: training"] if selection.scores == "training" else []
+    whole_set += ["interval kind cycles"] if selection.interval.kind == "cycles" else []
+    if whole_set:
+        raise ValueError(
+            f"selection {', '.join(whole_set)} needs the whole training set; a stream selects from each pool "
+            "alone: drop it (every pool is a re-selection)"
+        )

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch.utils.data import default_collate
 
-from .config import SelectionConfig
+from .config import SelectionConfig, check_streamable
 from .distributed import all_agree
 from .methods import stream_seed
 from .plan import pool_ratio
@@ -36,28 +36,6 @@ from .scoring_pass import PerSampleLoss, without_autograd
 from .strategies import select, soft_logits
 
 STREAM_STATE_FORMAT = 1
-
-
-def check_streamable(selection: SelectionConfig) -> None:
-    """Refuses, in one line naming the fix, settings a stream cannot follow.
-
-    Raises:
-        ValueError: a method other than AtteNT or full data, or a setting that needs the whole
-            training set (``stratify``, ``reweight``, ``scores: training``, interval kind cycles).
-    """
-    if selection.method not in ("attent", "full"):
-        raise ValueError(
-            f"selection method {selection.method} needs a training set it can index: from a stream, "
-            "select with method attent (hard, soft or random) or train on everything with method full"
-        )
-    whole_set = [name for name in ("stratify", "reweight") if getattr(selection, name)]
-    whole_set += ["scores: training"] if selection.scores == "training" else []
-    whole_set += ["interval kind cycles"] if selection.interval.kind == "cycles" else []
-    if whole_set:
-        raise ValueError(
-            f"selection {', '.join(whole_set)} needs the whole training set; a stream selects from each pool "
-            "alone: drop it (every pool is a re-selection)"
-        )
 
 
 def pool_size(selection: SelectionConfig, batch_size: int, progress: float, epochs: float = 1.0) -> int:
@@ -78,6 +56,37 @@ def pool_size(selection: SelectionConfig, batch_size: int, progress: float, epoc
     16
     """
     return math.ceil(batch_size / pool_ratio(selection, progress, epochs))
+
+
+def stream_pools(selection: SelectionConfig, batch_size: int, samples: int, epochs: int) -> list[list[int]]:
+    """The pools of a run of ``epochs`` passes over a stream of ``samples`` items (a rank's shard):
+    each pass's pool sizes, the pool at ``progress`` = items drawn / the run's items sized by
+    ``pool_size``; a pass ends where its next pool would not fit (those items are not drawn).
+
+    Args:
+        selection: the run's settings.
+        batch_size: B, the samples of each training batch.
+        samples: the items of one pass.
+        epochs: the passes.
+
+    Returns:
+        Per pass, the sizes of its pools in order: each pool trains one batch of B.
+
+    >>> [len(p) for p in stream_pools(SelectionConfig(method="full"), 10, 95, epochs=2)]
+    [9, 9]
+    """
+    run = samples * epochs
+    passes = []
+    for epoch in range(epochs):
+        sizes, drawn = [], 0
+        while True:
+            size = pool_size(selection, batch_size, (epoch * samples + drawn) / run, epochs)
+            if drawn + size > samples:
+                break
+            sizes.append(size)
+            drawn += size
+        passes.append(sizes)
+    return passes
 
 
 def pick(scores: torch.Tensor, batch_size: int, selection: SelectionConfig, generator: torch.Generator) -> torch.Tensor:
@@ -109,8 +118,13 @@ class StreamSelector:
         stream: this rank's items (its shard under torch.distributed), each a dataset item.
         selection: the settings (method attent or full).
         batch_size: B, the samples of each training batch.
-        batches: the run's training batches (the progress clock).
-        epochs: the run's length in epochs, which ``warmup_epochs`` is a share of.
+        batches: the run's training batches (the progress clock: batches trained / ``batches``),
+            one pass over the stream at most; or None with ``samples``.
+        samples: the items of one pass over the stream, a stream of known length read ``epochs``
+            times (the progress clock: items drawn / the run's, pools by ``stream_pools``); each
+            ``iter()`` is one pass.
+        epochs: the run's length in epochs, which ``warmup_epochs`` is a share of (with
+            ``samples``: the passes).
         seed: of Soft's and Random's draws.
         model: scores each pool (needed where the run selects).
         loss_fn: ``loss_fn(model, batch)`` -> per-sample losses [P], the training loop's own.
@@ -118,8 +132,8 @@ class StreamSelector:
         rank: this process's rank, for its own random stream (default: the process group's).
 
     Raises:
-        ValueError: settings a stream cannot follow (``check_streamable``), or a selecting run
-            without a model and a loss function.
+        ValueError: settings a stream cannot follow (``check_streamable``), a selecting run
+            without a model and a loss function, or not one of ``batches`` and ``samples``.
     """
 
     def __init__(
@@ -128,7 +142,8 @@ class StreamSelector:
         *,
         selection: SelectionConfig,
         batch_size: int,
-        batches: int,
+        batches: int | None = None,
+        samples: int | None = None,
         epochs: float = 1.0,
         seed: int = 0,
         model: torch.nn.Module | None = None,
@@ -139,33 +154,60 @@ class StreamSelector:
         check_streamable(selection)
         if selection.selects and (model is None or loss_fn is None):
             raise ValueError("a stream's pools are scored by the model: pass model= and loss_fn= to StreamSelector")
+        if (batches is None) == (samples is None):
+            raise ValueError("give a stream's run length as batches= (batches to train) or samples= (items a pass)")
         if rank is None:
             rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
-        self.stream, self.selection, self.batch_size, self.batches = stream, selection, batch_size, batches
+        self.stream, self.selection, self.batch_size = stream, selection, batch_size
+        # a stream of known length: every pass's pools planned; else one pass, sized by batches trained
+        self.passes = None if samples is None else stream_pools(selection, batch_size, samples, int(epochs))
+        self.batches = batches if samples is None else sum(map(len, self.passes))
         self.epochs, self.model, self.loss_fn = epochs, model, loss_fn
         self.collate_fn = collate_fn or default_collate
-        self._generator = torch.Generator().manual_seed(
-            stream_seed(seed, selection.method, f"{selection.strategy}/{rank}")
-        )
+        self._seed_key = (seed, selection.method, f"{selection.strategy}/{rank}")
+        self._generator = torch.Generator().manual_seed(stream_seed(*self._seed_key))
         self.step = 0  # training batches yielded
-        self.drawn = 0  # items taken from the stream
+        self.drawn = 0  # items taken from the stream in this pass
+        self.passed = 0  # passes over the stream ended (with samples=)
         self.samples_scored = 0  # scoring forwards
         self.last_ratio = 1.0  # B / the last pool's size
 
+    def pass_pools(self) -> list[int]:
+        """The pool sizes of the current pass (with ``samples=``; else []), those drawn included."""
+        return self.passes[self.passed] if self.passes is not None and self.passed < len(self.passes) else []
+
+    @property
+    def pass_step(self) -> int:
+        """The pools of the current pass drawn so far (with ``samples=``; else the run's)."""
+        return self.step - sum(map(len, self.passes[: self.passed])) if self.passes is not None else self.step
+
     def __iter__(self) -> Iterator[Any]:
-        """The training batches, until the run's ``batches`` or the stream's end (on any rank)."""
+        """The training batches of one pass: until the run's ``batches`` or the stream's end (on
+        any rank); with ``samples=``, the pass's planned pools."""
         items = iter(self.stream)
         skipped = sum(1 for _ in islice(items, self.drawn))  # resumed: the items drawn before
         if skipped < self.drawn:
             raise ValueError(f"the stream holds {skipped} items, the state was taken after {self.drawn}")
-        while self.step < self.batches:
-            size = pool_size(self.selection, self.batch_size, self.step / self.batches, self.epochs)
+        if self.passes is not None and self.drawn == 0:  # each pass its own draws: a pass's start holds no state
+            seed, method, strategy = self._seed_key
+            self._generator.manual_seed(stream_seed(seed, method, f"{strategy}/pass{self.passed}"))
+        planned = self.pass_pools()
+        first = sum(map(len, self.passes[: self.passed])) if self.passes is not None else 0
+        end = first + len(planned) if self.passes is not None else self.batches
+        while self.step < end:
+            size = (
+                planned[self.step - first]
+                if self.passes is not None
+                else pool_size(self.selection, self.batch_size, self.step / self.batches, self.epochs)
+            )
             pool = list(islice(items, size))
             if not all_agree(len(pool) == size):  # one rank's shard cannot fill a pool: all stop
-                return
+                break
             batch = self.collate_fn([pool[i] for i in self._choose(pool).tolist()])
             self.drawn, self.step = self.drawn + size, self.step + 1  # a state saved after it goes on at the next
             yield batch
+        if self.passes is not None:  # the pass is over (a short shard: its pools left out): the next reads again
+            self.step, self.passed, self.drawn = end, self.passed + 1, 0
 
     def _choose(self, pool: list) -> torch.Tensor:
         if len(pool) == self.batch_size:
@@ -196,6 +238,7 @@ class StreamSelector:
             "format": STREAM_STATE_FORMAT,
             "step": self.step,
             "drawn": self.drawn,
+            "passed": self.passed,
             "samples_scored": self.samples_scored,
             "generator": self._generator.get_state(),
         }
@@ -209,4 +252,5 @@ class StreamSelector:
         if not isinstance(state, dict) or state.get("format") != STREAM_STATE_FORMAT:
             raise ValueError(f"not a stream selection state of format {STREAM_STATE_FORMAT}: start the run afresh")
         self.step, self.drawn, self.samples_scored = state["step"], state["drawn"], state["samples_scored"]
+        self.passed = state["passed"]
         self._generator.set_state(state["generator"])

@@ -65,10 +65,16 @@ class TaskConfig(BaseModel):
     # Fields holding local paths: made absolute against the submitting directory, so Ray workers
     # (other processes, other working directories) read the same files.
     path_fields: ClassVar[tuple[str, ...]] = ()
+    # The Ray Data stream formats (``stream.format``) the task's ``stream_item`` reads as training items
+    stream_formats: ClassVar[tuple[str, ...]] = ()
 
     def check_data(self) -> None:
         """Raise FileNotFoundError / ValueError, naming the fix, when the data cannot be read.
         Runs on the driver before Ray starts; keep it fast and light on imports."""
+
+    def stream_read_options(self) -> dict[str, Any]:
+        """Keyword arguments of Ray Data's reader of this task's stream (``stream:``)."""
+        return {}
 
     def data_files(self) -> list[tuple[Path, str]]:
         """(path, what it holds) of every data file a run decodes, for ``attent validate --decode``

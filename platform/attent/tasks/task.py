@@ -160,6 +160,15 @@ class Task(abc.ABC):
         """LongTensor[N] of group ids (class, modality) for group-weight baselines, or None."""
         return None
 
+    def stream_item(self, row: dict[str, Any], index: int) -> Any:
+        """A row of the training stream (``stream:``, read by Ray Data in one of the config's
+        ``stream_formats``) as a training item, what ``train_dataset()[index]`` would be.
+
+        Raises:
+            NotImplementedError: a task that reads no stream (its config lists no format).
+        """
+        raise NotImplementedError(f"task {self.name} reads no stream")
+
     def describe_data(self) -> list[DatasetDescription]:
         """The datasets this run reads (``DatasetDescription``: name, source,
         train or eval, size, a content fingerprint), recorded once as the MLflow run's inputs.

@@ -71,7 +71,18 @@ def experiment_checks(*cfgs) -> list[tuple[str, Callable[[], None]]]:
     ]
     for task in {task.model_dump_json(): task for task in tasks}.values():
         checks.append((f"data of task {task.name}", task.check_data))
+    checks += [("stream.path", partial(check_stream, cfg.stream)) for cfg in cfgs if cfg.stream]
     return checks
+
+
+def check_stream(stream) -> None:
+    """A local stream (``stream:``) holds images Ray Data reads (a remote one is read by the driver
+    before any worker starts: a wrong one fails there, naming it)."""
+    if stream.local_rows() == 0 or ("://" not in stream.path and not Path(stream.path).expanduser().exists()):
+        raise PreflightError(
+            f"stream.path {stream.path} holds no image: give a folder of class subfolders of images "
+            "(or drop stream: to train on the task's own data)"
+        )
 
 
 def check_theory(cfg) -> None:

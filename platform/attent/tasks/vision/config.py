@@ -44,6 +44,7 @@ class VisionTaskConfig(TaskConfig):
     """The ``task:`` section of an experiment config for image classification."""
 
     path_fields: ClassVar[tuple[str, ...]] = ("data_path",)
+    stream_formats: ClassVar[tuple[str, ...]] = ("image_folder",)
 
     name: Literal["vision"] = "vision"  # selects this task
     dataset: Literal["fashion_mnist", "digits", "image_folder"] = "fashion_mnist"  # which images
@@ -111,6 +112,10 @@ class VisionTaskConfig(TaskConfig):
     @property
     def in_chans(self) -> int:
         return 3 if self.dataset == "image_folder" and self.color_mode != "grayscale" else 1
+
+    def stream_read_options(self) -> dict[str, Any]:
+        """Ray Data's ``read_images`` in the task's channels (native size: ``stream_item`` resizes)."""
+        return {"mode": "L" if self.in_chans == 1 else "RGB"}
 
     def vit_config(self, num_classes: int) -> ViTConfig:
         return vit_config(

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -65,6 +69,28 @@ class VisionTask(TensorItemsTask):
         if batch["image"].is_floating_point():
             return batch
         return data.model_inputs(batch, self.splits.train.stats, self.config.image_size)
+
+    def stream_item(self, row: dict[str, Any], index: int) -> dict[str, Any]:
+        """A row of Ray Data's ``read_images(..., include_paths=True)`` (``image``: uint8 [H, W(, C)],
+        ``path``: the file, whose folder names its class) as a stored training item: uint8
+        [C, img_size, img_size] resized as the map-style items are, the label the class's index.
+
+        Raises:
+            ValueError: a file in a folder that names none of the task's classes.
+        """
+        folder = Path(row["path"]).parent.name
+        if folder not in self._class_index:
+            raise ValueError(
+                f"{row['path']}: its folder {folder!r} names none of the classes {list(self.splits.classes)}: "
+                "give stream.path a folder of the task's class subfolders"
+            )
+        pixels = torch.from_numpy(np.atleast_3d(np.array(row["image"], dtype=np.uint8)))
+        image = data.resize_uint8(pixels.permute(2, 0, 1).contiguous(), self.config.image_size)
+        return {"index": index, "image": image, "label": self._class_index[folder]}
+
+    @functools.cached_property
+    def _class_index(self) -> dict[str, int]:
+        return {name: i for i, name in enumerate(self.splits.classes)}
 
     def group_labels(self) -> torch.Tensor:
         return self.splits.train.labels

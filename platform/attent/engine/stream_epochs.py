@@ -1,0 +1,216 @@
+"""The recipe's selection where the training set is a stream (``stream:``): Ray Data's rows of this
+rank's shard (``ray.train.get_dataset_shard``), read pass by pass, each pass an epoch, selected
+pool by pool by ``attent.StreamSelector`` (``selection.stream``: what is scored and picked).
+
+``StreamEpochs`` stands where the map-style run has its ``Selector``, with the part of its API the
+recipe calls: ``loader``, ``begin_epoch``, ``update``, ``step_finite``, ``end_epoch``, ``metrics``,
+``seconds``, ``plan``, ``history`` (none: no subsets), ``state_dict``. It keeps the epoch's sums
+the recipe logs; the pools, their scoring and picks are the StreamSelector's.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import torch
+
+from ..experiment.schema import ExperimentConfig
+from ..selection import metric_names as names
+from ..selection.distributed import all_agree, all_reduce_sums
+from ..selection.stream import StreamSelector
+
+
+class StreamRows:
+    """A Ray Data shard's rows as the task's training items, read afresh at each ``iter()``
+    (one pass: Ray Data runs the dataset again), numbered by their place in the pass.
+
+    Args:
+        shard: ``ray.train.get_dataset_shard(...)`` (anything with ``iter_rows()``).
+        rows: the rows of one pass over the whole dataset (every rank's); ``len()``.
+        to_item: ``task.stream_item(row, index)``.
+    """
+
+    def __init__(self, shard, rows: int, to_item: Callable[[dict[str, Any], int], Any]):
+        self.shard, self.rows, self.to_item = shard, rows, to_item
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __iter__(self) -> Iterator[Any]:
+        for index, row in enumerate(self.shard.iter_rows()):
+            yield self.to_item(row, index)
+
+
+class _PassLoader:
+    """The current pass's training batches, as the recipe reads a loader: ``len()`` the batches
+    left in the pass, ``iter()`` them (the StreamSelector's pools, picked), timed as scoring."""
+
+    def __init__(self, epochs: StreamEpochs):
+        self.epochs = epochs
+
+    def __len__(self) -> int:
+        pools = self.epochs.pools
+        return len(pools.pass_pools()) - pools.pass_step
+
+    def __iter__(self) -> Iterator[Any]:
+        epochs = self.epochs
+        epochs.batches = iter(epochs.pools)  # one pass of the stream's generator
+        yield from epochs.batches
+
+
+class StreamEpochs:
+    """A stream run's selection, epoch by epoch (module docstring).
+
+    Args:
+        rows: this rank's shard of the stream (``StreamRows``), read once per epoch.
+        shard_rows: the rows of one pass over this rank's shard.
+        cfg: the run (its selection, batch size, epochs, seed).
+        model: scores the pools (the raw model).
+        loss_fn: ``loss_fn(model, batch)`` -> per-sample scores (the recipe's scoring loss).
+        collate_fn: the task's loader collate.
+        rank: this process's rank.
+    """
+
+    def __init__(
+        self,
+        rows: Iterable,
+        shard_rows: int,
+        cfg: ExperimentConfig,
+        *,
+        model: torch.nn.Module,
+        loss_fn: Callable,
+        collate_fn: Callable,
+        rank: int,
+    ):
+        self.plan = cfg.plan  # the learning rate's progress clock and the run's label
+        self.pools = StreamSelector(
+            rows,
+            selection=cfg.selection,
+            batch_size=cfg.train.batch_size,
+            samples=shard_rows,
+            epochs=cfg.train.epochs,
+            seed=cfg.seed,
+            model=model,
+            loss_fn=self._timed(loss_fn),
+            collate_fn=collate_fn,
+            rank=rank,
+        )
+        self.nonfinite = cfg.selection.nonfinite
+        self.history: list = []  # no subsets: every pool is its own pick
+        self.seconds = {"scoring": 0.0, "selection": 0.0}
+        self.samples_backpropagated = self.samples_forwarded = 0
+        self.batches: Iterator | None = None
+        self._epoch, self._steps, self._metrics = 0, 0, {}
+        self._sums = torch.zeros(3, dtype=torch.float64)  # loss sum, finite losses, losses seen
+        self._finite: torch.Tensor | None = None
+        self._inside: tuple | None = None  # restored inside an epoch: (sums, scored and pools before it)
+
+    def _timed(self, loss_fn: Callable) -> Callable:
+        """``loss_fn`` with its time counted as scoring, up to its scores on the host (where the
+        pick reads them: the wait for the device is the forward's)."""
+
+        def scores(model: torch.nn.Module, batch: Any) -> torch.Tensor:
+            started = time.perf_counter()
+            losses = loss_fn(model, batch).detach().float().cpu()
+            self.seconds["scoring"] += time.perf_counter() - started
+            return losses
+
+        return scores
+
+    @property
+    def epoch(self) -> int:
+        """The epoch open or last opened (its scoring round)."""
+        return self._epoch
+
+    def loader(self, batch_size: int, **_: Any) -> _PassLoader:
+        """The current pass's batches (``batch_size`` is the run's; loader options do not apply:
+        Ray Data reads the rows)."""
+        return _PassLoader(self)
+
+    def begin_epoch(self, epoch: int) -> None:
+        """Opens the epoch's pass (nothing is scored ahead: each pool when its batch is drawn)."""
+        self._epoch, self._steps = epoch, 0
+        self._sums = torch.zeros(3, dtype=torch.float64)
+        self._scored_before, self._first_pool = self.pools.samples_scored, self.pools.pass_step
+        if self._inside is not None:  # restored inside this epoch: its sums and start as they were
+            sums, self._scored_before, self._first_pool = self._inside
+            self._sums, self._inside = torch.tensor(sums, dtype=torch.float64), None
+        self._pass = self.pools.pass_pools()
+
+    def update(self, losses: torch.Tensor, train_losses: torch.Tensor | None = None) -> torch.Tensor:
+        """A batch's per-sample losses [B]: counted in the epoch's train loss; the losses to train on."""
+        rows = losses.detach().float().reshape(losses.shape[0], -1).sum(1)
+        finite = torch.isfinite(rows)
+        kept = torch.where(finite, rows, 0.0)
+        self._sums += torch.stack([kept.sum(), finite.sum(), torch.tensor(rows.numel())]).double().cpu()
+        trained = losses if train_losses is None else train_losses
+        ok = finite.all() & torch.isfinite(trained.detach()).all()
+        self._finite = ok if self._finite is None else self._finite & ok
+        return trained
+
+    def step_finite(self) -> bool:
+        """Whether the step's losses are finite on every rank (a collective); under
+        ``nonfinite: raise`` a NaN or inf stops the run before the step uses it."""
+        finite, self._finite = self._finite, None
+        self._steps += 1
+        if (ok := all_agree(True if finite is None else bool(finite))) or self.nonfinite == "skip":
+            return ok
+        raise ValueError(
+            f"non-finite loss at optimiser step {self._steps} of epoch {self._epoch + 1} of the stream, before the "
+            "step used it: the model diverged or the data holds invalid values (selection.nonfinite: skip drops the step)"
+        )
+
+    def end_epoch(self) -> None:
+        """The pass ended (its generator run out) and the epoch's sums over every rank (a collective)."""
+        if self.batches is not None and next(self.batches, None) is not None:
+            raise RuntimeError("the recipe left a batch of the stream's pass untrained")
+        self.batches = None
+        scored = self.pools.samples_scored - self._scored_before
+        drawn = sum(self._pass[self._first_pool :])
+        totals = all_reduce_sums(torch.cat([self._sums, torch.tensor([scored, drawn], dtype=torch.float64)]))
+        loss_sum, finite, seen, scored, drawn = totals.tolist()
+        self.samples_backpropagated += int(seen)
+        self.samples_forwarded += int(seen + scored)
+        self._metrics = {
+            names.EPOCH: self._epoch + 1,
+            names.SELECTED_RATIO: seen / drawn if drawn else math.nan,
+            names.SELECTED: seen,
+            names.SELECTION_HARDNESS: math.nan,
+            names.SELECTION_OVERLAP: math.nan,
+            names.SCORE_AGREEMENT: math.nan,
+            names.SAMPLES_BACKPROPAGATED: self.samples_backpropagated,
+            names.SAMPLES_FORWARDED: self.samples_forwarded,
+            names.SAMPLES_SCORED: scored,
+            names.SAMPLES_NONFINITE: seen - finite,
+            names.TRAIN_LOSS: loss_sum / finite if finite else math.nan,
+            names.SUBSET_CHECKSUM: math.nan,  # no subset: pools of a stream
+        }
+
+    def metrics(self) -> dict[str, float]:
+        """The latest epoch's row over every rank; inside an epoch this rank's train loss so far."""
+        if self.batches is None:
+            return dict(self._metrics)
+        loss_sum, finite, _ = self._sums.tolist()
+        return {**self._metrics, names.TRAIN_LOSS: loss_sum / finite if finite else math.nan}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The stream's position and the run's sample counts; inside an epoch (each rank saves its
+        own) also the epoch's sums so far."""
+        inside = None if self.batches is None else (self._sums.tolist(), self._scored_before, self._first_pool)
+        return {
+            "stream": self.pools.state_dict(),
+            "samples_backpropagated": self.samples_backpropagated,
+            "samples_forwarded": self.samples_forwarded,
+            "inside_epoch": inside,
+        }
+
+    def load_state_dict(self, state: dict[str, Any], skip_trained: bool = False) -> None:
+        """Restores a ``state_dict``; taken inside an epoch, the pass goes on after the rows drawn
+        (``skip_trained`` is the map-style Selector's argument: a stream always skips them)."""
+        self.pools.load_state_dict(state["stream"])
+        self.samples_backpropagated = state["samples_backpropagated"]
+        self.samples_forwarded = state["samples_forwarded"]
+        self._inside = state["inside_epoch"]
