@@ -99,6 +99,7 @@ def test_the_site_builds_strictly_with_complete_references(tmp_path):
         "attent.integrations.huggingface.AtteNTTrainer",
         "attent.integrations.huggingface_trl.AtteNTSFTTrainer",
         "attent.integrations.lightning.AtteNTCallback",
+        "attent.integrations.lightning_stream.AtteNTStreamCallback",
     ):
         assert f'id="{target}"' in html, target
 

@@ -15,6 +15,7 @@ Public names, each imported on first access (PEP 562), so that ``import attent``
     AtteNTTrainer    attent.integrations.huggingface      — Hugging Face's Trainer, drop-in
     AtteNTSFTTrainer attent.integrations.huggingface_trl  — TRL's SFTTrainer (extra ``hf``)
     AtteNTCallback   attent.integrations.lightning        — a Lightning callback (extra ``lightning``)
+    AtteNTStreamCallback  attent.integrations.lightning_stream  — the same on a stream (extra ``lightning``)
 
 """
 
@@ -29,6 +30,7 @@ _EXPORTS = {
     "Selector": "attent.selection.selector",
     "build_plan": "attent.selection.plan",
     "AtteNTCallback": "attent.integrations.lightning",
+    "AtteNTStreamCallback": "attent.integrations.lightning_stream",
     "SelectionConfig": "attent.selection.config",
     "select": "attent.selection.strategies",
     "SubsetSampler": "attent.selection.sampler",

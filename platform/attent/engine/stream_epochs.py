@@ -98,6 +98,12 @@ class StreamEpochs:
             collate_fn=collate_fn,
             rank=rank,
         )
+        if not all(self.pools.passes):
+            size = self.pools.next_pool_size
+            raise ValueError(
+                f"a worker's shard of {shard_rows} rows cannot fill one pool of {size}: fewer workers, a smaller "
+                "train.batch_size or a larger stream"
+            )
         self.nonfinite = cfg.selection.nonfinite
         self.history: list = []  # no subsets: every pool is its own pick
         self.seconds = {"scoring": 0.0, "selection": 0.0}

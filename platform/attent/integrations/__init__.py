@@ -10,10 +10,12 @@ through it.
                      StreamSelector's batches (huggingface_stream)
     huggingface_trl  AtteNTSFTTrainer: TRL's SFTTrainer, the same (``pip install -e '.[trl]'`` in a clone)
     lightning        AtteNTCallback: a Lightning Trainer callback on Selector (``pip install -e '.[lightning]'``)
+    lightning_stream AtteNTStreamCallback: the same on a stream, on StreamSelector (each pool scored at
+                     the step that trains it)
     packed           per-sample losses of packed and padding-free rows (position_ids / cu_seq_lens
                      segments; no framework imported)
     loaders          draws_from: the check every integration makes that a train loader draws from
-                     the selection's sampler (no framework imported)
+                     the selection's sampler; rank_share: a rank's share of a stream (no framework imported)
 
 Under Ray Train, AtteNTTrainer runs as it is through ``prepare_trainer`` (``examples/ray_hf_trainer.py``);
 nothing here imports Ray.

@@ -25,9 +25,7 @@ score the next step's pool before this step's update). The mixin (``huggingface`
 from __future__ import annotations
 
 import os
-import sys
 from functools import partial
-from itertools import islice
 from typing import Any
 
 import torch
@@ -37,6 +35,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, has_length, seed_w
 
 from ..selection import metric_names as names
 from ..selection.stream import StreamSelector, check_streamable
+from .loaders import EveryNth, rank_share
 
 # This rank's StreamSelector state in a checkpoint folder
 STREAM_STATE_FILE = "attent_stream_rank{rank}.pt"
@@ -102,26 +101,12 @@ def train_loader(trainer) -> DataLoader:
     return DataLoader(_Batches(selector), batch_size=None, collate_fn=_as_is, pin_memory=args.dataloader_pin_memory)
 
 
-def rank_share(dataset, rank: int, world_size: int):
-    """This rank's items of ``dataset``: all on one process; a Hugging Face IterableDataset's own
-    split (whole shards where they divide evenly, else every world_size-th item); else every
-    world_size-th item from the rank-th."""
-    if world_size == 1:
-        return dataset
-    hf_datasets = sys.modules.get("datasets")
-    if hf_datasets is not None and isinstance(dataset, hf_datasets.IterableDataset):
-        from datasets.distributed import split_dataset_by_node
-
-        return split_dataset_by_node(dataset, rank=rank, world_size=world_size)
-    return _EveryNth(dataset, rank, world_size)
-
-
 def _read(stream, args):
     """The stream as Trainer's own loader reads it: in this process, or item by item through
     ``dataloader_num_workers`` workers (in order)."""
     if args.dataloader_num_workers == 0:
         return stream
-    stream = stream if isinstance(stream, IterableDataset) else _EveryNth(stream, 0, 1)
+    stream = stream if isinstance(stream, IterableDataset) else EveryNth(stream, 0, 1)
     return DataLoader(stream, batch_size=None, collate_fn=_as_is, **worker_options(args))
 
 
@@ -168,16 +153,6 @@ def _scoring(trainer, collator):
 
 def _as_is(item):
     return item
-
-
-class _EveryNth(IterableDataset):
-    """Every ``step``-th item of ``stream`` from the ``start``-th, iterable again and again."""
-
-    def __init__(self, stream, start: int, step: int):
-        self.stream, self.start, self.step = stream, start, step
-
-    def __iter__(self):
-        return islice(iter(self.stream), self.start, None, self.step)
 
 
 class _Batches(IterableDataset):

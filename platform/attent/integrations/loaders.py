@@ -1,9 +1,14 @@
 """What every integration checks of the train loader a user hands its framework: that it draws
-from the selection's sampler. Imports no framework, so each integration can use it."""
+from the selection's sampler; and what the stream integrations share: each rank's share of a
+stream. Imports no framework, so each integration can use it."""
 
 from __future__ import annotations
 
+import sys
+from itertools import islice
 from typing import Any
+
+from torch.utils.data import IterableDataset
 
 ATTRIBUTES = ("sampler", "batch_sampler")  # where a DataLoader (and accelerate's wrapper of one) keeps its sampler
 
@@ -34,3 +39,42 @@ def draws_from(loader: Any, sampler: Any, depth: int = 4) -> bool:
     if depth == 0 or loader is None:
         return False
     return any(draws_from(getattr(loader, name, None), sampler, depth - 1) for name in ATTRIBUTES)
+
+
+def rank_share(stream: Any, rank: int, world_size: int) -> Any:
+    """This rank's items of ``stream``.
+
+    Args:
+        stream: the whole stream (an iterable, iterable again and again).
+        rank: this process's rank.
+        world_size: the number of processes.
+
+    Returns:
+        ``stream`` itself on one process; a Hugging Face ``datasets.IterableDataset``'s own split
+        (whole shards where they divide evenly, else every world_size-th item); else every
+        world_size-th item from the rank-th.
+    """
+    if world_size == 1:
+        return stream
+    hf_datasets = sys.modules.get("datasets")
+    if hf_datasets is not None and isinstance(stream, hf_datasets.IterableDataset):
+        from datasets.distributed import split_dataset_by_node
+
+        return split_dataset_by_node(stream, rank=rank, world_size=world_size)
+    return EveryNth(stream, rank, world_size)
+
+
+class EveryNth(IterableDataset):
+    """Every ``step``-th item of ``stream`` from the ``start``-th, iterable again and again.
+
+    Args:
+        stream: an iterable, iterable again and again.
+        start: the first item's position.
+        step: the distance between two items taken.
+    """
+
+    def __init__(self, stream: Any, start: int, step: int):
+        self.stream, self.start, self.step = stream, start, step
+
+    def __iter__(self):
+        return islice(iter(self.stream), self.start, None, self.step)

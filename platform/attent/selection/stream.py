@@ -10,7 +10,10 @@ of B, unscored. A pool of P samples costs P scoring forwards: 1 / r per trained 
 
 ``pool_size`` and ``pick`` decide; ``StreamSelector`` holds the position in the stream and the
 generator, and under torch.distributed keeps ranks in step (each rank draws its own shard's pools,
-of the same size, and the run stops on every rank when one rank's shard cannot fill a pool).
+of the same size, and the run stops on every rank when one rank's shard cannot fill a pool). Its
+``pools()`` draws the pools, unscored, and ``choose(pool)`` scores the next one and picks from it:
+iterating it does both, a loop that reads ahead (Lightning's, ``integrations.lightning_stream``)
+draws a pool early and chooses from it at the step that trains it.
 
     pools = attent.StreamSelector(stream, selection=SelectionConfig(preset="llm"), batch_size=B,
                                   batches=max_steps, model=model, loss_fn=per_sample_loss, collate_fn=collate)
@@ -161,6 +164,7 @@ class StreamSelector:
         self.stream, self.selection, self.batch_size = stream, selection, batch_size
         # a stream of known length: every pass's pools planned; else one pass, sized by batches trained
         self.passes = None if samples is None else stream_pools(selection, batch_size, samples, int(epochs))
+        self._sizes = None if samples is None else [size for sizes in self.passes for size in sizes]
         self.batches = batches if samples is None else sum(map(len, self.passes))
         self.epochs, self.model, self.loss_fn = epochs, model, loss_fn
         self.collate_fn = collate_fn or default_collate
@@ -171,6 +175,7 @@ class StreamSelector:
         self.passed = 0  # passes over the stream ended (with samples=)
         self.samples_scored = 0  # scoring forwards
         self.last_ratio = 1.0  # B / the last pool's size
+        self.exhausted = False  # a rank's shard could not fill a pool
 
     def pass_pools(self) -> list[int]:
         """The pool sizes of the current pass (with ``samples=``; else []), those drawn included."""
@@ -182,8 +187,30 @@ class StreamSelector:
         return self.step - sum(map(len, self.passes[: self.passed])) if self.passes is not None else self.step
 
     def __iter__(self) -> Iterator[Any]:
-        """The training batches of one pass: until the run's ``batches`` or the stream's end (on
-        any rank); with ``samples=``, the pass's planned pools."""
+        """The training batches of one pass, until the run's ``batches`` (with ``samples=``, the
+        pass's planned pools) or the stream's end on any rank: ``collate_fn`` of the B items
+        ``choose`` picks from each of ``pools()``."""
+        for pool in self.pools():
+            batch = self.collate_fn(pool)
+            picked = self.choose(batch)  # a state saved after it goes on at the next pool
+            yield batch if len(picked) == len(pool) else self.collate_fn([pool[i] for i in picked.tolist()])
+
+    def pools(self) -> Iterator[list]:
+        """The stream's pools, unscored, from the position of the batches picked so far.
+
+        Pool k holds the next ``pool_size`` items at progress k / ``batches`` (with ``samples=``,
+        the pass's planned sizes; a new pass draws its own Soft and Random draws): drawing pools ahead
+        of ``choose`` (a loader that reads a batch ahead) neither scores nor moves the state, and
+        a fresh call reads the stream again from the state's position.
+
+        Returns:
+            An iterator of lists of items; it ends after the run's ``batches`` pools (the pass's),
+            or, on every rank, where one rank's shard cannot fill a pool (``exhausted`` then set;
+            with ``samples=`` the pass ends there and the next ``pools()`` reads the next pass).
+
+        Raises:
+            ValueError: a resumed stream that holds fewer items than the state was taken after.
+        """
         items = iter(self.stream)
         skipped = sum(1 for _ in islice(items, self.drawn))  # resumed: the items drawn before
         if skipped < self.drawn:
@@ -191,38 +218,73 @@ class StreamSelector:
         if self.passes is not None and self.drawn == 0:  # each pass its own draws: a pass's start holds no state
             seed, method, strategy = self._seed_key
             self._generator.manual_seed(stream_seed(seed, method, f"{strategy}/pass{self.passed}"))
-        planned = self.pass_pools()
-        first = sum(map(len, self.passes[: self.passed])) if self.passes is not None else 0
-        end = first + len(planned) if self.passes is not None else self.batches
-        while self.step < end:
-            size = (
-                planned[self.step - first]
-                if self.passes is not None
-                else pool_size(self.selection, self.batch_size, self.step / self.batches, self.epochs)
-            )
+        end = self._pass_end()
+        for index in range(self.step, end):
+            size = self._size(index)
             pool = list(islice(items, size))
             if not all_agree(len(pool) == size):  # one rank's shard cannot fill a pool: all stop
-                break
-            batch = self.collate_fn([pool[i] for i in self._choose(pool).tolist()])
-            self.drawn, self.step = self.drawn + size, self.step + 1  # a state saved after it goes on at the next
-            yield batch
-        if self.passes is not None:  # the pass is over (a short shard: its pools left out): the next reads again
-            self.step, self.passed, self.drawn = end, self.passed + 1, 0
+                if self.passes is None:
+                    self.exhausted = True
+                else:  # a short pass: its pools left out, the next pass read afresh
+                    self.step, self.passed, self.drawn = end, self.passed + 1, 0
+                return
+            yield pool
 
-    def _choose(self, pool: list) -> torch.Tensor:
-        if len(pool) == self.batch_size:
-            self.last_ratio = 1.0
-            return torch.arange(self.batch_size)
+    def choose(self, pool: Any) -> torch.Tensor:
+        """The B items of the next pool that the learner trains on, scored by the current model.
+
+        The next pool is the one after the pools chosen from so far (the state's position): the
+        pools must come in ``pools()``'s order, each once. Advances the state past it.
+
+        Args:
+            pool: the pool's items as ``collate_fn`` batched them (or that batch moved to the
+                model's device); not read in the warm-up and anneal shares (pools of B).
+
+        Returns:
+            Indices into the pool, ascending (the stream's order kept): all of it in the warm-up
+            and anneal shares and under method full, else the strategy's B.
+
+        Raises:
+            ValueError: ``loss_fn`` gave not one loss per item, or a non-finite one under
+                ``selection.nonfinite: raise``.
+        """
+        size = self.next_pool_size
+        picked = torch.arange(size) if size == self.batch_size else self._pick(pool, size)
+        self.last_ratio = self.batch_size / size
+        self.drawn, self.step = self.drawn + size, self.step + 1
+        if self.passes is not None and self.step == self._pass_end():  # the pass is over: the next reads again
+            self.passed, self.drawn = self.passed + 1, 0
+        return picked
+
+    @property
+    def next_pool_size(self) -> int:
+        """The items of the pool ``choose`` expects next."""
+        return self._size(self.step)
+
+    def _size(self, index: int) -> int:
+        if self._sizes is not None:
+            return self._sizes[index]
+        return pool_size(self.selection, self.batch_size, index / self.batches, self.epochs)
+
+    def _pass_end(self) -> int:
+        """The run's pools up to the current pass's end (with ``samples=``; else ``batches``)."""
+        return sum(map(len, self.passes[: self.passed + 1])) if self.passes is not None else self.batches
+
+    def _pick(self, pool: Any, size: int) -> torch.Tensor:
         was_training = self.model.training
         self.model.eval()
         try:
             with without_autograd(self.model):
-                scores = self.loss_fn(self.model, self.collate_fn(pool))
+                scores = self.loss_fn(self.model, pool)
         finally:
             self.model.train(was_training)
-        self.samples_scored += len(pool)
-        self.last_ratio = self.batch_size / len(pool)
-        bad = (~torch.isfinite(scores.detach().float().reshape(len(pool), -1).sum(1))).nonzero().flatten()
+        if scores.shape[:1] != (size,):
+            raise ValueError(
+                f"loss_fn gave losses of shape {tuple(scores.shape)} for a pool of {size} items: it must give "
+                "one loss per item (a collate_fn that packs items loses which item each loss is)"
+            )
+        self.samples_scored += size
+        bad = (~torch.isfinite(scores.detach().float().reshape(size, -1).sum(1))).nonzero().flatten()
         if len(bad) and self.selection.nonfinite == "raise":
             raise ValueError(
                 f"non-finite loss in the pool of batch {self.step + 1} for its items {bad[:8].tolist()} (positions "
