@@ -218,3 +218,21 @@ def test_a_stream_with_no_images_is_refused_before_anything_starts(digits_folder
         )
         with pytest.raises(PreflightError, match="holds no image"):
             check_experiment(cfg.resolved())
+
+
+def test_a_nan_training_loss_stops_a_stream_epoch_before_its_step(digits_folder):
+    recipe = stream_recipe(digits_folder)
+    task_loss, calls = recipe.task.per_sample_loss, []
+
+    def loss_with_a_nan(model, batch):
+        losses = task_loss(model, batch)
+        calls.append(model.training)
+        return losses * float("nan") if sum(calls) == 3 and model.training else losses
+
+    recipe.task.per_sample_loss = loss_with_a_nan
+    before = [p.detach().clone() for p in recipe.raw_model.parameters()]
+    steps = []
+    recipe.optimizer.register_step_pre_hook(lambda *_: steps.append(1))
+    with pytest.raises(ValueError, match="non-finite loss at the optimiser step after training batch 3"):
+        recipe.run_epoch(0)
+    assert len(steps) == 2 and any(not torch.equal(a, b) for a, b in zip(before, recipe.raw_model.parameters()))

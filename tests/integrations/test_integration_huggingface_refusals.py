@@ -6,7 +6,7 @@ import pytest
 from attent.integrations.huggingface import STATE_FILE, AtteNTTrainer
 from attent.selection.config import SelectionConfig
 from torch.utils.data import IterableDataset
-from transformers import DataCollatorWithFlattening, Trainer
+from transformers import Trainer
 
 from tests.helpers.hf_tiny import collate, samples, tiny_llama, training_args
 
@@ -39,7 +39,7 @@ REFUSED = {
         dict(max_steps=10),
         "select with method attent",
     ),
-    "flattening collator": (dict(data_collator=DataCollatorWithFlattening()), {}, "use a padding collator"),
+    # DataCollatorWithFlattening is split by sample: its refusals are in test_integration_hf_flattening.py
     "batches out of order": (
         {},
         dict(dataloader_in_order=False, dataloader_num_workers=1),

@@ -1,6 +1,6 @@
 """AtteNTSFTTrainer with ``packing=True`` and ``padding_free=True`` under a selecting method: each batch of picked
 samples is one padding-free row, each sample's loss its own tokens' terms of it; the run picks the unpacked run's
-subsets, epoch by epoch, and scores its samples as it does. What batch-level packing cannot follow is refused in one
+subsets, epoch by epoch, and scores its samples as it does (so does a DataCollatorWithFlattening of one's own). What batch-level packing cannot follow is refused in one
 line before training.
 
 Learning rate 1e-2 (the tests' own): the tiny Llama has no dropout, so the packed and the unpacked runs differ by
@@ -132,6 +132,15 @@ def test_scoring_passes_score_packed_rows_as_unpacked_ones(tmp_path, tokenizer):
     unpacked = trained(tmp_path / "unpacked", tokenizer, "vit")
     assert sum(row.get("samples_scored", 0) for row in packed.state.log_history) > 0
     assert_same_selection(packed, unpacked)
+
+
+def test_a_flattening_collator_of_ones_own_is_split_by_sample(tmp_path, tokenizer, unpacked):
+    """Without packing or padding_free, transformers' DataCollatorWithFlattening passed as the data_collator packs
+    each batch into one row too (from the labels TRL builds, the prompt's -100), split as TRL's rows are."""
+    from transformers import DataCollatorWithFlattening
+
+    collator = {"data_collator": DataCollatorWithFlattening()}
+    assert_same_selection(trained(tmp_path, tokenizer, "llm", trainer_kwargs=collator), unpacked)
 
 
 def test_method_full_packs_the_dataset_as_trl_does(tmp_path, tokenizer):

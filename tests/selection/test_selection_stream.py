@@ -155,3 +155,23 @@ def test_a_nan_in_a_pool_stops_the_run_or_is_ranked_last():
     pools = StreamSelector(Stream(100), selection=skip, batch_size=B, batches=3, model=Learner(), loss_fn=nan_at)
     first = next(iter(pools))["index"].tolist()
     assert 6 not in first and len(first) == B
+
+
+@pytest.mark.parametrize("nonfinite", ["raise", "skip"])
+def test_a_nonfinite_training_loss_stops_the_step_or_skips_it(nonfinite):
+    """The training losses recorded since the last check (an optimiser step's, accumulated batches included)."""
+    pools = selector(SelectionConfig(strategy="hard", ratio={"kind": "fixed", "start": 0.5}, nonfinite=nonfinite))
+    batches = iter(pools)
+    next(batches)
+    pools.record_loss(torch.tensor(0.5))
+    assert pools.step_finite() and pools.step_finite()  # nothing recorded since: finite
+    next(batches)
+    pools.record_loss(torch.tensor(math.nan))
+    pools.record_loss(torch.tensor(0.5))
+    if nonfinite == "skip":
+        assert not pools.step_finite()
+    else:
+        with pytest.raises(ValueError, match="^non-finite loss at the optimiser step after training batch 2 of the"):
+            pools.step_finite()
+    pools.record_loss(torch.tensor([0.5, 0.25]))
+    assert pools.step_finite()  # the next step's own losses

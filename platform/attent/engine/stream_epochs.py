@@ -19,7 +19,7 @@ import torch
 
 from ..experiment.schema import ExperimentConfig
 from ..selection import metric_names as names
-from ..selection.distributed import all_agree, all_reduce_sums
+from ..selection.distributed import all_reduce_sums
 from ..selection.stream import StreamSelector
 
 
@@ -104,14 +104,12 @@ class StreamEpochs:
                 f"a worker's shard of {shard_rows} rows cannot fill one pool of {size}: fewer workers, a smaller "
                 "train.batch_size or a larger stream"
             )
-        self.nonfinite = cfg.selection.nonfinite
         self.history: list = []  # no subsets: every pool is its own pick
         self.seconds = {"scoring": 0.0, "selection": 0.0}
         self.samples_backpropagated = self.samples_forwarded = 0
         self.batches: Iterator | None = None
-        self._epoch, self._steps, self._metrics = 0, 0, {}
+        self._epoch, self._metrics = 0, {}
         self._sums = torch.zeros(3, dtype=torch.float64)  # loss sum, finite losses, losses seen
-        self._finite: torch.Tensor | None = None
         self._inside: tuple | None = None  # restored inside an epoch: (sums, scored and pools before it)
 
     def _timed(self, loss_fn: Callable) -> Callable:
@@ -138,7 +136,7 @@ class StreamEpochs:
 
     def begin_epoch(self, epoch: int) -> None:
         """Opens the epoch's pass (nothing is scored ahead: each pool when its batch is drawn)."""
-        self._epoch, self._steps = epoch, 0
+        self._epoch = epoch
         self._sums = torch.zeros(3, dtype=torch.float64)
         self._scored_before, self._first_pool = self.pools.samples_scored, self.pools.pass_step
         if self._inside is not None:  # restored inside this epoch: its sums and start as they were
@@ -147,27 +145,20 @@ class StreamEpochs:
         self._pass = self.pools.pass_pools()
 
     def update(self, losses: torch.Tensor, train_losses: torch.Tensor | None = None) -> torch.Tensor:
-        """A batch's per-sample losses [B]: counted in the epoch's train loss; the losses to train on."""
+        """A batch's per-sample losses [B]: counted in the epoch's train loss, checked at the step
+        (``step_finite``); the losses to train on."""
         rows = losses.detach().float().reshape(losses.shape[0], -1).sum(1)
         finite = torch.isfinite(rows)
         kept = torch.where(finite, rows, 0.0)
         self._sums += torch.stack([kept.sum(), finite.sum(), torch.tensor(rows.numel())]).double().cpu()
         trained = losses if train_losses is None else train_losses
-        ok = finite.all() & torch.isfinite(trained.detach()).all()
-        self._finite = ok if self._finite is None else self._finite & ok
+        self.pools.record_loss(trained)
         return trained
 
     def step_finite(self) -> bool:
-        """Whether the step's losses are finite on every rank (a collective); under
-        ``nonfinite: raise`` a NaN or inf stops the run before the step uses it."""
-        finite, self._finite = self._finite, None
-        self._steps += 1
-        if (ok := all_agree(True if finite is None else bool(finite))) or self.nonfinite == "skip":
-            return ok
-        raise ValueError(
-            f"non-finite loss at optimiser step {self._steps} of epoch {self._epoch + 1} of the stream, before the "
-            "step used it: the model diverged or the data holds invalid values (selection.nonfinite: skip drops the step)"
-        )
+        """Whether the step's losses are finite on every rank (a collective): the StreamSelector's
+        rule of ``selection.nonfinite``, a NaN or inf stopping the run before the step uses it."""
+        return self.pools.step_finite()
 
     def end_epoch(self) -> None:
         """The pass ended (its generator run out) and the epoch's sums over every rank (a collective)."""

@@ -21,13 +21,15 @@ Trainer's own run, every override passing through):
     _save_checkpoint, _init_training_state   the selection's state in checkpoints, and where a
                                  resumed run goes on (huggingface_run)
 
-and one callback of its own: on_pre_optimizer_step checks the step's losses (``Selector.step_finite``:
-a NaN or inf loss stops the run or skips the step, as ``selection.nonfinite`` says); on_epoch_end
-ends an epoch a callback or max_steps stopped early, before Trainer's epoch-end logging, evaluation
-and save, so that the checkpoint's log history (and Ray's RayTrainReportCallback) holds the epoch's
-selection. The loss is the model's own, split by sample, weighed by the selection and reduced as
-the model reduces it (``huggingface_loss``). On an IterableDataset, a selecting run trains on a
-``StreamSelector``'s batches, each override passing through to Trainer's (``huggingface_stream``).
+and one callback of its own: on_pre_optimizer_step checks the step's losses (``Selector.step_finite``,
+a stream's ``StreamSelector.step_finite``: a NaN or inf loss stops the run or skips the step, as
+``selection.nonfinite`` says); on_epoch_end ends an epoch a callback or max_steps stopped early,
+before Trainer's epoch-end logging, evaluation and save, so that the checkpoint's log history (and
+Ray's RayTrainReportCallback) holds the epoch's selection. The loss is the model's own, split by
+sample (per sample of a ``DataCollatorWithFlattening`` row: ``packed``), weighed by the selection
+and reduced as the model reduces it (``huggingface_loss``). On an IterableDataset, a selecting run
+trains on a ``StreamSelector``'s batches, each override passing through to Trainer's
+(``huggingface_stream``).
 """
 
 from __future__ import annotations
@@ -38,14 +40,14 @@ from typing import Any
 import torch
 from accelerate.data_loader import prepare_data_loader
 from torch.utils.data import DataLoader
-from transformers import Trainer, TrainerCallback
+from transformers import DataCollatorWithFlattening, Trainer, TrainerCallback
 
 from ..selection import metric_names as names
 from ..selection.config import SelectionConfig
 from ..selection.run_length import optimiser_steps
 from ..selection.selector import Selector
-from . import huggingface_run, huggingface_stream
-from .huggingface_loss import PerSampleLossHook, Reduction, as_sums_and_counts, own_loss_split
+from . import huggingface_run, huggingface_stream, packed
+from .huggingface_loss import PerSampleLossHook, Reduction, hooked_split, own_loss_split
 from .huggingface_run import STATE_FILE, PlannedRun  # noqa: F401 -- STATE_FILE: public here, beside the trainer
 from .huggingface_settings import loader_problem, setting_problem
 
@@ -286,27 +288,33 @@ class AtteNTTrainerMixin:
     # --- the loss -----------------------------------------------------------------------------------
     def per_sample_loss(self, model, inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """(S, n) [B]: each sample's summed loss terms and their count, from one forward of
-        ``model``, split as the model's own loss splits (checked at the first forward)."""
+        ``model``, split as the model's own loss splits (checked at the first forward); of a
+        ``DataCollatorWithFlattening`` row, per sample of the row (``packed``), in its order."""
+        segments = self._segments(inputs)
+        if segments is not None:  # no cache (it turns transformers' packed-row masks off), no label across samples
+            inputs = packed.packed_inputs(inputs, segments[0])
         if self.compute_per_sample_loss is not None:
-            labels = inputs.get("labels")
-            rows = len(labels) if labels is not None else len(next(iter(inputs.values())))
-            return as_sums_and_counts(self.compute_per_sample_loss(model, inputs), rows, self.trainer_name)
+            return hooked_split(self.trainer_name, self.compute_per_sample_loss, model, inputs, segments)
         sums, counts, self.loss_reduction = own_loss_split(
-            self.trainer_name, model, inputs, self.loss_reduction, self.model_accepts_loss_kwargs
+            self.trainer_name, model, inputs, self.loss_reduction, self.model_accepts_loss_kwargs, segments
         )
         return sums, counts
+
+    def _segments(self, inputs: dict[str, Any]) -> tuple[torch.Tensor, int] | None:
+        """(segments, B) of a ``DataCollatorWithFlattening`` batch (``packed``); None for another collator's."""
+        return packed.batch_segments(inputs) if isinstance(self.data_collator, DataCollatorWithFlattening) else None
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """Training: per-sample losses recorded as the samples' scores, and the weighted loss
         reduced as the model reduces its own (module docstring). Evaluation, and training where no
         per-sample loss is needed (``method="full"``): Trainer's own loss."""
-        if not model.training or return_outputs or not self.needs_per_sample_losses:
-            return super().compute_loss(
-                model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
-            )
+        training = model.training and not return_outputs  # a stream's training loss is checked at its step
+        if not training or not self.needs_per_sample_losses:
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            return huggingface_stream.record_loss(self, loss) if training else loss
         sums, counts = self.per_sample_loss(model, inputs)
         if not self.plans:  # method full or a stream, with compute_per_sample_loss: its micro-batch mean
-            return sums.sum() / counts.sum().clamp(min=1)
+            return huggingface_stream.record_loss(self, sums.sum() / counts.sum().clamp(min=1))
         self._check_one_sample_per_row(len(sums))
         weighted = self.selector.update(sums / counts.clamp(min=1), train_losses=sums).sum()
         if self.selector.remaining == 0:  # the epoch's last batch: its row logged at this step carries it
@@ -334,8 +342,12 @@ class AtteNTTrainerMixin:
             raise ValueError(
                 f"{self.trainer_name}: a batch of {rows} rows holds {samples} samples: the collator "
                 "merges samples (packing, padding-free), losing which sample each loss belongs to; "
-                "use a padding collator"
+                "use a padding collator or transformers' DataCollatorWithFlattening"
             )
+
+    def step_finite(self) -> bool:
+        """Whether the step may go on (``Selector.step_finite``, a stream's ``StreamSelector``'s)."""
+        return self.selector.step_finite() if self.plans else huggingface_stream.step_finite(self)
 
     def _scoring_losses(self, model, batch) -> torch.Tensor:
         """A scoring pass's per-sample scores (the Selector runs it under no_grad, in eval mode)."""
@@ -356,7 +368,7 @@ class _SelectionEvents(TrainerCallback):
         trainer = self.trainer
         # fp16's gradient scaler skips a step of non-finite gradients itself (and wants gradients
         # to check); elsewhere parameters without gradients are what optimizer.step() leaves alone
-        if trainer.plans and not trainer.selector.step_finite() and not getattr(trainer.accelerator, "scaler", None):
+        if not trainer.step_finite() and not getattr(trainer.accelerator, "scaler", None):
             trainer.optimizer.zero_grad(set_to_none=True)
         return control
 

@@ -54,6 +54,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from . import packed
+
 IGNORE_INDEX = -100  # Trainer's label of tokens that carry no loss
 ALIGNMENTS = ("next_token", "token", "sequence")
 # The elementwise losses of float labels, as torch's MSELoss, L1Loss and BCEWithLogitsLoss compute them
@@ -128,6 +130,16 @@ def candidate_splits(labels: torch.Tensor) -> list[tuple[str, str]]:
         if labels.ndim == 1
         else [("next_token", "cross_entropy"), ("token", "cross_entropy")]
     )
+
+
+def hooked_split(
+    owner: str, hook: PerSampleLossHook, model: torch.nn.Module, inputs: dict[str, Any], segments: tuple | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(S, n) [B] from ``compute_per_sample_loss``: one loss per row, or per sample of a packed
+    row (``segments``: (segments, B) of ``packed.batch_segments``)."""
+    labels = inputs.get("labels")
+    rows = len(labels) if labels is not None else len(next(iter(inputs.values())))
+    return as_sums_and_counts(hook(model, inputs), rows if segments is None else segments[1], owner)
 
 
 def as_sums_and_counts(value: Any, rows: int, owner: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -288,11 +300,18 @@ def loss_probe(labels: torch.Tensor) -> int:
 
 
 def own_loss_split(
-    owner: str, model: torch.nn.Module, inputs: dict[str, Any], reduction: Reduction | None, accepts_loss_kwargs: bool
+    owner: str,
+    model: torch.nn.Module,
+    inputs: dict[str, Any],
+    reduction: Reduction | None,
+    accepts_loss_kwargs: bool,
+    segments: tuple[torch.Tensor, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, Reduction | None]:
     """(S, n, reduction): each sample's summed loss terms and their count [B] from one forward of
     ``model``, split as the model's own loss splits; ``reduction`` None (not known yet) has the
-    model compute its own loss on this batch and learns it (``decide_reduction``)."""
+    model compute its own loss on this batch and learns it (``decide_reduction``). ``segments``:
+    (segments, B) of a padding-free row (``packed.batch_segments``, its labels masked at the
+    boundaries), split per sample of the row: a causal LM's next-token loss only."""
     labels = inputs.get("labels")
     if labels is None:
         raise ValueError(
@@ -317,5 +336,11 @@ def own_loss_split(
     # undecided (nothing labelled in this batch, or its loss not finite): the likeliest, checked again next batch
     alignment = reduction.alignment if reduction else (likely_alignment(model, labels) or "next_token")
     loss = reduction.loss if reduction else (likely_loss(model) if labels.is_floating_point() else "cross_entropy")
-    sums, counts = split_loss(logits, labels, alignment, loss)
-    return sums, counts, reduction
+    if segments is None:
+        return (*split_loss(logits, labels, alignment, loss), reduction)
+    if (alignment, loss) != ("next_token", "cross_entropy"):
+        raise ValueError(
+            f"{owner}: a padding-free row holds several samples, and {type(unwrapped(model)).__name__}'s loss is no "
+            "next-token cross-entropy (a causal LM's) that AtteNT can split at their boundaries: use a padding collator"
+        )
+    return (*packed.packed_logit_sums(logits, labels, *segments), reduction)

@@ -7,7 +7,9 @@ import torch.distributed as dist
 from transformers import DataCollatorWithFlattening
 
 from ..selection.run_length import rank_batches
-from . import huggingface_stream, loaders
+from . import huggingface_stream, loaders, packed
+
+PADDING_COLLATORS = "use a padding collator (DataCollatorForSeq2Seq, DataCollatorWithPadding)"
 
 
 def dataset_problem(dataset, training: bool) -> str | None:
@@ -69,17 +71,37 @@ def setting_problem(trainer, training: bool = False) -> str | None:
             "nn.DataParallel (several GPUs in one process) is not supported: launch one process per "
             "GPU with torchrun or accelerate launch"
         )
-    elif per_sample and isinstance(trainer.data_collator, DataCollatorWithFlattening):
-        problem = (
-            "DataCollatorWithFlattening puts a batch in one row, losing which sample each loss belongs "
-            "to: use a padding collator (DataCollatorForSeq2Seq, DataCollatorWithPadding)"
-        )
+    elif per_sample and (flattening := flattening_problem(trainer)):
+        problem = flattening
     elif not args.dataloader_in_order and args.dataloader_num_workers > 0:
         problem = (
             "dataloader_in_order=False lets batches overtake each other, and AtteNT knows a batch's "
             "samples from the sampler's order: keep dataloader_in_order=True"
         )
     return problem
+
+
+def flattening_problem(trainer) -> str | None:
+    """What keeps ``DataCollatorWithFlattening``'s rows from splitting into each sample's loss
+    (``packed``: the samples told apart by their positions, kept apart by the attention), and the
+    fix; None if nothing, or for another collator."""
+    collator, model = trainer.data_collator, trainer.model
+    if not isinstance(collator, DataCollatorWithFlattening):
+        return None
+    if not collator.return_position_ids:
+        return (
+            "DataCollatorWithFlattening(return_position_ids=False) numbers the row's positions as one sequence, "
+            f"not each sample's from its start: set return_position_ids=True or {PADDING_COLLATORS}"
+        )
+    problem = packed.attention_problem(model)
+    if problem:
+        return f"{problem}: {PADDING_COLLATORS}"
+    if trainer.args.use_cache and not packed.varlen_attention(model):
+        return (
+            "use_cache=True turns off transformers' masks that keep a packed row's samples apart, so each "
+            "would attend to the ones before it in Trainer's own forwards: set use_cache=False"
+        )
+    return None
 
 
 def loader_problem(trainer, loader) -> str | None:

@@ -11,7 +11,9 @@ batches of a ``StreamSelector`` (``attent.selection.stream``) instead of the pla
                  ``max_steps`` for an IterableDataset); warm-up is ``warmup_epochs`` of
                  ``num_train_epochs`` of them; Trainer's own run length and LR schedule
     step         Trainer's own loss on each picked batch (no per-sample weight, every batch trained
-                 as it is), the batch reaching the device through ``training_step``
+                 as it is), the batch reaching the device through ``training_step``; its loss checked
+                 before the optimiser step uses it (``StreamSelector.step_finite``: a NaN or inf
+                 stops the run or skips the step, as ``selection.nonfinite`` says)
     logs         each row with a ``loss``: ``selected_ratio`` (B / the latest pool's size) and
                  ``samples_scored`` (this rank's scoring forwards so far)
     resume       each checkpoint holds this rank's ``StreamSelector`` state (``STREAM_STATE_FILE``);
@@ -144,7 +146,8 @@ def _scoring(trainer, collator):
         if scores.numel() != items[0]:
             raise ValueError(
                 f"{trainer.trainer_name}: a pool of {items[0]} items gave {scores.numel()} losses: the collator "
-                "merges samples (packing, padding-free), losing which sample each loss belongs to; use a padding collator"
+                "merges samples (packing, padding-free), losing which sample each loss belongs to; use a padding collator "
+                "or transformers' DataCollatorWithFlattening"
             )
         return scores
 
@@ -207,6 +210,22 @@ def training_start(trainer, trained: tuple[int, int]) -> tuple[int, int]:
     """Trainer's (epoch, batches to skip) where it resumes: a stream run skips no batch (its
     StreamSelector goes on at the checkpoint's place; Trainer's skip would draw and drop more)."""
     return (trained[0], 0) if streams(trainer) else trained
+
+
+def record_loss(trainer, loss: torch.Tensor) -> torch.Tensor:
+    """``loss``, a training step's, noted for its optimiser step's check where ``trainer`` selects
+    from a stream (``StreamSelector.record_loss``); another run's is passed through."""
+    selector = getattr(trainer, "stream_selector", None)
+    if selector is not None and streams(trainer):
+        selector.record_loss(loss)
+    return loss
+
+
+def step_finite(trainer) -> bool:
+    """Whether a stream run's optimiser step may go on (``StreamSelector.step_finite``: raises a NaN or
+    inf loss under ``selection.nonfinite: raise``); True for another run."""
+    selector = getattr(trainer, "stream_selector", None)
+    return selector is None or not streams(trainer) or selector.step_finite()
 
 
 def logged(trainer, logs: dict[str, float]) -> dict[str, float]:

@@ -19,7 +19,8 @@ the dataset: the dataset stays one sample per row (TRL's dataset packing would m
 before the sampler picks them), and each batch of the samples the selection picks is flattened
 into one padding-free row by TRL's padding-free collator (positions restarting at 0 at each
 sample, no attention mask, no padding); each sample's loss is its own tokens' terms of that row
-(``packed``), equal to its unpacked loss within float rounding.
+(``packed``), equal to its unpacked loss within float rounding. Without either setting, a
+``DataCollatorWithFlattening`` passed as the ``data_collator`` is split so too (as in ``AtteNTTrainer``).
 """
 
 from __future__ import annotations
@@ -125,9 +126,10 @@ class AtteNTSFTTrainer(AtteNTTrainerMixin, SFTTrainer):
         return sums, counts
 
     def _segments(self, inputs: dict[str, Any]) -> tuple[torch.Tensor, int] | None:
-        """(segments, B) of a padding-free batch (``packed.batch_segments``); None if it is padded."""
+        """(segments, B) of a padding-free batch (``packed.batch_segments``); None if it is padded
+        (without batch-level packing, the mixin's: a ``DataCollatorWithFlattening`` batch's)."""
         if not self.packs_batches:
-            return None
+            return super()._segments(inputs)
         pad = self.data_collator.pad_token_id if self.args.pad_to_multiple_of else None
         return packed.batch_segments(inputs, pad_token_id=pad)
 

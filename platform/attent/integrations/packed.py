@@ -16,6 +16,7 @@ the previous one plus 1; flash attention reads ``cu_seq_lens``), and so does thi
     packed_logit_sums  the same from logits [rows, T, V] and labels [rows, T]
     batch_segments     segment_ids of a batch of model inputs (None for a padded batch), the
                        trailing padding of ``pad_to_multiple_of`` read as no sample
+    packed_inputs      a packed batch's model inputs as its per-sample loss's forward takes them
     attention_problem  why a model's attention would not keep packed samples apart, if it would not
 
 A loss term never crosses a boundary, whatever the labels say: the term of a sample's last token
@@ -222,6 +223,24 @@ def batch_segments(inputs: dict[str, Any], pad_token_id: int | None = None) -> t
     if pad_token_id is not None and positions is not None and input_ids is not None:
         padding = trailing_padding(input_ids, positions, pad_token_id)
     return segment_ids(positions, offsets if offsets is not None and offsets.ndim == 1 else None, padding)
+
+
+def packed_inputs(inputs: dict[str, Any], segments: torch.Tensor) -> dict[str, Any]:
+    """``inputs`` of a packed batch as a per-sample loss's forward takes them: ``use_cache=False``
+    (a cache turns transformers' packed-row masks off) and labels masked at the boundaries
+    (``mask_boundaries``).
+
+    Args:
+        inputs: the batch's model inputs, with or without labels.
+        segments: [rows, T] from ``segment_ids`` (``batch_segments``).
+
+    Returns:
+        A new dict of inputs.
+    """
+    inputs = {**inputs, "use_cache": False}
+    if inputs.get("labels") is not None:
+        inputs["labels"] = mask_boundaries(inputs["labels"], segments)
+    return inputs
 
 
 def trailing_padding(input_ids: torch.Tensor, position_ids: torch.Tensor, pad_token_id: int) -> torch.Tensor:

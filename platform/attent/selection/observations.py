@@ -4,9 +4,11 @@ the CPU in one transfer per kind; there they are checked (indices in range, loss
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-from .distributed import all_gather_observations
+from .distributed import all_agree, all_gather_observations
 
 Observation = tuple[torch.Tensor, torch.Tensor]  # (sample indices [B], losses [B, C])
 
@@ -104,12 +106,43 @@ def check_shape(losses: torch.Tensor, components: tuple[str, ...]) -> None:
         )
 
 
-def nonfinite_message(samples: list[int], step: int, epoch: int) -> str:
-    """The line that stops a run at the optimiser step whose losses were NaN or inf."""
+def step_may_go_on(finite: torch.Tensor | bool | None, nonfinite: str, message: Callable[..., str], *pieces) -> bool:
+    """``selection.nonfinite``'s rule at an optimiser step, one for the ``Selector`` and the
+    ``StreamSelector``: agreed by every rank (a collective under torch.distributed).
+
+    Args:
+        finite: whether the step's losses were all finite on this rank (None: none recorded).
+        nonfinite: "raise" or "skip".
+        message: makes the line that stops the run from ``pieces``, called only where it stops.
+        *pieces: ``message``'s arguments.
+
+    Returns:
+        True where every rank's losses were finite; False where one was not under "skip" (the
+        step is skipped).
+
+    Raises:
+        ValueError: a NaN or inf loss on any rank under "raise", with ``message(*pieces)``.
+    """
+    if (ok := all_agree(True if finite is None else bool(finite))) or nonfinite == "skip":
+        return ok
+    raise ValueError(message(*pieces))
+
+
+def nonfinite_message(pending: list[Observation], step: int, epoch: int) -> str:
+    """The line that stops a run at the optimiser step whose losses (``pending``) were NaN or inf."""
+    samples = nonfinite_samples(pending)
     where = f"samples {samples[:8]}" if samples else "another rank's samples"
     return (
         f"non-finite loss at optimiser step {step} of epoch {epoch + 1} for {where}, before the step used it: "
         "the model diverged or the data holds invalid values (selection.nonfinite: skip skips such steps)"
+    )
+
+
+def stream_nonfinite_message(batch: int) -> str:
+    """The line that stops a stream run at the optimiser step after its training ``batch``."""
+    return (
+        f"non-finite loss at the optimiser step after training batch {batch} of the stream, before the step used "
+        "it: the model diverged or the data holds invalid values (selection.nonfinite: skip skips such steps)"
     )
 
 

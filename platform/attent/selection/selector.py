@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 from . import observations as obs
 from . import state as saved_state
 from .config import SelectionConfig
-from .distributed import agreed_checksum, all_agree
+from .distributed import agreed_checksum
 from .epoch_metrics import epoch_metrics, merged_sums
 from .methods import METHODS, Pool, stream_seed
 from .plan import Plan, build_plan
@@ -327,9 +327,8 @@ class Selector:
         finite, self._finite = self._finite, None
         start, self._step_start = self._step_start, len(self._pending)
         self._steps += 1
-        if (ok := all_agree(True if finite is None else bool(finite))) or self.selection.nonfinite == "skip":
-            return ok
-        raise ValueError(obs.nonfinite_message(obs.nonfinite_samples(self._pending[start:]), self._steps, self._epoch))
+        pieces = (self._pending[start:], self._steps, self._epoch)
+        return obs.step_may_go_on(finite, self.selection.nonfinite, obs.nonfinite_message, *pieces)
 
     def end_epoch(self) -> None:
         """Merge the epoch's scores and sums across ranks (collectives: every rank calls it), once

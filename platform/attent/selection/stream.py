@@ -18,7 +18,9 @@ draws a pool early and chooses from it at the step that trains it.
     pools = attent.StreamSelector(stream, selection=SelectionConfig(preset="llm"), batch_size=B,
                                   batches=max_steps, model=model, loss_fn=per_sample_loss, collate_fn=collate)
     for batch in pools:                       # B samples picked from each pool
-        per_sample_loss(model, batch).mean().backward(); optimizer.step(); optimizer.zero_grad()
+        loss = per_sample_loss(model, batch).mean(); loss.backward(); pools.record_loss(loss)
+        if pools.step_finite(): optimizer.step()   # selection.nonfinite: a NaN raises, or skips the step
+        optimizer.zero_grad()
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 import torch
 from torch.utils.data import default_collate
 
+from . import observations as obs
 from .config import SelectionConfig, check_streamable
 from .distributed import all_agree
 from .methods import stream_seed
@@ -176,6 +179,7 @@ class StreamSelector:
         self.samples_scored = 0  # scoring forwards
         self.last_ratio = 1.0  # B / the last pool's size
         self.exhausted = False  # a rank's shard could not fill a pool
+        self._finite: torch.Tensor | None = None  # the training losses recorded since the last step_finite
 
     def pass_pools(self) -> list[int]:
         """The pool sizes of the current pass (with ``samples=``; else []), those drawn included."""
@@ -292,6 +296,32 @@ class StreamSelector:
                 "ranks such items last)"
             )
         return pick(scores, self.batch_size, self.selection, self._generator)
+
+    def record_loss(self, loss: torch.Tensor) -> None:
+        """Notes a training batch's loss for ``step_finite`` (on the device: nothing waits).
+
+        Args:
+            loss: the loss back-propagated for a batch this selector yielded (a micro-batch's,
+                under gradient accumulation), of any shape.
+        """
+        finite = torch.isfinite(loss.detach()).all()
+        self._finite = finite if self._finite is None else self._finite & finite
+
+    def step_finite(self) -> bool:
+        """Whether the losses recorded since the last call (``record_loss``: an optimiser step's)
+        are finite on every rank, as ``Selector.step_finite`` rules: call it after the backward
+        and before ``optimizer.step()`` (a collective under torch.distributed).
+
+        Returns:
+            True where the step may go on; False where ``selection.nonfinite`` is "skip" and a loss
+            was NaN or inf: skip ``optimizer.step()``.
+
+        Raises:
+            ValueError: a NaN or inf loss under ``nonfinite: raise``, naming the step by its last
+                training batch.
+        """
+        finite, self._finite = self._finite, None
+        return obs.step_may_go_on(finite, self.selection.nonfinite, obs.stream_nonfinite_message, self.step)
 
     def state_dict(self) -> dict[str, Any]:
         """Where the run stands: a StreamSelector loaded from it, on the same stream, draws the
