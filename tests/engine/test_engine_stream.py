@@ -236,3 +236,20 @@ def test_a_nan_training_loss_stops_a_stream_epoch_before_its_step(digits_folder)
     with pytest.raises(ValueError, match="non-finite loss at the optimiser step after training batch 3"):
         recipe.run_epoch(0)
     assert len(steps) == 2 and any(not torch.equal(a, b) for a, b in zip(before, recipe.raw_model.parameters()))
+
+
+def test_the_tasks_own_training_set_as_a_stream_reads_every_sample_once_a_pass_in_a_new_order(digits_folder):
+    cfg = experiment(digits_folder, stream={"format": "task"}, train={"epochs": 2, "batch_size": B})
+    recipe = TrainingRecipe(cfg, WorkerContext())
+    recipe.setup()
+    rows = recipe.train_set
+    orders = []
+    for epoch in range(2):
+        rows.set_epoch(epoch)
+        orders.append([item["index"] for item in rows])
+    assert sorted(orders[0]) == sorted(orders[1]) == list(range(len(recipe.task.train_dataset())))
+    assert orders[0] != orders[1]
+    row = recipe.run_epoch(0)
+    assert row["selected_ratio"] == 0.5 and row["samples_backpropagated"] == B * (len(orders[0]) // (2 * B))
+    with pytest.raises(ValueError, match="drop stream.path"):
+        experiment(digits_folder, stream={"format": "task", "path": str(digits_folder)})

@@ -175,3 +175,15 @@ def test_a_nonfinite_training_loss_stops_the_step_or_skips_it(nonfinite):
             pools.step_finite()
     pools.record_loss(torch.tensor([0.5, 0.25]))
     assert pools.step_finite()  # the next step's own losses
+
+
+def test_random_draws_its_pools_picks_without_scoring_them():
+    selection = SelectionConfig(method="attent", strategy="random", ratio={"start": 0.25})
+    scored = []
+    pools = StreamSelector(
+        Stream(100), selection=selection, batch_size=B, batches=3, model=Learner(),
+        loss_fn=lambda model, batch: scored.append(1) or torch.zeros(len(batch["x"])),
+    )  # fmt: skip
+    batches = list(pools)
+    assert len(batches) == 3 and all(len(batch["x"]) == B for batch in batches)
+    assert scored == [] and pools.samples_scored == 0 and pools.drawn == 3 * 4 * B

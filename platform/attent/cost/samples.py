@@ -26,7 +26,7 @@ def train_samples(cfg: ExperimentConfig, probe: Probe | None, given: int | None)
     for known in (given, cfg.task.expected_train_samples):
         if known is not None:
             return known
-    if cfg.stream is not None:
+    if cfg.stream is not None and cfg.stream.ray_data:
         rows = cfg.stream.local_rows()
         if rows is None:
             raise ValueError(

@@ -80,7 +80,7 @@ def planned_work(cfg: ExperimentConfig, samples: int, *, eval_samples: int = 0, 
 def stream_work(cfg: ExperimentConfig, samples: int, evaluated: float) -> Work:
     """The work of a stream run (``stream:``) on ``samples`` rows a pass: each rank's pools of its
     equal shard (``stream_pools``), B trained of each and every item of a pool larger than B
-    scored (one forward each, 1 / r per trained sample).
+    scored (one forward each, 1 / r per trained sample; none under Random).
 
     Args:
         cfg: the run.
@@ -92,5 +92,6 @@ def stream_work(cfg: ExperimentConfig, samples: int, evaluated: float) -> Work:
     """
     ranks, batch = max(1, cfg.ray.max_workers), cfg.train.batch_size
     pools = [size for sizes in stream_pools(cfg.selection, batch, samples // ranks, cfg.train.epochs) for size in sizes]
-    scored = sum(size for size in pools if size > batch)  # a pool of B is trained as it comes
+    # a pool of B is trained as it comes, and Random draws without scores
+    scored = 0 if cfg.selection.strategy == "random" else sum(size for size in pools if size > batch)
     return Work(samples, ranks * batch * len(pools), ranks * scored, evaluated, cfg.train.epochs * samples)

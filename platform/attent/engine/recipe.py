@@ -39,7 +39,7 @@ from . import antk, checkpoint
 from .counters import RunCounters, timed
 from .lr import lr_factor, resolve_optimizer
 from .preemption import INSIDE_EPOCH, InsideEpoch, set_rng_state
-from .stream_epochs import StreamEpochs, StreamRows
+from .stream_epochs import StreamEpochs, stream_rows
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class TrainingRecipe:
 
     def __init__(self, cfg: ExperimentConfig, ctx: WorkerContext, stream: tuple[Any, int] | None = None):
         self.cfg, self.ctx = cfg, ctx
-        self.stream = stream  # stream: (this rank's Ray Data shard, the rows of a pass over all shards)
+        self.stream = stream  # stream: Ray Data's (this rank's shard, the rows of a pass over all shards)
         self.counters = RunCounters()
         self.setup_seconds: dict[str, float] = {}  # the set-up's parts (contract.SETUP_PARTS)
         self.checkpointed_at = time.monotonic()  # rank 0's clock of ray.checkpoint_minutes
@@ -82,10 +82,10 @@ class TrainingRecipe:
         with timed(self.setup_seconds, "data"):
             self.task: Task = build_task(cfg.task, seed=cfg.seed)
             self.train_set = (
-                StreamRows(*self.stream, self.task.stream_item) if self.stream else self.task.train_dataset()
+                self.task.train_dataset() if cfg.stream is None else stream_rows(cfg, ctx, self.task, self.stream)
             )
         expected = cfg.task.expected_train_samples
-        if expected is not None and not self.stream and expected != len(self.train_set) and ctx.rank == 0:
+        if expected is not None and not cfg.stream and expected != len(self.train_set) and ctx.rank == 0:
             logging.getLogger(__name__).warning(
                 "task.expected_train_samples is %d but the training set holds %d: attent plan priced "
                 "another run; correct the field",
@@ -137,7 +137,7 @@ class TrainingRecipe:
         ``workers`` loader processes started by ``start``, on this rank's share; of a stream, its
         pools (Ray Train's shards are equal: the rows over the ranks, rounded down)."""
         cfg, ctx = self.cfg, self.ctx
-        if self.stream:
+        if cfg.stream:
             shard_rows = len(self.train_set) // ctx.world_size
             return StreamEpochs(
                 self.train_set,
@@ -201,8 +201,8 @@ class TrainingRecipe:
         if inside["world_size"] == self.ctx.world_size:
             mine = parts[self.ctx.rank]
             self.resume = InsideEpoch(inside["epoch"], inside["step"], mine["rng"])
-            return mine["selector"] if self.stream else with_rank_part(state, mine["selector"])
-        if self.stream:  # each rank's place in its own shard: no other split of the rows goes on from it
+            return mine["selector"] if self.cfg.stream else with_rank_part(state, mine["selector"])
+        if self.cfg.stream:  # each rank's place in its own shard: no other split of the rows goes on from it
             raise ValueError(
                 f"a stream run's checkpoint from inside epoch {inside['epoch'] + 1} resumes on the "
                 f"{inside['world_size']} workers that wrote it, not {self.ctx.world_size}: set ray.num_workers to it"
@@ -212,7 +212,7 @@ class TrainingRecipe:
 
     def selection_part(self) -> dict[str, Any]:
         """This rank's part of the selection's state inside an epoch (a preemption's checkpoint)."""
-        return self.selector.state_dict() if self.stream else rank_part(self.selector)
+        return self.selector.state_dict() if self.cfg.stream else rank_part(self.selector)
 
     def amp(self, precision: str | None = None):
         if (precision or self.cfg.train.precision) == "bf16":
@@ -233,7 +233,7 @@ class TrainingRecipe:
             for part in ("scoring", "selection"):  # the selector times its own work
                 spent = self.selector.seconds[part] - before[part]
                 seconds[part] += spent
-                seconds["train"] -= spent if self.stream else 0.0  # a stream's pools are scored inside the steps
+                seconds["train"] -= spent if self.cfg.stream else 0.0  # a stream's pools are scored inside the steps
             with self.counters.timed("eval"):
                 evals = self.evaluate(epoch)
         return self.record(epoch, steps, evals)

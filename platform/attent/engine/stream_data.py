@@ -13,14 +13,14 @@ from ..experiment.schema import IMAGE_SUFFIXES, ExperimentConfig
 
 def stream_datasets(cfg: ExperimentConfig, payload: dict[str, Any]) -> dict[str, Any] | None:
     """Ray Train's ``datasets`` of the run: the training stream under its name, its rows per pass
-    written into the workers' ``payload``; None without ``stream:``.
+    written into the workers' ``payload``; None without a stream Ray Data reads.
 
     Raises:
         ValueError: a stream path with no file Ray Data reads.
     """
     from .worker import STREAM_DATASET, STREAM_ROWS
 
-    if cfg.stream is None:
+    if cfg.stream is None or not cfg.stream.ray_data:
         return None
     import ray.data  # a stream run only: Ray Data is heavy
 

@@ -44,6 +44,45 @@ class StreamRows:
             yield self.to_item(row, index)
 
 
+class TaskStream:
+    """The task's own training set read as a stream (``stream.format: task``): each pass in an
+    order drawn by the run's seed and the pass (``set_epoch``, which the StreamSelector calls),
+    this rank's every ``world_size``-th item of it, the shards equal (the order's tail left out).
+
+    Args:
+        dataset: the task's map-style training set.
+        seed: the run's.
+        rank: this process's rank.
+        world_size: the ranks.
+    """
+
+    def __init__(self, dataset, seed: int, rank: int, world_size: int):
+        self.dataset, self.seed, self.rank, self.world_size = dataset, seed, rank, world_size
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The pass whose order the next ``iter()`` reads."""
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[Any]:
+        order = torch.randperm(
+            len(self.dataset), generator=torch.Generator().manual_seed(self.seed * 7919 + self.epoch)
+        )
+        for index in order[: len(order) - len(order) % self.world_size][self.rank :: self.world_size].tolist():
+            yield self.dataset[index]
+
+
+def stream_rows(cfg: ExperimentConfig, ctx, task, shard: tuple[Any, int] | None) -> StreamRows | TaskStream:
+    """The stream a run's ranks read: Ray Data's shard (``shard``: it and the rows of a pass over
+    every shard) as the task's items, or the task's own training set (``stream.format: task``)."""
+    if not cfg.stream.ray_data:
+        return TaskStream(task.train_dataset(), cfg.seed, ctx.rank, ctx.world_size)
+    return StreamRows(*shard, task.stream_item)
+
+
 class _PassLoader:
     """The current pass's training batches, as the recipe reads a loader: ``len()`` the batches
     left in the pass, ``iter()`` them (the StreamSelector's pools, picked), timed as scoring."""

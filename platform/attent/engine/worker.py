@@ -102,7 +102,8 @@ def train_run(payload: dict[str, Any], cfg: ExperimentConfig, started: float, en
     with node_system_metrics(payload, context, tracking):
         with timed(tracking, "tracking"):
             logger = run_logger(payload) if ctx.rank == 0 else None
-        recipe = TrainingRecipe(cfg, ctx, stream=stream_shard(payload, context) if cfg.stream else None)
+        shard = stream_shard(payload, context) if cfg.stream and cfg.stream.ray_data else None
+        recipe = TrainingRecipe(cfg, ctx, stream=shard)
         recipe.setup(wrap_model=wrap_model)
         start_or_restore(recipe, ctx, logger, storage, tracking, started, entered, payload)
         mode = "Ray Train's local mode" if local else f"{ctx.world_size} worker(s)"

@@ -123,17 +123,37 @@ IMAGE_SUFFIXES = ("png", "jpg", "jpeg", "bmp", "gif", "tif", "tiff", "webp")  # 
 
 
 class StreamConfig(BaseModel):
-    """The ``stream:`` section: the training set read as a Ray Data stream, selected pool by pool
-    (``attent.selection.stream``) instead of scored whole and indexed."""
+    """The ``stream:`` section: the training set read as a stream, selected pool by pool
+    (``attent.selection.stream``) instead of scored whole and indexed: a Ray Data dataset, or the
+    task's own training set read in a seeded order (the same samples as the indexed run's)."""
 
     model_config = ConfigDict(extra="forbid")
-    path: str = Field(..., min_length=1)  # a folder or file Ray Data reads (a local path, s3://, gs://)
-    format: Literal["image_folder"] = "image_folder"  # Ray Data's reader: read_images, labels from class subfolders
+    # image_folder: Ray Data's read_images of ``path``, labels from class subfolders; task: the task's
+    # own training set, each pass in an order drawn by the run's seed and the pass
+    format: Literal["image_folder", "task"] = "image_folder"
+    path: str | None = Field(None, min_length=1)  # image_folder: a folder Ray Data reads (a local path, s3://, gs://)
     # the files read in an order drawn by the run's seed (a folder lists one class after another); false: as listed
     shuffle_files: bool = True
 
+    @model_validator(mode="after")
+    def _path_is_the_formats(self) -> StreamConfig:
+        if (self.path is None) != (self.format == "task"):
+            raise ValueError(
+                "stream.format task reads the task's own training set: drop stream.path"
+                if self.path
+                else f"stream.format {self.format} reads files: give stream.path"
+            )
+        return self
+
+    @property
+    def ray_data(self) -> bool:
+        """Whether Ray Data reads the stream (Ray Train's shards), not the task."""
+        return self.format != "task"
+
     def local_rows(self) -> int | None:
         """The rows of a pass where ``path`` is a local folder or file (its images), else None."""
+        if self.path is None:
+            return None
         path = Path(self.path).expanduser()
         if "://" in self.path or not path.exists():
             return None
@@ -215,7 +235,7 @@ class ExperimentConfig(BaseModel):
     def _stream_readable(self) -> ExperimentConfig:
         if self.stream is None:
             return self
-        if self.stream.format not in self.task.stream_formats:
+        if self.stream.ray_data and self.stream.format not in self.task.stream_formats:
             readable = ", ".join(self.task.stream_formats) or "none"
             raise ValueError(
                 f"task {self.task.name} reads no {self.stream.format} stream (it reads: {readable}): drop stream: "
@@ -303,7 +323,7 @@ class ExperimentConfig(BaseModel):
         if "://" not in storage:
             storage = str((base / storage).resolve())
         stream = self.stream
-        if stream and "://" not in stream.path:
+        if stream and stream.path and "://" not in stream.path:
             stream = stream.model_copy(update={"path": str((base / Path(stream.path).expanduser()).resolve())})
         init = self.train.init_weights
         if init and ":/" not in init:  # a local checkpoint folder, not an MLflow URI

@@ -215,6 +215,8 @@ class StreamSelector:
         Raises:
             ValueError: a resumed stream that holds fewer items than the state was taken after.
         """
+        if self.passes is not None and hasattr(self.stream, "set_epoch"):  # one that reshuffles by pass
+            self.stream.set_epoch(self.passed)
         items = iter(self.stream)
         skipped = sum(1 for _ in islice(items, self.drawn))  # resumed: the items drawn before
         if skipped < self.drawn:
@@ -246,7 +248,7 @@ class StreamSelector:
 
         Returns:
             Indices into the pool, ascending (the stream's order kept): all of it in the warm-up
-            and anneal shares and under method full, else the strategy's B.
+            and anneal shares and under method full, else the strategy's B (Random's unscored).
 
         Raises:
             ValueError: ``loss_fn`` gave not one loss per item, or a non-finite one under
@@ -275,6 +277,8 @@ class StreamSelector:
         return sum(map(len, self.passes[: self.passed + 1])) if self.passes is not None else self.batches
 
     def _pick(self, pool: Any, size: int) -> torch.Tensor:
+        if self.selection.strategy == "random":  # uniform: no score read, none made
+            return pick(torch.zeros(size), self.batch_size, self.selection, self._generator)
         was_training = self.model.training
         self.model.eval()
         try:

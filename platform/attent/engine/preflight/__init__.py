@@ -71,7 +71,7 @@ def experiment_checks(*cfgs) -> list[tuple[str, Callable[[], None]]]:
     ]
     for task in {task.model_dump_json(): task for task in tasks}.values():
         checks.append((f"data of task {task.name}", task.check_data))
-    checks += [("stream.path", partial(check_stream, cfg.stream)) for cfg in cfgs if cfg.stream]
+    checks += [("stream.path", partial(check_stream, cfg.stream)) for cfg in cfgs if cfg.stream and cfg.stream.ray_data]
     return checks
 
 
