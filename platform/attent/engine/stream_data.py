@@ -8,7 +8,7 @@ import logging
 import random
 from typing import Any
 
-from ..experiment.schema import IMAGE_SUFFIXES, ExperimentConfig
+from ..experiment.schema import STREAM_SUFFIXES, ExperimentConfig
 
 
 def stream_datasets(cfg: ExperimentConfig, payload: dict[str, Any]) -> dict[str, Any] | None:
@@ -27,14 +27,23 @@ def stream_datasets(cfg: ExperimentConfig, payload: dict[str, Any]) -> dict[str,
     # one progress line is the run's (``progress``): no bars nor per-execution INFO lines of Ray Data's
     ray.data.DataContext.get_current().enable_progress_bars = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)
-    options = {"include_paths": True, "file_extensions": list(IMAGE_SUFFIXES), **cfg.task.stream_read_options()}
-    try:  # read_images: a row per file, the file's path with it (its folder names its class)
-        files = sorted(ray.data.read_images(cfg.stream.path, **options).input_files())
+    stream = cfg.stream
+    suffixes = list(STREAM_SUFFIXES[stream.format])
+    read = {"image_folder": ray.data.read_images, "jsonl": ray.data.read_json, "parquet": ray.data.read_parquet}[
+        stream.format
+    ]
+    # read_images: a row per file, with the file's path (its folder names its class)
+    options = {"file_extensions": suffixes, **({"include_paths": True} if stream.format == "image_folder" else {})}
+    options |= cfg.task.stream_read_options()
+    try:
+        files = sorted(read(stream.path, **options).input_files())
     except (FileNotFoundError, ValueError) as error:
-        raise ValueError(f"stream.path {cfg.stream.path}: no image Ray Data reads there ({error})") from None
+        raise ValueError(f"stream.path {stream.path}: no {stream.format} file Ray Data reads there ({error})") from None
     if not files:
-        raise ValueError(f"stream.path {cfg.stream.path} holds no image ({', '.join(IMAGE_SUFFIXES)})")
-    if cfg.stream.shuffle_files:  # a folder lists its classes one after the other: a stream of one class at a time
+        raise ValueError(f"stream.path {stream.path} holds no {stream.format} file ({', '.join(suffixes)})")
+    if stream.shuffle_files:  # a folder lists its classes one after the other: a stream of one class at a time
         random.Random(cfg.seed).shuffle(files)
-    payload[STREAM_ROWS] = len(files)
-    return {STREAM_DATASET: ray.data.read_images(files, **options)}
+    dataset = read(files, **options)
+    # an image a row; else the records counted (Parquet from its metadata, JSON lines by a read)
+    payload[STREAM_ROWS] = len(files) if stream.format == "image_folder" else dataset.count()
+    return {STREAM_DATASET: dataset}

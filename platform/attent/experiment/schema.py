@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ..selection.config import SelectionConfig, check_streamable
 from ..selection.plan import Plan, build_plan
 from ..tasks.registry import config_classes
+from ..tasks.vision.files import IMAGE_SUFFIXES
 from .uris import resolve_tracking_uri
 
 # The `task:` section: one of the registered tasks' configs, chosen by its `name`.
@@ -119,7 +120,12 @@ class RayConfig(BaseModel):
         return self.num_workers[0] if self.elastic else self.num_workers
 
 
-IMAGE_SUFFIXES = ("png", "jpg", "jpeg", "bmp", "gif", "tif", "tiff", "webp")  # the files a stream's read_images reads
+# the files a stream of each format reads (read_images', read_json's, read_parquet's)
+STREAM_SUFFIXES = {
+    "image_folder": tuple(suffix.lstrip(".") for suffix in IMAGE_SUFFIXES),  # those the image folders read
+    "jsonl": ("jsonl", "json"),
+    "parquet": ("parquet",),
+}
 
 
 class StreamConfig(BaseModel):
@@ -128,10 +134,11 @@ class StreamConfig(BaseModel):
     task's own training set read in a seeded order (the same samples as the indexed run's)."""
 
     model_config = ConfigDict(extra="forbid")
-    # image_folder: Ray Data's read_images of ``path``, labels from class subfolders; task: the task's
-    # own training set, each pass in an order drawn by the run's seed and the pass
-    format: Literal["image_folder", "task"] = "image_folder"
-    path: str | None = Field(None, min_length=1)  # image_folder: a folder Ray Data reads (a local path, s3://, gs://)
+    # image_folder: Ray Data's read_images of ``path``, labels from class subfolders; jsonl, parquet:
+    # read_json, read_parquet, a record a row; task: the task's own training set, each pass in an
+    # order drawn by the run's seed and the pass
+    format: Literal["image_folder", "jsonl", "parquet", "task"] = "image_folder"
+    path: str | None = Field(None, min_length=1)  # the files or folder Ray Data reads (a local path, s3://, gs://)
     # the files read in an order drawn by the run's seed (a folder lists one class after another); false: as listed
     shuffle_files: bool = True
 
@@ -150,15 +157,24 @@ class StreamConfig(BaseModel):
         """Whether Ray Data reads the stream (Ray Train's shards), not the task."""
         return self.format != "task"
 
-    def local_rows(self) -> int | None:
-        """The rows of a pass where ``path`` is a local folder or file (its images), else None."""
-        if self.path is None:
+    def local_files(self) -> list[Path] | None:
+        """The files of the format under a local ``path``, sorted (None: not a local path here)."""
+        if self.path is None or "://" in self.path or not Path(self.path).expanduser().exists():
             return None
         path = Path(self.path).expanduser()
-        if "://" in self.path or not path.exists():
-            return None
-        files = [path] if path.is_file() else path.rglob("*")
-        return sum(1 for file in files if file.suffix.lower().lstrip(".") in IMAGE_SUFFIXES)
+        files = [path] if path.is_file() else sorted(path.rglob("*"))
+        return [file for file in files if file.suffix.lower().lstrip(".") in STREAM_SUFFIXES[self.format]]
+
+    def local_rows(self) -> int | None:
+        """The rows of a pass where ``path`` is local: its images, JSON lines or Parquet rows."""
+        files = self.local_files()
+        if files is None or self.format == "image_folder":
+            return None if files is None else len(files)
+        if self.format == "jsonl":
+            return sum(sum(1 for line in file.open(encoding="utf-8") if line.strip()) for file in files)
+        import pyarrow.parquet as pq  # Ray Data's dependency: only where a Parquet stream is counted
+
+        return sum(pq.ParquetFile(file).metadata.num_rows for file in files)
 
 
 class MLflowConfig(BaseModel):

@@ -76,12 +76,12 @@ def experiment_checks(*cfgs) -> list[tuple[str, Callable[[], None]]]:
 
 
 def check_stream(stream) -> None:
-    """A local stream (``stream:``) holds images Ray Data reads (a remote one is read by the driver
+    """A local stream (``stream:``) holds files of its format (a remote one is read by the driver
     before any worker starts: a wrong one fails there, naming it)."""
-    if stream.local_rows() == 0 or ("://" not in stream.path and not Path(stream.path).expanduser().exists()):
+    if "://" not in stream.path and not stream.local_files():
+        what = "image (a folder of class subfolders)" if stream.format == "image_folder" else f"{stream.format} file"
         raise PreflightError(
-            f"stream.path {stream.path} holds no image: give a folder of class subfolders of images "
-            "(or drop stream: to train on the task's own data)"
+            f"stream.path {stream.path} holds no {what}: give one (or drop stream: to train on the task's own data)"
         )
 
 

@@ -116,6 +116,7 @@ class LLMTaskConfig(TaskConfig):
     # data_dir always holds a path; dataset, model, eval.mt_bench_questions and
     # eval.mt_bench_judge may, which with_absolute_paths decides value by value
     path_fields: ClassVar[tuple[str, ...]] = ("data_dir",)
+    stream_formats: ClassVar[tuple[str, ...]] = ("jsonl", "parquet")  # records of the dataset's fields
 
     def is_local_file(self) -> bool:
         return self.dataset not in SOURCES

@@ -56,10 +56,18 @@ def example_source(
 ) -> tuple[list[dict[str, Any]], Callable[[dict[str, Any]], Example]]:
     """The records of a named set (see ``SOURCES``; those it keeps) or of a local file, and how
     one becomes an Example (converted only once chosen: MetaMathQA holds 395k records)."""
+    to_example = record_converter(dataset, prompt_field, response_field)
     if dataset in SOURCES:
-        source = SOURCES[dataset]
-        return load_source_records(source, folder, hub_repo), source.to_example
-    return read_records(dataset), lambda r: Example(str(r[prompt_field]), str(r[response_field]))
+        return load_source_records(SOURCES[dataset], folder, hub_repo), to_example
+    return read_records(dataset), to_example
+
+
+def record_converter(dataset: str, prompt_field: str, response_field: str) -> Callable[[dict[str, Any]], Example]:
+    """How one record of ``dataset`` (a named set, else a file with the given fields) becomes an
+    Example."""
+    if dataset in SOURCES:
+        return SOURCES[dataset].to_example
+    return lambda record: Example(str(record[prompt_field]), str(record[response_field]))
 
 
 def load_examples(
@@ -158,13 +166,19 @@ class SFTDataset(Dataset):
         return len(self.examples)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        first, *later = self.encode(self.examples[index])
-        input_ids, labels = build_labels(*truncate(*first, self.max_length))
-        for prompt_ids, reply_ids in later:
-            ids, more = build_labels(prompt_ids, reply_ids)
-            room = self.max_length - len(input_ids)
-            input_ids, labels = input_ids + ids[:room], labels + more[:room]
-        return {"index": index, "input_ids": input_ids, "labels": labels}
+        return sft_item(self.encode(self.examples[index]), self.max_length, index)
+
+
+def sft_item(exchanges: Exchanges, max_length: int, index: int) -> dict[str, Any]:
+    """An example's exchanges as a training item: the first fitted to ``max_length``
+    (``truncate``), the later ones following as far as they fit, every reply labelled."""
+    first, *later = exchanges
+    input_ids, labels = build_labels(*truncate(*first, max_length))
+    for prompt_ids, reply_ids in later:
+        ids, more = build_labels(prompt_ids, reply_ids)
+        room = max_length - len(input_ids)
+        input_ids, labels = input_ids + ids[:room], labels + more[:room]
+    return {"index": index, "input_ids": input_ids, "labels": labels}
 
 
 def collate_right_padded(items: list[dict[str, Any]], pad_token_id: int) -> dict[str, torch.Tensor]:

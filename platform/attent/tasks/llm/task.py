@@ -22,7 +22,9 @@ from attent.tasks.llm.data import (
     draw_problems,
     example_source,
     fingerprint,
+    record_converter,
     seeded_sample,
+    sft_item,
     training_source,
 )
 from attent.tasks.llm.evaluation.mt_bench import HFJudge, Judge, Question, load_mt_bench_questions, run_mt_bench
@@ -110,6 +112,14 @@ class LLMTask(Task):
         self._train = SFTDataset([to_example(records[i]) for i in train], self.encode_example, cfg.max_length)
         if val:
             self._val = SFTDataset([to_example(records[i]) for i in val], self.encode_example, cfg.max_length)
+
+    def stream_item(self, row: dict[str, Any], index: int) -> dict[str, Any]:
+        """A record of the training stream (a JSONL or Parquet row, ``stream:``) as a training
+        item: the dataset's record made an example (a named set's own conversion, else
+        ``prompt_field`` / ``response_field``), tokenised as the map-style items are."""
+        cfg = self.config
+        example = record_converter(cfg.dataset, cfg.prompt_field, cfg.response_field)(row)
+        return sft_item(self.encode_example(example), cfg.max_length, index)
 
     def collate(self, items: list[dict[str, Any]]) -> Batch:
         return collate_right_padded(items, self.tokenizer.pad_token_id)
