@@ -129,13 +129,18 @@ def test_a_storage_path_the_nodes_do_not_share_is_refused_before_training(split_
     print(f"refused in {elapsed:.1f}s: {errors[0]}")
 
 
-@pytest.mark.parametrize("command", ["train", "sweep"])
+@pytest.mark.parametrize("command", ["train", "sweep", "bench"])
 def test_a_sqlite_store_on_two_nodes_is_refused_for_every_command(split_nodes, tmp_path, command):
-    """A SQLite store with a storage path both nodes share: `attent train` (one worker) and `attent sweep`
-    (one trial at a time, as every shipped GPU sweep) are refused in one line naming `attent server`,
-    before any worker, run or store file exists."""
+    """A SQLite store with a storage path both nodes share: `attent train` (one worker), `attent sweep`
+    (one trial at a time, as every shipped GPU sweep) and `attent bench` are refused in one line naming
+    `attent server`, before any worker, run (a benchmark's parent run included) or store file exists."""
     db = tmp_path / "mlflow.db"
-    config = DIGITS if command == "train" else str(REPO / "experiments/sweeps/ablation_digits.yaml")
+    configs = {
+        "train": DIGITS,
+        "sweep": str(REPO / "experiments/sweeps/ablation_digits.yaml"),
+        "bench": str(REPO / "benchmarks/specs/time_to_accuracy_demo.yaml"),
+    }
+    config = configs[command]
     proc, elapsed = attent(
         [command, config, f"mlflow.tracking_uri=sqlite:///{db}", f"ray.storage_path={split_nodes['shared']}"],
         tmp_path,

@@ -252,7 +252,14 @@ def run_benchmark(
     ]
     from ..engine.preflight import check_experiment
 
-    check_experiment(*[run.experiment for run in resolved(candidates + runs)])  # every refusal before any run starts
+    experiments = [run.experiment for run in resolved(candidates + runs)]
+    check_experiment(*experiments)  # every refusal before any run starts
+    if executor == "ray":  # before the parent run: the cluster checks need Ray
+        from ..engine.driver import ensure_ray
+        from ..engine.preflight.nodes import check_shared_across_nodes
+
+        ensure_ray(experiments[0])
+        check_shared_across_nodes(*experiments)  # several nodes: one store and storage for every run
     uri = resolved(runs[:1])[0].experiment.mlflow.tracking_uri
     from ..engine.tracking import TrackingSession
 

@@ -43,11 +43,15 @@ IDLE_TIMEOUT_S = 600  # an idle pod of the RayCluster is given back after 10 min
 RETRIES = 2  # a failed RayJob is submitted again on a new cluster this many times, carrying its work on
 DOCKERFILE = "deploy/kubernetes/Dockerfile"  # marks a checkout's top: the image copies it to IMAGE_ROOT
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-RESERVED_ENV = {  # what the pods' environment holds already, and why
-    "MLFLOW_TRACKING_URI": "the tracking server's URL in --namespace",
-    layout.CERT_ENV: "the server's certificate, mounted from its Secret",
-    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "Ray Train's poll of its workers",
-}
+
+
+def pod_env(namespace: str = NAMESPACE) -> dict[str, tuple[str, str]]:
+    """The pods' environment that attent kuberay sets itself (``--env`` may not): name -> (value, why)."""
+    return {
+        "MLFLOW_TRACKING_URI": (tracking_uri(namespace), "the tracking server's URL in --namespace"),
+        layout.CERT_ENV: (layout.POD_TLS_CERT, "the server's certificate, mounted from its Secret"),
+        "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": (layout.TRAIN_POLL_S, "Ray Train's poll of its workers"),
+    }
 
 
 def tracking_uri(namespace: str = NAMESPACE) -> str:
@@ -123,8 +127,8 @@ def parse_env(pairs: list[str]) -> tuple[tuple[str, str], ...]:
         key, sep, value = pair.partition("=")
         if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
             raise ValueError(f"--env {pair}: give KEY=VALUE, e.g. --env HF_HOME=/shared/hf")
-        if key in RESERVED_ENV:
-            raise ValueError(f"--env {key}: set by attent kuberay itself ({RESERVED_ENV[key]})")
+        if key in (reserved := pod_env()):
+            raise ValueError(f"--env {key}: set by attent kuberay itself ({reserved[key][1]})")
         parsed.append((key, value))
     return tuple(parsed)
 
@@ -141,9 +145,7 @@ def container(role: str, image: str, resources: dict[str, str], pods: PodSetting
         "name": f"ray-{role}",
         "image": image,
         "env": [
-            {"name": "MLFLOW_TRACKING_URI", "value": tracking_uri(pods.namespace)},
-            {"name": layout.CERT_ENV, "value": layout.POD_TLS_CERT},
-            {"name": "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "value": layout.TRAIN_POLL_S},
+            *({"name": key, "value": value} for key, (value, _) in pod_env(pods.namespace).items()),
             *({"name": key, "value": value} for key, value in pods.env),
         ],
         "resources": {"requests": dict(resources), "limits": dict(resources)},
