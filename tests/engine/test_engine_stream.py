@@ -101,6 +101,9 @@ def test_each_step_trains_on_the_highest_loss_half_of_a_pool_scored_after_the_st
         top = torch.sort(torch.topk(scores, B).indices).values
         assert torch.equal(pool["label"][top], labels)  # the B of highest loss, in the stream's order
     assert [row["selected_ratio"] for row in rows] == [0.5, 0.5]
+    summary = recipe.selector.plan.summary()  # what the run logs as plan.json
+    assert [(p["pools"], p["ratio"]) for p in summary["passes"]] == [(7, 0.5), (7, 0.5)]
+    assert summary["label"].endswith("from a stream's pools")
     assert rows[-1]["samples_backpropagated"] == 14 * B
     assert rows[-1]["samples_forwarded"] == 14 * B + 14 * 2 * B  # trained + scored
     assert all(np.isfinite(row["train_loss"]) for row in rows)

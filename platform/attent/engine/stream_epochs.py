@@ -83,6 +83,47 @@ def stream_rows(cfg: ExperimentConfig, ctx, task, shard: tuple[Any, int] | None)
     return StreamRows(*shard, task.stream_item)
 
 
+class StreamPlan:
+    """What the engine reads of a run's plan where the run is a stream's: the learning rate's
+    progress (the epoch plan's: a pass is an epoch), and a label and summary that say the pools.
+
+    Args:
+        plan: the run's epoch plan (``cfg.plan``).
+        passes: each pass's pool sizes (``StreamSelector.passes``).
+        batch_size: B.
+    """
+
+    def __init__(self, plan, passes: list[list[int]], batch_size: int):
+        self.plan, self.passes, self.batch_size = plan, passes, batch_size
+
+    def progress(self, epoch: int, within: float) -> float:
+        """Training progress ``within`` (a share of) pass ``epoch``: the epoch plan's."""
+        return self.plan.progress(epoch, within)
+
+    @property
+    def label(self) -> str:
+        """The epoch plan's label, said to be a stream's."""
+        return f"{self.plan.label}, from a stream's pools"
+
+    def summary(self) -> dict[str, Any]:
+        """The label and, per pass, its pools: their number, sizes and selected ratio."""
+        return {
+            "label": self.label,
+            "epochs": len(self.passes),
+            "batch_size": self.batch_size,
+            "passes": [
+                {
+                    "epoch": e,
+                    "pools": len(sizes),
+                    "pool_sizes": sizes,
+                    "ratio": self.batch_size * len(sizes) / sum(sizes),
+                }
+                for e, sizes in enumerate(self.passes)
+                if sizes
+            ],
+        }
+
+
 class _PassLoader:
     """The current pass's training batches, as the recipe reads a loader: ``len()`` the batches
     left in the pass, ``iter()`` them (the StreamSelector's pools, picked), timed as scoring."""
@@ -124,7 +165,6 @@ class StreamEpochs:
         collate_fn: Callable,
         rank: int,
     ):
-        self.plan = cfg.plan  # the learning rate's progress clock and the run's label
         self.pools = StreamSelector(
             rows,
             selection=cfg.selection,
@@ -137,6 +177,7 @@ class StreamEpochs:
             collate_fn=collate_fn,
             rank=rank,
         )
+        self.plan = StreamPlan(cfg.plan, self.pools.passes, cfg.train.batch_size)  # progress, label, summary
         if not all(self.pools.passes):
             size = self.pools.next_pool_size
             raise ValueError(
