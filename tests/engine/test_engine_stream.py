@@ -153,6 +153,7 @@ def test_a_stream_is_refused_for_what_it_cannot_follow(digits_folder):
         )
 
 
+@pytest.mark.system  # a worker group restarted: the system tier's
 def test_two_workers_train_on_ray_datas_shards_log_to_mlflow_and_resume_after_a_failure(
     digits_folder, ray_cluster, tmp_path
 ):
