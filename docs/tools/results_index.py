@@ -29,6 +29,11 @@ STUDIES = {
     "cycles_verdict_6000": "AtteNT under the released code's schedule (subset bursts inside full-data training) at "
     "the authors' operating point, Fashion-MNIST 6,000 images "
     "(`attent bench benchmarks/specs/cycles_verdict_6000.yaml --local`)",
+    "stream_verdict_2000": "selection from a stream (pools of B / r, each scored) against epoch-level AtteNT, "
+    "Random and full data at equal measured cost and InfoBatch, Fashion-MNIST 2,000 images "
+    "(`attent bench benchmarks/specs/stream_verdict_2000.yaml --local`)",
+    "llm_packing": "packed against padded LLM batches, SmolLM2-135M with LoRA under sdpa on the CPU "
+    "(`benchmarks/speed/llm_packing.py`)",
     "data_size": "the verdict against training-set size, Fashion-MNIST 600, 2,000 and 20,000 images "
     "(`attent bench benchmarks/specs/data_size.yaml`); `data_size/` inside: all sizes joined "
     "(`attent report --with`)",

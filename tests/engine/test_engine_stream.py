@@ -1,10 +1,9 @@
 """The engine on a stream (``stream:``): the recipe's epochs on rows as Ray Data yields them (a
-plain shard with ``iter_rows`` here, read in a fixed order), and a run of two Ray Train workers
-on Ray Data's own shards of an image folder, logged to MLflow, restarted from its checkpoint."""
+plain shard with ``iter_rows`` here, read in a fixed order). A run of two Ray Train workers on Ray
+Data's own shards of an image folder, restarted from its checkpoint: tests/system/test_engine_stream.py."""
 
 from __future__ import annotations
 
-import mlflow
 import numpy as np
 import pytest
 import torch
@@ -151,40 +150,6 @@ def test_a_stream_is_refused_for_what_it_cannot_follow(digits_folder):
                 "stream": {"path": str(digits_folder)},
             }
         )
-
-
-@pytest.mark.system  # a worker group restarted: the system tier's
-def test_two_workers_train_on_ray_datas_shards_log_to_mlflow_and_resume_after_a_failure(
-    digits_folder, ray_cluster, tmp_path
-):
-    """Ray Train splits the Ray Data stream between two workers (equal shards of 120 rows); one
-    worker dies after epoch 1's checkpoint, and the restarted group goes on from it."""
-    cfg = experiment(
-        digits_folder,
-        name="stream-two",
-        train={"epochs": 3, "batch_size": B, "lr": 5e-3},
-        ray={"num_workers": 2, "cpus_per_worker": 0.5, "checkpoint_every": 1, "storage_path": str(tmp_path / "ray")},
-        mlflow={"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "stream"},
-        fault={"fail_once_after_epoch": 1},
-    )
-    from attent.engine.driver import train
-
-    result = train(cfg)
-
-    client = mlflow.MlflowClient(cfg.mlflow.tracking_uri)
-    run = client.get_run(result.run_id)
-    assert run.info.status == "FINISHED"
-    metrics = run.data.metrics
-    assert metrics["num_train_samples"] == 240 and metrics["ranks"] == 2
-    pools = stream_pools(cfg.selection, B, 120, 3)  # each rank's pass over its 120 rows
-    assert [len(sizes) for sizes in pools] == [3, 3, 3]
-    assert metrics["samples_backpropagated"] == 2 * 9 * B
-    assert metrics["samples_forwarded"] == 2 * 9 * B + 2 * sum(map(sum, pools))
-    assert metrics["restored_at_epoch"] == 2  # the restart went on after epoch 2's checkpoint
-    ratios = client.get_metric_history(run.info.run_id, "selected_ratio")
-    assert sorted(m.step for m in ratios) == [0, 1, 2] and {m.value for m in ratios} == {0.5}
-    assert 0 <= metrics["eval_test_accuracy"] <= 1
-    assert client.search_logged_models([run.info.experiment_id])  # the trained model, as any run logs it
 
 
 def test_attent_plan_prices_the_stream_run_it_then_trains_and_scores(digits_folder, tmp_path, capsys):

@@ -57,7 +57,6 @@ class Shard:
         yield from self.records
 
 
-@pytest.mark.system  # the real SmolLM2 trained: the system tier's
 def test_ray_datas_jsonl_rows_are_the_tasks_items_and_the_recipe_trains_on_each_pools_top_half(gsm8k_rows, ray_cluster):
     from attent.engine.stream_data import stream_datasets
 
