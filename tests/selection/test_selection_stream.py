@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from attent.selection.config import SelectionConfig
-from attent.selection.stream import StreamSelector, pool_size
+from attent.selection.stream import STREAM_STATE_FORMAT, StreamSelector, pool_size
 
 from tests.helpers.ranks import start_method
 
@@ -138,8 +138,10 @@ def test_what_a_stream_cannot_follow_is_refused_in_one_line():
         selector(SelectionConfig(strategy="hard", ratio={"start": 0.5}, stratify=True))
     with pytest.raises(ValueError, match="pass model= and loss_fn="):
         StreamSelector(Stream(10), selection=SelectionConfig(preset="llm"), batch_size=B, batches=2)
-    with pytest.raises(ValueError, match="format 1"):
+    with pytest.raises(ValueError, match=f"format {STREAM_STATE_FORMAT}"):
         selector(SelectionConfig(preset="llm")).load_state_dict({"step": 3})
+    with pytest.raises(ValueError, match="start the run afresh"):  # format 1 held no passes ended
+        selector(SelectionConfig(preset="llm")).load_state_dict({"format": 1, "step": 3, "drawn": 24})
 
 
 def test_a_nan_in_a_pool_stops_the_run_or_is_ranked_last():

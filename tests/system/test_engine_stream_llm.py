@@ -9,8 +9,10 @@ import pytest
 import torch
 from attent.engine.recipe import TrainingRecipe, WorkerContext
 from attent.experiment.schema import build_experiment
+from attent.selection.config import deep_merge
 
 from tests.helpers.paths import SHARED
+from tests.helpers.shared_runs import REFERENCE_RUNS
 
 ROWS, B = 8, 2
 
@@ -25,26 +27,21 @@ def gsm8k_rows(tmp_path_factory):
     return path, records
 
 
-def experiment(path, **sections):
+def experiment(path):
+    """The reference LLM run's model and data (``shared_runs``), its first ROWS problems read as a
+    JSONL stream, Hard on each pool of 2 B."""
+    task = deep_merge(
+        REFERENCE_RUNS["llm"]["task"],  # split_seed 0: the set's first train_limit problems, the stream's
+        {"train_limit": ROWS, "max_length": 96, "eval": {"suites": ["gsm8k_loss"], "response_loss_limit": 2}},
+    )
     return build_experiment(
         {
             "name": "llm-stream",
             "seed": 0,
-            "task": {
-                "name": "llm",
-                "model": "smollm2-135m-instruct",
-                "lora_r": 4,
-                "dataset": "gsm8k",
-                "data_dir": str(SHARED / "datasets"),
-                "train_limit": ROWS,
-                "split_seed": 0,  # the set's first ROWS problems: the stream's
-                "max_length": 96,
-                "eval": {"suites": ["gsm8k_loss"], "response_loss_limit": 2},
-            },
+            "task": task,
             "stream": {"format": "jsonl", "path": str(path)},
             "train": {"epochs": 1, "batch_size": B, "lr": 2e-4},
             "selection": {"method": "attent", "strategy": "hard", "warmup_epochs": 0, "ratio": {"start": 0.5}},
-            **sections,
         }
     )
 

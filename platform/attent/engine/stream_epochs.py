@@ -126,7 +126,8 @@ class StreamPlan:
 
 class _PassLoader:
     """The current pass's training batches, as the recipe reads a loader: ``len()`` the batches
-    left in the pass, ``iter()`` them (the StreamSelector's pools, picked), timed as scoring."""
+    left in the pass, ``iter()`` them (the StreamSelector's pools, picked; their scoring timed by
+    ``StreamEpochs._timed``)."""
 
     def __init__(self, epochs: StreamEpochs):
         self.epochs = epochs

@@ -128,6 +128,12 @@ STREAM_SUFFIXES = {
 }
 
 
+def non_blank_lines(path: Path) -> int:
+    """The records of a JSON-lines file: its lines holding anything."""
+    with path.open(encoding="utf-8") as lines:
+        return sum(1 for line in lines if line.strip())
+
+
 class StreamConfig(BaseModel):
     """The ``stream:`` section: the training set read as a stream, selected pool by pool
     (``attent.selection.stream``) instead of scored whole and indexed: a Ray Data dataset, or the
@@ -171,7 +177,7 @@ class StreamConfig(BaseModel):
         if files is None or self.format == "image_folder":
             return None if files is None else len(files)
         if self.format == "jsonl":
-            return sum(sum(1 for line in file.open(encoding="utf-8") if line.strip()) for file in files)
+            return sum(non_blank_lines(file) for file in files)
         import pyarrow.parquet as pq  # Ray Data's dependency: only where a Parquet stream is counted
 
         return sum(pq.ParquetFile(file).metadata.num_rows for file in files)

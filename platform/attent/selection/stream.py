@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator
-from itertools import islice
+from itertools import accumulate, islice
 from typing import Any
 
 import torch
@@ -41,7 +41,7 @@ from .plan import pool_ratio
 from .scoring_pass import PerSampleLoss, without_autograd
 from .strategies import select, soft_logits
 
-STREAM_STATE_FORMAT = 1
+STREAM_STATE_FORMAT = 2  # 2: the passes ended (``passed``)
 
 
 def pool_size(selection: SelectionConfig, batch_size: int, progress: float, epochs: float = 1.0) -> int:
@@ -168,7 +168,9 @@ class StreamSelector:
         # a stream of known length: every pass's pools planned; else one pass, sized by batches trained
         self.passes = None if samples is None else stream_pools(selection, batch_size, samples, int(epochs))
         self._sizes = None if samples is None else [size for sizes in self.passes for size in sizes]
-        self.batches = batches if samples is None else sum(map(len, self.passes))
+        # the run's pools up to each pass's end (with samples=; else the one pass's: batches)
+        self._pass_ends = [batches] if samples is None else list(accumulate(map(len, self.passes)))
+        self.batches = self._pass_ends[-1]
         self.epochs, self.model, self.loss_fn = epochs, model, loss_fn
         self.collate_fn = collate_fn or default_collate
         self._seed_key = (seed, selection.method, f"{selection.strategy}/{rank}")
@@ -188,7 +190,7 @@ class StreamSelector:
     @property
     def pass_step(self) -> int:
         """The pools of the current pass drawn so far (with ``samples=``; else the run's)."""
-        return self.step - sum(map(len, self.passes[: self.passed])) if self.passes is not None else self.step
+        return self.step - (self._pass_ends[self.passed - 1] if self.passed else 0)
 
     def __iter__(self) -> Iterator[Any]:
         """The training batches of one pass, until the run's ``batches`` (with ``samples=``, the
@@ -274,7 +276,7 @@ class StreamSelector:
 
     def _pass_end(self) -> int:
         """The run's pools up to the current pass's end (with ``samples=``; else ``batches``)."""
-        return sum(map(len, self.passes[: self.passed + 1])) if self.passes is not None else self.batches
+        return self._pass_ends[min(self.passed, len(self._pass_ends) - 1)]
 
     def _pick(self, pool: Any, size: int) -> torch.Tensor:
         if self.selection.strategy == "random":  # uniform: no score read, none made
