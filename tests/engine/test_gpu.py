@@ -5,7 +5,8 @@ visible (CI runs none of them; the precision plumbing runs on the CPU in test_pr
 - the fused loss kernel (cut-cross-entropy) equal to the chunked loss;
 - two-worker NCCL DDP through Ray Train, both ranks training on the same subsets, and MLflow's GPU
   system metrics logged for a GPU run (the system tier's: tests/system/test_gpu.py);
-- AtteNTTrainer and the Lightning callback choosing on CUDA what they choose on the CPU.
+- AtteNTTrainer and the Lightning callback choosing on CUDA what they choose on the CPU;
+- AtteNTTrainer under the Trainer's FSDP choosing what it chooses unsharded.
 """
 
 from __future__ import annotations
@@ -123,3 +124,51 @@ def test_the_lightning_callback_chooses_on_cuda_what_it_chooses_on_the_cpu():
     runs = {device: fit(SelectionConfig(**CONFIGS["vit"]), 4, 0, accelerator=device)[0] for device in ("cpu", "gpu")}
     assert runs["gpu"]["checksums"] == runs["cpu"]["checksums"]
     torch.testing.assert_close(runs["gpu"]["value"].cpu(), runs["cpu"]["value"], rtol=1e-6, atol=1e-6)
+
+
+def test_the_trainer_under_fsdp_chooses_what_it_chooses_unsharded(tmp_path, monkeypatch):
+    """AtteNTTrainer under the Trainer's FSDP (accelerate's FSDP2, ``fully_shard`` per decoder
+    layer; a process group of one GPU, as torchrun starts it): at learning rate 0 its scoring passes
+    through the sharded model pick the unsharded run's subsets at every re-selection. Accelerate and
+    Ray Train shard on GPUs only; on the CPU the invariant that keeps sharded ranks from hanging
+    (as many forwards on every rank) is tested under DDP (test_integration_agreement.py)."""
+    import torch.distributed as dist
+    from accelerate.state import AcceleratorState
+    from attent.selection.config import SelectionConfig
+
+    from tests.helpers.hf_tiny import (
+        CONFIGS,
+        RecordingTrainer,
+        collate,
+        samples,
+        selection_rows,
+        tiny_llama,
+        training_args,
+    )
+    from tests.helpers.processes import free_port
+
+    def picks(folder: str, **sharding):
+        trainer = RecordingTrainer(
+            model=tiny_llama(),
+            train_dataset=samples(),
+            data_collator=collate,
+            args=training_args(tmp_path / folder, learning_rate=0.0, num_train_epochs=4, use_cpu=False, **sharding),
+            selection=SelectionConfig(**CONFIGS["vit"]),
+            seed=3,
+        )
+        trainer.train()
+        return [row["subset_checksum"] for row in selection_rows(trainer)], trainer.subsets, trainer.is_fsdp_enabled
+
+    unsharded = picks("unsharded")
+    for name, value in dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", LOCAL_RANK="0",
+                            WORLD_SIZE="1", LOCAL_WORLD_SIZE="1").items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    AcceleratorState._reset_state(reset_partial_state=True)
+    try:
+        sharded = picks("fsdp", fsdp=True, fsdp_config={"transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]})
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    assert sharded[2] and not unsharded[2]  # the Trainer sharded the one run only
+    assert sharded[:2] == unsharded[:2]

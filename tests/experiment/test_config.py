@@ -147,3 +147,18 @@ def test_an_elastic_run_may_round_its_accumulation_at_world_sizes_that_do_not_di
         ["ray.num_workers=[1, 4]", "train.batch_size=32", "train.global_batch_size=128"],
     )
     assert (cfg.ray.min_workers, cfg.ray.max_workers, cfg.train.global_batch_size) == (1, 4, 128)
+
+
+def test_a_local_json_stream_counts_the_rows_ray_data_reads(tmp_path):
+    """JSON lines count a row a line holding anything; a .json file holding one JSON array (which
+    read_json reads whole, a row an item) counts its items, not its lines."""
+    import json
+
+    from attent.experiment.schema import StreamConfig
+
+    rows = [{"question": f"q{i}", "answer": f"a{i}"} for i in range(5)]
+    (tmp_path / "lines.jsonl").write_text("\n".join(json.dumps(row) for row in rows) + "\n\n")
+    (tmp_path / "array.json").write_text(json.dumps(rows, indent=2))  # 22 lines
+    assert StreamConfig(format="jsonl", path=str(tmp_path / "lines.jsonl")).local_rows() == 5
+    assert StreamConfig(format="jsonl", path=str(tmp_path / "array.json")).local_rows() == 5
+    assert StreamConfig(format="jsonl", path=str(tmp_path)).local_rows() == 10

@@ -68,9 +68,11 @@ def outcome(
     model: torch.nn.Module,
     initial: dict[str, torch.Tensor],
     sampler,
+    forwards: dict[str, int],
 ) -> dict:
     """What one run chose, in the form every framework's run is compared in."""
     return {
+        "forwards": dict(forwards),
         "checksums": [float(c) for c in checksums],
         "shard": (sampler.rank, sampler.world_size),  # whose shard of each subset this rank trained
         "reselections": [(r.epoch, subset_checksum(r.indices)) for r in selector.history],
@@ -79,6 +81,18 @@ def outcome(
         "table": selector.scores.clone(),
         "unchanged": all(torch.equal(value, initial[key]) for key, value in model.state_dict().items()),
     }
+
+
+def count_forwards(model: torch.nn.Module) -> dict[str, int]:
+    """The model's forwards as they run, without gradients (scoring) and with (training): under a
+    sharded model each is a collective, so ranks that made different numbers would hang."""
+    counts = {"scoring": 0, "training": 0}
+
+    def hook(module, args, output):
+        counts["training" if torch.is_grad_enabled() else "scoring"] += 1
+
+    model.register_forward_hook(hook)
+    return counts
 
 
 def copy_of(task, initial: dict[str, torch.Tensor]) -> torch.nn.Module:
@@ -97,6 +111,7 @@ def run_engine(cfg, initial, rank: int = 0, world: int = 1) -> dict:
         return DistributedDataParallel(model) if world > 1 else model
 
     recipe.setup(wrap_model=wrap)
+    forwards = count_forwards(recipe.raw_model)
     recipe.optim = dataclasses.replace(recipe.optim, lr=0.0)  # every step's lr is optim.lr x the schedule
     checksums = [recipe.run_epoch(epoch)[contract.SUBSET_CHECKSUM] for epoch in range(EPOCHS)]
     return outcome(
@@ -106,12 +121,14 @@ def run_engine(cfg, initial, rank: int = 0, world: int = 1) -> dict:
         recipe.raw_model,
         initial,
         recipe.loader.sampler,
+        forwards,
     )
 
 
 def run_plain(cfg, task, initial, world: int = 1) -> dict:
     """The README's three-line loop (under DDP where there are two ranks)."""
     model = copy_of(task, initial)
+    forwards = count_forwards(model)
     trained = DistributedDataParallel(model) if world > 1 else model
     selector = attent.Selector(
         task.train_dataset(),
@@ -134,7 +151,7 @@ def run_plain(cfg, task, initial, world: int = 1) -> dict:
             optimizer.zero_grad()
         selector.end_epoch()
         checksums.append(selector.metrics()["subset_checksum"])
-    return outcome(checksums, selector, selector.samples_backpropagated, model, initial, selector.sampler)
+    return outcome(checksums, selector, selector.samples_backpropagated, model, initial, selector.sampler, forwards)
 
 
 class Classifier(torch.nn.Module):
@@ -166,6 +183,7 @@ def run_huggingface(cfg, task, initial, output_dir) -> dict:
         return {"image": batch["image"], "labels": batch["label"]}
 
     net = copy_of(task, initial)
+    forwards = count_forwards(net)
     args = transformers.TrainingArguments(
         output_dir=str(output_dir),
         per_device_train_batch_size=BATCH,
@@ -193,7 +211,13 @@ def run_huggingface(cfg, task, initial, output_dir) -> dict:
     trainer.train()
     checksums = [row["subset_checksum"] for row in trainer.state.log_history if "subset_checksum" in row]
     return outcome(
-        checksums, trainer.selector, trainer.selector.samples_backpropagated, net, initial, trainer.selector.sampler
+        checksums,
+        trainer.selector,
+        trainer.selector.samples_backpropagated,
+        net,
+        initial,
+        trainer.selector.sampler,
+        forwards,
     )
 
 
@@ -220,6 +244,7 @@ def run_lightning(cfg, task, initial, world: int = 1) -> dict:
     """The callback in a Lightning Trainer; on two ranks Lightning's DDP joins the process group
     the test started (LOCAL_RANK set: launched externally)."""
     net = copy_of(task, initial)
+    forwards = count_forwards(net)
     selection = AtteNTCallback(
         task.train_dataset(),
         selection=cfg.selection,
@@ -245,7 +270,13 @@ def run_lightning(cfg, task, initial, world: int = 1) -> dict:
     )
     trainer.fit(module)
     return outcome(
-        module.checksums, selection.selector, selection.selector.samples_backpropagated, net, initial, selection.sampler
+        module.checksums,
+        selection.selector,
+        selection.selector.samples_backpropagated,
+        net,
+        initial,
+        selection.sampler,
+        forwards,
     )
 
 
@@ -275,6 +306,7 @@ def assert_all_agree(runs: dict[str, dict], name: str, rank: int = 0, world: int
         for a, b in zip(run["subsets"], engine["subsets"], strict=True):
             assert torch.equal(a, b), framework
         assert run["backpropagated"] == engine["backpropagated"], framework
+        assert run["forwards"]["training"] == engine["forwards"]["training"], framework
         # the same losses on the same samples, to the bit
         assert torch.equal(run["table"].nan_to_num(-1.0), engine["table"].nan_to_num(-1.0)), framework
     assert len(set(engine["checksums"])) > 1  # not vacuous: the subsets changed

@@ -15,7 +15,10 @@ What is compared, per selection config: the checksum of each epoch's subset as e
 reports it (the engine's ``subset_checksum`` metric, the Selector's and the callback's metrics,
 AtteNTTrainer's logged row), the epoch and checksum of every re-selection (the Selector's
 history), the distinct samples back-propagated, and the score table at the end (bit for bit: the
-losses each Selector saw, on the right samples).
+losses each Selector saw, on the right samples). On two ranks, each framework's ranks also make as
+many forwards as each other, scoring and training: under a sharded model (FSDP) every forward is a
+collective, and Ray Train's and accelerate's FSDP run on GPUs only, so this is where the invariant
+is checked on the CPU (torch's own FSDP2 on gloo: tests/selection/test_selection_fsdp.py).
 
 The engine's config refuses ``train.lr: 0`` (it must be > 0), so the test sets the recipe's
 resolved optimiser spec to lr 0 after ``setup``: the recipe sets every step's learning rate from
@@ -87,5 +90,8 @@ def test_the_four_choose_the_same_subsets_on_two_ranks(tmp_path):
             assert torch.equal(
                 r0[name][framework]["table"].nan_to_num(-1.0), r1[name][framework]["table"].nan_to_num(-1.0)
             )
+            # as many forwards on each rank, scoring and training (a sharded model's would hang otherwise)
+            assert r0[name][framework]["forwards"] == r1[name][framework]["forwards"], (name, framework)
+            assert r0[name][framework]["forwards"]["scoring"] > 0 or name == "llm", (name, framework)
     # some subset was odd-sized: the ranks' shards were padded, and still agreed
     assert any(len(s) % 2 for name in CONFIGS for s in r0[name]["engine"]["subsets"])

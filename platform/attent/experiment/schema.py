@@ -8,6 +8,7 @@ what to change; missing data files are refused by ``check_experiment`` before Ra
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -128,10 +129,13 @@ STREAM_SUFFIXES = {
 }
 
 
-def non_blank_lines(path: Path) -> int:
-    """The records of a JSON-lines file: its lines holding anything."""
-    with path.open(encoding="utf-8") as lines:
-        return sum(1 for line in lines if line.strip())
+def json_records(path: Path) -> int:
+    """The rows Ray Data's ``read_json`` makes of a file: a JSON array's items (read whole, as
+    Ray Data falls back to), else its lines holding anything (JSON lines)."""
+    with path.open(encoding="utf-8") as text:
+        first = next((char for line in text for char in line if not char.isspace()), "")
+        text.seek(0)
+        return len(json.load(text)) if first == "[" else sum(1 for line in text if line.strip())
 
 
 class StreamConfig(BaseModel):
@@ -172,12 +176,12 @@ class StreamConfig(BaseModel):
         return [file for file in files if file.suffix.lower().lstrip(".") in STREAM_SUFFIXES[self.format]]
 
     def local_rows(self) -> int | None:
-        """The rows of a pass where ``path`` is local: its images, JSON lines or Parquet rows."""
+        """The rows of a pass where ``path`` is local: its images, JSON records or Parquet rows."""
         files = self.local_files()
         if files is None or self.format == "image_folder":
             return None if files is None else len(files)
         if self.format == "jsonl":
-            return sum(non_blank_lines(file) for file in files)
+            return sum(json_records(file) for file in files)
         import pyarrow.parquet as pq  # Ray Data's dependency: only where a Parquet stream is counted
 
         return sum(pq.ParquetFile(file).metadata.num_rows for file in files)
