@@ -32,6 +32,8 @@ STUDIES = {
     "stream_verdict_2000": "selection from a stream (pools of B / r, each scored) against epoch-level AtteNT, "
     "Random and full data at equal measured cost and InfoBatch, Fashion-MNIST 2,000 images "
     "(`attent bench benchmarks/specs/stream_verdict_2000.yaml --local`)",
+    "stream_verdict_llm": "the same on the LLM task: LoRA on SmolLM2-135M-Instruct, 64 GSM8K problems "
+    "(`attent bench benchmarks/specs/stream_verdict_llm.yaml --local`)",
     "llm_packing": "packed against padded LLM batches, SmolLM2-135M with LoRA under sdpa on the CPU "
     "(`benchmarks/speed/llm_packing.py`)",
     "data_size": "the verdict against training-set size, Fashion-MNIST 600, 2,000 and 20,000 images "
