@@ -14,7 +14,9 @@ from __future__ import annotations
 import pytest
 import torch
 from attent.experiment.schema import build_experiment
-from attent.selection.config import deep_merge
+from attent.selection.config import SelectionConfig, deep_merge
+
+from tests.helpers.hf_tiny import CONFIGS, RecordingTrainer, collate, samples, selection_rows, tiny_llama, training_args
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 pytestmark = [
@@ -74,18 +76,6 @@ def test_the_trainer_chooses_on_cuda_what_it_chooses_on_the_cpu(tmp_path):
     """AtteNTTrainer on CUDA, fp32, learning rate 0: every sample keeps the loss the initial model
     gives it, and CUDA's kernels move those losses by float rounding only, far below the gaps
     between them, so the subsets equal the CPU's at every re-selection; in bf16 it trains."""
-    from attent.selection.config import SelectionConfig
-
-    from tests.helpers.hf_tiny import (
-        CONFIGS,
-        RecordingTrainer,
-        collate,
-        samples,
-        selection_rows,
-        tiny_llama,
-        training_args,
-    )
-
     picks = {}
     for device in ("cpu", "cuda"):
         trainer = RecordingTrainer(
@@ -117,7 +107,6 @@ def test_the_lightning_callback_chooses_on_cuda_what_it_chooses_on_the_cpu():
     """The Lightning callback on one GPU against the CPU: the same model, optimiser and seed; the
     per-sample losses of this model are exact in fp32 on either device (squared differences)."""
     pytest.importorskip("lightning")  # lightning_sample imports it
-    from attent.selection.config import SelectionConfig
 
     from tests.helpers.lightning_sample import CONFIGS, fit
 
@@ -134,17 +123,7 @@ def test_the_trainer_under_fsdp_chooses_what_it_chooses_unsharded(tmp_path, monk
     (as many forwards on every rank) is tested under DDP (test_integration_agreement.py)."""
     import torch.distributed as dist
     from accelerate.state import AcceleratorState
-    from attent.selection.config import SelectionConfig
 
-    from tests.helpers.hf_tiny import (
-        CONFIGS,
-        RecordingTrainer,
-        collate,
-        samples,
-        selection_rows,
-        tiny_llama,
-        training_args,
-    )
     from tests.helpers.processes import free_port
 
     def picks(folder: str, **sharding):
